@@ -1,0 +1,1 @@
+//! spinwire control plane (work in progress).

@@ -1,0 +1,1 @@
+//! spinwire engine (work in progress).

@@ -1,0 +1,1 @@
+//! Bounded lock-free SPSC rings (work in progress).
