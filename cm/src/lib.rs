@@ -1,1 +1,4 @@
 //! spinwire control plane (work in progress).
+
+pub mod control;
+pub mod uds;

@@ -1,1 +1,3 @@
-//! spinwire engine (work in progress).
+//! spinwire engine (work in progress: see the engine issue).
+
+pub mod fabric;

@@ -1,0 +1,1 @@
+//! The control thread (work in progress).

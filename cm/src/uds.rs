@@ -1,0 +1,1 @@
+//! Unix-domain-socket rendezvous for the shm fabric (work in progress).

@@ -1,0 +1,3 @@
+//! Fabrics: the transports the poller is generic over.
+
+pub mod shm;

@@ -1,0 +1,3 @@
+//! The shared-memory fabric.
+
+pub mod wire;

@@ -1,0 +1,1 @@
+//! Shared-memory wire format: segment layout, descriptor rings and validation (work in progress).
