@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
+# Gate: clippy with every warning an error, all targets (tests, benches, examples).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy
+cargo clippy --version >/dev/null 2>&1 || { echo "clippy: not installed (rustup component add clippy)" >&2; exit 1; }
 cargo clippy --workspace --all-targets -- -D warnings

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
+# Gate: formatting.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt
+cargo fmt --version >/dev/null 2>&1 || { echo "fmt: rustfmt is not installed (rustup component add rustfmt)" >&2; exit 1; }
 cargo fmt --all --check
