@@ -1,1 +1,668 @@
-//! Bounded lock-free SPSC rings (work in progress).
+//! Bounded lock-free single-producer/single-consumer rings for spinwire's data plane.
+//!
+//! A ring of `T` with a power-of-two capacity is created by [`RingBuffer::new`] and split into a
+//! [`Producer`] and a [`Consumer`]. Each handle is [`Send`] but not [`Sync`] and all of its
+//! methods take `&mut self`, so the type system guarantees there is exactly one producer and one
+//! consumer: a handle can move to another thread but can never be shared.
+//!
+//! # Quick start
+//!
+//! ```
+//! use rings::{PopError, PushError, RingBuffer};
+//!
+//! let (mut producer, mut consumer) = RingBuffer::<u64>::new(4);
+//! assert_eq!(producer.capacity(), 4);
+//!
+//! // Single items.
+//! producer.push(1).unwrap();
+//! assert_eq!(consumer.peek(), Ok(&1));
+//! assert_eq!(consumer.pop(), Ok(1));
+//! assert_eq!(consumer.pop(), Err(PopError::Empty));
+//!
+//! // Batches: claim slots, write them in place, publish them with one index store.
+//! let mut chunk = producer.write_chunk_uninit(3).unwrap();
+//! let (first, second) = chunk.as_mut_slices();
+//! for (i, slot) in first.iter_mut().chain(second).enumerate() {
+//!     slot.write(10 + i as u64);
+//! }
+//! // SAFETY: all three slots of the chunk were initialized just above.
+//! unsafe { chunk.commit_all() };
+//! assert_eq!(producer.push_slice(&[13, 14]), 1); // only one slot left
+//! assert!(matches!(producer.push(99), Err(PushError::Full(99))));
+//!
+//! // Read a batch in place and release it with one index store.
+//! let chunk = consumer.read_chunk(4).unwrap();
+//! let (first, second) = chunk.as_slices();
+//! let got: Vec<u64> = first.iter().chain(second).copied().collect();
+//! assert_eq!(got, [10, 11, 12, 13]);
+//! chunk.release_all();
+//!
+//! // Across threads.
+//! let t = std::thread::spawn(move || {
+//!     for i in 0..1000u64 {
+//!         let mut item = i;
+//!         while let Err(PushError::Full(back)) = producer.push(item) {
+//!             item = back;
+//!             std::thread::yield_now();
+//!         }
+//!     }
+//! });
+//! let mut next = 0;
+//! while next < 1000 {
+//!     match consumer.pop() {
+//!         Ok(v) => {
+//!             assert_eq!(v, next);
+//!             next += 1;
+//!         }
+//!         Err(PopError::Empty) => std::thread::yield_now(),
+//!     }
+//! }
+//! t.join().unwrap();
+//! assert!(consumer.is_abandoned());
+//! ```
+//!
+//! # Threading
+//!
+//! * The producer owns the *tail* index and the consumer owns the *head* index. Each index lives
+//!   on its own cache line ([`CachePadded`]), and each handle keeps a private copy of its own
+//!   index plus a cached copy of the other side's. A handle reads the other side's cache line only
+//!   when its cached value says the ring looks full (producer) or empty (consumer), so in steady
+//!   state each operation touches the shared lines once per publication.
+//! * Publication is a single `Release` store of the owner's index, paired with an `Acquire` load
+//!   on the other side. Batch operations ([`WriteChunkUninit::commit`], [`ReadChunk::release`], ...)
+//!   publish a whole batch with one store.
+//! * Nothing blocks. `push`/`pop` return an error immediately on a full/empty ring; waiting, and
+//!   how to wait (spin, yield, park), is the caller's idle strategy.
+//! * No allocation happens after [`RingBuffer::new`].
+//!
+//! # Resource cleanup
+//!
+//! The ring's memory is freed when the second of the two handles is dropped; items still in the
+//! ring are dropped then. Once one side is gone the other side sees
+//! [`Producer::is_abandoned`] / [`Consumer::is_abandoned`] return `true`. A consumer that sees the
+//! producer abandoned can still pop every item the producer pushed before it was dropped.
+//!
+//! # Model checking
+//!
+//! All atomics come from the internal `primitive` shim, which switches to [loom]'s under
+//! `--cfg loom`; slot accesses are tracked by loom there too, so loom reports data races on slot
+//! contents. See `tests/loom.rs` and `scripts/ci/loom.sh`.
+//!
+//! [loom]: https://docs.rs/loom
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod chunks;
+mod error;
+mod primitive;
+
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+use core::ptr::{self, NonNull};
+
+use crossbeam_utils::CachePadded;
+
+use crate::primitive::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::primitive::track::SlotTrackers;
+
+pub use crate::chunks::{ReadChunk, ReadChunkIntoIter, WriteChunk, WriteChunkUninit};
+pub use crate::error::{CapacityError, ChunkError, PeekError, PopError, PushError};
+
+/// The shared part of a ring: the two indices and the slot buffer.
+///
+/// It is never handled directly: [`RingBuffer::new`] returns the two handles, and the ring is
+/// freed when both are dropped.
+///
+/// Indices are free-running `usize` counters (they wrap at `usize::MAX`, not at the capacity);
+/// the slot of index `i` is `i & mask`. Because the capacity is a power of two no larger than
+/// `usize::MAX / 2 + 1`, the fill level is always `tail.wrapping_sub(head)`, in range
+/// `0 ..= capacity`, and locating a slot is one AND (rtrb's indices run in `0 .. 2 * capacity`
+/// and need a compare-and-subtract instead).
+pub struct RingBuffer<T> {
+    /// Index of the oldest item. Written only by the consumer, read by the producer.
+    ///
+    /// Invariant: `tail.wrapping_sub(head)` is in range `0 ..= capacity`, and the slots of
+    /// indices `head .. tail` hold initialized items.
+    head: CachePadded<AtomicUsize>,
+    /// Index one past the newest item. Written only by the producer, read by the consumer.
+    tail: CachePadded<AtomicUsize>,
+    /// Set by the first handle to be dropped; the second one frees the ring.
+    abandoned: AtomicBool,
+    /// `capacity` slots, allocated in `new` and freed in `drop`; never reallocated.
+    buf: *mut MaybeUninit<T>,
+    /// `capacity - 1`; the capacity is a power of two.
+    mask: usize,
+    /// Loom's per-slot access trackers (zero-sized outside loom).
+    trackers: SlotTrackers,
+    /// The ring owns the `T`s in its initialized slots (drop check).
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: the ring only moves `T`s from one thread to another (it never hands out a `&T` to two
+// threads at once: `peek`/`as_slices` borrow the consumer exclusively), so `T: Send` suffices.
+// The raw `buf` pointer is owned by the ring and accessed under the head/tail protocol.
+unsafe impl<T: Send> Send for RingBuffer<T> {}
+// SAFETY: as above; the handles share the ring only through atomics and disjoint slot ranges.
+unsafe impl<T: Send> Sync for RingBuffer<T> {}
+
+impl<T> RingBuffer<T> {
+    /// Creates a ring holding at least `capacity` items and returns its two handles.
+    ///
+    /// The capacity is rounded up to the next power of two (`5` becomes `8`);
+    /// [`Producer::capacity`] reports the real one. This is the only allocation the ring makes.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `capacity` is `0` or too large (see [`CapacityError`]). Use
+    /// [`RingBuffer::try_new`] to get those as an error instead.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(capacity: usize) -> (Producer<T>, Consumer<T>) {
+        match Self::try_new(capacity) {
+            Ok(handles) => handles,
+            Err(e) => panic!("RingBuffer::new({capacity}): {e}"),
+        }
+    }
+
+    /// Creates a ring holding at least `capacity` items (rounded up to a power of two).
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError::Zero`] if `capacity` is `0`; [`CapacityError::TooLarge`] if the rounded
+    /// capacity overflows `usize`, exceeds `usize::MAX / 2 + 1` slots, or needs more than
+    /// `isize::MAX` bytes.
+    pub fn try_new(capacity: usize) -> Result<(Producer<T>, Consumer<T>), CapacityError> {
+        if capacity == 0 {
+            return Err(CapacityError::Zero);
+        }
+        let too_large = CapacityError::TooLarge {
+            requested: capacity,
+        };
+        let cap = capacity.checked_next_power_of_two().ok_or(too_large)?;
+        // The fill level `tail - head` must stay unambiguous modulo 2^BITS.
+        if cap > (usize::MAX >> 1) + 1 {
+            return Err(too_large);
+        }
+        if core::mem::size_of::<T>()
+            .checked_mul(cap)
+            .map_or(true, |bytes| bytes > isize::MAX as usize)
+        {
+            return Err(too_large);
+        }
+        let slots: Box<[MaybeUninit<T>]> = core::iter::repeat_with(MaybeUninit::uninit)
+            .take(cap)
+            .collect();
+        let buf = Box::into_raw(slots).cast::<MaybeUninit<T>>();
+        let ring = Box::new(RingBuffer {
+            head: CachePadded::new(AtomicUsize::new(0)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+            abandoned: AtomicBool::new(false),
+            buf,
+            mask: cap - 1,
+            trackers: SlotTrackers::new(cap),
+            _owns: PhantomData,
+        });
+        let ring = NonNull::from(Box::leak(ring));
+        let producer = Producer {
+            ring,
+            buf,
+            mask: cap - 1,
+            tail: 0,
+            cached_head: 0,
+            _not_sync: PhantomData,
+        };
+        let consumer = Consumer {
+            ring,
+            buf,
+            mask: cap - 1,
+            head: 0,
+            cached_tail: 0,
+            _not_sync: PhantomData,
+        };
+        Ok((producer, consumer))
+    }
+
+    /// Drops one handle's share of the ring; the second call frees it.
+    ///
+    /// # Safety
+    ///
+    /// `ring` must come from [`RingBuffer::try_new`], and each of its two handles may call this
+    /// once, from its `Drop`, after its last access to the ring.
+    unsafe fn release_handle(ring: NonNull<Self>) {
+        // SAFETY: the ring is alive until the second handle gets here (caller contract).
+        let first_gone = unsafe { ring.as_ref() }
+            .abandoned
+            // AcqRel: the first handle's Release orders all of its slot and index accesses before
+            // the flag; the second handle's Acquire makes them visible before it frees the ring.
+            .swap(true, Ordering::AcqRel);
+        if first_gone {
+            // SAFETY: both handles are gone, so nothing else refers to the ring; it was allocated
+            // by `Box::new` in `try_new`.
+            drop(unsafe { Box::from_raw(ring.as_ptr()) });
+        }
+    }
+}
+
+impl<T> Drop for RingBuffer<T> {
+    fn drop(&mut self) {
+        // Relaxed: both handles are gone and `release_handle`'s AcqRel swap already ordered
+        // their last stores before this point.
+        let head = self.head.load(Ordering::Relaxed);
+        let tail = self.tail.load(Ordering::Relaxed);
+        let cap = self.mask + 1;
+        let len = tail.wrapping_sub(head);
+        let start = head & self.mask;
+        let first_len = len.min(cap - start);
+        #[cfg(loom)]
+        let _accesses: Vec<_> = (0..len)
+            .map(|i| self.trackers.write(head.wrapping_add(i) & self.mask))
+            .collect();
+        // SAFETY: the slots of `head .. tail` hold initialized items (field invariant), which are
+        // `start .. start + first_len` and `0 .. len - first_len` of the buffer; nobody else can
+        // access them any more. The buffer was made from a `Box<[MaybeUninit<T>]>` of `cap`
+        // slots in `try_new`.
+        unsafe {
+            ptr::drop_in_place(ptr::slice_from_raw_parts_mut(
+                self.buf.add(start).cast::<T>(),
+                first_len,
+            ));
+            ptr::drop_in_place(ptr::slice_from_raw_parts_mut(
+                self.buf.cast::<T>(),
+                len - first_len,
+            ));
+            drop(Box::from_raw(ptr::slice_from_raw_parts_mut(self.buf, cap)));
+        }
+    }
+}
+
+/// The writing end of a ring. Created by [`RingBuffer::new`].
+///
+/// `Send` (if `T: Send`) but not `Sync`; every method that touches the ring takes `&mut self`.
+pub struct Producer<T> {
+    /// The shared ring; valid until this handle's `Drop` releases it.
+    ring: NonNull<RingBuffer<T>>,
+    /// Copy of `ring.buf`, kept here so the hot path never dereferences `ring` for it.
+    buf: *mut MaybeUninit<T>,
+    /// Copy of `ring.mask` (`capacity - 1`).
+    mask: usize,
+    /// The tail index. Authoritative: only this handle writes `ring.tail`, which always equals
+    /// this value outside a method call.
+    tail: usize,
+    /// The last head index read from `ring.head`. The real head is never behind it, so
+    /// `tail.wrapping_sub(cached_head)` (in range `0 ..= capacity`) is an upper bound of the
+    /// fill level; the ring *looks* full when it equals the capacity.
+    cached_head: usize,
+    /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
+    _not_sync: PhantomData<*mut T>,
+}
+
+// SAFETY: the producer moves `T`s into the ring, to be taken out on another thread, which is
+// fine for `T: Send`. The handle itself is `!Sync` (`&mut self` API), so only one thread uses
+// it at a time.
+unsafe impl<T: Send> Send for Producer<T> {}
+
+/// The reading end of a ring. Created by [`RingBuffer::new`].
+///
+/// `Send` (if `T: Send`) but not `Sync`; every method that touches the ring takes `&mut self`.
+pub struct Consumer<T> {
+    /// The shared ring; valid until this handle's `Drop` releases it.
+    ring: NonNull<RingBuffer<T>>,
+    /// Copy of `ring.buf`, kept here so the hot path never dereferences `ring` for it.
+    buf: *mut MaybeUninit<T>,
+    /// Copy of `ring.mask` (`capacity - 1`).
+    mask: usize,
+    /// The head index. Authoritative: only this handle writes `ring.head`, which always equals
+    /// this value outside a method call.
+    head: usize,
+    /// The last tail index read from `ring.tail`. The real tail is never behind it, so
+    /// `cached_tail.wrapping_sub(head)` (in range `0 ..= capacity`) is a lower bound of the
+    /// fill level; the ring *looks* empty when it is zero.
+    cached_tail: usize,
+    /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
+    _not_sync: PhantomData<*mut T>,
+}
+
+// SAFETY: the consumer takes `T`s out of the ring that were put in on another thread, which is
+// fine for `T: Send`. The handle itself is `!Sync` (`&mut self` API), so only one thread uses
+// it at a time.
+unsafe impl<T: Send> Send for Consumer<T> {}
+
+impl<T> Producer<T> {
+    #[inline(always)]
+    fn ring(&self) -> &RingBuffer<T> {
+        // SAFETY: the ring stays allocated while this handle exists (freed only after both
+        // handles' `Drop`).
+        unsafe { self.ring.as_ref() }
+    }
+
+    /// Free slots according to the cached head (a lower bound of the real number).
+    #[inline(always)]
+    fn cached_free(&self) -> usize {
+        self.mask + 1 - self.tail.wrapping_sub(self.cached_head)
+    }
+
+    /// Re-reads the consumer's head and returns the exact number of free slots.
+    #[inline]
+    fn refresh_free(&mut self) -> usize {
+        // Acquire: pairs with the consumer's Release store of `head`, so its reads of the slots
+        // it released happen before we overwrite them.
+        self.cached_head = self.ring().head.load(Ordering::Acquire);
+        self.cached_free()
+    }
+
+    /// Returns `min(want, free slots)`, reading the consumer's index only if the cache says
+    /// fewer than `want` are free.
+    #[inline]
+    fn claim(&mut self, want: usize) -> usize {
+        let free = self.cached_free();
+        if free >= want {
+            want
+        } else {
+            want.min(self.refresh_free())
+        }
+    }
+
+    /// Publishes `n` slots after `tail`, which the caller has initialized.
+    #[inline(always)]
+    fn publish(&mut self, n: usize) {
+        self.tail = self.tail.wrapping_add(n);
+        // Release: the writes into the published slots happen before the consumer's Acquire
+        // load of `tail` sees the new value.
+        self.ring().tail.store(self.tail, Ordering::Release);
+    }
+
+    /// Pushes one item.
+    ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] with the item handed back if the ring is full.
+    #[inline]
+    pub fn push(&mut self, value: T) -> Result<(), PushError<T>> {
+        if self.tail.wrapping_sub(self.cached_head) > self.mask && self.refresh_free() == 0 {
+            return Err(PushError::Full(value));
+        }
+        let slot = self.tail & self.mask;
+        let access = self.ring().trackers.write(slot);
+        // SAFETY: there is a free slot, so `tail`'s slot is outside `head .. tail`: the consumer
+        // does not access it, and it holds no item. `slot < capacity`.
+        unsafe { self.buf.add(slot).write(MaybeUninit::new(value)) };
+        access.end();
+        self.publish(1);
+        Ok(())
+    }
+
+    /// Pushes as many items of `items` as fit, in order, with one index publication, and
+    /// returns how many were pushed.
+    #[inline]
+    pub fn push_slice(&mut self, items: &[T]) -> usize
+    where
+        T: Copy,
+    {
+        let n = self.claim(items.len());
+        let mut chunk = chunks::WriteChunkUninit::new(self, n);
+        let (first, second) = chunk.as_mut_slices();
+        let (a, b) = items[..n].split_at(first.len());
+        // SAFETY: `MaybeUninit<T>` has the layout of `T`; `first`/`second` are exactly `a.len()`
+        // and `b.len()` long, and do not overlap `items` (they are free ring slots).
+        unsafe {
+            ptr::copy_nonoverlapping(a.as_ptr(), first.as_mut_ptr().cast::<T>(), a.len());
+            ptr::copy_nonoverlapping(b.as_ptr(), second.as_mut_ptr().cast::<T>(), b.len());
+        }
+        debug_assert_eq!(second.len(), b.len());
+        // SAFETY: all `n` slots were initialized by the copies above.
+        unsafe { chunk.commit_all() };
+        n
+    }
+
+    /// Claims exactly `n` free slots to write in place; publish them with
+    /// [`WriteChunkUninit::commit`]. Dropping the chunk publishes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ChunkError::TooFewSlots`] with the number of free slots if fewer than `n` are free.
+    #[inline]
+    pub fn write_chunk_uninit(&mut self, n: usize) -> Result<WriteChunkUninit<'_, T>, ChunkError> {
+        if self.cached_free() < n {
+            let free = self.refresh_free();
+            if free < n {
+                return Err(ChunkError::TooFewSlots(free));
+            }
+        }
+        Ok(WriteChunkUninit::new(self, n))
+    }
+
+    /// Claims up to `max` free slots (as many as are free, possibly none) to write in place.
+    ///
+    /// Reads the consumer's index only if the cached one says fewer than `max` are free.
+    #[inline]
+    pub fn write_chunk_uninit_up_to(&mut self, max: usize) -> WriteChunkUninit<'_, T> {
+        let n = self.claim(max);
+        WriteChunkUninit::new(self, n)
+    }
+
+    /// Claims exactly `n` free slots, fills them with `T::default()`, and returns them as
+    /// initialized slices to overwrite in place; publish them with [`WriteChunk::commit`].
+    /// Dropping the chunk drops the defaults and publishes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ChunkError::TooFewSlots`] with the number of free slots if fewer than `n` are free.
+    #[inline]
+    pub fn write_chunk(&mut self, n: usize) -> Result<WriteChunk<'_, T>, ChunkError>
+    where
+        T: Default,
+    {
+        self.write_chunk_uninit(n).map(WriteChunk::from)
+    }
+
+    /// The exact number of free slots now (reads the consumer's index). The consumer may free
+    /// more at any time.
+    #[inline]
+    pub fn slots(&mut self) -> usize {
+        self.refresh_free()
+    }
+
+    /// Whether the ring is full now. Reads the consumer's index only if the cache says full.
+    #[inline]
+    pub fn is_full(&mut self) -> bool {
+        self.claim(1) == 0
+    }
+
+    /// The ring's capacity (a power of two).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Whether the consumer has been dropped (nobody will pop any more).
+    #[inline]
+    pub fn is_abandoned(&self) -> bool {
+        // Acquire: pairs with the consumer's AcqRel swap in its `Drop`.
+        self.ring().abandoned.load(Ordering::Acquire)
+    }
+}
+
+impl<T> Drop for Producer<T> {
+    fn drop(&mut self) {
+        // SAFETY: called once, from this handle's `Drop`; `tail` is already published.
+        unsafe { RingBuffer::release_handle(self.ring) }
+    }
+}
+
+impl<T> core::fmt::Debug for Producer<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Producer")
+            .field("capacity", &self.capacity())
+            .field("tail", &self.tail)
+            .field("cached_head", &self.cached_head)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Consumer<T> {
+    #[inline(always)]
+    fn ring(&self) -> &RingBuffer<T> {
+        // SAFETY: the ring stays allocated while this handle exists (freed only after both
+        // handles' `Drop`).
+        unsafe { self.ring.as_ref() }
+    }
+
+    /// Readable items according to the cached tail (a lower bound of the real number).
+    #[inline(always)]
+    fn cached_len(&self) -> usize {
+        self.cached_tail.wrapping_sub(self.head)
+    }
+
+    /// Re-reads the producer's tail and returns the exact number of readable items.
+    #[inline]
+    fn refresh_len(&mut self) -> usize {
+        // Acquire: pairs with the producer's Release store of `tail`, so its writes into the
+        // published slots happen before we read them.
+        self.cached_tail = self.ring().tail.load(Ordering::Acquire);
+        self.cached_len()
+    }
+
+    /// Returns `min(want, readable items)`, reading the producer's index only if the cache
+    /// says fewer than `want` are readable.
+    #[inline]
+    fn claim(&mut self, want: usize) -> usize {
+        let len = self.cached_len();
+        if len >= want {
+            want
+        } else {
+            want.min(self.refresh_len())
+        }
+    }
+
+    /// Releases the `n` oldest slots, whose items the caller has moved out or dropped.
+    #[inline(always)]
+    fn publish(&mut self, n: usize) {
+        self.head = self.head.wrapping_add(n);
+        // Release: our reads of the released slots happen before the producer's Acquire load
+        // of `head` lets it overwrite them.
+        self.ring().head.store(self.head, Ordering::Release);
+    }
+
+    /// Pops the oldest item.
+    ///
+    /// # Errors
+    ///
+    /// [`PopError::Empty`] if the ring is empty.
+    #[inline]
+    pub fn pop(&mut self) -> Result<T, PopError> {
+        if self.head == self.cached_tail && self.refresh_len() == 0 {
+            return Err(PopError::Empty);
+        }
+        let slot = self.head & self.mask;
+        let access = self.ring().trackers.write(slot);
+        // SAFETY: the ring is not empty, so `head`'s slot holds an initialized item that the
+        // producer does not access until we publish the new head. `slot < capacity`.
+        let value = unsafe { self.buf.add(slot).read().assume_init() };
+        access.end();
+        self.publish(1);
+        Ok(value)
+    }
+
+    /// Returns the oldest item without removing it.
+    ///
+    /// # Errors
+    ///
+    /// [`PeekError::Empty`] if the ring is empty.
+    #[inline]
+    pub fn peek(&mut self) -> Result<&T, PeekError> {
+        if self.head == self.cached_tail && self.refresh_len() == 0 {
+            return Err(PeekError::Empty);
+        }
+        let slot = self.head & self.mask;
+        let _access = self.ring().trackers.read(slot);
+        // SAFETY: as in `pop`; the item stays in place (and the producer keeps off it) while the
+        // returned reference borrows `self`, because only this handle can release it.
+        Ok(unsafe { (*self.buf.add(slot)).assume_init_ref() })
+    }
+
+    /// Pops as many items as fit into `out` (and are available), oldest first, with one index
+    /// publication, and returns how many were popped.
+    #[inline]
+    pub fn pop_slice(&mut self, out: &mut [T]) -> usize
+    where
+        T: Copy,
+    {
+        let n = self.claim(out.len());
+        let chunk = chunks::ReadChunk::new(self, n);
+        let (first, second) = chunk.as_slices();
+        out[..first.len()].copy_from_slice(first);
+        out[first.len()..n].copy_from_slice(second);
+        chunk.release_all();
+        n
+    }
+
+    /// Claims exactly the `n` oldest items to read in place; remove them with
+    /// [`ReadChunk::release`]. Dropping the chunk leaves them in the ring.
+    ///
+    /// # Errors
+    ///
+    /// [`ChunkError::TooFewSlots`] with the number of readable items if fewer than `n` are.
+    #[inline]
+    pub fn read_chunk(&mut self, n: usize) -> Result<ReadChunk<'_, T>, ChunkError> {
+        if self.cached_len() < n {
+            let len = self.refresh_len();
+            if len < n {
+                return Err(ChunkError::TooFewSlots(len));
+            }
+        }
+        Ok(ReadChunk::new(self, n))
+    }
+
+    /// Claims up to `max` of the oldest items (as many as are readable, possibly none).
+    ///
+    /// Reads the producer's index only if the cached one says fewer than `max` are readable.
+    #[inline]
+    pub fn read_chunk_up_to(&mut self, max: usize) -> ReadChunk<'_, T> {
+        let n = self.claim(max);
+        ReadChunk::new(self, n)
+    }
+
+    /// The exact number of readable items now (reads the producer's index). The producer may
+    /// push more at any time.
+    #[inline]
+    pub fn slots(&mut self) -> usize {
+        self.refresh_len()
+    }
+
+    /// Whether the ring is empty now. Reads the producer's index only if the cache says empty.
+    #[inline]
+    pub fn is_empty(&mut self) -> bool {
+        self.claim(1) == 0
+    }
+
+    /// The ring's capacity (a power of two).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Whether the producer has been dropped (nothing more will be pushed). Items it pushed
+    /// before are still readable.
+    #[inline]
+    pub fn is_abandoned(&self) -> bool {
+        // Acquire: pairs with the producer's AcqRel swap in its `Drop`, so a `pop` after this
+        // returned `true` sees every item the producer published.
+        self.ring().abandoned.load(Ordering::Acquire)
+    }
+}
+
+impl<T> Drop for Consumer<T> {
+    fn drop(&mut self) {
+        // SAFETY: called once, from this handle's `Drop`; `head` is already published.
+        unsafe { RingBuffer::release_handle(self.ring) }
+    }
+}
+
+impl<T> core::fmt::Debug for Consumer<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("capacity", &self.capacity())
+            .field("head", &self.head)
+            .field("cached_tail", &self.cached_tail)
+            .finish_non_exhaustive()
+    }
+}

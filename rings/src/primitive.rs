@@ -1,0 +1,138 @@
+//! The synchronization primitives the ring is built from, swapped for loom's under `cfg(loom)`.
+//!
+//! This is the crossbeam-style shim: the ring code only ever names `primitive::...`, so the same
+//! code is compiled against `core` for real use and against loom's model-checked types when the
+//! crate is built with `RUSTFLAGS="--cfg loom"`.
+//!
+//! Slot storage is a plain raw buffer (the chunk API hands out contiguous slices, which a per-slot
+//! `UnsafeCell` cannot give). Under loom every slot additionally gets a zero-sized
+//! `loom::cell::UnsafeCell<()>` *tracker*, and every slot access holds a read or write guard on its
+//! tracker for exactly as long as the access lasts. Loom then reports any access that is not ordered
+//! by happens-before with a conflicting one, i.e. a data race on slot contents. Outside loom the
+//! trackers are zero-sized no-ops that compile to nothing.
+
+#[cfg(not(loom))]
+pub(crate) mod sync {
+    pub(crate) mod atomic {
+        pub(crate) use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    }
+}
+
+#[cfg(loom)]
+pub(crate) mod sync {
+    pub(crate) mod atomic {
+        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    }
+}
+
+#[cfg(not(loom))]
+pub(crate) mod track {
+    /// Per-slot access trackers; zero-sized outside loom.
+    #[derive(Debug)]
+    pub(crate) struct SlotTrackers;
+
+    /// Proof of an ongoing slot access; zero-sized outside loom.
+    #[derive(Debug)]
+    pub(crate) struct Access;
+
+    /// A set of ongoing slot accesses (a chunk); zero-sized outside loom.
+    #[derive(Debug)]
+    pub(crate) struct Accesses;
+
+    impl SlotTrackers {
+        #[inline(always)]
+        pub(crate) fn new(_capacity: usize) -> Self {
+            SlotTrackers
+        }
+
+        #[inline(always)]
+        pub(crate) fn write(&self, _slot: usize) -> Access {
+            Access
+        }
+
+        #[inline(always)]
+        pub(crate) fn read(&self, _slot: usize) -> Access {
+            Access
+        }
+    }
+
+    impl Access {
+        /// Ends the access.
+        #[inline(always)]
+        pub(crate) fn end(self) {}
+    }
+
+    impl Accesses {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Accesses
+        }
+
+        #[inline(always)]
+        pub(crate) fn add(&mut self, _access: Access) {}
+
+        #[inline(always)]
+        pub(crate) fn clear(&mut self) {}
+    }
+}
+
+#[cfg(loom)]
+pub(crate) mod track {
+    /// One loom-tracked cell per slot.
+    #[derive(Debug)]
+    pub(crate) struct SlotTrackers(Box<[loom::cell::UnsafeCell<()>]>);
+
+    /// A live loom read or write guard on one slot.
+    #[derive(Debug)]
+    pub(crate) enum Access {
+        /// The slot is being written (or moved out of / dropped in place).
+        Write(#[allow(dead_code)] loom::cell::MutPtr<()>),
+        /// The slot is being read through a shared reference.
+        Read(#[allow(dead_code)] loom::cell::ConstPtr<()>),
+    }
+
+    /// The live guards of a chunk; dropped before the chunk's index publication.
+    #[derive(Debug)]
+    pub(crate) struct Accesses(Vec<Access>);
+
+    impl SlotTrackers {
+        pub(crate) fn new(capacity: usize) -> Self {
+            SlotTrackers(
+                (0..capacity)
+                    .map(|_| loom::cell::UnsafeCell::new(()))
+                    .collect(),
+            )
+        }
+
+        #[track_caller]
+        pub(crate) fn write(&self, slot: usize) -> Access {
+            Access::Write(self.0[slot].get_mut())
+        }
+
+        #[track_caller]
+        pub(crate) fn read(&self, slot: usize) -> Access {
+            Access::Read(self.0[slot].get())
+        }
+    }
+
+    impl Access {
+        /// Ends the access.
+        pub(crate) fn end(self) {
+            drop(self);
+        }
+    }
+
+    impl Accesses {
+        pub(crate) fn new() -> Self {
+            Accesses(Vec::new())
+        }
+
+        pub(crate) fn add(&mut self, access: Access) {
+            self.0.push(access);
+        }
+
+        pub(crate) fn clear(&mut self) {
+            self.0.clear();
+        }
+    }
+}
