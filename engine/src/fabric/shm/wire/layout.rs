@@ -1,0 +1,386 @@
+//! Segment layout: the negotiated [`Params`], their validation, and the byte offsets of every
+//! structure in the shared segment ([`Layout`]).
+//!
+//! Both sides compute the layout *locally* from parameters they validated themselves; no offset is
+//! ever read from the segment. The creator writes the parameters into the header and the attacher
+//! checks that they match what it computed ([`crate::fabric::shm::wire::Segment::attach`]).
+//!
+//! ```text
+//! offset 0      header line     magic, version, params, total length        (128 B)
+//! offset 128    side A state    attached, closed, heartbeat, pid             (128 B)
+//! offset 256    side B state    attached, closed, heartbeat, pid             (128 B)
+//! then, for dir in [A->B, B->A]:
+//!   desc head   consumer head index (written by the receiver)                (128 B)
+//!   desc slots  ring_depth x 64-B slots (written by the sender)
+//!   rel tail    release-ring tail (written by the receiver)                  (128 B)
+//!   rel head    release-ring head (written by the sender)                    (128 B)
+//!   rel entries release_capacity x u32 buffer indices (written by receiver)  (padded to 128 B)
+//!   buffers     buffer_count x buffer_size bytes (written by the sender)     (page aligned)
+//! total length rounded up to the page size.
+//! ```
+
+use super::WireError;
+
+/// Size of one descriptor slot, and the unit of the descriptor ring: one cache line.
+pub const SLOT_SIZE: usize = 64;
+/// Bytes of header at the start of the first slot of a record (`seq`, `len`, `buf`, `aux`, `flags`).
+pub const SLOT_HEADER_SIZE: usize = 24;
+/// Inline payload bytes carried by the first slot of a record.
+pub const FIRST_SLOT_INLINE: usize = SLOT_SIZE - SLOT_HEADER_SIZE;
+/// Bytes at the start of a continuation slot (its stamp).
+pub const CONT_SLOT_HEADER_SIZE: usize = 8;
+/// Inline payload bytes carried by each continuation slot of a multi-slot inline record.
+pub const CONT_SLOT_INLINE: usize = SLOT_SIZE - CONT_SLOT_HEADER_SIZE;
+/// Padding unit that keeps independently written words apart (x86_64 adjacent-line prefetch pairs
+/// 64-B lines, so 128 B, as crossbeam's `CachePadded`).
+pub const CACHE_PAD: usize = 128;
+/// Alignment of each buffer region and granularity of the segment length.
+pub const PAGE_SIZE: usize = 4096;
+
+/// Magic number at offset 0 of every segment: `b"SPWIRE\0"` followed by a format byte.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"SPWIRE\x00\x01");
+/// Version of the segment format. Bumped on any incompatible layout change.
+pub const WIRE_VERSION: u32 = 1;
+
+/// Smallest allowed [`Params::buffer_size`].
+pub const MIN_BUFFER_SIZE: u32 = 64;
+/// Largest allowed [`Params::buffer_size`] (16 MiB).
+pub const MAX_BUFFER_SIZE: u32 = 1 << 24;
+/// Largest allowed [`Params::buffer_count`].
+pub const MAX_BUFFER_COUNT: u32 = 1 << 16;
+/// Smallest allowed [`Params::ring_depth`].
+pub const MIN_RING_DEPTH: u32 = 2;
+/// Largest allowed [`Params::ring_depth`].
+pub const MAX_RING_DEPTH: u32 = 1 << 16;
+/// Largest allowed [`Params::inline_max`] (before the ring-depth limit, see [`Params::validate`]).
+pub const MAX_INLINE: u32 = 4096;
+/// Largest segment this format will create or attach (64 GiB).
+pub const MAX_SEGMENT_LEN: u64 = 1 << 36;
+
+/// Offsets inside the header line.
+pub(crate) mod hdr {
+    pub const MAGIC: usize = 0; // u64
+    pub const VERSION: usize = 8; // u32
+    pub const BUFFER_SIZE: usize = 16; // u32
+    pub const BUFFER_COUNT: usize = 20; // u32
+    pub const RING_DEPTH: usize = 24; // u32
+    pub const INLINE_MAX: usize = 28; // u32
+    pub const TOTAL_LEN: usize = 32; // u64
+    /// Offset of side A's state block; side B's follows one [`super::CACHE_PAD`] later.
+    pub const SIDE_STATE: usize = 128;
+    /// Offsets inside a side-state block.
+    pub const ST_ATTACHED: usize = 0; // u32
+    pub const ST_CLOSED: usize = 4; // u32
+    pub const ST_HEARTBEAT: usize = 8; // u64
+    pub const ST_PID: usize = 16; // u32
+    /// End of the fixed header.
+    pub const END: usize = 384;
+}
+
+/// Offsets inside the first slot of a record.
+pub(crate) mod slot {
+    pub const SEQ: usize = 0; // u64
+    pub const LEN: usize = 8; // u32
+    pub const BUF: usize = 12; // u32
+    pub const AUX: usize = 16; // u32
+    pub const FLAGS: usize = 20; // u32
+}
+
+/// Connection parameters that fix the segment layout. Negotiated over the control socket;
+/// both sides validate them with [`Params::validate`] before computing a [`Layout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
+    /// Size of each buffer in bytes: a multiple of 64 in `MIN_BUFFER_SIZE ..= MAX_BUFFER_SIZE`.
+    /// This is the largest message sent through a buffer.
+    pub buffer_size: u32,
+    /// Buffers per direction, in `1 ..= MAX_BUFFER_COUNT`. Each side owns the buffers of the
+    /// direction it sends on.
+    pub buffer_count: u32,
+    /// Descriptor-ring slots per direction: a power of two in `MIN_RING_DEPTH ..= MAX_RING_DEPTH`.
+    pub ring_depth: u32,
+    /// Largest payload sent inline in the descriptor ring, in `0 ..= MAX_INLINE`, needing at most
+    /// `ring_depth` slots (see [`slots_for_inline`]). `0` disables inline sends.
+    pub inline_max: u32,
+}
+
+impl Params {
+    /// Checks every field against the limits documented on it.
+    ///
+    /// # Errors
+    /// [`WireError::InvalidParams`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), WireError> {
+        let bad = |what: &'static str, value: u32| {
+            Err(WireError::InvalidParams {
+                what,
+                value: u64::from(value),
+            })
+        };
+        if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&self.buffer_size)
+            || self.buffer_size % 64 != 0
+        {
+            return bad("buffer_size", self.buffer_size);
+        }
+        if !(1..=MAX_BUFFER_COUNT).contains(&self.buffer_count) {
+            return bad("buffer_count", self.buffer_count);
+        }
+        if !(MIN_RING_DEPTH..=MAX_RING_DEPTH).contains(&self.ring_depth)
+            || !self.ring_depth.is_power_of_two()
+        {
+            return bad("ring_depth", self.ring_depth);
+        }
+        if self.inline_max > MAX_INLINE
+            || slots_for_inline(self.inline_max as usize) > self.ring_depth as usize
+        {
+            return bad("inline_max", self.inline_max);
+        }
+        Ok(())
+    }
+}
+
+/// Number of 64-B slots an inline record with `len` payload bytes occupies (at least 1).
+#[inline]
+pub const fn slots_for_inline(len: usize) -> usize {
+    if len <= FIRST_SLOT_INLINE {
+        1
+    } else {
+        1 + (len - FIRST_SLOT_INLINE).div_ceil(CONT_SLOT_INLINE)
+    }
+}
+
+/// Direction of traffic. Side A (the segment creator) sends on [`Dir::AToB`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dir {
+    /// Written by side A, read by side B.
+    AToB = 0,
+    /// Written by side B, read by side A.
+    BToA = 1,
+}
+
+/// Byte offsets of one direction's structures, relative to the segment base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirLayout {
+    /// `AtomicU64`: consumer head of the descriptor ring (positions `< head` are free again).
+    pub desc_head: usize,
+    /// First of `ring_depth` 64-B descriptor slots.
+    pub desc_slots: usize,
+    /// `AtomicU64`: release-ring tail, written by the receiver of this direction.
+    pub rel_tail: usize,
+    /// `AtomicU64`: release-ring head, written by the sender of this direction.
+    pub rel_head: usize,
+    /// First of `release_capacity` `AtomicU32` release entries (buffer indices).
+    pub rel_entries: usize,
+    /// First of `buffer_count` buffers of `buffer_size` bytes each.
+    pub buffers: usize,
+}
+
+/// The full segment layout computed from validated [`Params`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    params: Params,
+    release_capacity: u32,
+    dirs: [DirLayout; 2],
+    total_len: usize,
+}
+
+const fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+impl Layout {
+    /// Validates `params` and computes every offset.
+    ///
+    /// # Errors
+    /// [`WireError::InvalidParams`] if `params` fail [`Params::validate`] or the segment would
+    /// exceed [`MAX_SEGMENT_LEN`].
+    pub fn new(params: &Params) -> Result<Self, WireError> {
+        params.validate()?;
+        let release_capacity = params.buffer_count.next_power_of_two();
+        let depth = params.ring_depth as usize;
+        // All factors are bounded by the limits above (< 2^17 * 2^24), so u64 math cannot
+        // overflow; the sum is checked against MAX_SEGMENT_LEN before converting to usize.
+        let buffers_len = u64::from(params.buffer_size) * u64::from(params.buffer_count);
+        let mut off: u64 = hdr::END as u64;
+        let mut dirs = [DirLayout {
+            desc_head: 0,
+            desc_slots: 0,
+            rel_tail: 0,
+            rel_head: 0,
+            rel_entries: 0,
+            buffers: 0,
+        }; 2];
+        let mut offsets = [0u64; 6];
+        for d in &mut dirs {
+            offsets[0] = off;
+            off += CACHE_PAD as u64;
+            offsets[1] = off;
+            off += round_up(depth * SLOT_SIZE, CACHE_PAD) as u64;
+            offsets[2] = off;
+            off += CACHE_PAD as u64;
+            offsets[3] = off;
+            off += CACHE_PAD as u64;
+            offsets[4] = off;
+            off += round_up(release_capacity as usize * 4, CACHE_PAD) as u64;
+            off = off.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
+            offsets[5] = off;
+            off += buffers_len;
+            off = off.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
+            if off > MAX_SEGMENT_LEN || off > isize::MAX as u64 {
+                return Err(WireError::InvalidParams {
+                    what: "segment length",
+                    value: off,
+                });
+            }
+            *d = DirLayout {
+                desc_head: offsets[0] as usize,
+                desc_slots: offsets[1] as usize,
+                rel_tail: offsets[2] as usize,
+                rel_head: offsets[3] as usize,
+                rel_entries: offsets[4] as usize,
+                buffers: offsets[5] as usize,
+            };
+        }
+        Ok(Self {
+            params: *params,
+            release_capacity,
+            dirs,
+            total_len: off as usize,
+        })
+    }
+
+    /// The validated parameters this layout was computed from.
+    #[inline]
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Total segment length in bytes (a multiple of [`PAGE_SIZE`]).
+    #[inline]
+    pub fn total_len(&self) -> usize {
+        self.total_len
+    }
+
+    /// Capacity of each release ring: `buffer_count` rounded up to a power of two.
+    #[inline]
+    pub fn release_capacity(&self) -> u32 {
+        self.release_capacity
+    }
+
+    /// Offsets of one direction's structures.
+    #[inline]
+    pub fn dir(&self, dir: Dir) -> &DirLayout {
+        &self.dirs[dir as usize]
+    }
+
+    /// Offset of a side's state block (`Side::A` = 0, `Side::B` = 1).
+    #[inline]
+    pub(crate) fn side_state(&self, side_index: usize) -> usize {
+        hdr::SIDE_STATE + side_index * CACHE_PAD
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(buffer_size: u32, buffer_count: u32, ring_depth: u32, inline_max: u32) -> Params {
+        Params {
+            buffer_size,
+            buffer_count,
+            ring_depth,
+            inline_max,
+        }
+    }
+
+    #[test]
+    fn slots_for_inline_boundaries() {
+        assert_eq!(slots_for_inline(0), 1);
+        assert_eq!(slots_for_inline(FIRST_SLOT_INLINE), 1);
+        assert_eq!(slots_for_inline(FIRST_SLOT_INLINE + 1), 2);
+        assert_eq!(slots_for_inline(64), 2);
+        assert_eq!(slots_for_inline(FIRST_SLOT_INLINE + CONT_SLOT_INLINE), 2);
+        assert_eq!(
+            slots_for_inline(FIRST_SLOT_INLINE + CONT_SLOT_INLINE + 1),
+            3
+        );
+    }
+
+    #[test]
+    fn validate_rejects_each_field() {
+        assert!(p(4096, 256, 128, 64).validate().is_ok());
+        let cases = [
+            (p(0, 1, 2, 0), "buffer_size"),
+            (p(100, 1, 2, 0), "buffer_size"),
+            (p(MAX_BUFFER_SIZE + 64, 1, 2, 0), "buffer_size"),
+            (p(64, 0, 2, 0), "buffer_count"),
+            (p(64, MAX_BUFFER_COUNT + 1, 2, 0), "buffer_count"),
+            (p(64, 1, 1, 0), "ring_depth"),
+            (p(64, 1, 3, 0), "ring_depth"),
+            (p(64, 1, MAX_RING_DEPTH * 2, 0), "ring_depth"),
+            (p(64, 1, 2, MAX_INLINE + 1), "inline_max"),
+            (p(64, 1, 2, 200), "inline_max"),
+        ];
+        for (params, field) in cases {
+            match params.validate() {
+                Err(WireError::InvalidParams { what, .. }) => assert_eq!(what, field, "{params:?}"),
+                other => panic!("{params:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn layout_is_aligned_and_disjoint() {
+        for params in [
+            p(64, 1, 2, 0),
+            p(4096, 256, 128, 64),
+            p(64, 3, 4, 96),
+            p(1 << 20, 64, 1024, 4096),
+        ] {
+            let l = Layout::new(&params).unwrap();
+            assert_eq!(l.total_len() % PAGE_SIZE, 0);
+            let mut regions = vec![(0usize, hdr::END)];
+            for dir in [Dir::AToB, Dir::BToA] {
+                let d = l.dir(dir);
+                for off in [
+                    d.desc_head,
+                    d.desc_slots,
+                    d.rel_tail,
+                    d.rel_head,
+                    d.rel_entries,
+                ] {
+                    assert_eq!(off % CACHE_PAD, 0);
+                }
+                assert_eq!(d.buffers % PAGE_SIZE, 0);
+                let depth = params.ring_depth as usize;
+                let cap = l.release_capacity() as usize;
+                regions.push((d.desc_head, d.desc_head + 8));
+                regions.push((d.desc_slots, d.desc_slots + depth * SLOT_SIZE));
+                regions.push((d.rel_tail, d.rel_tail + 8));
+                regions.push((d.rel_head, d.rel_head + 8));
+                regions.push((d.rel_entries, d.rel_entries + cap * 4));
+                regions.push((
+                    d.buffers,
+                    d.buffers + (params.buffer_size * params.buffer_count) as usize,
+                ));
+            }
+            regions.sort();
+            for w in regions.windows(2) {
+                assert!(w[0].1 <= w[1].0, "{params:?}: overlap {w:?}");
+            }
+            assert!(regions.last().unwrap().1 <= l.total_len());
+            assert!(l.release_capacity().is_power_of_two());
+            assert!(l.release_capacity() >= params.buffer_count);
+        }
+    }
+
+    #[test]
+    fn layout_rejects_oversized_segment() {
+        let params = p(MAX_BUFFER_SIZE, MAX_BUFFER_COUNT, 2, 0);
+        assert!(matches!(
+            Layout::new(&params),
+            Err(WireError::InvalidParams {
+                what: "segment length",
+                ..
+            })
+        ));
+    }
+}

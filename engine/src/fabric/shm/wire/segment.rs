@@ -1,0 +1,482 @@
+//! The shared mapping: creation (memfd), attachment (from a received fd), header checks and the
+//! per-side state words (attached, closed, heartbeat).
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::layout::{hdr, Dir, Layout, Params, SEGMENT_MAGIC, WIRE_VERSION};
+use super::ring::{RxRing, TxRing};
+use super::WireError;
+
+/// Which end of the segment this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The creator ([`Segment::create`]); by convention the listening side. Sends on A->B.
+    A,
+    /// The attacher ([`Segment::attach`]); by convention the connecting side. Sends on B->A.
+    B,
+}
+
+impl Side {
+    /// The other side.
+    #[inline]
+    pub const fn peer(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+
+    /// The direction this side sends on.
+    #[inline]
+    pub const fn tx_dir(self) -> Dir {
+        match self {
+            Side::A => Dir::AToB,
+            Side::B => Dir::BToA,
+        }
+    }
+
+    /// The direction this side receives on.
+    #[inline]
+    pub const fn rx_dir(self) -> Dir {
+        self.peer().tx_dir()
+    }
+
+    const fn index(self) -> usize {
+        match self {
+            Side::A => 0,
+            Side::B => 1,
+        }
+    }
+}
+
+/// A snapshot of the peer's state words in the segment header.
+///
+/// These are written by the peer and therefore untrusted: they are hints for liveness only
+/// (any value is memory-safe to act on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerState {
+    /// The peer has attached (side A is attached from creation).
+    pub attached: bool,
+    /// The peer marked the segment closed (clean close).
+    pub closed: bool,
+    /// The peer's heartbeat counter ([`Segment::bump_heartbeat`]).
+    pub heartbeat: u64,
+    /// The pid the peer wrote at attach time (diagnostics only).
+    pub pid: u32,
+}
+
+/// The mapped memory; unmapped when the last [`Segment`], [`TxRing`] or [`RxRing`] drops.
+pub(crate) struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+    side: Side,
+    split: AtomicBool,
+}
+
+// SAFETY: `Mapping` owns a MAP_SHARED mapping that stays valid until `Drop`; all concurrent
+// access to it goes through atomics or raw-pointer copies whose contracts are documented at the
+// use sites, so sharing the owner between threads adds no data race on Rust-owned memory.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only exposes the base pointer, immutable layout data and atomics.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    #[inline]
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    #[inline]
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    #[inline]
+    pub(crate) fn side(&self) -> Side {
+        self.side
+    }
+
+    /// Pointer to an 8-aligned u64 word at `off`, as an atomic.
+    ///
+    /// Callers pass offsets from [`Layout`], which are multiples of 8 and `+ 8 <= len`.
+    #[inline]
+    pub(crate) fn atomic_u64(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: `off` comes from the locally computed layout (8-aligned, in bounds, checked in
+        // debug builds); the mapping is page aligned and lives as long as `self`. The memory is
+        // shared with the peer, which may write it concurrently: it is only accessed atomically.
+        unsafe { &*self.base().add(off).cast::<AtomicU64>() }
+    }
+
+    /// Pointer to a 4-aligned u32 word at `off`, as an atomic.
+    #[inline]
+    pub(crate) fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
+        // SAFETY: as in `atomic_u64`, for a 4-aligned in-bounds offset.
+        unsafe { &*self.base().add(off).cast::<AtomicU32>() }
+    }
+
+    fn state_off(&self, side: Side, field: usize) -> usize {
+        self.layout.side_state(side.index()) + field
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // Clean close: tell the peer (it may also see the control socket hang up).
+        self.atomic_u32(self.state_off(self.side, hdr::ST_CLOSED))
+            .store(1, Ordering::Release);
+        // SAFETY: `base`/`len` are exactly what mmap returned; no reference into the mapping
+        // outlives `self` (every handle holds an `Arc<Mapping>`).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+fn os_err(step: &'static str, create: bool) -> WireError {
+    let source = io::Error::last_os_error();
+    if create {
+        WireError::Create { step, source }
+    } else {
+        WireError::Attach { step, source }
+    }
+}
+
+fn map_shared(fd: BorrowedFd<'_>, len: usize, create: bool) -> Result<NonNull<u8>, WireError> {
+    // SAFETY: a fresh mapping of `len` bytes at a kernel-chosen address; no existing memory is
+    // affected. The result is checked against MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_err("mmap", create));
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| os_err("mmap", create))
+}
+
+/// One connection's shared segment: header, both directions' rings and both buffer pools.
+///
+/// `Segment` is a cheap handle (`Clone`, `Send + Sync`) to the mapping; the mapping stays valid
+/// while any `Segment`, [`TxRing`] or [`RxRing`] of it is alive, so holding a clone keeps buffer
+/// pointers handed out by the rings valid. The control thread keeps one for liveness
+/// ([`Segment::bump_heartbeat`], [`Segment::peer_state`]); the data path uses the rings from
+/// [`Segment::split`].
+///
+/// When the last handle drops, this side's `closed` flag is set and the memory is unmapped.
+#[derive(Clone)]
+pub struct Segment {
+    map: Arc<Mapping>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("side", &self.map.side)
+            .field("len", &self.map.len)
+            .field("params", self.map.layout.params())
+            .finish()
+    }
+}
+
+impl Segment {
+    /// Creates a segment for `params` as [`Side::A`]: `memfd_create(MFD_CLOEXEC |
+    /// MFD_ALLOW_SEALING)`, `fchmod 0600`, `ftruncate`, seals against shrink/grow, `mmap
+    /// MAP_SHARED`, then writes the header and marks side A attached.
+    ///
+    /// Returns the segment and the memfd to pass to the peer (e.g. with
+    /// `cm::uds::UdsStream::send_accept`); drop the fd once sent.
+    ///
+    /// # Errors
+    /// [`WireError::InvalidParams`] for bad `params`; [`WireError::Create`] naming the failing
+    /// system call.
+    pub fn create(params: &Params) -> Result<(Segment, OwnedFd), WireError> {
+        let layout = Layout::new(params)?;
+        let len = layout.total_len();
+        // SAFETY: the name is a NUL-terminated literal; flags are valid memfd flags.
+        let raw = unsafe {
+            libc::memfd_create(
+                c"spinwire-shm".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if raw < 0 {
+            return Err(os_err("memfd_create", true));
+        }
+        // SAFETY: `raw` is a fresh fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: plain syscalls on an fd we own; results are checked.
+        if unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } != 0 {
+            return Err(os_err("fchmod", true));
+        }
+        // SAFETY: as above; `len` <= MAX_SEGMENT_LEN fits in off_t.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(os_err("ftruncate", true));
+        }
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(os_err("seal", true));
+        }
+        let base = map_shared(std::os::fd::AsFd::as_fd(&fd), len, true)?;
+        let map = Mapping {
+            base,
+            len,
+            layout,
+            side: Side::A,
+            split: AtomicBool::new(false),
+        };
+        // A fresh memfd is zero filled; write the header.
+        map.atomic_u32(hdr::VERSION)
+            .store(WIRE_VERSION, Ordering::Relaxed);
+        map.atomic_u32(hdr::BUFFER_SIZE)
+            .store(params.buffer_size, Ordering::Relaxed);
+        map.atomic_u32(hdr::BUFFER_COUNT)
+            .store(params.buffer_count, Ordering::Relaxed);
+        map.atomic_u32(hdr::RING_DEPTH)
+            .store(params.ring_depth, Ordering::Relaxed);
+        map.atomic_u32(hdr::INLINE_MAX)
+            .store(params.inline_max, Ordering::Relaxed);
+        map.atomic_u64(hdr::TOTAL_LEN)
+            .store(len as u64, Ordering::Relaxed);
+        map.atomic_u32(map.state_off(Side::A, hdr::ST_PID))
+            .store(std::process::id(), Ordering::Relaxed);
+        map.atomic_u32(map.state_off(Side::A, hdr::ST_ATTACHED))
+            .store(1, Ordering::Relaxed);
+        map.atomic_u64(hdr::MAGIC)
+            .store(SEGMENT_MAGIC, Ordering::Release);
+        Ok((Segment { map: Arc::new(map) }, fd))
+    }
+
+    /// Attaches to a segment received from the peer as [`Side::B`].
+    ///
+    /// `params` must be the parameters *this* side validated during the handshake: the layout is
+    /// computed from them, never from the segment. Checks, in order: the file is a regular file
+    /// with mode 0600, sealed against shrinking, and exactly `Layout::total_len()` bytes
+    /// (`fstat` before `mmap`, so no access can fault); then the header magic, version and
+    /// params match; then marks side B attached (failing if it already was).
+    ///
+    /// # Errors
+    /// [`WireError::InvalidParams`], [`WireError::Attach`], [`WireError::SegmentMode`],
+    /// [`WireError::NotSealed`], [`WireError::SegmentSize`], [`WireError::HeaderMismatch`],
+    /// [`WireError::AlreadyAttached`].
+    pub fn attach(fd: BorrowedFd<'_>, params: &Params) -> Result<Segment, WireError> {
+        let layout = Layout::new(params)?;
+        let len = layout.total_len();
+        // SAFETY: `stat` is plain data; fstat fills it or fails (checked).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd borrowed for the call and a valid out pointer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(os_err("fstat", false));
+        }
+        let mode = st.st_mode;
+        if mode & libc::S_IFMT != libc::S_IFREG || mode & 0o7777 != 0o600 {
+            return Err(WireError::SegmentMode { mode });
+        }
+        // SAFETY: plain fcntl query on a valid fd.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 {
+            return Err(os_err("get_seals", false));
+        }
+        if seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(WireError::NotSealed {
+                seals: seals as u32,
+            });
+        }
+        if st.st_size as u64 != len as u64 {
+            return Err(WireError::SegmentSize {
+                expected: len as u64,
+                actual: st.st_size as u64,
+            });
+        }
+        let base = map_shared(fd, len, false)?;
+        let map = Mapping {
+            base,
+            len,
+            layout,
+            side: Side::B,
+            split: AtomicBool::new(false),
+        };
+        // From here, dropping `map` on error marks B closed and unmaps: correct, since the
+        // handshake fails.
+        let checks: [(&'static str, u64, u64); 7] = [
+            (
+                "magic",
+                SEGMENT_MAGIC,
+                map.atomic_u64(hdr::MAGIC).load(Ordering::Acquire),
+            ),
+            (
+                "version",
+                u64::from(WIRE_VERSION),
+                u64::from(map.atomic_u32(hdr::VERSION).load(Ordering::Relaxed)),
+            ),
+            (
+                "buffer_size",
+                u64::from(params.buffer_size),
+                u64::from(map.atomic_u32(hdr::BUFFER_SIZE).load(Ordering::Relaxed)),
+            ),
+            (
+                "buffer_count",
+                u64::from(params.buffer_count),
+                u64::from(map.atomic_u32(hdr::BUFFER_COUNT).load(Ordering::Relaxed)),
+            ),
+            (
+                "ring_depth",
+                u64::from(params.ring_depth),
+                u64::from(map.atomic_u32(hdr::RING_DEPTH).load(Ordering::Relaxed)),
+            ),
+            (
+                "inline_max",
+                u64::from(params.inline_max),
+                u64::from(map.atomic_u32(hdr::INLINE_MAX).load(Ordering::Relaxed)),
+            ),
+            (
+                "total_len",
+                len as u64,
+                map.atomic_u64(hdr::TOTAL_LEN).load(Ordering::Relaxed),
+            ),
+        ];
+        for (what, expected, found) in checks {
+            if expected != found {
+                return Err(WireError::HeaderMismatch {
+                    what,
+                    expected,
+                    found,
+                });
+            }
+        }
+        map.atomic_u32(map.state_off(Side::B, hdr::ST_PID))
+            .store(std::process::id(), Ordering::Relaxed);
+        if map
+            .atomic_u32(map.state_off(Side::B, hdr::ST_ATTACHED))
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            // Do not mark B closed on our way out: the attached B is someone else.
+            let map = std::mem::ManuallyDrop::new(map);
+            // SAFETY: unmapping our own fresh mapping; nothing else references it (it was never
+            // shared) and `ManuallyDrop` keeps `Drop` from unmapping it again.
+            unsafe {
+                libc::munmap(map.base.as_ptr().cast(), map.len);
+            }
+            return Err(WireError::AlreadyAttached);
+        }
+        Ok(Segment { map: Arc::new(map) })
+    }
+
+    /// Splits off this side's data-path handles: the [`TxRing`] for [`Side::tx_dir`] and the
+    /// [`RxRing`] for [`Side::rx_dir`]. Allocates the per-buffer ownership tables (setup time,
+    /// not the data path).
+    ///
+    /// # Errors
+    /// [`WireError::AlreadySplit`] if called before on any clone of this segment.
+    pub fn split(&self) -> Result<(TxRing, RxRing), WireError> {
+        if self.map.split.swap(true, Ordering::AcqRel) {
+            return Err(WireError::AlreadySplit);
+        }
+        let side = self.map.side;
+        Ok((
+            TxRing::new(Arc::clone(&self.map), side.tx_dir()),
+            RxRing::new(Arc::clone(&self.map), side.rx_dir()),
+        ))
+    }
+
+    /// This process's side.
+    #[inline]
+    pub fn side(&self) -> Side {
+        self.map.side
+    }
+
+    /// The layout (and through it the validated params).
+    #[inline]
+    pub fn layout(&self) -> &Layout {
+        &self.map.layout
+    }
+
+    /// The validated params.
+    #[inline]
+    pub fn params(&self) -> &Params {
+        self.map.layout.params()
+    }
+
+    /// Mapped length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Always `false`: a segment is never empty. (For clippy's `len_without_is_empty`.)
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Increments this side's heartbeat counter (call from the control thread, e.g. every
+    /// 100 ms). The peer watches it with [`Segment::peer_state`].
+    #[inline]
+    pub fn bump_heartbeat(&self) {
+        self.map
+            .atomic_u64(self.map.state_off(self.map.side, hdr::ST_HEARTBEAT))
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks this side closed (clean close); also done automatically when the last handle drops.
+    #[inline]
+    pub fn mark_closed(&self) {
+        self.map
+            .atomic_u32(self.map.state_off(self.map.side, hdr::ST_CLOSED))
+            .store(1, Ordering::Release);
+    }
+
+    /// Reads the peer's state words (untrusted hints, see [`PeerState`]).
+    pub fn peer_state(&self) -> PeerState {
+        let peer = self.map.side.peer();
+        let m = &self.map;
+        PeerState {
+            attached: m
+                .atomic_u32(m.state_off(peer, hdr::ST_ATTACHED))
+                .load(Ordering::Acquire)
+                != 0,
+            closed: m
+                .atomic_u32(m.state_off(peer, hdr::ST_CLOSED))
+                .load(Ordering::Acquire)
+                != 0,
+            heartbeat: m
+                .atomic_u64(m.state_off(peer, hdr::ST_HEARTBEAT))
+                .load(Ordering::Relaxed),
+            pid: m
+                .atomic_u32(m.state_off(peer, hdr::ST_PID))
+                .load(Ordering::Relaxed),
+        }
+    }
+
+    /// `true` once the peer marked itself closed. One relaxed-acquire load: cheap enough for a
+    /// poller to check every few hundred cycles.
+    #[inline]
+    pub fn is_peer_closed(&self) -> bool {
+        let peer = self.map.side.peer();
+        self.map
+            .atomic_u32(self.map.state_off(peer, hdr::ST_CLOSED))
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// Base address of the mapping. For tests and diagnostics (e.g. fuzzing the peer's rings);
+    /// writing through it is the caller's responsibility.
+    #[inline]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.base()
+    }
+}
