@@ -277,6 +277,11 @@ impl<T> Drop for RingBuffer<T> {
 /// The writing end of a ring. Created by [`RingBuffer::new`].
 ///
 /// `Send` (if `T: Send`) but not `Sync`; every method that touches the ring takes `&mut self`.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<rings::Producer<u8>>();
+/// ```
 pub struct Producer<T> {
     /// The shared ring; valid until this handle's `Drop` releases it.
     ring: NonNull<RingBuffer<T>>,
@@ -303,6 +308,11 @@ unsafe impl<T: Send> Send for Producer<T> {}
 /// The reading end of a ring. Created by [`RingBuffer::new`].
 ///
 /// `Send` (if `T: Send`) but not `Sync`; every method that touches the ring takes `&mut self`.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<rings::Consumer<u8>>();
+/// ```
 pub struct Consumer<T> {
     /// The shared ring; valid until this handle's `Drop` releases it.
     ring: NonNull<RingBuffer<T>>,
