@@ -285,9 +285,7 @@ fn read_chunk_release_and_iter_drop_exactly_once() {
     drop((a, b));
     assert_eq!(drops.get(), 4);
     assert_eq!(c.slots(), 4);
-    let mut chunk = c.read_chunk(4).unwrap();
-    chunk.as_mut_slices().0[0].id = 40;
-    drop(chunk);
+    c.read_chunk(4).unwrap().as_mut_slices().0[0].id = 40; // chunk dropped unreleased
     assert_eq!(c.pop().unwrap().id, 40);
     assert_eq!(drops.get(), 5);
     drop(p);

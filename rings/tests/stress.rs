@@ -107,7 +107,7 @@ fn base_seed() -> u64 {
     std::env::var("RINGS_STRESS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5EED_0F_5B1C_E5)
+        .unwrap_or(0x5EED_0F5B_1CE5)
 }
 
 /// Panics once the deadline has passed; called from every wait loop.
@@ -241,10 +241,8 @@ fn consume(mut c: Consumer<Item>, plan: Plan, deadline: Instant) -> u64 {
                 1 => {
                     let chunk = c.read_chunk_up_to(want);
                     let n = rng.upto(chunk.len());
-                    let mut taken = 0;
-                    for item in chunk.into_iter().take(n) {
-                        assert_eq!(item.seq, expected + taken, "FIFO order ({plan:?})");
-                        taken += 1;
+                    for (i, item) in chunk.into_iter().take(n).enumerate() {
+                        assert_eq!(item.seq, expected + i as u64, "FIFO order ({plan:?})");
                     }
                     n
                 }
