@@ -29,12 +29,12 @@ report() { # name ok|FAIL seconds detail
 # pair NAME SERVER_CMD CLIENT_CMD: start the server, then the client (retried
 # while the server is not listening yet); both must exit 0.
 pair() {
-  local name=$1 srv=$2 cli=$3 t0 spid src crc=1 try
+  local name=$1 srv=$2 cli=$3 t0 spid src crc=1 _
   t0=$(now)
   timeout -s KILL "$TMO" bash -c "$srv" >"$OUT/s" 2>&1 &
   spid=$!
   sleep 0.3
-  for try in 1 2 3 4 5 6 7 8 9 10; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     timeout -s KILL "$TMO" bash -c "$cli" >"$OUT/c" 2>&1
     crc=$?
     [ $crc -eq 0 ] && break
