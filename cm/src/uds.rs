@@ -343,7 +343,6 @@ type RawMsg = ([u8; MSG_LEN], Option<OwnedFd>);
 /// A decoded message.
 #[derive(Clone, Copy, Debug)]
 struct Msg {
-    version: u16,
     kind: Kind,
     pid: u32,
     reason: u16,
@@ -403,7 +402,6 @@ fn decode(m: &[u8; MSG_LEN]) -> Result<Msg, UdsError> {
         });
     }
     Ok(Msg {
-        version,
         kind,
         pid: u32_at(m, 8),
         reason: u16_at(m, 12),
@@ -1168,8 +1166,8 @@ impl UdsStream {
     /// fd (exactly one; extra fds are closed and refused).
     ///
     /// # Errors
-    /// [`UdsError::Rejected`] (with the listener's reason), [`UdsError::VersionMismatch`] (also
-    /// when the listener rejected for that reason), [`UdsError::FdCount`],
+    /// [`UdsError::Rejected`] (with the listener's reason), [`UdsError::VersionMismatch`] if the
+    /// listener's reply is of another protocol version, [`UdsError::FdCount`],
     /// [`UdsError::BadMessage`], [`UdsError::PeerClosed`], [`UdsError::Timeout`],
     /// [`UdsError::Io`].
     pub fn recv_offer(&mut self, timeout: Duration) -> Result<Offer, UdsError> {
@@ -1179,13 +1177,9 @@ impl UdsStream {
                 params: m.params,
                 segment,
             }),
-            (Kind::Reject, _) => match RejectReason::from_code(m.reason) {
-                RejectReason::VersionMismatch => Err(UdsError::VersionMismatch {
-                    ours: PROTOCOL_VERSION,
-                    theirs: m.version,
-                }),
-                reason => Err(UdsError::Rejected { reason }),
-            },
+            (Kind::Reject, _) => Err(UdsError::Rejected {
+                reason: RejectReason::from_code(m.reason),
+            }),
             _ => Err(UdsError::BadMessage {
                 reason: "expected accept or reject",
             }),
