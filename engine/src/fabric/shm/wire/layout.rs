@@ -57,33 +57,48 @@ pub const MAX_INLINE: u32 = 4096;
 /// Largest segment this format will create or attach (64 GiB).
 pub const MAX_SEGMENT_LEN: u64 = 1 << 36;
 
-/// Offsets inside the header line.
-pub(crate) mod hdr {
-    pub const MAGIC: usize = 0; // u64
-    pub const VERSION: usize = 8; // u32
-    pub const BUFFER_SIZE: usize = 16; // u32
-    pub const BUFFER_COUNT: usize = 20; // u32
-    pub const RING_DEPTH: usize = 24; // u32
-    pub const INLINE_MAX: usize = 28; // u32
-    pub const TOTAL_LEN: usize = 32; // u64
+/// Byte offsets inside the header (part of the wire format; for diagnostics and tests).
+pub mod hdr {
+    /// `u64`: [`super::SEGMENT_MAGIC`].
+    pub const MAGIC: usize = 0;
+    /// `u32`: [`super::WIRE_VERSION`].
+    pub const VERSION: usize = 8;
+    /// `u32`: `Params::buffer_size`.
+    pub const BUFFER_SIZE: usize = 16;
+    /// `u32`: `Params::buffer_count`.
+    pub const BUFFER_COUNT: usize = 20;
+    /// `u32`: `Params::ring_depth`.
+    pub const RING_DEPTH: usize = 24;
+    /// `u32`: `Params::inline_max`.
+    pub const INLINE_MAX: usize = 28;
+    /// `u64`: total segment length.
+    pub const TOTAL_LEN: usize = 32;
     /// Offset of side A's state block; side B's follows one [`super::CACHE_PAD`] later.
     pub const SIDE_STATE: usize = 128;
-    /// Offsets inside a side-state block.
-    pub const ST_ATTACHED: usize = 0; // u32
-    pub const ST_CLOSED: usize = 4; // u32
-    pub const ST_HEARTBEAT: usize = 8; // u64
-    pub const ST_PID: usize = 16; // u32
+    /// `u32` in a side-state block: 1 once the side attached.
+    pub const ST_ATTACHED: usize = 0;
+    /// `u32` in a side-state block: 1 once the side closed.
+    pub const ST_CLOSED: usize = 4;
+    /// `u64` in a side-state block: heartbeat counter.
+    pub const ST_HEARTBEAT: usize = 8;
+    /// `u32` in a side-state block: pid of the side.
+    pub const ST_PID: usize = 16;
     /// End of the fixed header.
     pub const END: usize = 384;
 }
 
-/// Offsets inside the first slot of a record.
-pub(crate) mod slot {
-    pub const SEQ: usize = 0; // u64
-    pub const LEN: usize = 8; // u32
-    pub const BUF: usize = 12; // u32
-    pub const AUX: usize = 16; // u32
-    pub const FLAGS: usize = 20; // u32
+/// Byte offsets inside the first slot of a record (part of the wire format).
+pub mod slot {
+    /// `u64`: sequence word, `position + 1`; stored last with `Release`.
+    pub const SEQ: usize = 0;
+    /// `u32`: payload length.
+    pub const LEN: usize = 8;
+    /// `u32`: buffer index, or `ring::INLINE_BUF` for an inline payload.
+    pub const BUF: usize = 12;
+    /// `u32`: opaque word for the engine (credits/flags); not validated by the wire layer.
+    pub const AUX: usize = 16;
+    /// `u32`: reserved flags, must be 0.
+    pub const FLAGS: usize = 20;
 }
 
 /// Connection parameters that fix the segment layout. Negotiated over the control socket;

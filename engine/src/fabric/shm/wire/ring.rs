@@ -331,6 +331,27 @@ impl TxRing {
         self.ring.depth - (self.tail - self.head_cache)
     }
 
+    /// Ring position just past the last record written (the producer tail).
+    #[inline]
+    pub fn position(&self) -> u64 {
+        self.tail
+    }
+
+    /// Re-reads the receiver's consumer head (validated) and returns it: every record ending at or
+    /// before it has been consumed. The engine's credit accounting uses this.
+    ///
+    /// # Errors
+    /// [`WireError::Corrupt`] if the head moved backwards or past the tail.
+    #[inline]
+    pub fn refresh_head(&mut self) -> Result<u64, WireError> {
+        let h = self.ring.head().load(Ordering::Acquire);
+        if h < self.head_cache || h > self.tail {
+            return Err(WireError::corrupt(Field::DescHead, h, self.tail));
+        }
+        self.head_cache = h;
+        Ok(h)
+    }
+
     /// Makes sure `k <= depth` slots are free, re-reading the consumer head only when the cached
     /// value says they are not.
     #[inline(always)]
