@@ -1,3 +1,394 @@
-//! Fabrics: the transports the poller is generic over.
+//! Fabrics: the transports a poller is generic over, and the seam between them and the engine.
+//!
+//! A fabric has two halves that live in separate files:
+//!
+//! * **setup** (`fabric/<name>/setup.rs`): runs on the control thread. It performs rendezvous
+//!   (shm: a Unix-socket hello plus memfd passing; RDMA: rdma_cm), creates the per-connection
+//!   resources (shm: the segment; RDMA: the queue pair and the registered pool memory regions) and
+//!   produces a [`FabricConn`] plus the application's views of the pools ([`PoolView`]). The engine's
+//!   control backend (`crate::control`) then hands the connection to a poller through its command
+//!   ring. Setup code may block (bounded) and make syscalls.
+//! * **datapath** (`fabric/<name>/datapath.rs`): the [`Fabric`] and [`FabricConn`] implementations
+//!   that a [`Poller`](crate::poller) drives every cycle. No syscalls (except the RDMA doorbell
+//!   write, which is an MMIO store, not a syscall), no locks, no allocation, no logging: count
+//!   events, return [`FabricError`] on a peer's protocol violation.
+//!
+//! # The poller cycle, as a fabric sees it
+//!
+//! A poller owns one `F: Fabric` value (per-poller state: RDMA's completion queue shared by all of
+//! that poller's connections; nothing for shm) and a table of connections, each with a
+//! `F::Conn: FabricConn`. One call of the poller's `do_work(now)` does:
+//!
+//! 1. drain at most a bounded number of commands (new connection, remove connection,
+//!    [`Fabric::Command`] for the fabric itself, e.g. "here is the CQ of device X");
+//! 2. [`Fabric::poll_shared`] once: RDMA polls its CQ in bursts (e.g. 32 `ibv_wc` into a stack
+//!    array) and files each completion with its connection through [`ConnTable::get_mut`] (the
+//!    `wr_id` carries the slot given to [`FabricConn::attached`]); shm does nothing here;
+//! 3. for every connection:
+//!    * [`FabricConn::poll_rx`] delivers received messages into an [`RxSink`] (room for at most
+//!      `min(batch, free slots of the application's receive ring)`; a fabric must not consume more
+//!      from its peer than the sink has room for: that is how back-pressure reaches the sender);
+//!    * [`FabricConn::post_send`] gets the application's send descriptors ([`TxDesc`], a batch
+//!      of at most `batch`) and returns how many it accepted; the rest stay queued in the
+//!      application's send ring and are offered again next cycle;
+//!    * [`FabricConn::release_rx`] gets receive buffers the application dropped (shm: write them
+//!      to the release ring for the peer; RDMA: re-post them as receives);
+//!    * [`FabricConn::reclaim`] reports send buffers that are free again ([`TxDone::free_buf`])
+//!      and credits that came back ([`TxDone::credits`]);
+//!    * [`FabricConn::flush`] publishes what was posted (shm: one index store per batch; RDMA:
+//!      one doorbell for the chained work requests).
+//!
+//! Every `FabricError` fails only that connection: the poller removes it, marks it failed for the
+//! application and reports it to the control thread, which emits an [`Event`](crate::Event).
+//!
+//! # Credits
+//!
+//! The engine counts credits per connection: the application may have at most `depth` messages
+//! "in flight" (handed to `send`, credit not yet returned); `send` returns `WouldBlock` beyond.
+//! A fabric returns a credit ([`TxDone::credits`]) only when the *receiver* has made room for one
+//! more message: shm returns it when the peer's poller consumed the descriptor slot (it consumes
+//! only what its application's receive ring can take); RDMA when the credit count piggybacked in
+//! the peer's immediate data (or an explicit credit message when traffic is one-way) says a
+//! receive buffer was re-posted. So the sender never has more in flight than the receiver has
+//! buffers ready.
+//!
+//! # Buffers
+//!
+//! Send buffers are owned by the application from `alloc` until `send`; then by the poller and
+//! fabric until the fabric frees them through [`TxDone::free_buf`] (shm: right after copying an
+//! inline message, or when the peer releases a pooled one; RDMA: on the send completion). The
+//! engine tracks ownership in a bitmap and rejects a buffer freed twice or never sent (a
+//! [`FabricError::Protocol`]), so a hostile peer can never make two application handles alias one
+//! buffer. Receive buffers go the other way: [`RxSink::push_pooled`] lends one to the application,
+//! and its index comes back to [`FabricConn::release_rx`] when the `Message` is dropped.
+//!
+//! # Adding a fabric (RDMA)
+//!
+//! Implement [`Fabric`] + [`FabricConn`] in `fabric/rdma/datapath.rs`, the setup in
+//! `fabric/rdma/setup.rs`, add a `Poller<RdmaFabric>` to the engine's per-thread agent set
+//! (`crate::poller::Agents`) and a setup branch to the engine's control backend
+//! (`crate::control`), which owns the rdma_cm event channel fd (returned from
+//! `cm::control::Backend::fds`). All monomorphised: no `dyn` on the data path.
 
 pub mod shm;
+
+use core::mem::MaybeUninit;
+
+use rings::Producer;
+
+use crate::desc::{RxDesc, TxDesc, BUF_INLINE, INLINE_MAX};
+use crate::error::FabricError;
+use crate::poller::PollerConn;
+
+pub use crate::desc::PoolView;
+
+/// Per-poller state of a fabric (RDMA: the completion queue shared by the poller's connections).
+///
+/// Owned and driven by exactly one poller; see the [module docs](self) for the cycle.
+pub trait Fabric: Send + Sized + 'static {
+    /// Short name for thread names and errors (`"shm"`, `"rdma"`).
+    const NAME: &'static str;
+
+    /// Per-connection data-path state.
+    type Conn: FabricConn;
+
+    /// A command the control thread sends to this poller's fabric state (RDMA: attach a device's
+    /// completion queue). shm has none (`()`).
+    type Command: Send + 'static;
+
+    /// Handles a [`Self::Command`], on the poller thread.
+    fn on_command(&mut self, command: Self::Command);
+
+    /// Polls completion sources shared by several connections, once per cycle, and returns the
+    /// work done. RDMA polls its CQ here and files completions with their connections; shm has no
+    /// shared source (the default does nothing).
+    #[inline]
+    fn poll_shared(&mut self, conns: &mut ConnTable<'_, Self::Conn>) -> usize {
+        let _ = conns;
+        0
+    }
+}
+
+/// The data-path half of one connection, driven by its poller. See the [module docs](self).
+///
+/// Every method runs on the poller thread: no syscalls, locks, allocation or logging.
+pub trait FabricConn: Send + 'static {
+    /// The connection was put in slot `slot` of its poller's table (RDMA: encode it in `wr_id` so
+    /// [`Fabric::poll_shared`] can find the connection through [`ConnTable::get_mut`]).
+    #[inline]
+    fn attached(&mut self, slot: u32) {
+        let _ = slot;
+    }
+
+    /// Delivers received messages into `sink`, at most [`RxSink::room`], and returns how many.
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection (e.g. the peer wrote an invalid descriptor).
+    fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError>;
+
+    /// Posts a batch of sends and returns how many (a prefix of `descs`) were accepted; the rest
+    /// are offered again next cycle. Each `desc.buf < pool count` and `desc.len <= buf_size` (the
+    /// engine checked). A fabric that copies a message (inline) frees its buffer at once through
+    /// `done`.
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection.
+    fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError>;
+
+    /// Returns receive buffers the application has dropped (in the order dropped).
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection.
+    fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError>;
+
+    /// Reports send buffers that are free again and credits that came back, and returns the work
+    /// done (events handled).
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection (e.g. the peer released a buffer it never got).
+    fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError>;
+
+    /// Publishes everything posted this cycle (shm: index stores; RDMA: the doorbell).
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection.
+    fn flush(&mut self) -> Result<(), FabricError>;
+
+    /// Cheap liveness check, called every few thousand cycles with the coarse time in ns
+    /// (shm: the peer's "closed" word). The control thread watches sockets and heartbeats; this
+    /// catches what is visible only in shared state.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::PeerClosed`] or another [`FabricError`] fails this connection.
+    #[inline]
+    fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        let _ = now_ns;
+        Ok(())
+    }
+
+    /// The connection is being removed (application closed it, engine shutdown): publish a
+    /// "closed" mark if the fabric has one. Runs on the poller; must not block.
+    #[inline]
+    fn close(&mut self) {}
+}
+
+/// The connection table of one poller, as [`Fabric::poll_shared`] sees it.
+pub struct ConnTable<'a, C> {
+    pub(crate) slots: &'a mut [Option<Box<PollerConn<C>>>],
+}
+
+impl<C> core::fmt::Debug for ConnTable<'_, C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ConnTable")
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+impl<C> ConnTable<'_, C> {
+    /// The connection in `slot` (as given to [`FabricConn::attached`]), if any.
+    #[inline]
+    pub fn get_mut(&mut self, slot: u32) -> Option<&mut C> {
+        match self.slots.get_mut(slot as usize) {
+            Some(Some(conn)) => Some(&mut conn.fabric),
+            _ => None,
+        }
+    }
+
+    /// Number of slots (occupied or not).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when the table has no slots.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// Where a fabric delivers received messages: free slots of the application's receive ring.
+///
+/// Every push is checked: a pooled message must name a buffer of the receive pool and fit it, so
+/// nothing a peer wrote can make the application read outside the pool.
+pub struct RxSink<'a> {
+    first: &'a mut [MaybeUninit<RxDesc>],
+    second: &'a mut [MaybeUninit<RxDesc>],
+    written: usize,
+    bytes: u64,
+    pool_count: u32,
+    buf_size: u32,
+}
+
+impl core::fmt::Debug for RxSink<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RxSink")
+            .field("room", &self.room())
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl<'a> RxSink<'a> {
+    pub(crate) fn new(
+        first: &'a mut [MaybeUninit<RxDesc>],
+        second: &'a mut [MaybeUninit<RxDesc>],
+        pool: &PoolView,
+    ) -> RxSink<'a> {
+        RxSink {
+            first,
+            second,
+            written: 0,
+            bytes: 0,
+            pool_count: pool.count(),
+            buf_size: u32::try_from(pool.buf_size()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// How many more messages fit.
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.first.len() + self.second.len() - self.written
+    }
+
+    /// Messages delivered so far.
+    #[inline]
+    pub fn written(&self) -> usize {
+        self.written
+    }
+
+    #[inline]
+    fn next_slot(&mut self) -> Result<&mut MaybeUninit<RxDesc>, FabricError> {
+        let i = self.written;
+        let slot = if i < self.first.len() {
+            self.first.get_mut(i)
+        } else {
+            self.second.get_mut(i - self.first.len())
+        };
+        slot.ok_or(FabricError::Protocol(
+            "receive sink overflow (fabric ignored room())",
+        ))
+    }
+
+    /// Delivers a message by copying `payload` into the descriptor.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full or `payload` is longer than
+    /// [`INLINE_MAX`](crate::INLINE_MAX) or the pool's buffer size.
+    #[inline]
+    pub fn push_inline(&mut self, payload: &[u8]) -> Result<(), FabricError> {
+        let len = payload.len();
+        if len > INLINE_MAX || len > self.buf_size as usize {
+            return Err(FabricError::Protocol(
+                "inline message longer than the inline limit",
+            ));
+        }
+        let slot = self.next_slot()?;
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to a writable slot we own (a claimed ring slot); fields are written
+        // through raw pointers without reading, and `len <= INLINE_MAX` bytes are copied into
+        // `data`, which does not overlap `payload` (ring memory vs. fabric memory).
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len as u32);
+            core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
+            let data = core::ptr::addr_of_mut!((*p).data).cast::<u8>();
+            core::ptr::copy_nonoverlapping(payload.as_ptr(), data, len);
+        }
+        self.written += 1;
+        self.bytes += len as u64;
+        Ok(())
+    }
+
+    /// Delivers a message that stays in receive-pool buffer `buf` (`len` bytes); the buffer comes
+    /// back through [`FabricConn::release_rx`] when the application drops the message.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full, `buf` is not a buffer of the receive pool or
+    /// `len` exceeds the buffer size.
+    #[inline]
+    pub fn push_pooled(&mut self, buf: u32, len: u32) -> Result<(), FabricError> {
+        if buf >= self.pool_count {
+            return Err(FabricError::Protocol("receive buffer index out of range"));
+        }
+        if len > self.buf_size {
+            return Err(FabricError::Protocol(
+                "message length exceeds the buffer size",
+            ));
+        }
+        let slot = self.next_slot()?;
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to a writable slot we own; the header fields are written without
+        // reading; `data` stays uninitialised, which `MaybeUninit<u8>` allows.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len);
+            core::ptr::addr_of_mut!((*p).buf).write(buf);
+        }
+        self.written += 1;
+        self.bytes += u64::from(len);
+        Ok(())
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// Where a fabric reports freed send buffers and returned credits.
+pub struct TxDone<'a> {
+    pub(crate) free: &'a mut Producer<u32>,
+    pub(crate) owned: &'a mut [u64],
+    pub(crate) credits: u64,
+    pub(crate) freed: u64,
+}
+
+impl core::fmt::Debug for TxDone<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TxDone")
+            .field("credits", &self.credits)
+            .field("freed", &self.freed)
+            .finish()
+    }
+}
+
+impl TxDone<'_> {
+    /// Send buffer `buf` is free again (its message was copied, completed, or released by the peer).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when `buf` is not a buffer the fabric holds (out of range, never
+    /// sent, or freed twice): a peer releasing what it never got.
+    #[inline]
+    pub fn free_buf(&mut self, buf: u32) -> Result<(), FabricError> {
+        let word = (buf / 64) as usize;
+        let bit = 1u64 << (buf % 64);
+        match self.owned.get_mut(word) {
+            Some(w) if *w & bit != 0 => *w &= !bit,
+            _ => {
+                return Err(FabricError::Protocol(
+                    "peer released a send buffer it does not hold",
+                ))
+            }
+        }
+        // The free ring holds every buffer of the pool, so it cannot be full while `buf` was out.
+        self.free
+            .push(buf)
+            .map_err(|_| FabricError::Protocol("free ring overflow (buffer accounting broken)"))?;
+        self.freed += 1;
+        Ok(())
+    }
+
+    /// `n` credits came back: the receiver made room for `n` more messages.
+    #[inline]
+    pub fn credits(&mut self, n: u64) {
+        self.credits += n;
+    }
+}

@@ -1,0 +1,268 @@
+//! Engine configuration: [`EngineBuilder`] and [`IdleStrategy`].
+
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::Error;
+
+/// Largest buffer size: descriptors carry lengths as `u32`.
+pub const MAX_BUFFER_SIZE: usize = 1 << 30;
+/// Largest number of buffers per connection per direction.
+pub const MAX_BUFFERS: usize = 1 << 16;
+/// Largest send batch (items drained from a send ring and posted per doorbell).
+pub const MAX_BATCH: usize = 256;
+
+/// What a poller (or a waiting application thread) does when a cycle found no work.
+///
+/// Idle strategies are Aeron's: each idle cycle advances the strategy one step; any work resets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdleStrategy {
+    /// Spin with a CPU relax hint (`pause`). Lowest latency; burns the core. The default.
+    BusySpin,
+    /// Spin `spins` cycles, then `yield` `yields` times, then park for `min_park` doubling up to
+    /// `max_park` per idle cycle. Park is bounded, so a parked poller notices new work after at most
+    /// `max_park`.
+    Backoff {
+        /// Idle cycles spent spinning before yielding.
+        spins: u32,
+        /// Idle cycles spent yielding before parking.
+        yields: u32,
+        /// First park duration.
+        min_park: Duration,
+        /// Longest park duration (the bound on added latency once fully backed off).
+        max_park: Duration,
+    },
+}
+
+impl IdleStrategy {
+    /// Backoff with the defaults: 1000 spins, 100 yields, park 1 µs doubling up to 1 ms.
+    pub const fn backoff() -> IdleStrategy {
+        IdleStrategy::Backoff {
+            spins: 1000,
+            yields: 100,
+            min_park: Duration::from_micros(1),
+            max_park: Duration::from_millis(1),
+        }
+    }
+}
+
+impl Default for IdleStrategy {
+    fn default() -> Self {
+        IdleStrategy::BusySpin
+    }
+}
+
+/// A validated engine configuration (see [`EngineBuilder`] for each knob).
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) pollers: Vec<usize>,
+    pub(crate) idle: IdleStrategy,
+    pub(crate) buffer_size: usize,
+    pub(crate) buffers: usize,
+    pub(crate) depth: usize,
+    pub(crate) batch: usize,
+    pub(crate) inline_threshold: usize,
+    pub(crate) signal_every: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_connections_per_poller: usize,
+    pub(crate) name: String,
+}
+
+impl Config {
+    /// True when no dedicated poller threads run (the application drives the poller).
+    pub(crate) fn run_to_completion(&self) -> bool {
+        self.pollers.is_empty()
+    }
+}
+
+/// Builds an [`Engine`]. Start with [`Engine::builder`].
+///
+/// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
+/// 256 buffers per connection per direction, depth 128, batch 32, inline threshold
+/// [`crate::INLINE_MAX`], signal every 16, connect timeout 5 s, 1024 connections per poller.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct EngineBuilder {
+    cfg: Config,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        EngineBuilder {
+            cfg: Config {
+                pollers: Vec::new(),
+                idle: IdleStrategy::BusySpin,
+                buffer_size: 4096,
+                buffers: 256,
+                depth: 128,
+                batch: 32,
+                inline_threshold: crate::desc::INLINE_MAX,
+                signal_every: 16,
+                connect_timeout: Duration::from_secs(5),
+                max_connections_per_poller: 1024,
+                name: "spinwire".to_owned(),
+            },
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// One dedicated poller thread per core id in `cores`, pinned to that core. Connections are
+    /// spread over the pollers (least loaded first). An empty slice means run-to-completion mode.
+    pub fn pollers(mut self, cores: &[usize]) -> Self {
+        self.cfg.pollers = cores.to_vec();
+        self
+    }
+
+    /// Run-to-completion (inline) mode: no poller thread; the application thread drives the poller
+    /// through [`Engine::poll`] and implicitly inside `send`, `try_recv` and `recv_timeout`.
+    pub fn run_to_completion(mut self) -> Self {
+        self.cfg.pollers.clear();
+        self
+    }
+
+    /// Idle strategy of poller threads and of application threads waiting in `*_timeout` calls.
+    pub fn idle(mut self, idle: IdleStrategy) -> Self {
+        self.cfg.idle = idle;
+        self
+    }
+
+    /// Buffer pools: `buffer_size` bytes per buffer (the maximum message size), `buffers` buffers
+    /// per connection per direction, allocated once when the connection is set up.
+    pub fn pool(mut self, buffer_size: usize, buffers: usize) -> Self {
+        self.cfg.buffer_size = buffer_size;
+        self.cfg.buffers = buffers;
+        self
+    }
+
+    /// Credits: the most messages one connection may have in flight (sent, not yet taken by the
+    /// receiver). At most the number of buffers.
+    pub fn depth(mut self, depth: usize) -> Self {
+        self.cfg.depth = depth;
+        self
+    }
+
+    /// Most work items a poller moves per connection per step (sends drained and posted per doorbell,
+    /// receives delivered per burst); in run-to-completion mode also how many sends queue before
+    /// `send` runs a poller cycle itself. 1..=256.
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.cfg.batch = batch;
+        self
+    }
+
+    /// Messages up to this many bytes are copied into the descriptor (shm: the ring slot; RDMA:
+    /// `IBV_SEND_INLINE`) instead of being referenced in the pool. Capped at [`crate::INLINE_MAX`].
+    pub fn inline_threshold(mut self, bytes: usize) -> Self {
+        self.cfg.inline_threshold = bytes;
+        self
+    }
+
+    /// RDMA selective signalling: request a completion every `n` sends. Ignored by shm.
+    pub fn signal_every(mut self, n: usize) -> Self {
+        self.cfg.signal_every = n;
+        self
+    }
+
+    /// Default timeout of [`Engine::connect`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.connect_timeout = timeout;
+        self
+    }
+
+    /// Most connections one poller serves (its connection table is allocated once, up front).
+    pub fn max_connections_per_poller(mut self, n: usize) -> Self {
+        self.cfg.max_connections_per_poller = n;
+        self
+    }
+
+    /// Prefix of the engine's thread names (`<name>-control`, `<name>-poller-<core>`).
+    pub fn name(mut self, name: &str) -> Self {
+        self.cfg.name = name.to_owned();
+        self
+    }
+
+    /// Validates the configuration, starts the control thread and the poller threads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid knob, [`Error::BadCore`] for a core this process may not
+    /// use, [`Error::Thread`] when a thread cannot be started.
+    pub fn build(self) -> Result<Engine, Error> {
+        let cfg = self.validate()?;
+        Engine::start(cfg)
+    }
+
+    fn validate(self) -> Result<Config, Error> {
+        let c = self.cfg;
+        if c.buffer_size == 0 || c.buffer_size > MAX_BUFFER_SIZE {
+            return Err(Error::Config(format!(
+                "buffer size {} must be in 1..={MAX_BUFFER_SIZE}",
+                c.buffer_size
+            )));
+        }
+        if c.buffers == 0 || c.buffers > MAX_BUFFERS {
+            return Err(Error::Config(format!(
+                "buffers per connection {} must be in 1..={MAX_BUFFERS}",
+                c.buffers
+            )));
+        }
+        if c.depth == 0 || c.depth > c.buffers {
+            return Err(Error::Config(format!(
+                "depth {} must be in 1..=buffers ({})",
+                c.depth, c.buffers
+            )));
+        }
+        if c.batch == 0 || c.batch > MAX_BATCH {
+            return Err(Error::Config(format!(
+                "batch {} must be in 1..={MAX_BATCH}",
+                c.batch
+            )));
+        }
+        if c.signal_every == 0 {
+            return Err(Error::Config("signal_every must be at least 1".to_owned()));
+        }
+        if c.max_connections_per_poller == 0 || c.max_connections_per_poller > 1 << 20 {
+            return Err(Error::Config(format!(
+                "max connections per poller {} must be in 1..={}",
+                c.max_connections_per_poller,
+                1 << 20
+            )));
+        }
+        if let IdleStrategy::Backoff {
+            min_park, max_park, ..
+        } = c.idle
+        {
+            if min_park > max_park || max_park > Duration::from_secs(1) {
+                return Err(Error::Config(
+                    "backoff park durations must satisfy min_park <= max_park <= 1 s".to_owned(),
+                ));
+            }
+        }
+        let mut seen = Vec::new();
+        for &core in &c.pollers {
+            if seen.contains(&core) {
+                return Err(Error::Config(format!(
+                    "core {core} listed twice in pollers"
+                )));
+            }
+            seen.push(core);
+        }
+        if !c.pollers.is_empty() {
+            let allowed = core_affinity::get_core_ids().unwrap_or_default();
+            for &core in &c.pollers {
+                if !allowed.iter().any(|id| id.id == core) {
+                    return Err(Error::BadCore { core });
+                }
+            }
+        }
+        let inline_threshold = c
+            .inline_threshold
+            .min(crate::desc::INLINE_MAX)
+            .min(c.buffer_size);
+        Ok(Config {
+            inline_threshold,
+            ..c
+        })
+    }
+}

@@ -1,0 +1,795 @@
+//! The application's handles: [`Connection`], [`SendBuf`], [`Message`], [`Listener`].
+
+use std::any::Any;
+use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use rings::{Consumer, Producer, RingBuffer};
+
+use crate::config::{Config, IdleStrategy};
+use crate::desc::{PoolView, RxDesc, TxDesc, BUF_INLINE};
+use crate::engine::Engine;
+use crate::error::{Error, FabricError, SendError};
+use crate::idle::Idler;
+use crate::poller::PollerConn;
+use crate::stats::{ConnCounters, ConnStats};
+
+const OPEN: u8 = 0;
+const DISCONNECTED: u8 = 1;
+const FAILED: u8 = 2;
+const CLOSED: u8 = 3;
+
+/// Why a connection stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Down {
+    Disconnected,
+    Failed(FabricError),
+    Closed,
+}
+
+/// State shared by the application side, the poller side and the control thread of a connection.
+#[derive(Debug)]
+pub(crate) struct ConnShared {
+    pub(crate) id: u64,
+    /// Credits returned so far (monotonic). Written by the poller only.
+    pub(crate) credits: CachePadded<AtomicU64>,
+    /// `OPEN`, or why not; the first reason wins.
+    state: CachePadded<AtomicU8>,
+    error: OnceLock<FabricError>,
+    pub(crate) counters: CachePadded<ConnCounters>,
+}
+
+impl ConnShared {
+    pub(crate) fn new(id: u64) -> ConnShared {
+        ConnShared {
+            id,
+            credits: CachePadded::new(AtomicU64::new(0)),
+            state: CachePadded::new(AtomicU8::new(OPEN)),
+            error: OnceLock::new(),
+            counters: CachePadded::default(),
+        }
+    }
+
+    /// The data path failed this connection.
+    pub(crate) fn fail(&self, e: FabricError) {
+        let _ = self.error.set(e);
+        let _ = self
+            .state
+            .compare_exchange(OPEN, FAILED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The peer went away.
+    pub(crate) fn disconnect(&self) {
+        let _ =
+            self.state
+                .compare_exchange(OPEN, DISCONNECTED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The application closed it.
+    pub(crate) fn close(&self) {
+        let _ = self
+            .state
+            .compare_exchange(OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    #[inline]
+    pub(crate) fn down(&self) -> Option<Down> {
+        match self.state.load(Ordering::Acquire) {
+            OPEN => None,
+            DISCONNECTED => Some(Down::Disconnected),
+            FAILED => Some(Down::Failed(
+                self.error.get().copied().unwrap_or(FabricError::PeerClosed),
+            )),
+            _ => Some(Down::Closed),
+        }
+    }
+}
+
+impl Down {
+    pub(crate) fn to_error(self) -> Error {
+        match self {
+            Down::Disconnected | Down::Closed => Error::Disconnected,
+            Down::Failed(e) => Error::Fabric(e),
+        }
+    }
+}
+
+/// The application's ring ends of a connection.
+pub(crate) struct AppRings {
+    tx: Producer<TxDesc>,
+    free: Consumer<u32>,
+    rx: Consumer<RxDesc>,
+    release: Producer<u32>,
+}
+
+/// Everything the control thread hands to the application for a new connection.
+pub(crate) struct ConnParts {
+    pub(crate) id: u64,
+    pub(crate) peer: String,
+    rings: AppRings,
+    tx_pool: PoolView,
+    rx_pool: PoolView,
+    keep: Arc<dyn Any + Send + Sync>,
+    pub(crate) shared: Arc<ConnShared>,
+}
+
+/// Builds both halves of a connection around a fabric connection.
+///
+/// `tx_pool` is where this side writes messages (`count` buffers); `rx_pool` is where received
+/// pooled messages are read; `keep` keeps the memory of both alive.
+pub(crate) fn conn_pair<C>(
+    id: u64,
+    peer: String,
+    fabric: C,
+    tx_pool: PoolView,
+    rx_pool: PoolView,
+    keep: Arc<dyn Any + Send + Sync>,
+    cfg: &Config,
+) -> (ConnParts, Box<PollerConn<C>>) {
+    let count = tx_pool.count() as usize;
+    let (tx_p, tx_c) = RingBuffer::<TxDesc>::new(count.max(1));
+    let (mut free_p, free_c) = RingBuffer::<u32>::new(count.max(1));
+    for i in 0..tx_pool.count() {
+        // Capacity >= count, so this cannot fail.
+        let _ = free_p.push(i);
+    }
+    let (rx_p, rx_c) = RingBuffer::<RxDesc>::new(cfg.depth.max(1));
+    let (rel_p, rel_c) = RingBuffer::<u32>::new((rx_pool.count() as usize).max(1));
+    let shared = Arc::new(ConnShared::new(id));
+    let poller = Box::new(PollerConn {
+        id,
+        fabric,
+        tx: tx_c,
+        free: free_p,
+        rx: rx_p,
+        release: rel_c,
+        tx_owned: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
+        tx_pool,
+        rx_pool,
+        shared: shared.clone(),
+        credits_returned: 0,
+    });
+    let parts = ConnParts {
+        id,
+        peer,
+        rings: AppRings {
+            tx: tx_p,
+            free: free_c,
+            rx: rx_c,
+            release: rel_p,
+        },
+        tx_pool,
+        rx_pool,
+        keep,
+        shared,
+    };
+    (parts, poller)
+}
+
+struct AppSide {
+    rings: AppRings,
+    /// Buffers allocated and dropped unsent (reused first). Capacity = pool size: never grows.
+    spare: Vec<u32>,
+    /// Buffers the application holds as `SendBuf`s.
+    held: u32,
+    sent: u64,
+    credits_seen: u64,
+    unflushed: u32,
+    received: u64,
+    would_block: u64,
+    alloc_failures: u64,
+}
+
+/// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send), receive with
+/// [`try_recv`](Connection::try_recv) / [`recv_timeout`](Connection::recv_timeout).
+///
+/// `Send` but not `Sync`: move it to the thread that uses it; it is never shared. Buffers and
+/// messages borrow it, so they cannot outlive it or travel to another thread. Dropping it closes
+/// the connection (the peer sees [`Error::Disconnected`]); messages already queued by `send` are
+/// posted first on a best-effort basis.
+pub struct Connection {
+    app: UnsafeCell<AppSide>,
+    shared: Arc<ConnShared>,
+    engine: Engine,
+    tx_pool: PoolView,
+    rx_pool: PoolView,
+    depth: u64,
+    batch: u32,
+    inline: bool,
+    idle: IdleStrategy,
+    peer: String,
+    _keep: Arc<dyn Any + Send + Sync>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("id", &self.shared.id)
+            .field("peer", &self.peer)
+            .field("max_message_size", &self.max_message_size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(engine: Engine, parts: ConnParts) -> Connection {
+        let cfg = engine.config();
+        let count = parts.tx_pool.count() as usize;
+        Connection {
+            app: UnsafeCell::new(AppSide {
+                rings: parts.rings,
+                spare: Vec::with_capacity(count),
+                held: 0,
+                sent: 0,
+                credits_seen: 0,
+                unflushed: 0,
+                received: 0,
+                would_block: 0,
+                alloc_failures: 0,
+            }),
+            shared: parts.shared,
+            tx_pool: parts.tx_pool,
+            rx_pool: parts.rx_pool,
+            depth: cfg.depth as u64,
+            batch: cfg.batch as u32,
+            inline: cfg.run_to_completion(),
+            idle: cfg.idle,
+            peer: parts.peer,
+            _keep: parts.keep,
+            engine,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The application side's state.
+    ///
+    /// SAFETY (for callers): `Connection` is `!Sync` and every handle borrowing it (`SendBuf`,
+    /// `Message`) is `!Send`, so only one thread ever calls this; callers never keep the returned
+    /// reference across a call that could re-enter (`Engine::poll` does not touch `AppSide`).
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    fn app(&self) -> &mut AppSide {
+        // SAFETY: see above: single thread, no overlapping borrows.
+        unsafe { &mut *self.app.get() }
+    }
+
+    /// The engine-wide id of this connection (as in [`Event`](crate::Event)s).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The endpoint this connection was made to / accepted on.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// The largest message `send` accepts (the buffer size).
+    pub fn max_message_size(&self) -> usize {
+        self.tx_pool.buf_size()
+    }
+
+    /// Whether the connection is still open (no disconnect or failure seen).
+    pub fn is_open(&self) -> bool {
+        self.shared.down().is_none()
+    }
+
+    #[inline]
+    fn poll_inline(&self) -> usize {
+        if self.inline {
+            self.engine.poll()
+        } else {
+            0
+        }
+    }
+
+    /// Takes a free send buffer (empty, capacity [`max_message_size`](Self::max_message_size)).
+    /// Fill it in place and [`send`](Self::send) it; dropping it unsent returns it to the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] when every free buffer is in flight (they come back as the peer
+    /// consumes them: retry), [`Error::PoolExhausted`] when the application itself holds every
+    /// buffer, [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down.
+    #[inline]
+    pub fn alloc(&self) -> Result<SendBuf<'_>, Error> {
+        let idx = match self.take_buf() {
+            Some(i) => i,
+            None => {
+                self.poll_inline();
+                match self.take_buf() {
+                    Some(i) => i,
+                    None => {
+                        let app = self.app();
+                        app.alloc_failures += 1;
+                        if let Some(d) = self.shared.down() {
+                            return Err(d.to_error());
+                        }
+                        return Err(if app.held >= self.tx_pool.count() {
+                            Error::PoolExhausted {
+                                count: self.tx_pool.count() as usize,
+                            }
+                        } else {
+                            Error::WouldBlock
+                        });
+                    }
+                }
+            }
+        };
+        Ok(SendBuf {
+            conn: self,
+            idx,
+            len: 0,
+            ptr: self.tx_pool.buf_ptr(idx),
+            cap: self.tx_pool.buf_size(),
+        })
+    }
+
+    /// [`alloc`](Self::alloc), waiting up to `timeout` for a buffer to come back.
+    ///
+    /// # Errors
+    ///
+    /// As `alloc`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
+    pub fn alloc_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut idler = Idler::new(self.idle);
+        let mut spins = 0u32;
+        loop {
+            match self.alloc() {
+                Err(Error::WouldBlock) => {}
+                other => return other,
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            idler.idle(0);
+        }
+    }
+
+    #[inline]
+    fn take_buf(&self) -> Option<u32> {
+        let app = self.app();
+        let idx = match app.spare.pop() {
+            Some(i) => i,
+            None => app.rings.free.pop().ok()?,
+        };
+        // The poller only frees buffers of this pool; checked anyway since `SendBuf` relies on it.
+        if idx >= self.tx_pool.count() {
+            return None;
+        }
+        app.held += 1;
+        Some(idx)
+    }
+
+    /// Sends a message (zero copy: the buffer itself is handed to the poller). In
+    /// run-to-completion mode it is posted when `batch` sends have queued, on [`flush`](Self::flush),
+    /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::WouldBlock`] (buffer handed back) when `depth` messages are in flight: the
+    /// receiver has no room for more yet. [`SendError::Closed`] when the connection is down or
+    /// the buffer belongs to another connection.
+    #[inline]
+    pub fn send<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+        if !std::ptr::eq(buf.conn, self) {
+            return Err(SendError::Closed {
+                buf,
+                error: Error::ForeignBuffer,
+            });
+        }
+        if let Some(d) = self.shared.down() {
+            return Err(SendError::Closed {
+                buf,
+                error: d.to_error(),
+            });
+        }
+        if !self.has_credit() {
+            self.poll_inline();
+            if !self.has_credit() {
+                self.app().would_block += 1;
+                return Err(SendError::WouldBlock(buf));
+            }
+        }
+        let desc = TxDesc {
+            buf: buf.idx,
+            len: buf.len,
+        };
+        let app = self.app();
+        if app.rings.tx.push(desc).is_err() {
+            // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
+            app.would_block += 1;
+            return Err(SendError::WouldBlock(buf));
+        }
+        std::mem::forget(buf);
+        app.held -= 1;
+        app.sent += 1;
+        if self.inline {
+            app.unflushed += 1;
+            if app.unflushed >= self.batch {
+                app.unflushed = 0;
+                self.engine.poll();
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn has_credit(&self) -> bool {
+        let app = self.app();
+        if app.sent - app.credits_seen < self.depth {
+            return true;
+        }
+        app.credits_seen = self.shared.credits.load(Ordering::Acquire);
+        app.sent - app.credits_seen < self.depth
+    }
+
+    /// [`send`](Self::send), waiting up to `timeout` for credits (spinning or backing off per the
+    /// engine's idle strategy; it never parks longer than the strategy's bound).
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::Timeout`] (buffer handed back) or [`SendError::Closed`].
+    pub fn send_timeout<'c>(
+        &'c self,
+        buf: SendBuf<'c>,
+        timeout: Duration,
+    ) -> Result<(), SendError<'c>> {
+        let deadline = Instant::now() + timeout;
+        let mut idler = Idler::new(self.idle);
+        let mut buf = buf;
+        let mut spins = 0u32;
+        loop {
+            match self.send(buf) {
+                Err(SendError::WouldBlock(b)) => buf = b,
+                other => return other,
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && Instant::now() >= deadline {
+                return Err(SendError::Timeout(buf));
+            }
+            idler.idle(0);
+        }
+    }
+
+    /// Pushes queued sends out now. In run-to-completion mode this runs a poller cycle; with
+    /// dedicated pollers it does nothing (they drain continuously).
+    pub fn flush(&self) {
+        if self.inline {
+            self.app().unflushed = 0;
+            self.engine.poll();
+        }
+    }
+
+    /// Takes the next received message, if any (in run-to-completion mode, after running a poller
+    /// cycle if none was waiting). The message is read in place; dropping it recycles its buffer.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Disconnected`] / [`Error::Fabric`] once the connection is down and every message
+    /// received before is taken.
+    #[inline]
+    pub fn try_recv(&self) -> Result<Option<Message<'_>>, Error> {
+        if let Some(m) = self.pop_rx() {
+            return Ok(Some(m));
+        }
+        if self.poll_inline() > 0 {
+            if let Some(m) = self.pop_rx() {
+                return Ok(Some(m));
+            }
+        }
+        if let Some(d) = self.shared.down() {
+            // Anything delivered before the state changed is still ours.
+            if let Some(m) = self.pop_rx() {
+                return Ok(Some(m));
+            }
+            return Err(d.to_error());
+        }
+        Ok(None)
+    }
+
+    #[inline]
+    fn pop_rx(&self) -> Option<Message<'_>> {
+        let app = self.app();
+        let desc = app.rings.rx.pop().ok()?;
+        app.received += 1;
+        Some(Message { conn: self, desc })
+    }
+
+    /// Waits up to `timeout` for the next message.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`], or [`Error::Disconnected`] / [`Error::Fabric`] (promptly: a dead peer is
+    /// reported within a second by the control thread).
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Message<'_>, Error> {
+        if let Some(m) = self.try_recv()? {
+            return Ok(m);
+        }
+        let deadline = Instant::now() + timeout;
+        let mut idler = Idler::new(self.idle);
+        let mut spins = 0u32;
+        loop {
+            if let Some(m) = self.try_recv()? {
+                return Ok(m);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            idler.idle(0);
+        }
+    }
+
+    /// A snapshot of this connection's counters.
+    pub fn stats(&self) -> ConnStats {
+        let c = &self.shared.counters;
+        let app = self.app();
+        let credits = self.shared.credits.load(Ordering::Acquire);
+        ConnStats {
+            rx_msgs: c.rx_msgs.get(),
+            rx_bytes: c.rx_bytes.get(),
+            tx_msgs: c.tx_msgs.get(),
+            tx_bytes: c.tx_bytes.get(),
+            tx_stalls: c.tx_stalls.get(),
+            sent: app.sent,
+            received: app.received,
+            would_block: app.would_block,
+            alloc_failures: app.alloc_failures,
+            in_flight: app.sent.saturating_sub(credits),
+        }
+    }
+
+    fn give_back(&self, idx: u32) {
+        let app = self.app();
+        app.held -= 1;
+        // `spare` has capacity for the whole pool and holds only buffers we own: no reallocation.
+        app.spare.push(idx);
+    }
+
+    fn release_rx(&self, idx: u32) {
+        // The release ring holds the whole receive pool; a peer delivering a buffer twice could
+        // overflow it, in which case the buffer is simply not returned (the peer's loss).
+        let _ = self.app().rings.release.push(idx);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if self.inline {
+            self.engine.poll();
+        }
+        self.shared.close();
+        self.engine.close_connection(self.shared.id);
+    }
+}
+
+/// A send buffer of a connection's pool, written in place. Derefs to the message bytes
+/// (`len` of them); [`as_mut_slice`](Self::as_mut_slice) exposes the whole buffer for writing.
+///
+/// Dropping it without sending returns it to the pool.
+pub struct SendBuf<'c> {
+    conn: &'c Connection,
+    idx: u32,
+    len: u32,
+    ptr: NonNull<u8>,
+    cap: usize,
+}
+
+impl std::fmt::Debug for SendBuf<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendBuf")
+            .field("buf", &self.idx)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl SendBuf<'_> {
+    /// The buffer's capacity: the largest message.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// The whole buffer, for writing in place; then [`set_len`](Self::set_len).
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr .. ptr + cap` is this buffer of the send pool, kept mapped by the
+        // connection this borrows; the buffer is owned by this handle alone (the poller hands a
+        // buffer out once and the engine's ownership bitmap rejects double frees), and by protocol
+        // the peer only reads it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+
+    /// Sets the message length.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageTooLarge`] when `len` exceeds the capacity.
+    #[inline]
+    pub fn set_len(&mut self, len: usize) -> Result<(), Error> {
+        if len > self.cap {
+            return Err(Error::MessageTooLarge {
+                size: len,
+                max: self.cap,
+            });
+        }
+        self.len = len as u32;
+        Ok(())
+    }
+
+    /// Copies `data` into the buffer and sets the length.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageTooLarge`] when `data` is longer than the capacity.
+    #[inline]
+    pub fn copy_from(&mut self, data: &[u8]) -> Result<(), Error> {
+        if data.len() > self.cap {
+            return Err(Error::MessageTooLarge {
+                size: data.len(),
+                max: self.cap,
+            });
+        }
+        self.as_mut_slice()[..data.len()].copy_from_slice(data);
+        self.len = data.len() as u32;
+        Ok(())
+    }
+}
+
+impl Deref for SendBuf<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: as in `as_mut_slice`; `len <= cap`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+    }
+}
+
+impl DerefMut for SendBuf<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let len = self.len as usize;
+        &mut self.as_mut_slice()[..len]
+    }
+}
+
+impl Drop for SendBuf<'_> {
+    fn drop(&mut self) {
+        self.conn.give_back(self.idx);
+    }
+}
+
+/// A received message, read in place. Derefs to its bytes; dropping it recycles its buffer.
+pub struct Message<'c> {
+    conn: &'c Connection,
+    desc: RxDesc,
+}
+
+impl std::fmt::Debug for Message<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message")
+            .field("len", &self.desc.len)
+            .finish()
+    }
+}
+
+impl Message<'_> {
+    /// The message bytes (same as deref).
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Deref for Message<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        let len = self.desc.len as usize;
+        if self.desc.buf == BUF_INLINE {
+            // SAFETY: the poller's `RxSink::push_inline` initialised the first `len <= INLINE_MAX`
+            // bytes of `data`.
+            unsafe { std::slice::from_raw_parts(self.desc.data.as_ptr().cast::<u8>(), len) }
+        } else {
+            // SAFETY: `RxSink::push_pooled` checked `buf < count` and `len <= buf_size`; the pool
+            // stays mapped while the connection this borrows lives. The buffer is lent to us until
+            // this message is dropped; a peer violating the protocol by rewriting it can only
+            // change the bytes we see, not their location.
+            unsafe {
+                std::slice::from_raw_parts(self.conn.rx_pool.buf_ptr(self.desc.buf).as_ptr(), len)
+            }
+        }
+    }
+}
+
+impl Drop for Message<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.desc.buf != BUF_INLINE {
+            self.conn.release_rx(self.desc.buf);
+        }
+    }
+}
+
+/// Accepts connections on an endpoint. `Send` but not `Sync`. Dropping it stops listening.
+pub struct Listener {
+    engine: Engine,
+    id: u64,
+    endpoint: String,
+    accepts: mpsc::Receiver<ConnParts>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    pub(crate) fn new(
+        engine: Engine,
+        id: u64,
+        endpoint: String,
+        accepts: mpsc::Receiver<ConnParts>,
+    ) -> Listener {
+        Listener {
+            engine,
+            id,
+            endpoint,
+            accepts,
+        }
+    }
+
+    /// The endpoint listened on.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Waits up to `timeout` for the next connection (the control thread has already completed
+    /// its setup).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`], or [`Error::Shutdown`] when the engine is stopping.
+    pub fn accept_timeout(&self, timeout: Duration) -> Result<Connection, Error> {
+        match self.accepts.recv_timeout(timeout) {
+            Ok(parts) => Ok(Connection::new(self.engine.clone(), parts)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Shutdown),
+        }
+    }
+
+    /// The next connection, if one is waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] when the engine is stopping.
+    pub fn try_accept(&self) -> Result<Option<Connection>, Error> {
+        match self.accepts.try_recv() {
+            Ok(parts) => Ok(Some(Connection::new(self.engine.clone(), parts))),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => Err(Error::Shutdown),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.engine.close_listener(self.id);
+        // Connections accepted by the control thread but never taken are closed here.
+        while let Ok(parts) = self.accepts.try_recv() {
+            drop(Connection::new(self.engine.clone(), parts));
+        }
+    }
+}

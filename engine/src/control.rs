@@ -1,0 +1,410 @@
+//! The engine's control backend: the fabric-specific half of the `cm::control` thread.
+//!
+//! It owns every connection's setup-side state (rendezvous socket, segment handle), the
+//! listeners, and the producer ends of the pollers' command rings. Established connections are
+//! split into an application half (sent to `accept`/`connect` callers) and a poller half (sent to
+//! the least-loaded poller as [`Command::Add`]). Hang-ups of rendezvous sockets (a peer process
+//! died or closed) mark the connection disconnected at once, tell its poller to drop it and emit
+//! [`Event::Disconnected`]. Retired connections come back from pollers as notices and are released
+//! here, off the data path.
+//!
+//! # Adding a fabric
+//!
+//! An RDMA backend adds its listeners (rdma_cm ids) and its event channel fd to [`Backend::fds`],
+//! handles them in [`Backend::on_ready`], builds `Poller<RdmaFabric>` halves with
+//! [`conn_pair`](crate::conn::conn_pair) and sends them through its own command rings (one per
+//! poller thread, like `PollerLink`).
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use rings::{Consumer, Producer, PushError};
+
+use crate::config::Config;
+use crate::conn::{conn_pair, ConnParts, ConnShared};
+use crate::endpoint::Endpoint;
+use crate::engine::{Clock, EngineCounters, Event};
+use crate::error::{Error, FabricError};
+use crate::fabric::shm::setup::{Established, ShmListener};
+use crate::fabric::shm::wire::Segment;
+use crate::fabric::shm::{ShmConn, ShmFabric};
+use crate::poller::{Command, Notice};
+
+/// How often this side bumps its heartbeat word in each shm segment.
+const HEARTBEAT_EVERY: Duration = Duration::from_millis(100);
+/// Most connections accepted per listener per control-loop turn.
+const ACCEPT_BURST: usize = 16;
+
+/// Requests from application threads.
+pub(crate) enum Request {
+    Listen {
+        endpoint: Endpoint,
+        raw: String,
+        reply: mpsc::SyncSender<Result<(u64, mpsc::Receiver<ConnParts>), Error>>,
+    },
+    Unlisten(u64),
+    /// A connection set up by the connecting thread, to be registered with a poller.
+    Register {
+        est: Box<Established>,
+        raw: String,
+        reply: mpsc::SyncSender<Result<ConnParts, Error>>,
+    },
+    Close(u64),
+}
+
+/// The control thread's end of one poller's rings.
+pub(crate) struct PollerLink {
+    commands: Producer<Command<ShmFabric>>,
+    notices: Consumer<Notice<ShmConn>>,
+    /// Commands that did not fit the ring yet (the poller is behind), oldest first.
+    pending: std::collections::VecDeque<Command<ShmFabric>>,
+    load: usize,
+}
+
+impl PollerLink {
+    pub(crate) fn new(
+        commands: Producer<Command<ShmFabric>>,
+        notices: Consumer<Notice<ShmConn>>,
+    ) -> PollerLink {
+        PollerLink {
+            commands,
+            notices,
+            pending: Default::default(),
+            load: 0,
+        }
+    }
+
+    fn send(&mut self, cmd: Command<ShmFabric>) {
+        if !self.pending.is_empty() {
+            self.pending.push_back(cmd);
+            self.flush();
+            return;
+        }
+        if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
+            self.pending.push_back(cmd);
+        }
+    }
+
+    fn flush(&mut self) {
+        while let Some(cmd) = self.pending.pop_front() {
+            if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
+                self.pending.push_front(cmd);
+                break;
+            }
+        }
+    }
+}
+
+struct ListenerRec {
+    id: u64,
+    raw: String,
+    shm: ShmListener,
+    accepts: mpsc::Sender<ConnParts>,
+}
+
+struct ConnRec {
+    poller: usize,
+    shared: Arc<ConnShared>,
+    stream: cm::uds::UdsStream,
+    segment: Segment,
+    /// Still registered with its poller (no `Retired` notice yet).
+    live: bool,
+}
+
+/// The engine's [`cm::control::Backend`].
+pub(crate) struct Backend {
+    cfg: Config,
+    pollers: Vec<PollerLink>,
+    events: Producer<Event>,
+    clock: Arc<Clock>,
+    counters: Arc<EngineCounters>,
+    next_id: u64,
+    listeners: Vec<ListenerRec>,
+    conns: HashMap<u64, ConnRec>,
+    /// Which `conns` entry each watched fd belongs to, in `fds` order.
+    watched: Vec<Watched>,
+    last_heartbeat: Instant,
+}
+
+#[derive(Clone, Copy)]
+enum Watched {
+    Listener(u64),
+    Conn(u64),
+}
+
+impl Backend {
+    pub(crate) fn new(
+        cfg: Config,
+        pollers: Vec<PollerLink>,
+        events: Producer<Event>,
+        clock: Arc<Clock>,
+        counters: Arc<EngineCounters>,
+    ) -> Backend {
+        Backend {
+            cfg,
+            pollers,
+            events,
+            clock,
+            counters,
+            next_id: 1,
+            listeners: Vec::new(),
+            conns: HashMap::new(),
+            watched: Vec::new(),
+            last_heartbeat: Instant::now(),
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        if self.events.push(e).is_err() {
+            self.counters.events_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Splits an established connection, hands the poller half to the least-loaded poller.
+    fn install(&mut self, est: Established, peer: String) -> Result<ConnParts, Error> {
+        let Some((pi, _)) = self
+            .pollers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.load < self.cfg.max_connections_per_poller)
+            .min_by_key(|(_, p)| p.load)
+        else {
+            return Err(Error::Setup(
+                "every poller is at its connection limit".to_owned(),
+            ));
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let Established {
+            conn,
+            tx_pool,
+            rx_pool,
+            keep,
+            segment,
+            stream,
+            ..
+        } = est;
+        let (parts, poller_half) =
+            conn_pair(id, peer.clone(), conn, tx_pool, rx_pool, keep, &self.cfg);
+        self.pollers[pi].send(Command::Add(poller_half));
+        self.pollers[pi].load += 1;
+        self.conns.insert(
+            id,
+            ConnRec {
+                poller: pi,
+                shared: parts.shared.clone(),
+                stream,
+                segment,
+                live: true,
+            },
+        );
+        self.counters
+            .connections_opened
+            .fetch_add(1, Ordering::Relaxed);
+        self.event(Event::Connected { conn: id, peer });
+        Ok(parts)
+    }
+
+    /// Tears down connection `id`'s setup side (the poller half comes back as a notice).
+    fn drop_conn(&mut self, id: u64) {
+        if let Some(mut rec) = self.conns.remove(&id) {
+            if rec.live {
+                self.pollers[rec.poller].send(Command::Remove(id));
+            }
+            rec.segment.mark_closed();
+            let _ = rec.stream.send_bye();
+            self.counters
+                .connections_closed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn accept_on(&mut self, lid: u64) {
+        for _ in 0..ACCEPT_BURST {
+            let Some(l) = self.listeners.iter().find(|l| l.id == lid) else {
+                return;
+            };
+            match l.shm.try_accept(&self.cfg) {
+                Ok(None) => return,
+                Ok(Some(est)) => {
+                    let raw = l.raw.clone();
+                    match self.install(est, raw) {
+                        Ok(parts) => {
+                            let id = parts.id;
+                            let sent = self
+                                .listeners
+                                .iter()
+                                .find(|l| l.id == lid)
+                                .map(|l| l.accepts.send(parts).is_ok());
+                            if sent != Some(true) {
+                                // The listener is gone: nobody will take this connection.
+                                self.drop_conn(id);
+                            }
+                        }
+                        Err(error) => self.event(Event::Error { conn: None, error }),
+                    }
+                }
+                Err(error) => {
+                    // A failed handshake fails only that connection attempt.
+                    self.event(Event::Error { conn: None, error });
+                }
+            }
+        }
+    }
+
+    fn on_notice(&mut self, pi: usize, n: Notice<ShmConn>) {
+        let Notice::Retired { conn, error } = n;
+        let id = conn.id;
+        if let Some(p) = self.pollers.get_mut(pi) {
+            p.load = p.load.saturating_sub(1);
+        }
+        if let Some(rec) = self.conns.get_mut(&id) {
+            rec.live = false;
+        }
+        match error {
+            Some(FabricError::PeerClosed) => {
+                conn.shared.disconnect();
+                self.event(Event::Disconnected { conn: id });
+                self.drop_conn(id);
+            }
+            Some(e) => {
+                self.event(Event::Error {
+                    conn: Some(id),
+                    error: Error::Fabric(e),
+                });
+                self.drop_conn(id);
+            }
+            None => {}
+        }
+        // The poller half (rings, segment handle) is released here, on the control thread.
+        drop(conn);
+    }
+
+    fn drain_notices(&mut self) {
+        for pi in 0..self.pollers.len() {
+            self.pollers[pi].flush();
+            while let Ok(n) = self.pollers[pi].notices.pop() {
+                self.on_notice(pi, n);
+            }
+        }
+    }
+}
+
+impl cm::control::Backend for Backend {
+    type Request = Request;
+
+    fn on_request(&mut self, request: Request, _now: Instant) {
+        match request {
+            Request::Listen {
+                endpoint,
+                raw,
+                reply,
+            } => {
+                let res = match endpoint {
+                    Endpoint::Shm { name } => {
+                        ShmListener::bind(&name, &raw, &self.cfg).map(|shm| {
+                            let id = self.next_id;
+                            self.next_id += 1;
+                            let (tx, rx) = mpsc::channel();
+                            self.listeners.push(ListenerRec {
+                                id,
+                                raw: raw.clone(),
+                                shm,
+                                accepts: tx,
+                            });
+                            (id, rx)
+                        })
+                    }
+                    Endpoint::Rdma { .. } => Err(Error::FabricNotCompiled { fabric: "rdma" }),
+                };
+                let _ = reply.send(res);
+            }
+            Request::Unlisten(id) => self.listeners.retain(|l| l.id != id),
+            Request::Register { est, raw, reply } => {
+                let res = self.install(*est, raw);
+                if let Err(mpsc::TrySendError::Disconnected(Ok(parts))) = reply.try_send(res) {
+                    // The connecting thread gave up waiting: close it again.
+                    self.drop_conn(parts.id);
+                }
+            }
+            Request::Close(id) => self.drop_conn(id),
+        }
+    }
+
+    fn fds(&mut self, fds: &mut Vec<libc::pollfd>) {
+        self.watched.clear();
+        for l in &self.listeners {
+            fds.push(libc::pollfd {
+                fd: l.shm.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            self.watched.push(Watched::Listener(l.id));
+        }
+        for (&id, c) in &self.conns {
+            fds.push(libc::pollfd {
+                fd: c.stream.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLRDHUP,
+                revents: 0,
+            });
+            self.watched.push(Watched::Conn(id));
+        }
+    }
+
+    fn on_ready(&mut self, fds: &[libc::pollfd], _now: Instant) {
+        let ready: Vec<Watched> = fds
+            .iter()
+            .zip(self.watched.iter())
+            .filter(|(p, _)| p.revents != 0)
+            .map(|(_, w)| *w)
+            .collect();
+        for w in ready {
+            match w {
+                Watched::Listener(id) => self.accept_on(id),
+                Watched::Conn(id) => {
+                    let gone = match self.conns.get_mut(&id) {
+                        Some(c) => !matches!(c.stream.poll_hangup(), Ok(false)),
+                        None => false,
+                    };
+                    if gone {
+                        if let Some(c) = self.conns.get(&id) {
+                            // Visible to the application at once; the poller drops it next.
+                            c.shared.disconnect();
+                        }
+                        self.event(Event::Disconnected { conn: id });
+                        self.drop_conn(id);
+                    }
+                }
+            }
+        }
+    }
+
+    fn tick(&mut self, now: Instant) -> Option<Duration> {
+        self.clock.update();
+        self.drain_notices();
+        if now.duration_since(self.last_heartbeat) >= HEARTBEAT_EVERY {
+            self.last_heartbeat = now;
+            for c in self.conns.values() {
+                c.segment.bump_heartbeat();
+            }
+        }
+        if self.conns.is_empty() {
+            None
+        } else {
+            Some(Duration::from_millis(10))
+        }
+    }
+
+    fn on_shutdown(&mut self) {
+        self.drain_notices();
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.drop_conn(id);
+        }
+        self.listeners.clear();
+        self.drain_notices();
+    }
+}

@@ -1,0 +1,126 @@
+//! Descriptors moved through the app <-> poller rings, and views of buffer pools.
+
+use core::mem::MaybeUninit;
+use core::ptr::NonNull;
+
+/// Largest message a receive descriptor carries inline (copied out of the fabric's descriptor), so
+/// that a small message costs no pool buffer and no buffer-return round trip. Messages up to
+/// [`EngineBuilder::inline_threshold`](crate::EngineBuilder::inline_threshold) (capped here) travel
+/// inline.
+pub const INLINE_MAX: usize = 120;
+
+/// `RxDesc::buf` value meaning "the payload is inline".
+pub(crate) const BUF_INLINE: u32 = u32::MAX;
+
+/// A send descriptor: application -> poller. The payload is in buffer `buf` of the connection's send
+/// pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct TxDesc {
+    /// Buffer index in the send pool, `< pool.count()`.
+    pub buf: u32,
+    /// Payload bytes, `<= pool.buf_size()`.
+    pub len: u32,
+}
+
+/// A receive descriptor: poller -> application. Either the payload is inline (`buf == u32::MAX`,
+/// first `len` bytes of `data` initialised) or it is in buffer `buf` of the receive pool.
+///
+/// 128 bytes: two cache lines, so a 64-byte message (plus its header) is delivered inline.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct RxDesc {
+    pub(crate) len: u32,
+    pub(crate) buf: u32,
+    pub(crate) data: [MaybeUninit<u8>; INLINE_MAX],
+}
+
+const _: () = assert!(core::mem::size_of::<RxDesc>() == 128);
+
+impl RxDesc {
+    /// The payload length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True for an empty message.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The receive-pool buffer, or `None` when the payload is inline.
+    #[inline]
+    pub fn buf(&self) -> Option<u32> {
+        (self.buf != BUF_INLINE).then_some(self.buf)
+    }
+}
+
+impl core::fmt::Debug for RxDesc {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RxDesc")
+            .field("len", &self.len)
+            .field("buf", &self.buf())
+            .finish()
+    }
+}
+
+/// A view of a buffer pool: `count` buffers of `buf_size` bytes, contiguous from `base`.
+///
+/// The memory is owned elsewhere (a shared-memory mapping, a registered memory region) and kept
+/// alive by whoever holds the view; the view itself is just coordinates.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolView {
+    base: NonNull<u8>,
+    buf_size: usize,
+    count: u32,
+}
+
+// SAFETY: a `PoolView` is coordinates of memory that is shared between threads by design; every
+// access through it goes through `unsafe` code whose callers own the buffer they touch.
+unsafe impl Send for PoolView {}
+// SAFETY: as above; `&PoolView` only exposes the coordinates.
+unsafe impl Sync for PoolView {}
+
+impl PoolView {
+    /// A view of `count` buffers of `buf_size` bytes from `base`.
+    ///
+    /// # Safety
+    ///
+    /// `base .. base + buf_size * count` must be valid for reads (and writes, if the pool is
+    /// written through this view) for as long as the view or any copy of it is used, and
+    /// `buf_size * count` must not overflow `isize`.
+    pub unsafe fn new(base: NonNull<u8>, buf_size: usize, count: u32) -> PoolView {
+        PoolView {
+            base,
+            buf_size,
+            count,
+        }
+    }
+
+    /// Bytes per buffer.
+    #[inline]
+    pub fn buf_size(&self) -> usize {
+        self.buf_size
+    }
+
+    /// Number of buffers.
+    #[inline]
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Start of buffer `idx`.
+    ///
+    /// # Panics
+    ///
+    /// Debug builds assert `idx < count`; callers validate indices before.
+    #[inline]
+    pub fn buf_ptr(&self, idx: u32) -> NonNull<u8> {
+        debug_assert!(idx < self.count);
+        // SAFETY: `idx < count` (validated by every caller), so the offset stays inside the pool,
+        // which the constructor's contract says is one valid allocation.
+        unsafe { self.base.add(idx as usize * self.buf_size) }
+    }
+}

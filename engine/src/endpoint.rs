@@ -1,0 +1,144 @@
+//! Endpoint URLs: `shm://name` and `rdma://host:port`.
+
+use crate::error::Error;
+
+/// Longest `shm://` name (it becomes a Unix-socket name and a segment name).
+pub const MAX_SHM_NAME: usize = cm::uds::MAX_NAME_LEN;
+
+/// A parsed endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    /// Shared memory on this host, rendezvous by name.
+    Shm {
+        /// `[A-Za-z0-9._-]{1,64}`.
+        name: String,
+    },
+    /// RDMA (RC queue pairs through rdma_cm).
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+    Rdma {
+        /// Host name or address.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+}
+
+impl Endpoint {
+    /// Parses `shm://name` or `rdma://host:port`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadEndpoint`] for anything else, [`Error::FabricNotCompiled`] for `rdma://` in a
+    /// build without the `rdma` feature.
+    pub(crate) fn parse(s: &str) -> Result<Endpoint, Error> {
+        let bad = |reason: &'static str| Error::BadEndpoint {
+            endpoint: s.to_owned(),
+            reason,
+        };
+        let Some((scheme, rest)) = s.split_once("://") else {
+            return Err(bad(
+                "expected scheme://address, e.g. shm://name or rdma://host:port",
+            ));
+        };
+        match scheme {
+            "shm" => {
+                if rest.is_empty() {
+                    return Err(bad("empty shm name"));
+                }
+                if rest.len() > MAX_SHM_NAME {
+                    return Err(bad("shm name longer than 64 bytes"));
+                }
+                if !rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                {
+                    return Err(bad("shm name may only contain A-Z a-z 0-9 . _ -"));
+                }
+                if rest.starts_with('.') {
+                    return Err(bad("shm name may not start with '.'"));
+                }
+                Ok(Endpoint::Shm {
+                    name: rest.to_owned(),
+                })
+            }
+            "rdma" => {
+                let Some((host, port)) = rest.rsplit_once(':') else {
+                    return Err(bad("expected rdma://host:port"));
+                };
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                if host.is_empty() {
+                    return Err(bad("empty rdma host"));
+                }
+                let Ok(port) = port.parse::<u16>() else {
+                    return Err(bad("rdma port must be a number in 0..=65535"));
+                };
+                if cfg!(feature = "rdma") {
+                    Ok(Endpoint::Rdma {
+                        host: host.to_owned(),
+                        port,
+                    })
+                } else {
+                    Err(Error::FabricNotCompiled { fabric: "rdma" })
+                }
+            }
+            "" => Err(bad("empty scheme")),
+            _ => Err(bad("unknown scheme (supported: shm, rdma)")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_shm() {
+        assert_eq!(
+            Endpoint::parse("shm://a-b_c.1").unwrap(),
+            Endpoint::Shm {
+                name: "a-b_c.1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_bad() {
+        for s in [
+            "",
+            "shm",
+            "shm:/x",
+            "shm://",
+            "shm://a/b",
+            "shm://..",
+            "tcp://x:1",
+            "://x",
+            "shm://a b",
+            "rdma://host",
+            "rdma://:1",
+            "rdma://h:99999",
+        ] {
+            assert!(
+                matches!(Endpoint::parse(s), Err(Error::BadEndpoint { .. })),
+                "{s}"
+            );
+        }
+        let long = format!("shm://{}", "x".repeat(MAX_SHM_NAME + 1));
+        assert!(matches!(
+            Endpoint::parse(&long),
+            Err(Error::BadEndpoint { .. })
+        ));
+    }
+
+    #[test]
+    fn rdma_needs_feature() {
+        let r = Endpoint::parse("rdma://10.0.0.1:7471");
+        if cfg!(feature = "rdma") {
+            assert!(r.is_ok());
+        } else {
+            assert!(matches!(
+                r,
+                Err(Error::FabricNotCompiled { fabric: "rdma" })
+            ));
+        }
+    }
+}

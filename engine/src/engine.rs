@@ -1,0 +1,437 @@
+//! [`Engine`]: the handle that owns the control thread and the pollers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rings::{Consumer, RingBuffer};
+
+use crate::config::{Config, EngineBuilder};
+use crate::conn::{Connection, Listener};
+use crate::control::{self, Request};
+use crate::endpoint::Endpoint;
+use crate::error::Error;
+use crate::fabric::shm::ShmFabric;
+use crate::idle::Idler;
+use crate::poller::{Agents, InlineAgents, Poller};
+use crate::stats::{EngineStats, PollerCounters};
+
+/// Capacity of each control -> poller command ring.
+const COMMAND_RING: usize = 1024;
+/// Capacity of the control -> application event ring.
+const EVENT_RING: usize = 4096;
+
+/// A connection-level event, from [`Engine::try_event`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// A connection was established (by `connect` or accepted by a listener).
+    Connected {
+        /// [`Connection::id`].
+        conn: u64,
+        /// The endpoint.
+        peer: String,
+    },
+    /// The peer of a connection went away (closed it, or its process died).
+    Disconnected {
+        /// [`Connection::id`].
+        conn: u64,
+    },
+    /// A connection (or a listener, `conn: None`) failed.
+    Error {
+        /// [`Connection::id`], if the error belongs to a connection.
+        conn: Option<u64>,
+        /// What failed.
+        error: Error,
+    },
+}
+
+/// The engine's coarse clock: nanoseconds since start, advanced by the control thread, read by
+/// pollers without a syscall or vDSO call.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    base: Instant,
+    now_ns: AtomicU64,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Clock {
+        Clock {
+            base: Instant::now(),
+            now_ns: AtomicU64::new(0),
+        }
+    }
+    pub(crate) fn update(&self) {
+        let ns = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.now_ns.store(ns, Ordering::Relaxed);
+    }
+    #[inline]
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.now_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// Engine-wide counters written by the control thread.
+#[derive(Debug, Default)]
+pub(crate) struct EngineCounters {
+    pub(crate) events_dropped: AtomicU64,
+    pub(crate) connections_opened: AtomicU64,
+    pub(crate) connections_closed: AtomicU64,
+}
+
+struct PollerThread {
+    core: usize,
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<Agents>>,
+    counters: Arc<PollerCounters>,
+}
+
+struct Inner {
+    cfg: Config,
+    ctl: cm::control::ControlHandle<Request>,
+    control: Option<cm::control::ControlThread<Request>>,
+    inline: Option<InlineAgents>,
+    inline_counters: Option<Arc<PollerCounters>>,
+    pollers: Vec<PollerThread>,
+    events: Mutex<Consumer<Event>>,
+    clock: Arc<Clock>,
+    counters: Arc<EngineCounters>,
+}
+
+/// The spinwire engine: pollers, the control thread, and the connections made through it.
+///
+/// Cheap to clone (an `Arc` inside), `Send + Sync`. Connections and listeners hold a clone, so the
+/// engine shuts down — pollers stopped and joined, control thread stopped, every fabric resource
+/// released — when the last `Engine`, [`Connection`] and [`Listener`] is dropped.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("pollers", &self.inner.cfg.pollers)
+            .field("run_to_completion", &self.inner.cfg.run_to_completion())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// A builder with the defaults (see [`EngineBuilder`]).
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    pub(crate) fn start(cfg: Config) -> Result<Engine, Error> {
+        let clock = Arc::new(Clock::new());
+        clock.update();
+        let counters = Arc::new(EngineCounters::default());
+        let (ev_p, ev_c) = RingBuffer::<Event>::new(EVENT_RING);
+        let n_pollers = cfg.pollers.len().max(1);
+        let mut links = Vec::with_capacity(n_pollers);
+        let mut agents = Vec::with_capacity(n_pollers);
+        let mut poller_counters = Vec::with_capacity(n_pollers);
+        for _ in 0..n_pollers {
+            let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
+            let (note_p, note_c) = RingBuffer::new(cfg.max_connections_per_poller + 64);
+            let pc = Arc::new(PollerCounters::default());
+            let shm = Poller::new(
+                ShmFabric::default(),
+                cmd_c,
+                note_p,
+                pc.clone(),
+                cfg.max_connections_per_poller,
+                cfg.batch,
+            );
+            agents.push(Agents { shm });
+            links.push(control::PollerLink::new(cmd_p, note_c));
+            poller_counters.push(pc);
+        }
+        let backend =
+            control::Backend::new(cfg.clone(), links, ev_p, clock.clone(), counters.clone());
+        let control = cm::control::ControlThread::spawn(&format!("{}-control", cfg.name), backend)
+            .map_err(|e| match e {
+                cm::control::ControlError::Spawn(source)
+                | cm::control::ControlError::EventFd(source) => Error::Thread {
+                    what: "control",
+                    source,
+                },
+                other => Error::Thread {
+                    what: "control",
+                    source: std::io::Error::other(other),
+                },
+            })?;
+        let ctl = control.handle();
+
+        let mut inner = Inner {
+            cfg: cfg.clone(),
+            ctl,
+            control: Some(control),
+            inline: None,
+            inline_counters: None,
+            pollers: Vec::new(),
+            events: Mutex::new(ev_c),
+            clock: clock.clone(),
+            counters,
+        };
+        if cfg.run_to_completion() {
+            let a = agents.pop().expect("one agent set for run-to-completion");
+            inner.inline = Some(InlineAgents::new(a));
+            inner.inline_counters = poller_counters.pop();
+        } else {
+            for ((core, a), pc) in cfg.pollers.iter().zip(agents).zip(poller_counters) {
+                // On failure `inner` drops here, stopping the threads started so far.
+                let t = spawn_poller(&cfg, *core, a, clock.clone(), pc)?;
+                inner.pollers.push(t);
+            }
+        }
+        Ok(Engine {
+            inner: Arc::new(inner),
+        })
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// True in run-to-completion mode (no poller threads).
+    pub fn is_run_to_completion(&self) -> bool {
+        self.inner.cfg.run_to_completion()
+    }
+
+    /// Listens on `endpoint` (`shm://name`). Connections are set up by the control thread and
+    /// taken with [`Listener::accept_timeout`] / [`Listener::try_accept`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadEndpoint`], [`Error::FabricNotCompiled`], [`Error::Listen`] (name in use,
+    /// socket errors), [`Error::Shutdown`].
+    pub fn listen(&self, endpoint: &str) -> Result<Listener, Error> {
+        let ep = Endpoint::parse(endpoint)?;
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.request(Request::Listen {
+            endpoint: ep,
+            raw: endpoint.to_owned(),
+            reply,
+        })?;
+        let (id, accepts) = self.wait_reply(&rx, Duration::from_secs(30))??;
+        Ok(Listener::new(
+            self.clone(),
+            id,
+            endpoint.to_owned(),
+            accepts,
+        ))
+    }
+
+    /// Connects to `endpoint` with the configured connect timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_timeout`](Self::connect_timeout).
+    pub fn connect(&self, endpoint: &str) -> Result<Connection, Error> {
+        self.connect_timeout(endpoint, self.inner.cfg.connect_timeout)
+    }
+
+    /// Connects to `endpoint`, giving up after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadEndpoint`], [`Error::FabricNotCompiled`], [`Error::Connect`] (nobody listening,
+    /// refused, handshake failed), [`Error::Setup`], [`Error::Timeout`], [`Error::Shutdown`].
+    pub fn connect_timeout(&self, endpoint: &str, timeout: Duration) -> Result<Connection, Error> {
+        let ep = Endpoint::parse(endpoint)?;
+        // The rendezvous runs on this (the calling) thread, bounded by `timeout`, so a slow peer
+        // never stalls the control thread; the control thread then registers the connection.
+        let est = match &ep {
+            Endpoint::Shm { name } => {
+                crate::fabric::shm::setup::connect(name, endpoint, &self.inner.cfg, timeout)?
+            }
+            Endpoint::Rdma { .. } => return Err(Error::FabricNotCompiled { fabric: "rdma" }),
+        };
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.request(Request::Register {
+            est: Box::new(est),
+            raw: endpoint.to_owned(),
+            reply,
+        })?;
+        let parts = self.wait_reply(&rx, Duration::from_secs(10))??;
+        Ok(Connection::new(self.clone(), parts))
+    }
+
+    fn request(&self, r: Request) -> Result<(), Error> {
+        self.inner.ctl.request(r).map_err(|_| Error::Shutdown)
+    }
+
+    fn wait_reply<T>(&self, rx: &mpsc::Receiver<T>, timeout: Duration) -> Result<T, Error> {
+        if !self.is_run_to_completion() {
+            return match rx.recv_timeout(timeout) {
+                Ok(v) => Ok(v),
+                Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout),
+                Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Shutdown),
+            };
+        }
+        // Run-to-completion: keep the poller turning while we wait (other connections of this
+        // engine may be served by this thread only).
+        let deadline = Instant::now() + timeout;
+        let mut idler = Idler::new(crate::IdleStrategy::backoff());
+        loop {
+            match rx.try_recv() {
+                Ok(v) => return Ok(v),
+                Err(mpsc::TryRecvError::Disconnected) => return Err(Error::Shutdown),
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            let w = self.poll();
+            idler.idle(w);
+        }
+    }
+
+    /// Runs one poller cycle on this thread (run-to-completion mode) and returns the work done.
+    /// With dedicated pollers, or while another thread is running the cycle, it returns 0 at once.
+    #[inline]
+    pub fn poll(&self) -> usize {
+        match &self.inner.inline {
+            Some(a) => a.try_poll(self.inner.clock.now_ns()),
+            None => 0,
+        }
+    }
+
+    /// The next connection event, if any.
+    pub fn try_event(&self) -> Option<Event> {
+        let mut events = self.inner.events.try_lock().ok()?;
+        events.pop().ok()
+    }
+
+    /// Waits up to `timeout` for the next connection event (polling in run-to-completion mode).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`].
+    pub fn event_timeout(&self, timeout: Duration) -> Result<Event, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut idler = Idler::new(crate::IdleStrategy::backoff());
+        loop {
+            if let Some(e) = self.try_event() {
+                return Ok(e);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            let w = self.poll();
+            idler.idle(w);
+        }
+    }
+
+    /// A snapshot of the engine's counters.
+    pub fn counters(&self) -> EngineStats {
+        let mut pollers = Vec::new();
+        if let Some(c) = &self.inner.inline_counters {
+            pollers.push(c.snapshot(None));
+        }
+        for p in &self.inner.pollers {
+            pollers.push(p.counters.snapshot(Some(p.core)));
+        }
+        let c = &self.inner.counters;
+        EngineStats {
+            pollers,
+            events_dropped: c.events_dropped.load(Ordering::Relaxed),
+            connections_opened: c.connections_opened.load(Ordering::Relaxed),
+            connections_closed: c.connections_closed.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn close_connection(&self, id: u64) {
+        let _ = self.inner.ctl.request(Request::Close(id));
+    }
+
+    pub(crate) fn close_listener(&self, id: u64) {
+        let _ = self.inner.ctl.request(Request::Unlisten(id));
+    }
+}
+
+fn spawn_poller(
+    cfg: &Config,
+    core: usize,
+    mut agents: Agents,
+    clock: Arc<Clock>,
+    counters: Arc<PollerCounters>,
+) -> Result<PollerThread, Error> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread_stop = stop.clone();
+    let idle = cfg.idle;
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<bool>(1);
+    let join = std::thread::Builder::new()
+        .name(format!("{}-poller-{core}", cfg.name))
+        .spawn(move || {
+            let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+            let _ = ready_tx.send(pinned);
+            if !pinned {
+                return agents;
+            }
+            let mut idler = Idler::new(idle);
+            while !thread_stop.load(Ordering::Relaxed) {
+                let work = agents.do_work(clock.now_ns());
+                idler.idle(work);
+            }
+            agents
+        })
+        .map_err(|source| Error::Thread {
+            what: "poller",
+            source,
+        })?;
+    let mut t = PollerThread {
+        core,
+        stop,
+        join: Some(join),
+        counters,
+    };
+    match ready_rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(true) => Ok(t),
+        Ok(false) => {
+            t.stop();
+            Err(Error::BadCore { core })
+        }
+        Err(_) => {
+            t.stop();
+            Err(Error::Thread {
+                what: "poller",
+                source: std::io::Error::other("poller thread did not start"),
+            })
+        }
+    }
+}
+
+impl PollerThread {
+    fn stop(&mut self) -> Option<Agents> {
+        self.stop.store(true, Ordering::Relaxed);
+        let join = self.join.take()?;
+        join.thread().unpark();
+        join.join().ok()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Data path first: stop the pollers so nothing touches fabric memory any more.
+        let mut stopped: Vec<Agents> = self
+            .pollers
+            .iter_mut()
+            .filter_map(PollerThread::stop)
+            .collect();
+        if let Some(a) = self.inline.take() {
+            stopped.push(a.into_inner());
+        }
+        for a in &mut stopped {
+            a.retire_all();
+        }
+        // Then the control plane: it drains the retirement notices, closes sockets and listeners.
+        if let Some(mut c) = self.control.take() {
+            c.shutdown();
+        }
+        drop(stopped);
+    }
+}

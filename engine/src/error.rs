@@ -1,0 +1,182 @@
+//! Error types of the public API.
+
+use std::io;
+
+use crate::conn::SendBuf;
+
+/// A boxed error from a lower layer (control plane, rendezvous, verbs).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can fail in spinwire, one variant per failing step.
+///
+/// Data-path failures of one connection (a corrupt peer, a dead peer) fail that connection only; they
+/// surface as [`Error::Disconnected`] / [`Error::Fabric`] from its methods and as an
+/// [`Event`](crate::Event) from [`Engine::try_event`](crate::Engine::try_event).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The endpoint string is not a valid `shm://name` or `rdma://host:port` URL.
+    #[error("bad endpoint {endpoint:?}: {reason}")]
+    BadEndpoint {
+        /// The string that was given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The endpoint names a fabric this build does not include (e.g. `rdma://` without the `rdma`
+    /// feature).
+    #[error("fabric {fabric:?} is not compiled into this build (enable the `{fabric}` feature)")]
+    FabricNotCompiled {
+        /// The URL scheme.
+        fabric: &'static str,
+    },
+    /// The engine configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Spawning or pinning a thread failed.
+    #[error("could not start the {what} thread")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A poller core id is not a core this process may run on.
+    #[error(
+        "core {core} is not available to this process (pollers must be pinned to allowed cores)"
+    )]
+    BadCore {
+        /// The core id given to [`EngineBuilder::pollers`](crate::EngineBuilder::pollers).
+        core: usize,
+    },
+    /// Listening on an endpoint failed.
+    #[error("listen on {endpoint:?} failed")]
+    Listen {
+        /// The endpoint.
+        endpoint: String,
+        /// The cause (rendezvous / rdma_cm error).
+        #[source]
+        source: BoxError,
+    },
+    /// Connecting to an endpoint failed.
+    #[error("connect to {endpoint:?} failed")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// The cause (rendezvous / rdma_cm error).
+        #[source]
+        source: BoxError,
+    },
+    /// Setting up the fabric resources of a connection failed (shared-memory segment, queue pair).
+    #[error("fabric setup failed: {0}")]
+    Setup(String),
+    /// The wait ran out.
+    #[error("timed out")]
+    Timeout,
+    /// Nothing available right now (no free buffer yet, no credits): retry.
+    #[error("would block")]
+    WouldBlock,
+    /// No free buffer: every buffer of the connection's send pool is in flight or held by the
+    /// application.
+    #[error("send buffer pool exhausted ({count} buffers, all in flight or held)")]
+    PoolExhausted {
+        /// Buffers in the pool.
+        count: usize,
+    },
+    /// A message larger than the connection's buffers; segmentation is not supported.
+    #[error("message of {size} bytes exceeds the maximum message size of {max} bytes")]
+    MessageTooLarge {
+        /// The size that was asked for.
+        size: usize,
+        /// [`Connection::max_message_size`](crate::Connection::max_message_size).
+        max: usize,
+    },
+    /// The connection is closed: the peer went away or closed it.
+    #[error("connection disconnected")]
+    Disconnected,
+    /// The connection failed on the data path (e.g. the peer wrote an invalid descriptor).
+    #[error("connection failed: {0}")]
+    Fabric(#[from] FabricError),
+    /// A [`SendBuf`] was sent on a connection other than the one it was allocated from.
+    #[error("buffer belongs to another connection")]
+    ForeignBuffer,
+    /// The engine is shutting down or its control thread is gone.
+    #[error("engine is shut down")]
+    Shutdown,
+}
+
+/// A data-path failure of one connection, reported by a fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FabricError {
+    /// The peer wrote something invalid into shared state (shm segment, immediate data).
+    #[error("peer protocol violation: {0}")]
+    Protocol(&'static str),
+    /// The peer closed the connection or stopped responding.
+    #[error("peer closed the connection")]
+    PeerClosed,
+    /// The fabric reported an error completion / OS error (errno).
+    #[error("fabric I/O error (errno {0})")]
+    Io(i32),
+}
+
+/// [`Connection::send`](crate::Connection::send) failed; the buffer is handed back so it can be
+/// retried or dropped (dropping returns it to the pool).
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError<'c> {
+    /// No credits, or the send ring is full: retry later (after [`Engine::poll`](crate::Engine::poll)
+    /// in run-to-completion mode).
+    #[error("would block: no credits or send ring full")]
+    WouldBlock(SendBuf<'c>),
+    /// [`Connection::send_timeout`](crate::Connection::send_timeout) ran out.
+    #[error("send timed out")]
+    Timeout(SendBuf<'c>),
+    /// The connection is closed or failed.
+    #[error("connection closed: {error}")]
+    Closed {
+        /// The buffer.
+        buf: SendBuf<'c>,
+        /// Why: [`Error::Disconnected`] or a [`FabricError`].
+        error: Error,
+    },
+}
+
+impl<'c> SendError<'c> {
+    /// Takes the buffer back.
+    pub fn into_buf(self) -> SendBuf<'c> {
+        match self {
+            SendError::WouldBlock(b) | SendError::Timeout(b) => b,
+            SendError::Closed { buf, .. } => buf,
+        }
+    }
+
+    /// True for [`SendError::WouldBlock`].
+    pub fn is_would_block(&self) -> bool {
+        matches!(self, SendError::WouldBlock(_))
+    }
+}
+
+impl std::fmt::Debug for SendError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::WouldBlock(_) => f.pad("WouldBlock(..)"),
+            SendError::Timeout(_) => f.pad("Timeout(..)"),
+            SendError::Closed { error, .. } => {
+                f.debug_struct("Closed").field("error", error).finish()
+            }
+        }
+    }
+}
+
+impl From<SendError<'_>> for Error {
+    /// Drops the buffer (back to the pool) and keeps the reason.
+    fn from(e: SendError<'_>) -> Error {
+        match e {
+            SendError::WouldBlock(_) => Error::WouldBlock,
+            SendError::Timeout(_) => Error::Timeout,
+            SendError::Closed { error, .. } => error,
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! shm connection setup: rendezvous over `cm::uds`, parameter negotiation, segment creation
+//! (listening side) and attachment (connecting side). Runs on the control thread (accepts) or on
+//! the thread calling `connect`, never on a poller.
+
+use std::any::Any;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cm::uds::{self, ConnParams, RejectReason, UdsListener, UdsStream};
+
+use crate::config::Config;
+use crate::desc::{PoolView, INLINE_MAX};
+use crate::error::Error;
+
+use super::datapath::ShmConn;
+use super::wire::{self, slots_for_inline, Params, Segment};
+
+/// How long the listening side waits for each handshake step of an accepted connection (it runs
+/// on the control thread, which also watches every other connection for hang-ups).
+pub(crate) const ACCEPT_STEP_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// A fully set-up shm connection, before it is registered with the engine.
+pub(crate) struct Established {
+    pub(crate) conn: ShmConn,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) keep: Arc<dyn Any + Send + Sync>,
+    pub(crate) segment: Segment,
+    pub(crate) stream: UdsStream,
+}
+
+/// The params this engine proposes (connector) / requires (listener).
+pub(crate) fn params_for(cfg: &Config) -> Result<Params, Error> {
+    // The wire wants buffer sizes in multiples of 64 and at least 64.
+    let buffer_size = cfg.buffer_size.max(64).next_multiple_of(64);
+    let buffer_size = u32::try_from(buffer_size)
+        .ok()
+        .filter(|&b| b <= wire::layout::MAX_BUFFER_SIZE)
+        .ok_or_else(|| {
+            Error::Setup(format!(
+                "shm buffer size {} exceeds the shm limit of {} bytes",
+                cfg.buffer_size,
+                wire::layout::MAX_BUFFER_SIZE
+            ))
+        })?;
+    let inline_max = cfg.inline_threshold.min(INLINE_MAX);
+    // Enough slots for `depth` messages of the largest inline size.
+    let slots = cfg.depth.saturating_mul(slots_for_inline(inline_max));
+    let ring_depth = slots.next_power_of_two().clamp(
+        wire::layout::MIN_RING_DEPTH as usize,
+        wire::layout::MAX_RING_DEPTH as usize,
+    );
+    let p = Params {
+        buffer_size,
+        buffer_count: cfg.buffers as u32,
+        ring_depth: ring_depth as u32,
+        inline_max: inline_max as u32,
+    };
+    p.validate()
+        .map_err(|e| Error::Setup(format!("shm parameters: {e}")))?;
+    Ok(p)
+}
+
+fn to_conn_params(p: &Params) -> ConnParams {
+    ConnParams {
+        buffer_size: p.buffer_size,
+        buffer_count: p.buffer_count,
+        ring_depth: p.ring_depth,
+        inline_max: p.inline_max,
+        flags: 0,
+    }
+}
+
+fn from_conn_params(c: &ConnParams) -> Params {
+    Params {
+        buffer_size: c.buffer_size,
+        buffer_count: c.buffer_count,
+        ring_depth: c.ring_depth,
+        inline_max: c.inline_max,
+    }
+}
+
+fn setup_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Setup(format!("{what}: {e}"))
+}
+
+/// Builds the data-path state and pool views of a segment both sides are attached to.
+fn establish(segment: Segment, stream: UdsStream, cfg: &Config) -> Result<Established, Error> {
+    let (tx, rx) = segment
+        .split()
+        .map_err(|e| setup_err("splitting the shm segment", e))?;
+    let p = *segment.params();
+    let tx_base = tx
+        .buffer_ptr(0)
+        .map_err(|e| setup_err("shm send pool", e))?;
+    let rx_base = rx
+        .buffer_ptr(0)
+        .map_err(|e| setup_err("shm receive pool", e))?;
+    // SAFETY: each direction's pool is `buffer_count` buffers of `buffer_size` bytes contiguous
+    // from buffer 0 inside the mapping, which `keep` (a segment handle, held by every user of
+    // the views) keeps mapped; `Layout::new` checked the total fits the address space.
+    let (tx_pool, rx_pool) = unsafe {
+        (
+            PoolView::new(tx_base, p.buffer_size as usize, p.buffer_count),
+            PoolView::new(rx_base, p.buffer_size as usize, p.buffer_count),
+        )
+    };
+    let conn = ShmConn::new(
+        tx,
+        rx,
+        segment.clone(),
+        tx_pool,
+        p.inline_max as usize,
+        cfg.depth,
+    );
+    Ok(Established {
+        conn,
+        tx_pool,
+        rx_pool,
+        keep: Arc::new(segment.clone()),
+        segment,
+        stream,
+    })
+}
+
+/// Connects to the listener named `name` (connecting side, segment side B). Blocks up to
+/// `timeout` in total; runs on the calling application thread.
+pub(crate) fn connect(
+    name: &str,
+    endpoint: &str,
+    cfg: &Config,
+    timeout: Duration,
+) -> Result<Established, Error> {
+    let cerr = |e: uds::UdsError| match e {
+        uds::UdsError::Timeout { .. } => Error::Timeout,
+        e => Error::Connect {
+            endpoint: endpoint.to_owned(),
+            source: Box::new(e),
+        },
+    };
+    let ours = params_for(cfg)?;
+    let deadline = std::time::Instant::now() + timeout;
+    let left = || deadline.saturating_duration_since(std::time::Instant::now());
+    let mut stream = uds::connect(name, left()).map_err(cerr)?;
+    stream
+        .send_hello(&to_conn_params(&ours), left())
+        .map_err(cerr)?;
+    let offer = stream.recv_offer(left()).map_err(cerr)?;
+    let theirs = from_conn_params(&offer.params);
+    if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
+        let _ = stream.send_abort(RejectReason::ParamsInvalid, left());
+        return Err(Error::Setup(format!(
+            "listener offered invalid shm parameters {theirs:?}"
+        )));
+    }
+    if theirs.buffer_size != ours.buffer_size || theirs.buffer_count != ours.buffer_count {
+        let _ = stream.send_abort(RejectReason::ParamsMismatch, left());
+        return Err(Error::Setup(format!(
+            "listener offered shm parameters {theirs:?}, we need {ours:?}"
+        )));
+    }
+    let segment = match Segment::attach(offer.segment.as_fd(), &theirs) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = stream.send_abort(RejectReason::SegmentFailed, left());
+            return Err(setup_err("attaching the shm segment", e));
+        }
+    };
+    drop(offer);
+    stream.send_ready(left()).map_err(cerr)?;
+    establish(segment, stream, cfg)
+}
+
+/// A listening shm endpoint (segment side A for every accepted connection).
+pub(crate) struct ShmListener {
+    uds: UdsListener,
+    params: Params,
+}
+
+impl ShmListener {
+    /// Binds `name`.
+    pub(crate) fn bind(name: &str, endpoint: &str, cfg: &Config) -> Result<ShmListener, Error> {
+        let params = params_for(cfg)?;
+        let uds = UdsListener::bind(name).map_err(|e| Error::Listen {
+            endpoint: endpoint.to_owned(),
+            source: Box::new(e),
+        })?;
+        Ok(ShmListener { uds, params })
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.uds.as_raw_fd()
+    }
+
+    /// Accepts and sets up one pending connection, if any. The handshake steps are bounded by
+    /// [`ACCEPT_STEP_TIMEOUT`] each.
+    pub(crate) fn try_accept(&self, cfg: &Config) -> Result<Option<Established>, Error> {
+        let lerr = |e: uds::UdsError| Error::Setup(format!("shm accept: {e}"));
+        let Some(mut stream) = self.uds.try_accept().map_err(lerr)? else {
+            return Ok(None);
+        };
+        let t = ACCEPT_STEP_TIMEOUT;
+        let hello = stream.recv_hello(t).map_err(lerr)?;
+        let theirs = from_conn_params(&hello.params);
+        if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
+            let _ = stream.send_reject(RejectReason::ParamsInvalid, t);
+            return Err(Error::Setup(format!(
+                "connector proposed invalid shm parameters {theirs:?}"
+            )));
+        }
+        if theirs.buffer_size != self.params.buffer_size
+            || theirs.buffer_count != self.params.buffer_count
+        {
+            let _ = stream.send_reject(RejectReason::ParamsMismatch, t);
+            return Err(Error::Setup(format!(
+                "connector proposed shm parameters {theirs:?}, this listener needs {:?}",
+                self.params
+            )));
+        }
+        // Ring depth and inline size: the connector's choice (both validated).
+        let (segment, fd) = match Segment::create(&theirs) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = stream.send_reject(RejectReason::SegmentFailed, t);
+                return Err(setup_err("creating the shm segment", e));
+            }
+        };
+        stream
+            .send_accept(&hello.params, fd.as_fd(), t)
+            .map_err(lerr)?;
+        drop(fd);
+        stream.recv_ready(t).map_err(lerr)?;
+        establish(segment, stream, cfg).map(Some)
+    }
+}

@@ -1,0 +1,443 @@
+//! Pollers: the data-path agents.
+//!
+//! A [`Poller<F>`] is an Aeron-style agent: [`Poller::do_work`] runs one cycle and returns how much
+//! work it did; the thread driving it (a dedicated pinned poller thread, or an application thread
+//! in run-to-completion mode, see [`InlineAgents`]) applies its idle strategy when that is zero.
+//! Both modes run exactly this code.
+//!
+//! One cycle:
+//! 1. drain at most [`COMMAND_BUDGET`] commands from the control thread (add / remove a
+//!    connection, a fabric command);
+//! 2. poll shared completion sources ([`Fabric::poll_shared`]);
+//! 3. for each connection: receive a burst into the application's receive ring, drain the
+//!    application's send ring and post it in one batch, return dropped receive buffers, reclaim
+//!    send buffers and credits, publish (one index store / doorbell).
+//!
+//! No locks, allocation, syscalls or logging: connection tables and notice backlogs are allocated
+//! up front; failures become counters, connection state and notices to the control thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use rings::{Consumer, Producer};
+
+use crate::conn::ConnShared;
+use crate::desc::{PoolView, RxDesc, TxDesc};
+use crate::error::FabricError;
+use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
+use crate::stats::PollerCounters;
+
+/// Most commands a poller takes per cycle.
+pub(crate) const COMMAND_BUDGET: usize = 8;
+/// A poller runs the per-connection liveness check every this many cycles.
+const CHECK_EVERY: u64 = 4096;
+
+/// A control-thread -> poller command.
+pub(crate) enum Command<F: Fabric> {
+    /// Serve a new connection.
+    Add(Box<PollerConn<F::Conn>>),
+    /// Stop serving connection `id` (closed by the application or its peer).
+    Remove(u64),
+    /// A command for the poller's fabric state.
+    #[allow(dead_code)]
+    Fabric(F::Command),
+}
+
+/// A poller -> control-thread notice.
+pub(crate) enum Notice<C> {
+    /// The poller no longer serves this connection; the control thread releases its resources
+    /// (unmap, close) off the data path. `error` is set when the data path failed it.
+    Retired {
+        conn: Box<PollerConn<C>>,
+        error: Option<FabricError>,
+    },
+}
+
+/// The poller's half of one connection.
+pub(crate) struct PollerConn<C> {
+    pub(crate) id: u64,
+    pub(crate) fabric: C,
+    pub(crate) tx: Consumer<TxDesc>,
+    pub(crate) free: Producer<u32>,
+    pub(crate) rx: Producer<RxDesc>,
+    pub(crate) release: Consumer<u32>,
+    /// Send buffers held by the poller/fabric: bit `i` of word `i / 64`.
+    pub(crate) tx_owned: Box<[u64]>,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) shared: Arc<ConnShared>,
+    pub(crate) credits_returned: u64,
+}
+
+/// The poller side of a connection's send buffers: index and length checks.
+#[inline]
+fn valid_tx(d: &TxDesc, pool: &PoolView) -> bool {
+    d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
+}
+
+impl<C: FabricConn> PollerConn<C> {
+    /// Steps 3-5 of the cycle for this connection. Returns the work done.
+    #[inline]
+    fn service(&mut self, batch: usize, counters: &PollerCounters) -> Result<usize, FabricError> {
+        let mut work = 0;
+        let PollerConn {
+            fabric,
+            tx,
+            free,
+            rx,
+            release,
+            tx_owned,
+            tx_pool,
+            rx_pool,
+            shared,
+            ..
+        } = self;
+
+        // Receive: at most `batch`, and no more than the application's ring can take.
+        {
+            let mut chunk = rx.write_chunk_uninit_up_to(batch);
+            if chunk.is_empty() {
+                counters.rx_ring_full.add(1);
+            } else {
+                let (a, b) = chunk.as_mut_slices();
+                let mut sink = RxSink::new(a, b, rx_pool);
+                let res = fabric.poll_rx(&mut sink);
+                let n = sink.written();
+                let bytes = sink.bytes();
+                // SAFETY: the sink initialised exactly its first `n` slots, in order.
+                unsafe { chunk.commit(n) };
+                res?;
+                if n > 0 {
+                    work += n;
+                    counters.rx_msgs.add(n as u64);
+                    shared.counters.rx_msgs.add(n as u64);
+                    shared.counters.rx_bytes.add(bytes);
+                }
+            }
+        }
+
+        let mut done = TxDone {
+            free,
+            owned: tx_owned,
+            credits: 0,
+            freed: 0,
+        };
+
+        // Send: drain one batch of the application's send ring.
+        {
+            let chunk = tx.read_chunk_up_to(batch);
+            if !chunk.is_empty() {
+                let (a, b) = chunk.as_slices();
+                let offered = a.len() + b.len();
+                let mut bytes = 0u64;
+                for d in a.iter().chain(b) {
+                    if !valid_tx(d, tx_pool) {
+                        return Err(FabricError::Protocol("invalid send descriptor"));
+                    }
+                    done.owned[(d.buf / 64) as usize] |= 1u64 << (d.buf % 64);
+                    bytes += u64::from(d.len);
+                }
+                let mut accepted = fabric.post_send(a, &mut done)?;
+                if accepted == a.len() && !b.is_empty() {
+                    accepted += fabric.post_send(b, &mut done)?;
+                }
+                let accepted = accepted.min(offered);
+                if accepted < offered {
+                    counters.tx_stalls.add(1);
+                    shared.counters.tx_stalls.add(1);
+                    // Not accepted: still the application's queue, offered again next cycle.
+                    for d in a.iter().chain(b).skip(accepted) {
+                        done.owned[(d.buf / 64) as usize] &= !(1u64 << (d.buf % 64));
+                        bytes -= u64::from(d.len);
+                    }
+                }
+                chunk.release(accepted);
+                if accepted > 0 {
+                    work += accepted;
+                    counters.tx_msgs.add(accepted as u64);
+                    counters.tx_batches.add(1);
+                    shared.counters.tx_msgs.add(accepted as u64);
+                    shared.counters.tx_bytes.add(bytes);
+                }
+            }
+        }
+
+        // Recycle: receive buffers the application dropped.
+        {
+            let chunk = release.read_chunk_up_to(batch);
+            if !chunk.is_empty() {
+                let (a, b) = chunk.as_slices();
+                fabric.release_rx(a)?;
+                if !b.is_empty() {
+                    fabric.release_rx(b)?;
+                }
+                work += chunk.len();
+                chunk.release_all();
+            }
+        }
+
+        // Reclaim send buffers and credits.
+        work += fabric.reclaim(&mut done)?;
+        let credits = done.credits;
+        if credits > 0 {
+            let _ = done;
+            self.credits_returned += credits;
+            self.shared
+                .credits
+                .store(self.credits_returned, Ordering::Release);
+        }
+        self.fabric.flush()?;
+        Ok(work)
+    }
+}
+
+/// One data-path agent: a fabric's per-poller state and the connections it serves.
+pub(crate) struct Poller<F: Fabric> {
+    fabric: F,
+    slots: Vec<Option<Box<PollerConn<F::Conn>>>>,
+    active: Vec<u32>,
+    free_slots: Vec<u32>,
+    commands: Consumer<Command<F>>,
+    notices: Producer<Notice<F::Conn>>,
+    backlog: Vec<Notice<F::Conn>>,
+    counters: Arc<PollerCounters>,
+    batch: usize,
+    cycle: u64,
+}
+
+impl<F: Fabric> Poller<F> {
+    /// A poller with room for `max_conns` connections (allocated now, never again).
+    pub(crate) fn new(
+        fabric: F,
+        commands: Consumer<Command<F>>,
+        notices: Producer<Notice<F::Conn>>,
+        counters: Arc<PollerCounters>,
+        max_conns: usize,
+        batch: usize,
+    ) -> Poller<F> {
+        let mut slots = Vec::with_capacity(max_conns);
+        slots.resize_with(max_conns, || None);
+        Poller {
+            fabric,
+            slots,
+            active: Vec::with_capacity(max_conns),
+            free_slots: (0..max_conns as u32).rev().collect(),
+            commands,
+            notices,
+            backlog: Vec::with_capacity(max_conns),
+            counters,
+            batch,
+            cycle: 0,
+        }
+    }
+
+    /// One cycle; returns the work done (0: idle). `now_ns` is the engine's coarse clock.
+    #[inline]
+    pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
+        let mut work = 0;
+        self.cycle = self.cycle.wrapping_add(1);
+
+        // 1. Commands (bounded).
+        for _ in 0..COMMAND_BUDGET {
+            match self.commands.pop() {
+                Ok(cmd) => {
+                    work += 1;
+                    self.counters.commands.add(1);
+                    self.on_command(cmd);
+                }
+                Err(_) => break,
+            }
+        }
+        if !self.backlog.is_empty() {
+            self.flush_backlog();
+        }
+
+        // 2. Shared completion sources.
+        work += self.fabric.poll_shared(&mut ConnTable {
+            slots: &mut self.slots,
+        });
+
+        // 3-5. Each connection.
+        let check = self.cycle % CHECK_EVERY == 0;
+        let mut i = 0;
+        while i < self.active.len() {
+            let slot = self.active[i] as usize;
+            let Some(Some(conn)) = self.slots.get_mut(slot) else {
+                i += 1;
+                continue;
+            };
+            let mut res = conn.service(self.batch, &self.counters);
+            if check && res.is_ok() {
+                res = conn.fabric.check_peer(now_ns).map(|()| 0);
+            }
+            match res {
+                Ok(n) => {
+                    work += n;
+                    i += 1;
+                }
+                Err(e) => {
+                    self.counters.conn_errors.add(1);
+                    self.retire(i, Some(e));
+                    work += 1;
+                }
+            }
+        }
+
+        self.counters.cycles.add(1);
+        if work > 0 {
+            self.counters.busy_cycles.add(1);
+        } else {
+            self.counters.empty_cycles.add(1);
+        }
+        work
+    }
+
+    fn on_command(&mut self, cmd: Command<F>) {
+        match cmd {
+            Command::Add(mut conn) => match self.free_slots.pop() {
+                Some(slot) => {
+                    conn.fabric.attached(slot);
+                    self.slots[slot as usize] = Some(conn);
+                    self.active.push(slot);
+                    self.counters.connections.set(self.active.len() as u64);
+                }
+                None => {
+                    // The control thread checks capacity before sending; this is a last resort.
+                    self.counters.conn_errors.add(1);
+                    conn.shared
+                        .fail(FabricError::Protocol("poller connection table full"));
+                    self.notify(Notice::Retired {
+                        conn,
+                        error: Some(FabricError::Protocol("poller connection table full")),
+                    });
+                }
+            },
+            Command::Remove(id) => {
+                if let Some(i) = self
+                    .active
+                    .iter()
+                    .position(|&s| matches!(&self.slots[s as usize], Some(c) if c.id == id))
+                {
+                    // Last chance for sends the application queued before closing, and for
+                    // messages the peer sent before it went away.
+                    let slot = self.active[i] as usize;
+                    if let Some(conn) = self.slots[slot].as_mut() {
+                        let _ = conn.service(self.batch, &self.counters);
+                        conn.fabric.close();
+                    }
+                    self.retire(i, None);
+                }
+            }
+            Command::Fabric(c) => self.fabric.on_command(c),
+        }
+    }
+
+    /// Removes `active[i]` and hands it to the control thread.
+    fn retire(&mut self, i: usize, error: Option<FabricError>) {
+        let slot = self.active.swap_remove(i);
+        self.counters.connections.set(self.active.len() as u64);
+        if let Some(mut conn) = self.slots[slot as usize].take() {
+            self.free_slots.push(slot);
+            if let Some(e) = error {
+                conn.shared.fail(e);
+                conn.fabric.close();
+            }
+            self.notify(Notice::Retired { conn, error });
+        }
+    }
+
+    fn notify(&mut self, notice: Notice<F::Conn>) {
+        if !self.backlog.is_empty() {
+            self.flush_backlog();
+        }
+        if self.backlog.is_empty() {
+            if let Err(rings::PushError::Full(n)) = self.notices.push(notice) {
+                self.backlog.push(n);
+            }
+        } else {
+            // Capacity reserved up front: at most one notice per connection slot is pending.
+            self.backlog.push(notice);
+        }
+    }
+
+    fn flush_backlog(&mut self) {
+        while let Some(n) = self.backlog.pop() {
+            if let Err(rings::PushError::Full(n)) = self.notices.push(n) {
+                self.backlog.push(n);
+                break;
+            }
+        }
+    }
+
+    /// Retires every connection (engine shutdown).
+    pub(crate) fn retire_all(&mut self) {
+        while !self.active.is_empty() {
+            let slot = self.active[0] as usize;
+            if let Some(conn) = self.slots[slot].as_mut() {
+                conn.fabric.close();
+            }
+            self.retire(0, None);
+        }
+    }
+}
+
+/// Everything one poller thread drives: one [`Poller`] per compiled-in fabric. A fabric added to
+/// the engine (RDMA) adds its `Poller<..>` field here.
+pub(crate) struct Agents {
+    pub(crate) shm: Poller<crate::fabric::shm::ShmFabric>,
+}
+
+impl Agents {
+    /// One cycle of every agent.
+    #[inline]
+    pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
+        self.shm.do_work(now_ns)
+    }
+
+    pub(crate) fn retire_all(&mut self) {
+        self.shm.retire_all();
+    }
+}
+
+/// The run-to-completion poller: the same [`Agents`], driven by whichever application thread
+/// calls [`Engine::poll`](crate::Engine::poll) (explicitly or inside `send`/`recv`). A
+/// non-blocking ownership flag keeps it single-threaded: a thread that finds it taken does not
+/// wait (the owner is doing the work for everyone).
+pub(crate) struct InlineAgents {
+    busy: AtomicBool,
+    agents: std::cell::UnsafeCell<Agents>,
+}
+
+// SAFETY: `agents` is only accessed while `busy` is held (acquired with an Acquire CAS, released
+// with a Release store), so at most one thread touches it at a time; `Agents` is `Send`.
+unsafe impl Sync for InlineAgents {}
+
+impl InlineAgents {
+    pub(crate) fn new(agents: Agents) -> InlineAgents {
+        InlineAgents {
+            busy: AtomicBool::new(false),
+            agents: std::cell::UnsafeCell::new(agents),
+        }
+    }
+
+    /// Runs one cycle if no other thread is running one; returns the work done.
+    #[inline]
+    pub(crate) fn try_poll(&self, now_ns: u64) -> usize {
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return 0;
+        }
+        // SAFETY: we hold `busy`, so no other thread accesses `agents` until the store below.
+        let work = unsafe { (*self.agents.get()).do_work(now_ns) };
+        self.busy.store(false, Ordering::Release);
+        work
+    }
+
+    /// Takes the agents out (engine shutdown: no other user is left).
+    pub(crate) fn into_inner(self) -> Agents {
+        self.agents.into_inner()
+    }
+}

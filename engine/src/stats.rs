@@ -1,0 +1,150 @@
+//! Counters: written by one thread with plain stores, read by anyone as snapshots.
+//!
+//! Each counter has exactly one writer at a time (a poller, or the application thread that owns a
+//! connection), so an increment is a relaxed load plus a relaxed store (two plain `mov`s on
+//! x86-64), never an atomic read-modify-write. Readers take [`Copy`] snapshots of plain `u64`s.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A single-writer counter.
+#[derive(Debug, Default)]
+#[repr(transparent)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`. Only the counter's single writer may call this.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Sets the value. Only the counter's single writer may call this.
+    #[inline]
+    pub(crate) fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// Reads the value.
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Live counters of one poller (written by the thread driving it).
+#[derive(Debug, Default)]
+pub(crate) struct PollerCounters {
+    pub(crate) cycles: Counter,
+    pub(crate) busy_cycles: Counter,
+    pub(crate) empty_cycles: Counter,
+    pub(crate) commands: Counter,
+    pub(crate) rx_msgs: Counter,
+    pub(crate) tx_msgs: Counter,
+    pub(crate) tx_batches: Counter,
+    pub(crate) tx_stalls: Counter,
+    pub(crate) rx_ring_full: Counter,
+    pub(crate) conn_errors: Counter,
+    pub(crate) connections: Counter,
+}
+
+impl PollerCounters {
+    pub(crate) fn snapshot(&self, core: Option<usize>) -> PollerStats {
+        PollerStats {
+            core,
+            cycles: self.cycles.get(),
+            busy_cycles: self.busy_cycles.get(),
+            empty_cycles: self.empty_cycles.get(),
+            commands: self.commands.get(),
+            rx_msgs: self.rx_msgs.get(),
+            tx_msgs: self.tx_msgs.get(),
+            tx_batches: self.tx_batches.get(),
+            tx_stalls: self.tx_stalls.get(),
+            rx_ring_full: self.rx_ring_full.get(),
+            conn_errors: self.conn_errors.get(),
+            connections: self.connections.get(),
+        }
+    }
+}
+
+/// A snapshot of one poller's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PollerStats {
+    /// The core the poller is pinned to; `None` for the run-to-completion poller.
+    pub core: Option<usize>,
+    /// Cycles run.
+    pub cycles: u64,
+    /// Cycles that did work.
+    pub busy_cycles: u64,
+    /// Cycles that found nothing to do (the idle strategy ran).
+    pub empty_cycles: u64,
+    /// Commands taken from the control thread.
+    pub commands: u64,
+    /// Messages delivered to applications.
+    pub rx_msgs: u64,
+    /// Messages posted to the fabric.
+    pub tx_msgs: u64,
+    /// Send batches posted (doorbells).
+    pub tx_batches: u64,
+    /// Times the fabric accepted fewer sends than offered (no credits / ring full).
+    pub tx_stalls: u64,
+    /// Times received messages waited because an application's receive ring was full.
+    pub rx_ring_full: u64,
+    /// Connections failed on this poller (protocol violations, fabric errors).
+    pub conn_errors: u64,
+    /// Connections served now.
+    pub connections: u64,
+}
+
+/// Engine-wide counters: [`Engine::counters`](crate::Engine::counters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineStats {
+    /// One entry per poller (the run-to-completion poller has `core: None`).
+    pub pollers: Vec<PollerStats>,
+    /// Events dropped because the application did not drain [`Engine::try_event`](crate::Engine::try_event).
+    pub events_dropped: u64,
+    /// Connections established since start.
+    pub connections_opened: u64,
+    /// Connections torn down since start.
+    pub connections_closed: u64,
+}
+
+/// Per-connection counters written by its poller.
+#[derive(Debug, Default)]
+pub(crate) struct ConnCounters {
+    pub(crate) rx_msgs: Counter,
+    pub(crate) rx_bytes: Counter,
+    pub(crate) tx_msgs: Counter,
+    pub(crate) tx_bytes: Counter,
+    pub(crate) tx_stalls: Counter,
+}
+
+/// A snapshot of one connection's counters: [`Connection::stats`](crate::Connection::stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnStats {
+    /// Messages the poller delivered to this connection's receive ring.
+    pub rx_msgs: u64,
+    /// Payload bytes of those.
+    pub rx_bytes: u64,
+    /// Messages the poller posted to the fabric.
+    pub tx_msgs: u64,
+    /// Payload bytes of those.
+    pub tx_bytes: u64,
+    /// Times the fabric accepted fewer sends than offered.
+    pub tx_stalls: u64,
+    /// Messages the application handed to `send` successfully.
+    pub sent: u64,
+    /// Messages the application received.
+    pub received: u64,
+    /// `send` calls that returned `WouldBlock` (no credits).
+    pub would_block: u64,
+    /// `alloc` calls that found no free buffer.
+    pub alloc_failures: u64,
+    /// Messages in flight now (sent, credit not yet returned).
+    pub in_flight: u64,
+}
