@@ -1,0 +1,460 @@
+//! Command-line interface: every subcommand and knob, parsed with clap's derive API.
+//!
+//! The structs here are plain data; [`crate::run`] turns them into a validated
+//! [`crate::run::Plan`] before anything is measured.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Default shared-memory endpoint a `--server` listens on.
+pub const DEFAULT_SERVER_ENDPOINT: &str = "shm://spinwire-bench";
+
+/// spinwire benchmark: latency, message rate and bandwidth, with HdrHistogram jitter reports.
+///
+/// Runs ping-pong latency (`lat`), one-way streaming rate (`rate`), sweeps over message sizes
+/// (`sweep`) and the machine's own floor (`floor`: bare cache-line ping-pong between two pinned
+/// threads). Without `--server` or `--client` both sides run in this process (loopback).
+///
+/// Threads: in loopback `--mode inline` (the default) runs one app thread per side, pinned to the
+/// two `--app-cores`, each driving its own engine: two busy threads in all, which fits a 2-core
+/// machine. `--mode dedicated` adds one pinned poller thread per `--poller-cores` entry; it needs
+/// at least three cores to avoid oversubscription (or `--idle backoff`).
+#[derive(Debug, Parser)]
+#[command(name = "bench", version, about, long_about, max_term_width = 100)]
+pub struct Cli {
+    /// What to measure.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ping-pong round trip: the client sends `--size` bytes, the server echoes them; reports RTT
+    /// and RTT/2 percentiles.
+    Lat(LatArgs),
+    /// One-way streaming rate: keeps up to `--depth` messages in flight and reports msgs/s, MB/s
+    /// and Gb/s measured at the receiver.
+    Rate(RateArgs),
+    /// Runs `lat` and/or `rate` over message sizes (powers of two up to `--max-size`, or
+    /// `--sizes`), optionally crossed with one other knob; measures `floor` first.
+    Sweep(SweepArgs),
+    /// The machine's floor on the chosen `--app-cores`: bare cache-line ping-pong RTT and a
+    /// minimal SPSC streaming rate between two pinned threads.
+    Floor(FloorArgs),
+}
+
+/// Which side(s) of the benchmark this process runs.
+#[derive(Debug, Clone, Args)]
+#[group(multiple = false)]
+pub struct RoleArgs {
+    /// Run only the server side: listen on ENDPOINT (default shm://spinwire-bench) and echo /
+    /// count what clients send, until Ctrl-C (or the first client leaves, with --once).
+    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1,
+          default_missing_value = DEFAULT_SERVER_ENDPOINT)]
+    pub server: Option<String>,
+    /// Run only the client side against a server at ENDPOINT (e.g. shm://spinwire-bench or
+    /// rdma://10.0.0.1:7471).
+    #[arg(long, value_name = "ENDPOINT")]
+    pub client: Option<String>,
+    /// Run both sides in this process (the default when neither --server nor --client is given).
+    #[arg(long)]
+    pub loopback: bool,
+}
+
+/// Fabric to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fabric {
+    /// Shared memory between processes on one host.
+    Shm,
+    /// RDMA verbs (needs the `rdma` feature at build time).
+    Rdma,
+}
+
+impl Fabric {
+    /// Lower-case name, as in endpoints and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fabric::Shm => "shm",
+            Fabric::Rdma => "rdma",
+        }
+    }
+}
+
+/// Threading mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Run to completion: no poller thread; each app thread drives its own engine.
+    Inline,
+    /// One dedicated pinned poller thread per `--poller-cores` entry; app threads exchange
+    /// descriptors with it through SPSC rings.
+    Dedicated,
+}
+
+impl Mode {
+    /// Lower-case name, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Inline => "inline",
+            Mode::Dedicated => "dedicated",
+        }
+    }
+}
+
+/// What idle threads do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Idle {
+    /// Busy-spin: lowest latency, one core per busy thread.
+    Spin,
+    /// Spin, then yield, then park briefly: kinder to shared machines, higher tail latency.
+    Backoff,
+}
+
+impl Idle {
+    /// Lower-case name, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Idle::Spin => "spin",
+            Idle::Backoff => "backoff",
+        }
+    }
+}
+
+/// Knobs shared by `lat`, `rate` and `sweep`.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub role: RoleArgs,
+
+    /// Fabric to measure. `rdma` needs a build with `--features rdma`.
+    #[arg(long, value_enum, default_value_t = Fabric::Shm, help_heading = "Fabric")]
+    pub fabric: Fabric,
+
+    /// Measured iterations (round trips for lat, messages for rate).
+    /// [default: lat 100000, rate 1000000]
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "duration",
+        help_heading = "Run length"
+    )]
+    pub iters: Option<u64>,
+    /// Measure for a fixed time instead of a fixed count, e.g. `2s`, `500ms`, `1.5`.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration, help_heading = "Run length")]
+    pub duration: Option<Duration>,
+    /// Unmeasured iterations before measuring (warms caches, pages and branch predictors).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 10_000,
+        help_heading = "Run length"
+    )]
+    pub warmup: u64,
+    /// Fixed offered load in messages per second (0 = as fast as possible). lat records with
+    /// HdrHistogram's expected-interval correction for coordinated omission.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Run length"
+    )]
+    pub rate: u64,
+
+    /// Threading mode. `inline` needs one core per side; `dedicated` adds the poller cores.
+    #[arg(long, value_enum, default_value_t = Mode::Inline, help_heading = "Threads")]
+    pub mode: Mode,
+    /// Cores for dedicated poller threads, e.g. `2` or `2,3` [default: the first core not in
+    /// --app-cores, else the last core].
+    #[arg(
+        long,
+        value_name = "CORES",
+        value_delimiter = ',',
+        help_heading = "Threads"
+    )]
+    pub poller_cores: Vec<usize>,
+    /// Cores for the app threads: client first, then server (loopback uses both; --server and
+    /// --client use the first) [default: 0,1].
+    #[arg(
+        long,
+        value_name = "CORES",
+        value_delimiter = ',',
+        help_heading = "Threads"
+    )]
+    pub app_cores: Vec<usize>,
+    /// What idle threads do: `spin` (lowest latency) or `backoff` (spin, yield, park).
+    #[arg(long, value_enum, default_value_t = Idle::Spin, help_heading = "Threads")]
+    pub idle: Idle,
+
+    /// Max work items posted per doorbell / drained per poller cycle.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 32,
+        help_heading = "Data path"
+    )]
+    pub batch: usize,
+    /// Credits: max messages in flight per connection (the rate window); at most --buffers.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 128,
+        help_heading = "Data path"
+    )]
+    pub depth: usize,
+    /// Messages up to this many bytes are sent inline (copied into the descriptor).
+    #[arg(long, value_name = "BYTES", default_value_t = 64, value_parser = parse_size,
+          help_heading = "Data path")]
+    pub inline_threshold: usize,
+    /// RDMA selective signalling: request a completion every N sends.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        help_heading = "Data path"
+    )]
+    pub signal_every: usize,
+    /// Buffers per connection per direction.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 256,
+        help_heading = "Data path"
+    )]
+    pub buffers: usize,
+    /// Bytes per buffer: the largest message size. Accepts k/m suffixes (4k = 4096).
+    #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_size,
+          help_heading = "Data path")]
+    pub buffer_size: usize,
+
+    /// Write reports here: *.hgrm, *.hlog, summary.json, summary.csv and *.svg plots.
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
+    pub out: Option<PathBuf>,
+    /// Interval-log period: one histogram per this much time, for jitter over time.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_duration,
+          help_heading = "Output")]
+    pub interval: Duration,
+    /// Print latencies in `ns` or `us`.
+    #[arg(long, value_enum, default_value_t = Unit::Us, help_heading = "Output")]
+    pub unit: Unit,
+    /// Server: exit after the first client disconnects.
+    #[arg(long, help_heading = "Roles")]
+    pub once: bool,
+    /// Seconds to wait for connection setup (connect, accept, server reply).
+    #[arg(long, value_name = "TIME", default_value = "5s", value_parser = parse_duration,
+          help_heading = "Roles")]
+    pub connect_timeout: Duration,
+}
+
+/// Latency unit for the console.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Unit {
+    /// Nanoseconds.
+    Ns,
+    /// Microseconds.
+    Us,
+}
+
+/// `bench lat`.
+#[derive(Debug, Clone, Args)]
+pub struct LatArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+    /// Message size in bytes (k/m suffixes accepted); at most --buffer-size.
+    #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = parse_size,
+          help_heading = "Run length")]
+    pub size: usize,
+    /// Also measure `floor` on the app cores first and print each figure's ratio to it.
+    #[arg(long, help_heading = "Output")]
+    pub floor: bool,
+}
+
+/// `bench rate`.
+#[derive(Debug, Clone, Args)]
+pub struct RateArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+    /// Message size in bytes (k/m suffixes accepted); at most --buffer-size.
+    #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = parse_size,
+          help_heading = "Run length")]
+    pub size: usize,
+    /// Also measure `floor` on the app cores first and print each figure's ratio to it.
+    #[arg(long, help_heading = "Output")]
+    pub floor: bool,
+}
+
+/// Which test(s) a sweep runs at each point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestKind {
+    /// Ping-pong latency.
+    Lat,
+    /// One-way message rate.
+    Rate,
+}
+
+impl TestKind {
+    /// Lower-case name, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestKind::Lat => "lat",
+            TestKind::Rate => "rate",
+        }
+    }
+}
+
+/// The knob a sweep crosses with message size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CrossKnob {
+    /// `--batch`.
+    Batch,
+    /// `--depth`.
+    Depth,
+    /// Number of dedicated pollers (implies `--mode dedicated`): the first N of --poller-cores.
+    Pollers,
+}
+
+impl CrossKnob {
+    /// Lower-case name, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CrossKnob::Batch => "batch",
+            CrossKnob::Depth => "depth",
+            CrossKnob::Pollers => "pollers",
+        }
+    }
+}
+
+/// `bench sweep`.
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+    /// Explicit message sizes, e.g. `8,64,512,4k` [default: powers of two 1..=--max-size].
+    #[arg(long, value_name = "SIZES", value_delimiter = ',', value_parser = parse_size,
+          help_heading = "Sweep")]
+    pub sizes: Vec<usize>,
+    /// Largest size of the powers-of-two sweep [default: --buffer-size].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, conflicts_with = "sizes",
+          help_heading = "Sweep")]
+    pub max_size: Option<usize>,
+    /// Tests to run at each point.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "lat,rate",
+        help_heading = "Sweep"
+    )]
+    pub tests: Vec<TestKind>,
+    /// Cross the sizes with this knob...
+    #[arg(
+        long,
+        value_enum,
+        value_name = "KNOB",
+        requires = "values",
+        help_heading = "Sweep"
+    )]
+    pub cross: Option<CrossKnob>,
+    /// ...taking these values, e.g. `--cross batch --values 1,8,32`.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        requires = "cross",
+        help_heading = "Sweep"
+    )]
+    pub values: Vec<usize>,
+    /// Skip measuring the floor first (no ratio columns then).
+    #[arg(long, help_heading = "Sweep")]
+    pub no_floor: bool,
+    /// No progress bar.
+    #[arg(long, help_heading = "Output")]
+    pub quiet: bool,
+}
+
+/// `bench floor`.
+#[derive(Debug, Clone, Args)]
+pub struct FloorArgs {
+    /// The two cores to ping-pong between [default: 0,1].
+    #[arg(long, value_name = "CORES", value_delimiter = ',')]
+    pub app_cores: Vec<usize>,
+    /// Measured round trips (and 16x as many streamed messages).
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub iters: u64,
+    /// Unmeasured round trips first.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub warmup: u64,
+    /// Write floor.hgrm, summary.json, summary.csv and latency-percentiles.svg here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print latencies in `ns` or `us`.
+    #[arg(long, value_enum, default_value_t = Unit::Ns)]
+    pub unit: Unit,
+}
+
+/// Parses a byte count with an optional binary suffix: `64`, `4k`, `4KiB`, `1m`.
+///
+/// # Errors
+/// A message naming the bad input when it is not a number with a known suffix, or overflows.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("`{s}` is not a size in bytes (e.g. 64, 4k, 1m)"));
+    }
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size in bytes (e.g. 64, 4k, 1m)"))?;
+    let mult: usize = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown size suffix `{other}` in `{s}` (use k, m or g)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size `{s}` is too large"))
+}
+
+/// Parses a duration: `2s`, `500ms`, `100us`, `1m`, or plain (fractional) seconds.
+///
+/// # Errors
+/// A message naming the bad input when it is not a non-negative number with a known unit.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 2s, 500ms, 1.5)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        "ns" => v / 1e9,
+        "m" | "min" => v * 60.0,
+        other => {
+            return Err(format!(
+                "unknown time unit `{other}` in `{s}` (use ns, us, ms, s or m)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is not a valid duration"))
+}

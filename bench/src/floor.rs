@@ -1,0 +1,235 @@
+//! The machine's floor: what two pinned threads achieve with nothing but shared cache lines.
+//!
+//! * Ping-pong: one 128-byte-padded line holds a counter. The client writes an odd value, the
+//!   server waits for it and writes the next even value, the client waits for that: one round
+//!   trip of the line between the two cores. Each round trip is timed with [`Instant`] (the
+//!   same clock the engine benchmarks use) and recorded into an HdrHistogram.
+//! * Streaming: the client pushes `u64`s through an `rtrb` SPSC ring as fast as it can and the
+//!   server pops them; the rate is measured at the receiver.
+//!
+//! Every spin-wait is bounded by [`SPIN_LIMIT`], so a descheduled peer cannot hang the run.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+
+use crate::error::BenchError;
+use crate::machine::pin_current;
+use crate::stats::{new_latency_histogram, RateSummary};
+
+/// Longest any floor thread waits for its peer before giving up.
+pub const SPIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// Value written to the ping-pong line to tell the server to stop.
+const STOP: u64 = u64::MAX;
+
+/// What `floor` measured.
+#[derive(Debug, Clone)]
+pub struct FloorResult {
+    /// Cache-line round-trip times in nanoseconds.
+    pub rtt: Histogram<u64>,
+    /// SPSC streaming rate of 8-byte messages.
+    pub rate: RateSummary,
+    /// The two cores used: client, server.
+    pub cores: [usize; 2],
+}
+
+/// Measures the floor between `cores[0]` (client) and `cores[1]` (server): `iters` round trips
+/// after `warmup` unmeasured ones, then `16 * iters` streamed messages.
+///
+/// # Errors
+/// [`BenchError::InvalidArg`] for zero `iters`; [`BenchError::Pin`] if pinning fails;
+/// [`BenchError::Timeout`] if a peer stalls for [`SPIN_LIMIT`]; [`BenchError::Interrupted`]
+/// when `stop` is raised.
+pub fn measure(
+    cores: [usize; 2],
+    iters: u64,
+    warmup: u64,
+    stop: &AtomicBool,
+) -> Result<FloorResult, BenchError> {
+    if iters == 0 {
+        return Err(BenchError::invalid("--iters", "must be at least 1"));
+    }
+    let rtt = ping_pong(cores, iters, warmup, stop)?;
+    let rate = stream(cores, iters.saturating_mul(16), stop)?;
+    Ok(FloorResult { rtt, rate, cores })
+}
+
+fn ping_pong(
+    cores: [usize; 2],
+    iters: u64,
+    warmup: u64,
+    stop: &AtomicBool,
+) -> Result<Histogram<u64>, BenchError> {
+    let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let server_line = Arc::clone(&line);
+    let server = std::thread::Builder::new()
+        .name("floor-server".into())
+        .spawn(move || -> Result<(), BenchError> {
+            pin_current(cores[1])?;
+            let mut expect = 1u64;
+            loop {
+                let v = wait_until(&server_line, |v| v == expect || v == STOP)?;
+                if v == STOP {
+                    return Ok(());
+                }
+                server_line.store(expect + 1, Ordering::Release);
+                expect += 2;
+            }
+        })
+        .map_err(|e| BenchError::io("thread spawn", e))?;
+
+    let client = || -> Result<Histogram<u64>, BenchError> {
+        pin_current(cores[0])?;
+        let mut hist = new_latency_histogram();
+        let mut next = 1u64;
+        let total = warmup + iters;
+        let mut t_prev = Instant::now();
+        for i in 0..total {
+            if i % 4096 == 0 && stop.load(Ordering::Relaxed) {
+                return Err(BenchError::Interrupted);
+            }
+            line.store(next, Ordering::Release);
+            wait_until(&line, |v| v == next + 1)?;
+            let t_now = Instant::now();
+            if i >= warmup {
+                hist.saturating_record(duration_ns(t_now - t_prev));
+            }
+            t_prev = t_now;
+            next += 2;
+        }
+        Ok(hist)
+    };
+    let result = client();
+    line.store(STOP, Ordering::Release);
+    let joined = server
+        .join()
+        .map_err(|_| BenchError::ThreadPanicked("floor server"))?;
+    let hist = result?;
+    joined?;
+    Ok(hist)
+}
+
+fn stream(cores: [usize; 2], msgs: u64, stop: &AtomicBool) -> Result<RateSummary, BenchError> {
+    let (mut tx, mut rx) = rtrb::RingBuffer::<u64>::new(4096);
+    let abort = Arc::new(AtomicBool::new(false));
+    let rx_abort = Arc::clone(&abort);
+    let receiver = std::thread::Builder::new()
+        .name("floor-rx".into())
+        .spawn(move || -> Result<RateSummary, BenchError> {
+            pin_current(cores[1])?;
+            let mut got = 0u64;
+            let mut sum = 0u64;
+            let mut start = None;
+            let mut spins = 0u32;
+            let mut last_progress = Instant::now();
+            while got < msgs {
+                match rx.pop() {
+                    Ok(v) => {
+                        if start.is_none() {
+                            start = Some(Instant::now());
+                        }
+                        sum = sum.wrapping_add(v);
+                        got += 1;
+                    }
+                    Err(_) => {
+                        spins = spins.wrapping_add(1);
+                        if spins % 4096 == 0 {
+                            if rx_abort.load(Ordering::Relaxed) {
+                                return Err(BenchError::Interrupted);
+                            }
+                            let now = Instant::now();
+                            if now - last_progress > SPIN_LIMIT {
+                                return Err(BenchError::Timeout {
+                                    what: "the floor streaming sender",
+                                    secs: SPIN_LIMIT.as_secs_f64(),
+                                });
+                            }
+                            if got > 0 {
+                                last_progress = now;
+                            }
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            let elapsed = start.map_or(0, |s| duration_ns(s.elapsed()));
+            std::hint::black_box(sum);
+            Ok(RateSummary {
+                msgs,
+                bytes: msgs * 8,
+                elapsed_ns: elapsed,
+            })
+        })
+        .map_err(|e| BenchError::io("thread spawn", e))?;
+
+    let mut send = || -> Result<(), BenchError> {
+        pin_current(cores[0])?;
+        let mut i = 0u64;
+        let mut spins = 0u32;
+        let mut last_progress = Instant::now();
+        while i < msgs {
+            match tx.push(i) {
+                Ok(()) => i += 1,
+                Err(_) => {
+                    spins = spins.wrapping_add(1);
+                    if spins % 4096 == 0 {
+                        if stop.load(Ordering::Relaxed) {
+                            return Err(BenchError::Interrupted);
+                        }
+                        let now = Instant::now();
+                        if now - last_progress > SPIN_LIMIT {
+                            return Err(BenchError::Timeout {
+                                what: "the floor streaming receiver",
+                                secs: SPIN_LIMIT.as_secs_f64(),
+                            });
+                        }
+                        last_progress = now;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        Ok(())
+    };
+    let sent = send();
+    if sent.is_err() {
+        abort.store(true, Ordering::Relaxed);
+    }
+    let received = receiver
+        .join()
+        .map_err(|_| BenchError::ThreadPanicked("floor receiver"))?;
+    sent?;
+    received
+}
+
+/// Spins until `pred(line)` holds, returning the value seen; gives up after [`SPIN_LIMIT`].
+fn wait_until(line: &AtomicU64, pred: impl Fn(u64) -> bool) -> Result<u64, BenchError> {
+    let mut spins = 0u32;
+    let mut since: Option<Instant> = None;
+    loop {
+        let v = line.load(Ordering::Acquire);
+        if pred(v) {
+            return Ok(v);
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 65_536 == 0 {
+            let start = *since.get_or_insert_with(Instant::now);
+            if start.elapsed() > SPIN_LIMIT {
+                return Err(BenchError::Timeout {
+                    what: "the floor ping-pong peer",
+                    secs: SPIN_LIMIT.as_secs_f64(),
+                });
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Whole nanoseconds of `d`, saturating.
+pub(crate) fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,176 @@
+//! The console tables.
+
+use std::fmt::Write as _;
+
+use crate::cli::Unit;
+use crate::report::{Point, Report};
+use crate::stats::LatencySummary;
+
+fn lat_cell(ns: f64, unit: Unit) -> String {
+    match unit {
+        Unit::Ns => format!("{ns:.0}"),
+        Unit::Us => format!("{:.3}", ns / 1e3),
+    }
+}
+
+fn unit_name(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Ns => "ns",
+        Unit::Us => "us",
+    }
+}
+
+fn point_name(p: &Point) -> String {
+    let mut s = format!("{}B", p.size_bytes);
+    if let (Some(k), Some(v)) = (&p.cross, p.cross_value) {
+        let _ = write!(s, " {k}={v}");
+    }
+    s
+}
+
+fn lat_row(out: &mut String, name: &str, what: &str, s: &LatencySummary, unit: Unit) {
+    let _ = write!(out, "{name:<16} {what:<7}");
+    for v in s.as_array() {
+        let _ = write!(out, " {:>10}", lat_cell(v, unit));
+    }
+    out.push('\n');
+}
+
+fn ratio_row(out: &mut String, r: &LatencySummary) {
+    let _ = write!(out, "{:<16} {:<7}", "", "x floor");
+    for v in r.as_array() {
+        let _ = write!(out, " {:>10}", format!("{v:.2}x"));
+    }
+    out.push('\n');
+}
+
+/// Renders the latency and rate tables of `report`, with ratios to the floor when measured.
+pub fn render(report: &Report, unit: Unit) -> String {
+    let mut out = String::new();
+    let floor = report.floor_figures();
+    let lat: Vec<&Point> = report
+        .measured
+        .iter()
+        .map(|m| &m.point)
+        .filter(|p| p.rtt_ns.is_some() && p.test != "floor")
+        .collect();
+    let rate: Vec<&Point> = report
+        .measured
+        .iter()
+        .map(|m| &m.point)
+        .filter(|p| p.msgs_per_sec.is_some() && p.test != "floor")
+        .collect();
+    let m = &report.machine;
+    let _ = writeln!(out, "machine: {} ({} cores)", m.cpu_model, m.cores);
+    if let Some(f) = &floor {
+        let _ = writeln!(
+            out,
+            "floor (cores {} <-> {}): cache-line RTT p50 {} {u}, SPSC stream {:.2} M msgs/s",
+            f.cores[0],
+            f.cores[1],
+            lat_cell(f.rtt_ns.p50, unit),
+            f.msgs_per_sec / 1e6,
+            u = unit_name(unit),
+        );
+    }
+    let first = report.measured.first().map(|m| &m.point);
+    if let Some(p) = first.filter(|p| p.test != "floor") {
+        let _ = writeln!(
+            out,
+            "fabric {} | mode {} | role {} | idle {} | batch {} | depth {} | buffers {} x {} B | app cores {:?} | poller cores {:?}{}",
+            p.fabric,
+            p.mode,
+            p.role,
+            p.knobs.idle,
+            p.knobs.batch,
+            p.knobs.depth,
+            p.knobs.buffers,
+            p.knobs.buffer_size,
+            p.knobs.app_cores,
+            p.knobs.poller_cores,
+            if p.co_corrected {
+                format!(" | offered {} msgs/s (CO-corrected)", p.knobs.offered_rate)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let header = |out: &mut String, title: &str| {
+        let _ = writeln!(out, "\n{title}");
+        let _ = write!(out, "{:<16} {:<7}", "point", "");
+        for c in LatencySummary::COLUMNS {
+            let _ = write!(out, " {c:>10}");
+        }
+        out.push('\n');
+    };
+    let standalone_floor: Vec<&Point> = report
+        .measured
+        .iter()
+        .map(|m| &m.point)
+        .filter(|p| p.test == "floor")
+        .collect();
+    if !lat.is_empty() || !standalone_floor.is_empty() {
+        header(&mut out, &format!("Latency ({})", unit_name(unit)));
+        if let Some(f) = &floor {
+            lat_row(&mut out, "floor", "RTT", &f.rtt_ns, unit);
+            lat_row(&mut out, "", "RTT/2", &f.rtt_ns.scaled(0.5), unit);
+        }
+        for p in &lat {
+            if let Some(r) = &p.rtt_ns {
+                lat_row(&mut out, &point_name(p), "RTT", r, unit);
+            }
+            if let Some(h) = &p.half_rtt_ns {
+                lat_row(&mut out, "", "RTT/2", h, unit);
+            }
+            if let Some(x) = &p.rtt_x_floor {
+                ratio_row(&mut out, x);
+            }
+        }
+    }
+    if !rate.is_empty() || floor.is_some() {
+        let _ = writeln!(
+            out,
+            "\nRate{}",
+            if floor.is_some() {
+                " (x floor: msgs/s over the SPSC floor's)"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:>14} {:>12} {:>10} {:>10} {:>12}",
+            "point", "msgs/s", "MB/s", "Gb/s", "x floor", "iters"
+        );
+        if let Some(f) = &floor {
+            let _ = writeln!(
+                out,
+                "{:<16} {:>14.0} {:>12.1} {:>10.3} {:>10} {:>12}",
+                "floor (8B)",
+                f.msgs_per_sec,
+                f.mb_per_sec,
+                f.mb_per_sec * 8.0 / 1e3,
+                "1.00x",
+                "",
+            );
+        }
+        for p in &rate {
+            let _ = writeln!(
+                out,
+                "{:<16} {:>14.0} {:>12.1} {:>10.3} {:>10} {:>12}",
+                point_name(p),
+                p.msgs_per_sec.unwrap_or(0.0),
+                p.mb_per_sec.unwrap_or(0.0),
+                p.gbit_per_sec.unwrap_or(0.0),
+                p.msgs_per_sec_x_floor
+                    .map(|x| format!("{x:.3}x"))
+                    .unwrap_or_default(),
+                p.iters,
+            );
+        }
+    }
+    if report.interrupted {
+        let _ = writeln!(out, "\ninterrupted: showing the points measured so far");
+    }
+    out
+}

@@ -1,0 +1,548 @@
+//! Reports: the console table, and the files `--out DIR` writes.
+//!
+//! | file | format |
+//! |------|--------|
+//! | `<label>.hgrm` | HdrHistogram percentile distribution of RTT, in microseconds ([`hgrm`]) |
+//! | `floor.hgrm` | the same for the cache-line floor |
+//! | `<label>.hlog` | HdrHistogram interval log of RTT in nanoseconds, one histogram per `--interval` ([`hlog`]) |
+//! | `summary.json` | [`Summary`]: `machine`, `floor` and one entry of `points` per measured point |
+//! | `summary.csv` | one row per point, columns [`CSV_COLUMNS`] |
+//! | `latency-percentiles.svg` | RTT percentile distribution, log "nines" x-axis, every lat point and the floor overlaid |
+//! | `rate-vs-size.svg`, `bandwidth-vs-size.svg`, `latency-vs-size.svg` | sweeps over more than one size |
+
+pub mod console;
+pub mod hgrm;
+pub mod hlog;
+pub mod svg;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::error::BenchError;
+use crate::floor::FloorResult;
+use crate::machine::Machine;
+use crate::stats::{LatencySummary, RateSummary};
+
+/// Version of the `summary.json` layout. Fields are only ever added; a removal or change of
+/// meaning bumps this.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The knobs a point ran with (flattened into each point of `summary.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// `spin` or `backoff`.
+    pub idle: String,
+    /// `--batch`.
+    pub batch: usize,
+    /// `--depth`.
+    pub depth: usize,
+    /// `--inline-threshold`, bytes.
+    pub inline_threshold: usize,
+    /// `--signal-every`.
+    pub signal_every: usize,
+    /// `--buffers`.
+    pub buffers: usize,
+    /// `--buffer-size`, bytes.
+    pub buffer_size: usize,
+    /// Dedicated poller cores (empty in inline mode).
+    pub poller_cores: Vec<usize>,
+    /// App-thread cores: client, then server.
+    pub app_cores: Vec<usize>,
+    /// `--rate`: offered load in msgs/s, 0 for unlimited.
+    pub offered_rate: u64,
+}
+
+/// One measured point: a row of `summary.csv`, an entry of `points` in `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// `lat`, `rate` or `floor`.
+    pub test: String,
+    /// Unique name of the point; also the stem of its `.hgrm` / `.hlog` files.
+    pub label: String,
+    /// `shm`, `rdma`, or `cache-line` for the floor.
+    pub fabric: String,
+    /// `inline`, `dedicated`, or `threads` for the floor.
+    pub mode: String,
+    /// `loopback` or `client`.
+    pub role: String,
+    /// Payload bytes per message.
+    pub size_bytes: u64,
+    /// Measured iterations (round trips for lat, messages for rate).
+    pub iters: u64,
+    /// Unmeasured warm-up iterations.
+    pub warmup: u64,
+    /// `--duration` in seconds, when the run was time-bounded.
+    pub duration_s: Option<f64>,
+    /// Length of the measured window, seconds.
+    pub elapsed_s: f64,
+    /// Round-trip time, nanoseconds (null for rate points).
+    pub rtt_ns: Option<LatencySummary>,
+    /// RTT/2, nanoseconds (null for rate points).
+    pub half_rtt_ns: Option<LatencySummary>,
+    /// Messages per second (null for lat points).
+    pub msgs_per_sec: Option<f64>,
+    /// Payload megabytes (10^6) per second (null for lat points).
+    pub mb_per_sec: Option<f64>,
+    /// Payload gigabits (10^9) per second (null for lat points).
+    pub gbit_per_sec: Option<f64>,
+    /// RTT recorded with coordinated-omission correction (`--rate` given).
+    pub co_corrected: bool,
+    /// The sweep's crossed knob, if any.
+    pub cross: Option<String>,
+    /// Its value at this point.
+    pub cross_value: Option<u64>,
+    /// Each RTT figure divided by the floor's (null without a floor).
+    pub rtt_x_floor: Option<LatencySummary>,
+    /// msgs/s divided by the floor's streaming msgs/s (null without a floor or for lat).
+    pub msgs_per_sec_x_floor: Option<f64>,
+    /// Every knob.
+    #[serde(flatten)]
+    pub knobs: Knobs,
+}
+
+/// The floor, as recorded in `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloorFigures {
+    /// Client and server cores.
+    pub cores: [usize; 2],
+    /// Cache-line ping-pong RTT, nanoseconds.
+    pub rtt_ns: LatencySummary,
+    /// SPSC streaming rate of 8-byte messages.
+    pub msgs_per_sec: f64,
+    /// The same in MB/s.
+    pub mb_per_sec: f64,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Always `spinwire-bench`.
+    pub tool: String,
+    /// bench's version.
+    pub version: String,
+    /// The command line.
+    pub command: Vec<String>,
+    /// When the run started, seconds since the Unix epoch.
+    pub started_unix_s: f64,
+    /// True when Ctrl-C cut the run short (points holds what was measured).
+    pub interrupted: bool,
+    /// Where it ran.
+    pub machine: Machine,
+    /// The floor, when measured in this run.
+    pub floor: Option<FloorFigures>,
+    /// The measured points.
+    pub points: Vec<Point>,
+}
+
+/// A point plus its raw histograms.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Figures and knobs.
+    pub point: Point,
+    /// RTT histogram (lat points).
+    pub rtt: Option<Histogram<u64>>,
+    /// RTT per `--interval` (lat points).
+    pub intervals: Vec<hlog::Interval>,
+}
+
+/// Everything a run produced, ready to print and write.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The command line.
+    pub command: Vec<String>,
+    /// When the run started.
+    pub started: SystemTime,
+    /// Where it ran.
+    pub machine: Machine,
+    /// The floor, if measured.
+    pub floor: Option<FloorResult>,
+    /// The points, in the order measured.
+    pub measured: Vec<Measured>,
+    /// Ctrl-C cut the run short.
+    pub interrupted: bool,
+}
+
+impl Report {
+    /// An empty report for a run starting now.
+    pub fn new(command: Vec<String>) -> Self {
+        Self {
+            command,
+            started: SystemTime::now(),
+            machine: Machine::detect(),
+            floor: None,
+            measured: Vec::new(),
+            interrupted: false,
+        }
+    }
+
+    /// The floor's figures, if measured.
+    pub fn floor_figures(&self) -> Option<FloorFigures> {
+        let f = self.floor.as_ref()?;
+        Some(FloorFigures {
+            cores: f.cores,
+            rtt_ns: LatencySummary::from_histogram(&f.rtt)?,
+            msgs_per_sec: f.rate.msgs_per_sec(),
+            mb_per_sec: f.rate.mb_per_sec(),
+        })
+    }
+
+    /// Adds a point, filling its ratios to the floor when one was measured.
+    pub fn push(&mut self, mut m: Measured) {
+        if let Some(f) = self.floor_figures() {
+            m.point.rtt_x_floor = m.point.rtt_ns.map(|r| r.ratio_to(&f.rtt_ns));
+            m.point.msgs_per_sec_x_floor = m
+                .point
+                .msgs_per_sec
+                .filter(|_| f.msgs_per_sec > 0.0)
+                .map(|r| r / f.msgs_per_sec);
+        }
+        self.measured.push(m);
+    }
+
+    /// `summary.json`'s content.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            schema_version: SCHEMA_VERSION,
+            tool: "spinwire-bench".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            command: self.command.clone(),
+            started_unix_s: self
+                .started
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            interrupted: self.interrupted,
+            machine: self.machine.clone(),
+            floor: self.floor_figures(),
+            points: self.measured.iter().map(|m| m.point.clone()).collect(),
+        }
+    }
+
+    /// Writes every report file into `dir` (created if missing); returns the paths written.
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] naming the file that could not be written.
+    pub fn write_dir(&self, dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
+        fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+        let mut written = Vec::new();
+        let mut put = |name: &str, bytes: &[u8]| -> Result<(), BenchError> {
+            let path = dir.join(name);
+            fs::write(&path, bytes).map_err(|e| BenchError::io(&path, e))?;
+            written.push(path);
+            Ok(())
+        };
+        if let Some(f) = &self.floor {
+            let mut buf = Vec::new();
+            hgrm::write(&mut buf, &f.rtt, 1000.0).map_err(|e| BenchError::io("floor.hgrm", e))?;
+            put("floor.hgrm", &buf)?;
+        }
+        for m in &self.measured {
+            if let Some(h) = &m.rtt {
+                let mut buf = Vec::new();
+                hgrm::write(&mut buf, h, 1000.0).map_err(|e| BenchError::io(&m.point.label, e))?;
+                put(&format!("{}.hgrm", m.point.label), &buf)?;
+            }
+            if !m.intervals.is_empty() {
+                let mut buf = Vec::new();
+                hlog::write(&mut buf, self.started, &m.point.label, &m.intervals)
+                    .map_err(|e| BenchError::io(&m.point.label, std::io::Error::other(e)))?;
+                put(&format!("{}.hlog", m.point.label), &buf)?;
+            }
+        }
+        let summary = self.summary();
+        let json = serde_json::to_string_pretty(&summary)
+            .map_err(|e| BenchError::io("summary.json", std::io::Error::other(e)))?;
+        put("summary.json", format!("{json}\n").as_bytes())?;
+        put("summary.csv", csv(&summary.points).as_bytes())?;
+        for (name, plot) in self.plots() {
+            put(&name, plot.render().as_bytes())?;
+        }
+        Ok(written)
+    }
+
+    /// The SVG plots this report has data for, with their file names.
+    pub fn plots(&self) -> Vec<(String, svg::Plot)> {
+        let mut plots = Vec::new();
+        let mut pct = Vec::new();
+        if let Some(f) = &self.floor {
+            pct.push(percentile_series("floor (cache line)", &f.rtt));
+        }
+        for m in &self.measured {
+            if let Some(h) = &m.rtt {
+                pct.push(percentile_series(&m.point.label, h));
+            }
+        }
+        if !pct.is_empty() {
+            plots.push((
+                "latency-percentiles.svg".to_string(),
+                svg::Plot {
+                    title: "RTT percentile distribution".into(),
+                    x_label: "percentile".into(),
+                    y_label: "RTT (us)".into(),
+                    x_axis: svg::Axis::Nines,
+                    y_axis: svg::Axis::Log10,
+                    series: pct,
+                },
+            ));
+        }
+        let sizes: std::collections::BTreeSet<u64> = self
+            .measured
+            .iter()
+            .filter(|m| m.point.test != "floor")
+            .map(|m| m.point.size_bytes)
+            .collect();
+        if sizes.len() < 2 {
+            return plots;
+        }
+        // Series keyed by crossed knob value (one series when the sweep crosses nothing).
+        let series_by = |test: &str, f: &dyn Fn(&Point) -> Option<f64>, suffix: &str| {
+            let mut by: BTreeMap<Option<u64>, Vec<(f64, f64)>> = BTreeMap::new();
+            for m in self.measured.iter().filter(|m| m.point.test == test) {
+                if let Some(y) = f(&m.point) {
+                    by.entry(m.point.cross_value)
+                        .or_default()
+                        .push((m.point.size_bytes as f64, y));
+                }
+            }
+            by.into_iter()
+                .map(|(k, mut points)| {
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    let name = match (k, self.measured.iter().find_map(|m| m.point.cross.clone())) {
+                        (Some(v), Some(knob)) => format!("{suffix} {knob}={v}"),
+                        _ => suffix.to_string(),
+                    };
+                    svg::Series { name, points }
+                })
+                .collect::<Vec<_>>()
+        };
+        let rate = series_by("rate", &|p| p.msgs_per_sec, "msgs/s");
+        if !rate.is_empty() {
+            plots.push((
+                "rate-vs-size.svg".into(),
+                svg::Plot {
+                    title: "Message rate vs message size".into(),
+                    x_label: "message size (bytes)".into(),
+                    y_label: "messages per second".into(),
+                    x_axis: svg::Axis::Log2,
+                    y_axis: svg::Axis::Linear,
+                    series: rate,
+                },
+            ));
+            plots.push((
+                "bandwidth-vs-size.svg".into(),
+                svg::Plot {
+                    title: "Bandwidth vs message size".into(),
+                    x_label: "message size (bytes)".into(),
+                    y_label: "MB/s".into(),
+                    x_axis: svg::Axis::Log2,
+                    y_axis: svg::Axis::Linear,
+                    series: series_by("rate", &|p| p.mb_per_sec, "MB/s"),
+                },
+            ));
+        }
+        let mut lat = series_by("lat", &|p| p.rtt_ns.map(|r| r.p50 / 1e3), "p50");
+        lat.extend(series_by("lat", &|p| p.rtt_ns.map(|r| r.p99 / 1e3), "p99"));
+        lat.extend(series_by(
+            "lat",
+            &|p| p.rtt_ns.map(|r| r.p99_9 / 1e3),
+            "p99.9",
+        ));
+        if !lat.is_empty() {
+            plots.push((
+                "latency-vs-size.svg".into(),
+                svg::Plot {
+                    title: "RTT vs message size".into(),
+                    x_label: "message size (bytes)".into(),
+                    y_label: "RTT (us)".into(),
+                    x_axis: svg::Axis::Log2,
+                    y_axis: svg::Axis::Log10,
+                    series: lat,
+                },
+            ));
+        }
+        plots
+    }
+}
+
+/// Percentile-distribution points (quantile, microseconds) of `h`.
+fn percentile_series(name: &str, h: &Histogram<u64>) -> svg::Series {
+    svg::Series {
+        name: name.to_string(),
+        points: h
+            .iter_quantiles(hgrm::TICKS_PER_HALF_DISTANCE)
+            .map(|v| (v.quantile_iterated_to(), v.value_iterated_to() as f64 / 1e3))
+            .collect(),
+    }
+}
+
+/// Columns of `summary.csv`, in order.
+pub const CSV_COLUMNS: &[&str] = &[
+    "test",
+    "label",
+    "fabric",
+    "mode",
+    "role",
+    "size_bytes",
+    "iters",
+    "warmup",
+    "duration_s",
+    "elapsed_s",
+    "rtt_min_ns",
+    "rtt_p50_ns",
+    "rtt_p90_ns",
+    "rtt_p99_ns",
+    "rtt_p99_9_ns",
+    "rtt_p99_99_ns",
+    "rtt_max_ns",
+    "rtt_mean_ns",
+    "rtt_stdev_ns",
+    "half_rtt_p50_ns",
+    "msgs_per_sec",
+    "mb_per_sec",
+    "gbit_per_sec",
+    "rtt_p50_x_floor",
+    "rtt_p99_x_floor",
+    "msgs_per_sec_x_floor",
+    "co_corrected",
+    "offered_rate",
+    "cross",
+    "cross_value",
+    "idle",
+    "batch",
+    "depth",
+    "inline_threshold",
+    "signal_every",
+    "buffers",
+    "buffer_size",
+    "poller_cores",
+    "app_cores",
+];
+
+/// Renders `points` as CSV with a header row ([`CSV_COLUMNS`]); empty cells for nulls, core
+/// lists joined with `;`.
+pub fn csv(points: &[Point]) -> String {
+    fn opt<T: ToString>(v: Option<T>) -> String {
+        v.map(|v| v.to_string()).unwrap_or_default()
+    }
+    fn field(s: &str) -> String {
+        if s.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s.to_string()
+        }
+    }
+    fn cores(c: &[usize]) -> String {
+        c.iter().map(usize::to_string).collect::<Vec<_>>().join(";")
+    }
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for p in points {
+        let rtt = p.rtt_ns.map(|r| r.as_array());
+        let rtt_col = |i: usize| opt(rtt.map(|a| a[i]));
+        let k = &p.knobs;
+        let row: Vec<String> = vec![
+            p.test.clone(),
+            p.label.clone(),
+            p.fabric.clone(),
+            p.mode.clone(),
+            p.role.clone(),
+            p.size_bytes.to_string(),
+            p.iters.to_string(),
+            p.warmup.to_string(),
+            opt(p.duration_s),
+            p.elapsed_s.to_string(),
+            rtt_col(0),
+            rtt_col(1),
+            rtt_col(2),
+            rtt_col(3),
+            rtt_col(4),
+            rtt_col(5),
+            rtt_col(6),
+            rtt_col(7),
+            rtt_col(8),
+            opt(p.half_rtt_ns.map(|r| r.p50)),
+            opt(p.msgs_per_sec),
+            opt(p.mb_per_sec),
+            opt(p.gbit_per_sec),
+            opt(p.rtt_x_floor.map(|r| r.p50)),
+            opt(p.rtt_x_floor.map(|r| r.p99)),
+            opt(p.msgs_per_sec_x_floor),
+            p.co_corrected.to_string(),
+            k.offered_rate.to_string(),
+            opt(p.cross.clone()),
+            opt(p.cross_value),
+            k.idle.clone(),
+            k.batch.to_string(),
+            k.depth.to_string(),
+            k.inline_threshold.to_string(),
+            k.signal_every.to_string(),
+            k.buffers.to_string(),
+            k.buffer_size.to_string(),
+            cores(&k.poller_cores),
+            cores(&k.app_cores),
+        ];
+        debug_assert_eq!(row.len(), CSV_COLUMNS.len());
+        let line: Vec<String> = row.iter().map(|s| field(s)).collect();
+        out.push_str(&line.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes `s` to stdout, ignoring a closed pipe (e.g. `bench ... | head`).
+pub fn print(s: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(s.as_bytes());
+    let _ = out.flush();
+}
+
+/// A floor-only point for `bench floor` (test `floor`, fabric `cache-line`).
+pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
+    let rtt = LatencySummary::from_histogram(&f.rtt);
+    let rate: &RateSummary = &f.rate;
+    Measured {
+        point: Point {
+            test: "floor".into(),
+            label: "floor".into(),
+            fabric: "cache-line".into(),
+            mode: "threads".into(),
+            role: "loopback".into(),
+            size_bytes: 8,
+            iters,
+            warmup,
+            duration_s: None,
+            elapsed_s: rate.elapsed_ns as f64 / 1e9,
+            rtt_ns: rtt,
+            half_rtt_ns: rtt.map(|r| r.scaled(0.5)),
+            msgs_per_sec: Some(rate.msgs_per_sec()),
+            mb_per_sec: Some(rate.mb_per_sec()),
+            gbit_per_sec: Some(rate.gbit_per_sec()),
+            co_corrected: false,
+            cross: None,
+            cross_value: None,
+            rtt_x_floor: None,
+            msgs_per_sec_x_floor: None,
+            knobs: Knobs {
+                idle: "spin".into(),
+                batch: 1,
+                depth: 4096,
+                inline_threshold: 8,
+                signal_every: 1,
+                buffers: 4096,
+                buffer_size: 8,
+                poller_cores: Vec::new(),
+                app_cores: f.cores.to_vec(),
+                offered_rate: 0,
+            },
+        },
+        rtt: None,
+        intervals: Vec::new(),
+    }
+}

@@ -1,0 +1,100 @@
+//! The few connection operations the benchmark protocol needs, as a trait, so the protocol
+//! ([`super::proto`]) is written once for every fabric and can be unit-tested over an
+//! in-process fake.
+
+use std::time::{Duration, Instant};
+
+use crate::cli::Idle;
+use crate::error::BenchError;
+
+/// One side of an established benchmark connection.
+///
+/// Methods never block: "would block" is `Ok(false)` / `Ok(None)`; the protocol decides how to
+/// wait ([`Waiter`]).
+pub trait BenchConn {
+    /// Sends a message of `len` bytes whose content `fill` writes in place.
+    /// `Ok(false)`: no credit or buffer right now, nothing was sent.
+    ///
+    /// # Errors
+    /// The peer is gone, or `len` exceeds the message size limit.
+    fn try_send_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, BenchError>;
+
+    /// Receives one message if one is ready and hands its bytes to `f`.
+    ///
+    /// # Errors
+    /// The peer is gone.
+    fn try_recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, BenchError>;
+
+    /// Pushes out a partially filled send batch.
+    fn flush(&mut self) {}
+}
+
+/// How an app thread waits for its connection: a bounded spin that, with `--idle backoff`,
+/// escalates to yielding and short sleeps; and a deadline so no wait can hang.
+#[derive(Debug)]
+pub struct Waiter {
+    idle: Idle,
+    spins: u32,
+    since: Option<Instant>,
+    limit: Duration,
+    what: &'static str,
+}
+
+impl Waiter {
+    /// A waiter for `what` that gives up after `limit` without progress.
+    pub fn new(idle: Idle, limit: Duration, what: &'static str) -> Self {
+        Self {
+            idle,
+            spins: 0,
+            since: None,
+            limit,
+            what,
+        }
+    }
+
+    /// Call after progress: resets the backoff and the deadline.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.spins = 0;
+        self.since = None;
+    }
+
+    /// Call when a poll found nothing. Reads the clock only every 1024 idle turns.
+    ///
+    /// # Errors
+    /// [`BenchError::Timeout`] once `limit` passed without progress; [`BenchError::Interrupted`]
+    /// after Ctrl-C.
+    #[inline]
+    pub fn idle(&mut self) -> Result<(), BenchError> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % 1024 == 0 {
+            if super::stop_requested() {
+                return Err(BenchError::Interrupted);
+            }
+            let start = *self.since.get_or_insert_with(Instant::now);
+            if start.elapsed() > self.limit {
+                return Err(BenchError::Timeout {
+                    what: self.what,
+                    secs: self.limit.as_secs_f64(),
+                });
+            }
+        }
+        match self.idle {
+            Idle::Spin => std::hint::spin_loop(),
+            Idle::Backoff => {
+                if self.spins < 64 {
+                    std::hint::spin_loop();
+                } else if self.spins < 256 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        }
+        Ok(())
+    }
+}

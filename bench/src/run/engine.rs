@@ -1,0 +1,196 @@
+//! Glue between the benchmark protocol and spinwire's public API: building engines from a
+//! [`EngineCfg`], listening, accepting, connecting, and [`BenchConn`] for [`Connection`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use spinwire::{Connection, Engine, Error, FabricError, IdleStrategy, Listener};
+
+use super::conn::BenchConn;
+use super::{proto, EngineCfg};
+use crate::cli::{Idle, Mode};
+use crate::error::BenchError;
+use crate::machine::pin_current;
+
+fn engine_err(step: impl Into<String>, e: Error) -> BenchError {
+    match e {
+        Error::FabricNotCompiled { fabric } => BenchError::FabricNotCompiled { fabric },
+        Error::Disconnected | Error::Fabric(FabricError::PeerClosed) => BenchError::Disconnected,
+        e => BenchError::Engine {
+            step: step.into(),
+            source: Box::new(e),
+        },
+    }
+}
+
+/// Builds an engine for one group of points.
+pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
+    let b = Engine::builder();
+    let b = match g.mode {
+        Mode::Inline => b.run_to_completion(),
+        Mode::Dedicated => b.pollers(&g.pollers),
+    };
+    b.idle(match g.idle {
+        Idle::Spin => IdleStrategy::BusySpin,
+        Idle::Backoff => IdleStrategy::backoff(),
+    })
+    .pool(g.buffer_size, g.buffers)
+    .depth(g.depth)
+    .batch(g.batch)
+    .inline_threshold(g.inline_threshold)
+    .signal_every(g.signal_every)
+    .connect_timeout(g.connect_timeout)
+    .build()
+    .map_err(|e| engine_err("building the engine", e))
+}
+
+/// Listens on `endpoint`.
+pub(super) fn listen(engine: &Engine, endpoint: &str) -> Result<Listener, BenchError> {
+    engine
+        .listen(endpoint)
+        .map_err(|e| engine_err(format!("listening on {endpoint}"), e))
+}
+
+/// Waits up to `timeout` for a client; `None` when none came.
+pub(super) fn accept(
+    _engine: &Engine,
+    listener: &mut Listener,
+    timeout: Duration,
+) -> Result<Option<EngineConn>, BenchError> {
+    match listener.accept_timeout(timeout) {
+        Ok(conn) => Ok(Some(EngineConn { conn })),
+        Err(Error::Timeout) => Ok(None),
+        Err(e) => Err(engine_err("accepting a client", e)),
+    }
+}
+
+/// Connects to `endpoint`, waiting at most `timeout`.
+pub(super) fn connect(
+    engine: &Engine,
+    endpoint: &str,
+    timeout: Duration,
+) -> Result<EngineConn, BenchError> {
+    engine
+        .connect_timeout(endpoint, timeout)
+        .map(|conn| EngineConn { conn })
+        .map_err(|e| match e {
+            Error::FabricNotCompiled { fabric } => BenchError::FabricNotCompiled { fabric },
+            e => BenchError::Engine {
+                step: format!(
+                    "connecting to {endpoint} (is a `bench ... --server` running there?)"
+                ),
+                source: Box::new(e),
+            },
+        })
+}
+
+/// The server side of a loopback group: pins to `core`, listens on `endpoint` (on `shared`, or
+/// on an engine of its own), reports readiness (or the setup error) on `ready`, accepts one
+/// client and serves it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn loopback_server(
+    g: &EngineCfg,
+    shared: Option<Arc<Engine>>,
+    endpoint: &str,
+    core: usize,
+    connect_timeout: Duration,
+    stall_timeout: Duration,
+    abort: &AtomicBool,
+    ready: mpsc::Sender<Result<(), BenchError>>,
+) -> Result<(), BenchError> {
+    let setup = || -> Result<(Arc<Engine>, Listener), BenchError> {
+        pin_current(core)?;
+        let engine = match shared {
+            Some(e) => e,
+            None => Arc::new(build(g)?),
+        };
+        let listener = listen(&engine, endpoint)?;
+        Ok((engine, listener))
+    };
+    let (engine, mut listener) = match setup() {
+        Ok(v) => {
+            let _ = ready.send(Ok(()));
+            v
+        }
+        Err(e) => {
+            // The client reports it.
+            let _ = ready.send(Err(e));
+            return Ok(());
+        }
+    };
+    let deadline = Instant::now() + connect_timeout + Duration::from_secs(5);
+    let mut conn = loop {
+        if abort.load(Ordering::Relaxed) || super::stop_requested() {
+            return Ok(());
+        }
+        if let Some(c) = accept(&engine, &mut listener, Duration::from_millis(50))? {
+            break c;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout {
+                what: "the loopback client to connect",
+                secs: (connect_timeout + Duration::from_secs(5)).as_secs_f64(),
+            });
+        }
+    };
+    match proto::serve(&mut conn, g.idle, g.buffer_size, stall_timeout) {
+        Err(BenchError::Interrupted) | Err(BenchError::Disconnected) => Ok(()),
+        r => r,
+    }
+}
+
+/// A spinwire [`Connection`] as the benchmark protocol sees it.
+#[derive(Debug)]
+pub(super) struct EngineConn {
+    conn: Connection,
+}
+
+impl BenchConn for EngineConn {
+    #[inline]
+    fn try_send_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, BenchError> {
+        let mut buf = match self.conn.alloc() {
+            Ok(b) => b,
+            Err(Error::WouldBlock) => return Ok(false),
+            Err(e) => return Err(engine_err("allocating a send buffer", e)),
+        };
+        if len > buf.capacity() {
+            return Err(engine_err(
+                "filling a send buffer",
+                Error::MessageTooLarge {
+                    size: len,
+                    max: buf.capacity(),
+                },
+            ));
+        }
+        fill(&mut buf.as_mut_slice()[..len]);
+        buf.set_len(len)
+            .map_err(|e| engine_err("filling a send buffer", e))?;
+        match self.conn.send(buf) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_would_block() => Ok(false),
+            Err(e) => Err(BenchError::Engine {
+                step: "sending".into(),
+                source: e.to_string().into(),
+            }),
+        }
+    }
+
+    #[inline]
+    fn try_recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, BenchError> {
+        match self.conn.try_recv() {
+            Ok(Some(m)) => Ok(Some(f(&m))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(engine_err("receiving", e)),
+        }
+    }
+
+    #[inline]
+    fn flush(&mut self) {
+        self.conn.flush();
+    }
+}

@@ -1,0 +1,727 @@
+//! The benchmark protocol, spoken over one connection by a client and a server.
+//!
+//! Every message's first byte is its tag. Payload messages (`DATA`) are exactly the requested
+//! size; control messages are at most [`CONTROL_MAX`] bytes, so `--buffer-size` must be at least
+//! that. Per point:
+//!
+//! ```text
+//! client                         server
+//! HELLO {test, size, ...}  --->
+//!                          <---  READY {ok, max}
+//! DATA x (warmup + iters)  --->  (lat: each echoed back; rate: counted)
+//! END                      --->
+//!                          <---  RESULT {msgs, bytes, elapsed_ns}
+//! ... next point ...
+//! BYE                      --->  (server waits for the next client)
+//! ```
+//!
+//! Everything read from the peer is checked (length, tag, sizes) before use.
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use super::conn::{BenchConn, Waiter};
+use crate::cli::{Idle, TestKind};
+use crate::error::BenchError;
+use crate::floor::duration_ns;
+use crate::report::hlog::Interval;
+use crate::stats::{new_latency_histogram, RateSummary};
+
+/// Tag of payload messages.
+pub const TAG_DATA: u8 = 0x00;
+const TAG_HELLO: u8 = 0xB1;
+const TAG_READY: u8 = 0xB2;
+const TAG_END: u8 = 0xB3;
+const TAG_RESULT: u8 = 0xB4;
+const TAG_BYE: u8 = 0xB5;
+/// Largest control message, bytes.
+pub const CONTROL_MAX: usize = 48;
+/// Most interval histograms one lat point keeps (each is ~200 KiB, allocated before
+/// measuring); later intervals fold into the last one.
+pub const MAX_INTERVALS: usize = 256;
+
+/// What the client asks the server to do for one point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// lat or rate.
+    pub test: TestKind,
+    /// Payload bytes.
+    pub size: u64,
+    /// Unmeasured messages first.
+    pub warmup: u64,
+}
+
+impl Hello {
+    fn encode(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[0] = TAG_HELLO;
+        b[1] = match self.test {
+            TestKind::Lat => 1,
+            TestKind::Rate => 2,
+        };
+        b[8..16].copy_from_slice(&self.size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.warmup.to_le_bytes());
+        b
+    }
+
+    fn decode(m: &[u8]) -> Result<Self, BenchError> {
+        if m.len() != 24 || m[0] != TAG_HELLO {
+            return Err(BenchError::Protocol(format!(
+                "expected a HELLO message, got {} bytes with tag {:#04x}",
+                m.len(),
+                m.first().copied().unwrap_or(0)
+            )));
+        }
+        let test = match m[1] {
+            1 => TestKind::Lat,
+            2 => TestKind::Rate,
+            t => {
+                return Err(BenchError::Protocol(format!(
+                    "unknown test id {t} in HELLO"
+                )))
+            }
+        };
+        Ok(Self {
+            test,
+            size: u64_at(m, 8),
+            warmup: u64_at(m, 16),
+        })
+    }
+}
+
+fn u64_at(m: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&m[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Parameters of one client-side point.
+#[derive(Debug, Clone)]
+pub struct PointSpec {
+    /// Payload bytes.
+    pub size: usize,
+    /// Measured iterations (ignored when `duration` is set).
+    pub iters: u64,
+    /// Measure for this long instead.
+    pub duration: Option<Duration>,
+    /// Unmeasured iterations first.
+    pub warmup: u64,
+    /// Offered load, msgs/s (0: unlimited).
+    pub rate: u64,
+    /// Interval-log period.
+    pub interval: Duration,
+    /// Wait strategy.
+    pub idle: Idle,
+    /// Longest wait for the peer without progress.
+    pub timeout: Duration,
+}
+
+/// What a lat point measured on the client.
+#[derive(Debug, Clone)]
+pub struct LatOutcome {
+    /// All measured round trips, nanoseconds.
+    pub rtt: Histogram<u64>,
+    /// The same, per interval.
+    pub intervals: Vec<Interval>,
+    /// Measured round trips.
+    pub count: u64,
+    /// Wall time of the measured part.
+    pub elapsed: Duration,
+}
+
+fn send_blocking<C: BenchConn>(conn: &mut C, msg: &[u8], w: &mut Waiter) -> Result<(), BenchError> {
+    while !conn.try_send_with(msg.len(), |b| b.copy_from_slice(msg))? {
+        w.idle()?;
+    }
+    conn.flush();
+    w.reset();
+    Ok(())
+}
+
+fn recv_blocking<C: BenchConn>(conn: &mut C, w: &mut Waiter) -> Result<Vec<u8>, BenchError> {
+    loop {
+        if let Some(m) = conn.try_recv_with(|m| m.to_vec())? {
+            w.reset();
+            return Ok(m);
+        }
+        w.idle()?;
+    }
+}
+
+fn expect_ready<C: BenchConn>(conn: &mut C, w: &mut Waiter) -> Result<(), BenchError> {
+    let m = recv_blocking(conn, w)?;
+    match m.first() {
+        Some(&TAG_READY) if m.len() >= 2 && m[1] == 1 => Ok(()),
+        Some(&TAG_READY) if m.len() >= 2 => Err(BenchError::Protocol(format!(
+            "server refused the point: {}",
+            String::from_utf8_lossy(&m[2..])
+        ))),
+        _ => Err(BenchError::Protocol(format!(
+            "expected READY, got {} bytes with tag {:#04x}",
+            m.len(),
+            m.first().copied().unwrap_or(0)
+        ))),
+    }
+}
+
+fn expect_result<C: BenchConn>(conn: &mut C, w: &mut Waiter) -> Result<RateSummary, BenchError> {
+    let m = recv_blocking(conn, w)?;
+    if m.len() != 32 || m[0] != TAG_RESULT {
+        return Err(BenchError::Protocol(format!(
+            "expected RESULT, got {} bytes with tag {:#04x}",
+            m.len(),
+            m.first().copied().unwrap_or(0)
+        )));
+    }
+    Ok(RateSummary {
+        msgs: u64_at(&m, 8),
+        bytes: u64_at(&m, 16),
+        elapsed_ns: u64_at(&m, 24),
+    })
+}
+
+/// Expected interval between sends at `rate` msgs/s (0: unpaced).
+fn expected_interval_ns(rate: u64) -> u64 {
+    1_000_000_000u64.checked_div(rate).map_or(0, |i| i.max(1))
+}
+
+/// A payload template: `size` bytes, tag first, a recognisable pattern after.
+fn payload(size: usize) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    if let Some(b) = p.first_mut() {
+        *b = TAG_DATA;
+    }
+    p
+}
+
+/// Interval histograms, all allocated before measuring.
+struct Intervals {
+    pool: Vec<Histogram<u64>>,
+    /// Start of each interval in use; capacity reserved up front (pushing never allocates).
+    starts: Vec<Instant>,
+    period: Duration,
+    next: Instant,
+}
+
+impl Intervals {
+    fn new(period: Duration, expected: Option<Duration>) -> Self {
+        let n = expected
+            .map(|d| (d.as_secs_f64() / period.as_secs_f64()).ceil() as usize + 2)
+            .unwrap_or(64)
+            .clamp(1, MAX_INTERVALS);
+        let now = Instant::now();
+        Self {
+            pool: (0..n).map(|_| new_latency_histogram()).collect(),
+            starts: Vec::with_capacity(n),
+            period,
+            next: now + period,
+        }
+    }
+
+    fn begin(&mut self, now: Instant) {
+        self.starts.clear();
+        self.starts.push(now);
+        self.next = now + self.period;
+    }
+
+    #[inline]
+    fn record(&mut self, v: u64, interval_ns: u64, now: Instant) {
+        if now >= self.next && self.starts.len() < self.pool.len() {
+            // After a stall longer than a period, the new interval starts at the boundary
+            // just before `now` (the skipped time has no samples).
+            while now >= self.next {
+                self.next += self.period;
+            }
+            self.starts.push(self.next - self.period);
+        }
+        let h = &mut self.pool[self.starts.len() - 1];
+        if interval_ns > 0 {
+            let _ = h.record_correct(v.min(crate::stats::HIGHEST_NS), interval_ns);
+        } else {
+            h.saturating_record(v);
+        }
+    }
+
+    /// The intervals, timed relative to `origin`, which lies `base_offset` after the log's base.
+    fn finish(self, origin: Instant, base_offset: Duration, end: Instant) -> Vec<Interval> {
+        let n = self.starts.len();
+        self.pool
+            .into_iter()
+            .take(n)
+            .enumerate()
+            .map(|(i, hist)| {
+                let t = self.starts[i];
+                let next = self.starts.get(i + 1).copied().unwrap_or(end);
+                Interval {
+                    start: base_offset + t.saturating_duration_since(origin),
+                    length: next.saturating_duration_since(t),
+                    hist,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Client side of a lat point: `warmup` + `iters` round trips (or `duration`), recording each
+/// RTT into HdrHistograms. With `rate > 0`, sends are paced to the offered load and RTTs are
+/// recorded with coordinated-omission correction (expected interval `1e9 / rate` ns).
+/// `base_offset` is the time from the report's start to now (the interval log's time axis).
+///
+/// # Errors
+/// Connection loss, protocol errors, [`BenchError::Timeout`], [`BenchError::Interrupted`].
+pub fn client_lat<C: BenchConn>(
+    conn: &mut C,
+    spec: &PointSpec,
+    base_offset: Duration,
+) -> Result<LatOutcome, BenchError> {
+    let origin = Instant::now();
+    let mut w = Waiter::new(spec.idle, spec.timeout, "the server");
+    let hello = Hello {
+        test: TestKind::Lat,
+        size: spec.size as u64,
+        warmup: spec.warmup,
+    };
+    send_blocking(conn, &hello.encode(), &mut w)?;
+    expect_ready(conn, &mut w)?;
+
+    let template = payload(spec.size);
+    let mut rtt = new_latency_histogram();
+    let mut intervals = Intervals::new(spec.interval, spec.duration);
+    let interval_ns = expected_interval_ns(spec.rate);
+    let mut measured = 0u64;
+    let mut i = 0u64;
+    let mut t_send = Instant::now();
+    let mut measure_start = t_send;
+    let mut deadline = None;
+    let mut pacer = Waiter::new(spec.idle, Duration::MAX, "the pacer");
+    loop {
+        if i == spec.warmup {
+            measure_start = t_send;
+            intervals.begin(t_send);
+            deadline = spec.duration.map(|d| t_send + d);
+        }
+        if i >= spec.warmup {
+            let done = match deadline {
+                Some(d) => t_send >= d,
+                None => measured >= spec.iters,
+            };
+            if done {
+                break;
+            }
+            if measured % 4096 == 0 && super::stop_requested() {
+                return Err(BenchError::Interrupted);
+            }
+            if interval_ns > 0 {
+                let intended = measure_start + Duration::from_nanos(measured * interval_ns);
+                while Instant::now() < intended {
+                    pacer.idle()?;
+                }
+                pacer.reset();
+                t_send = Instant::now();
+            }
+        }
+        while !conn.try_send_with(spec.size, |b| b.copy_from_slice(&template))? {
+            w.idle()?;
+        }
+        conn.flush();
+        loop {
+            match conn.try_recv_with(|m| (m.len(), m.first().copied()))? {
+                Some((len, Some(TAG_DATA))) if len == spec.size => break,
+                Some((len, tag)) => {
+                    return Err(BenchError::Protocol(format!(
+                        "expected a {}-byte echo, got {len} bytes with tag {:#04x}",
+                        spec.size,
+                        tag.unwrap_or(0)
+                    )))
+                }
+                None => w.idle()?,
+            }
+        }
+        w.reset();
+        let t_now = Instant::now();
+        if i >= spec.warmup {
+            let v = duration_ns(t_now - t_send);
+            if interval_ns > 0 {
+                let _ = rtt.record_correct(v.min(crate::stats::HIGHEST_NS), interval_ns);
+            } else {
+                rtt.saturating_record(v);
+            }
+            intervals.record(v, interval_ns, t_now);
+            measured += 1;
+        }
+        i += 1;
+        t_send = t_now;
+    }
+    let end = t_send;
+    send_blocking(conn, &[TAG_END], &mut w)?;
+    let res = expect_result(conn, &mut w)?;
+    if res.msgs != spec.warmup + measured {
+        return Err(BenchError::Protocol(format!(
+            "server echoed {} messages, client sent {}",
+            res.msgs,
+            spec.warmup + measured
+        )));
+    }
+    Ok(LatOutcome {
+        rtt,
+        intervals: intervals.finish(origin, base_offset, end),
+        count: measured,
+        elapsed: end - measure_start,
+    })
+}
+
+/// Client side of a rate point: streams `warmup` + `iters` messages (or for `duration`) as fast
+/// as credits allow (or paced to `rate`), then asks the server what it counted. The figures are
+/// the receiver's.
+///
+/// # Errors
+/// Connection loss, protocol errors, [`BenchError::Timeout`], [`BenchError::Interrupted`].
+pub fn client_rate<C: BenchConn>(
+    conn: &mut C,
+    spec: &PointSpec,
+) -> Result<RateSummary, BenchError> {
+    let mut w = Waiter::new(spec.idle, spec.timeout, "send credits from the server");
+    let hello = Hello {
+        test: TestKind::Rate,
+        size: spec.size as u64,
+        warmup: spec.warmup,
+    };
+    send_blocking(conn, &hello.encode(), &mut w)?;
+    expect_ready(conn, &mut w)?;
+
+    let template = payload(spec.size);
+    let interval_ns = expected_interval_ns(spec.rate);
+    let mut pacer = Waiter::new(spec.idle, Duration::MAX, "the pacer");
+    let mut sent = 0u64;
+    let mut start = Instant::now();
+    let mut deadline = None;
+    loop {
+        if sent == spec.warmup {
+            start = Instant::now();
+            deadline = spec.duration.map(|d| start + d);
+        }
+        if sent >= spec.warmup {
+            let n = sent - spec.warmup;
+            if n % 1024 == 0 {
+                if super::stop_requested() {
+                    return Err(BenchError::Interrupted);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+            }
+            if deadline.is_none() && n >= spec.iters {
+                break;
+            }
+            if interval_ns > 0 {
+                let intended = start + Duration::from_nanos(n * interval_ns);
+                while Instant::now() < intended {
+                    pacer.idle()?;
+                }
+                pacer.reset();
+            }
+        }
+        if conn.try_send_with(spec.size, |b| b.copy_from_slice(&template))? {
+            sent += 1;
+            w.reset();
+        } else {
+            w.idle()?;
+        }
+    }
+    conn.flush();
+    send_blocking(conn, &[TAG_END], &mut w)?;
+    let res = expect_result(conn, &mut w)?;
+    if res.msgs == 0 || res.elapsed_ns == 0 {
+        return Err(BenchError::Protocol(
+            "the server measured no messages (raise --iters or --duration)".into(),
+        ));
+    }
+    Ok(res)
+}
+
+/// Tells the server this client is done.
+///
+/// # Errors
+/// Connection loss or [`BenchError::Timeout`].
+pub fn client_bye<C: BenchConn>(
+    conn: &mut C,
+    idle: Idle,
+    timeout: Duration,
+) -> Result<(), BenchError> {
+    let mut w = Waiter::new(idle, timeout, "a send credit for BYE");
+    send_blocking(conn, &[TAG_BYE], &mut w)
+}
+
+/// Serves one client until it says BYE or disconnects: echoes lat points, counts rate points.
+/// `max_size` is the largest payload this side accepts; `idle_timeout` bounds the wait for the
+/// client's next message.
+///
+/// # Errors
+/// Protocol errors, [`BenchError::Timeout`], [`BenchError::Interrupted`]. A disconnect between
+/// points is a normal end (`Ok`).
+pub fn serve<C: BenchConn>(
+    conn: &mut C,
+    idle: Idle,
+    max_size: usize,
+    idle_timeout: Duration,
+) -> Result<(), BenchError> {
+    let mut scratch = vec![0u8; max_size.max(CONTROL_MAX)];
+    loop {
+        let mut w = Waiter::new(idle, idle_timeout, "the client's next request");
+        let m = match recv_blocking(conn, &mut w) {
+            Ok(m) => m,
+            Err(BenchError::Disconnected) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if m.first() == Some(&TAG_BYE) {
+            return Ok(());
+        }
+        let hello = Hello::decode(&m)?;
+        if hello.size == 0 || hello.size > max_size as u64 {
+            let mut reply = vec![TAG_READY, 0];
+            let why = format!("size {} outside 1..={max_size} bytes", hello.size);
+            reply.extend_from_slice(&why.as_bytes()[..why.len().min(CONTROL_MAX - 2)]);
+            send_blocking(conn, &reply, &mut w)?;
+            continue;
+        }
+        send_blocking(conn, &[TAG_READY, 1], &mut w)?;
+        let size = hello.size as usize;
+        let res = match hello.test {
+            TestKind::Lat => serve_lat(conn, &mut w, size, &mut scratch)?,
+            TestKind::Rate => serve_rate(conn, &mut w, size, hello.warmup)?,
+        };
+        let mut reply = [0u8; 32];
+        reply[0] = TAG_RESULT;
+        reply[8..16].copy_from_slice(&res.msgs.to_le_bytes());
+        reply[16..24].copy_from_slice(&res.bytes.to_le_bytes());
+        reply[24..32].copy_from_slice(&res.elapsed_ns.to_le_bytes());
+        send_blocking(conn, &reply, &mut w)?;
+    }
+}
+
+fn bad_data(size: usize, len: usize, tag: u8) -> BenchError {
+    BenchError::Protocol(format!(
+        "expected {size}-byte DATA or END, got {len} bytes with tag {tag:#04x}"
+    ))
+}
+
+fn serve_lat<C: BenchConn>(
+    conn: &mut C,
+    w: &mut Waiter,
+    size: usize,
+    scratch: &mut [u8],
+) -> Result<RateSummary, BenchError> {
+    let mut echoed = 0u64;
+    let start = Instant::now();
+    loop {
+        let got = conn.try_recv_with(|m| {
+            let n = m.len().min(scratch.len());
+            scratch[..n].copy_from_slice(&m[..n]);
+            (m.len(), m.first().copied().unwrap_or(0xFF))
+        })?;
+        match got {
+            Some((len, TAG_DATA)) if len == size => {
+                while !conn.try_send_with(size, |b| b.copy_from_slice(&scratch[..size]))? {
+                    w.idle()?;
+                }
+                conn.flush();
+                echoed += 1;
+                w.reset();
+            }
+            Some((1, TAG_END)) => break,
+            Some((len, tag)) => return Err(bad_data(size, len, tag)),
+            None => w.idle()?,
+        }
+    }
+    Ok(RateSummary {
+        msgs: echoed,
+        bytes: echoed * size as u64,
+        elapsed_ns: duration_ns(start.elapsed()),
+    })
+}
+
+fn serve_rate<C: BenchConn>(
+    conn: &mut C,
+    w: &mut Waiter,
+    size: usize,
+    warmup: u64,
+) -> Result<RateSummary, BenchError> {
+    // The clock starts when message number `reference` arrives (the last warm-up message, or
+    // the first message without warm-up) and stops when END arrives; only messages after the
+    // reference count. Two clock reads per point keep the receive loop free of them.
+    let reference = warmup.max(1) - 1;
+    let mut count = 0u64;
+    let mut t0 = None;
+    let t_end;
+    loop {
+        match conn.try_recv_with(|m| (m.len(), m.first().copied().unwrap_or(0xFF)))? {
+            Some((len, TAG_DATA)) if len == size => {
+                if count == reference {
+                    t0 = Some(Instant::now());
+                }
+                count += 1;
+                w.reset();
+            }
+            Some((1, TAG_END)) => {
+                t_end = Instant::now();
+                break;
+            }
+            Some((len, tag)) => return Err(bad_data(size, len, tag)),
+            None => w.idle()?,
+        }
+    }
+    let msgs = count.saturating_sub(reference + 1);
+    Ok(RateSummary {
+        msgs,
+        bytes: msgs * size as u64,
+        elapsed_ns: t0.map_or(0, |t| duration_ns(t_end - t)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An in-process connection: two rtrb rings of owned messages (allocation is fine here; the
+    /// point is to check the protocol, not to measure it).
+    struct FakeConn {
+        tx: rtrb::Producer<Vec<u8>>,
+        rx: rtrb::Consumer<Vec<u8>>,
+        max: usize,
+    }
+
+    fn pair(depth: usize, max: usize) -> (FakeConn, FakeConn) {
+        let (atx, brx) = rtrb::RingBuffer::new(depth);
+        let (btx, arx) = rtrb::RingBuffer::new(depth);
+        (
+            FakeConn {
+                tx: atx,
+                rx: arx,
+                max,
+            },
+            FakeConn {
+                tx: btx,
+                rx: brx,
+                max,
+            },
+        )
+    }
+
+    impl BenchConn for FakeConn {
+        fn try_send_with(
+            &mut self,
+            len: usize,
+            fill: impl FnOnce(&mut [u8]),
+        ) -> Result<bool, BenchError> {
+            assert!(len <= self.max, "message of {len} bytes over {}", self.max);
+            if self.tx.is_abandoned() {
+                return Err(BenchError::Disconnected);
+            }
+            if self.tx.is_full() {
+                return Ok(false);
+            }
+            let mut m = vec![0u8; len];
+            fill(&mut m);
+            self.tx
+                .push(m)
+                .map(|_| true)
+                .map_err(|_| BenchError::Disconnected)
+        }
+
+        fn try_recv_with<R>(
+            &mut self,
+            f: impl FnOnce(&[u8]) -> R,
+        ) -> Result<Option<R>, BenchError> {
+            match self.rx.pop() {
+                Ok(m) => Ok(Some(f(&m))),
+                Err(_) if self.rx.is_abandoned() => Err(BenchError::Disconnected),
+                Err(_) => Ok(None),
+            }
+        }
+    }
+
+    fn spec(size: usize) -> PointSpec {
+        PointSpec {
+            size,
+            iters: 500,
+            duration: None,
+            warmup: 50,
+            rate: 0,
+            interval: Duration::from_millis(1),
+            idle: Idle::Backoff,
+            timeout: Duration::from_secs(20),
+        }
+    }
+
+    #[test]
+    fn hello_round_trips_and_rejects_garbage() {
+        let h = Hello {
+            test: TestKind::Rate,
+            size: 4096,
+            warmup: 7,
+        };
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        assert!(Hello::decode(&[TAG_HELLO; 3]).is_err());
+        let mut bad = h.encode();
+        bad[1] = 9;
+        assert!(Hello::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn lat_rate_and_bye_over_a_fake_connection() {
+        let (mut client, mut server) = pair(16, 256);
+        let srv = std::thread::spawn(move || {
+            serve(&mut server, Idle::Backoff, 256, Duration::from_secs(20))
+        });
+        let lat = client_lat(&mut client, &spec(64), Duration::ZERO).unwrap();
+        assert_eq!(lat.count, 500);
+        assert_eq!(lat.rtt.len(), 500);
+        let in_intervals: u64 = lat.intervals.iter().map(|i| i.hist.len()).sum();
+        assert_eq!(in_intervals, 500);
+        let rate = client_rate(&mut client, &spec(200)).unwrap();
+        // The reference message is the last warm-up one: everything after it counts.
+        assert_eq!(rate.msgs, 500);
+        assert_eq!(rate.bytes, 500 * 200);
+        assert!(rate.elapsed_ns > 0);
+        // A size over the server's limit is refused with a reason, and the session goes on.
+        let err = client_lat(&mut client, &spec(300), Duration::ZERO);
+        assert!(
+            matches!(err, Err(BenchError::Protocol(ref m)) if m.contains("outside")),
+            "{err:?}"
+        );
+        client_bye(&mut client, Idle::Backoff, Duration::from_secs(5)).unwrap();
+        srv.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn duration_bounded_and_paced_lat() {
+        let (mut client, mut server) = pair(4, 64);
+        let srv = std::thread::spawn(move || {
+            serve(&mut server, Idle::Backoff, 64, Duration::from_secs(20))
+        });
+        let mut s = spec(8);
+        s.duration = Some(Duration::from_millis(50));
+        s.rate = 2_000;
+        s.interval = Duration::from_millis(10);
+        let lat = client_lat(&mut client, &s, Duration::ZERO).unwrap();
+        // ~100 paced sends in 50 ms; allow for a slow, shared CI machine.
+        assert!(lat.count >= 5 && lat.count <= 110, "{}", lat.count);
+        assert!(lat.elapsed >= Duration::from_millis(50));
+        assert!(lat.intervals.len() >= 2, "{}", lat.intervals.len());
+        drop(client);
+        // A client that vanishes between points ends the session cleanly.
+        srv.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn server_stall_times_out() {
+        let (mut client, _server) = pair(4, 64);
+        let mut s = spec(8);
+        s.timeout = Duration::from_millis(200);
+        let t = Instant::now();
+        let err = client_lat(&mut client, &s, Duration::ZERO);
+        assert!(matches!(err, Err(BenchError::Timeout { .. })), "{err:?}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,249 @@
+//! The command line: clap's own consistency check, parsing, and every bad-input path that is
+//! caught before anything is measured (each must exit non-zero with a clear message, no panic).
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser};
+use spinwire_bench::cli::{
+    parse_duration, parse_size, Cli, Command as Sub, CrossKnob, Mode, TestKind,
+};
+
+#[test]
+fn clap_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn sizes_and_durations_parse() {
+    assert_eq!(parse_size("64"), Ok(64));
+    assert_eq!(parse_size("4k"), Ok(4096));
+    assert_eq!(parse_size("4KiB"), Ok(4096));
+    assert_eq!(parse_size("1m"), Ok(1 << 20));
+    assert!(parse_size("4q").unwrap_err().contains("suffix"));
+    assert!(parse_size("").is_err());
+    assert!(parse_size("k").is_err());
+    assert!(parse_size("99999999999999999999g").is_err());
+    assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+    assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+    assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
+    assert!(parse_duration("-1s").is_err());
+    assert!(parse_duration("2h").is_err());
+}
+
+#[test]
+fn sweep_flags_parse() {
+    let cli = Cli::try_parse_from([
+        "bench",
+        "sweep",
+        "--sizes",
+        "8,64,4k",
+        "--tests",
+        "lat",
+        "--cross",
+        "batch",
+        "--values",
+        "1,8,32",
+        "--mode",
+        "dedicated",
+        "--poller-cores",
+        "1",
+    ])
+    .unwrap();
+    let Sub::Sweep(s) = cli.command else {
+        panic!("not sweep")
+    };
+    assert_eq!(s.sizes, vec![8, 64, 4096]);
+    assert_eq!(s.tests, vec![TestKind::Lat]);
+    assert_eq!(s.cross, Some(CrossKnob::Batch));
+    assert_eq!(s.values, vec![1, 8, 32]);
+    assert_eq!(s.common.mode, Mode::Dedicated);
+    assert_eq!(s.common.poller_cores, vec![1]);
+    // Defaults.
+    let cli = Cli::try_parse_from(["bench", "sweep"]).unwrap();
+    let Sub::Sweep(s) = cli.command else {
+        panic!("not sweep")
+    };
+    assert_eq!(s.tests, vec![TestKind::Lat, TestKind::Rate]);
+    assert_eq!(s.common.mode, Mode::Inline);
+    assert_eq!(s.common.buffer_size, 4096);
+    assert!(s.common.role.server.is_none() && s.common.role.client.is_none());
+    // --server takes an optional endpoint.
+    let cli = Cli::try_parse_from(["bench", "lat", "--server"]).unwrap();
+    let Sub::Lat(l) = cli.command else {
+        panic!("not lat")
+    };
+    assert_eq!(
+        l.common.role.server.as_deref(),
+        Some("shm://spinwire-bench")
+    );
+}
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .output()
+        .expect("run the bench binary")
+}
+
+/// Runs `bench args`, expects exit `code` and `needle` in stderr, and no panic.
+fn fails(args: &[&str], code: i32, needle: &str) {
+    let out = bench(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "bench {args:?}: stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(needle),
+        "bench {args:?}: expected `{needle}` in:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "bench {args:?} panicked:\n{stderr}"
+    );
+}
+
+#[test]
+fn help_explains_every_knob() {
+    let out = bench(&["lat", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--server",
+        "--client",
+        "--loopback",
+        "--fabric",
+        "--size",
+        "--iters",
+        "--duration",
+        "--warmup",
+        "--rate",
+        "--poller-cores",
+        "--app-cores",
+        "--mode",
+        "--idle",
+        "--batch",
+        "--depth",
+        "--inline-threshold",
+        "--signal-every",
+        "--buffers",
+        "--buffer-size",
+        "--out",
+        "--floor",
+    ] {
+        assert!(help.contains(flag), "lat --help lacks {flag}");
+    }
+    let out = bench(&["sweep", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--sizes",
+        "--max-size",
+        "--tests",
+        "--cross",
+        "--values",
+        "--no-floor",
+    ] {
+        assert!(help.contains(flag), "sweep --help lacks {flag}");
+    }
+    assert!(bench(&["--version"]).status.success());
+}
+
+#[test]
+fn bad_values_are_rejected_before_measuring() {
+    fails(
+        &["lat", "--size", "8192"],
+        1,
+        "larger than --buffer-size 4096",
+    );
+    fails(
+        &["sweep", "--sizes", "8,8k"],
+        1,
+        "larger than --buffer-size",
+    );
+    fails(&["sweep", "--sizes", "0"], 1, "at least 1 byte");
+    fails(
+        &["lat", "--iters", "0"],
+        1,
+        "invalid --iters: must be at least 1",
+    );
+    fails(&["floor", "--iters", "0"], 1, "invalid --iters");
+    fails(&["rate", "--duration", "0s"], 1, "--duration");
+    fails(
+        &["lat", "--app-cores", "4096"],
+        1,
+        "core 4096 does not exist",
+    );
+    fails(
+        &["lat", "--mode", "dedicated", "--poller-cores", "4097"],
+        1,
+        "core 4097",
+    );
+    fails(&["floor", "--app-cores", "0,0"], 1, "two different cores");
+    fails(&["rate", "--depth", "512"], 1, "credits cannot exceed");
+    fails(&["rate", "--buffers", "0"], 1, "--buffers");
+    fails(
+        &["lat", "--buffer-size", "16", "--size", "8"],
+        1,
+        "too small",
+    );
+    fails(&["lat", "--client", "ftp://x"], 1, "unknown scheme");
+    fails(
+        &["lat", "--client", "rdma://10.0.0.1:7471"],
+        1,
+        "pass --fabric rdma",
+    );
+    fails(&["lat", "--client", "nonsense"], 1, "expected shm://NAME");
+    fails(
+        &["sweep", "--cross", "depth", "--values", "1000"],
+        1,
+        "depth 1000",
+    );
+    fails(
+        &[
+            "sweep",
+            "--cross",
+            "pollers",
+            "--values",
+            "3",
+            "--poller-cores",
+            "0",
+        ],
+        1,
+        "3 pollers",
+    );
+}
+
+#[test]
+fn rdma_without_the_feature_is_a_clear_error() {
+    if cfg!(feature = "rdma") {
+        return;
+    }
+    fails(
+        &["lat", "--fabric", "rdma"],
+        1,
+        "fabric rdma not compiled in; rebuild with --features rdma",
+    );
+}
+
+#[test]
+fn malformed_flags_are_usage_errors() {
+    fails(&["lat", "--size", "4q"], 2, "unknown size suffix");
+    fails(&["lat", "--bogus"], 2, "--bogus");
+    fails(&["lat", "--mode", "sideways"], 2, "sideways");
+    fails(
+        &["lat", "--iters", "5", "--duration", "1s"],
+        2,
+        "cannot be used with",
+    );
+    fails(
+        &["lat", "--server", "--client", "shm://x"],
+        2,
+        "cannot be used with",
+    );
+    fails(&["sweep", "--cross", "batch"], 2, "--values");
+    fails(&["sweep", "--tests", "lat,bw"], 2, "bw");
+    fails(&[], 2, "Usage");
+}
