@@ -6,6 +6,7 @@ mod engine;
 pub mod proto;
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -514,7 +515,7 @@ impl Plan {
             }
         }
         let total = (self.groups.len() * self.points().len()) as u64;
-        let pb = if self.progress {
+        let pb = if self.progress && std::io::stderr().is_terminal() {
             let pb = indicatif::ProgressBar::new(total);
             if let Ok(style) = indicatif::ProgressStyle::with_template(
                 "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
@@ -523,7 +524,9 @@ impl Plan {
             }
             pb
         } else {
-            indicatif::ProgressBar::hidden()
+            let pb = indicatif::ProgressBar::hidden();
+            pb.set_length(total);
+            pb
         };
         let mut result = Ok(());
         for g in &self.groups {
@@ -655,7 +658,17 @@ impl Plan {
             };
             for m in rx {
                 pb.inc(1);
-                pb.set_message(progress_line(&m.point));
+                let line = progress_line(&m.point);
+                if self.progress && pb.is_hidden() {
+                    // No terminal to draw a bar on (CI, a pipe): one plain line per point.
+                    eprintln!(
+                        "bench: [{}/{}] {line}",
+                        pb.position(),
+                        pb.length().unwrap_or(0)
+                    );
+                } else {
+                    pb.set_message(line);
+                }
                 report.push(m);
             }
             let client_res = client
