@@ -87,9 +87,8 @@ impl Waker {
             return Err(ControlError::EventFd(io::Error::last_os_error()));
         }
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        Ok(Waker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Waker { fd })
     }
 
     fn wake(&self) {

@@ -15,10 +15,11 @@ pub const MAX_BATCH: usize = 256;
 /// What a poller (or a waiting application thread) does when a cycle found no work.
 ///
 /// Idle strategies are Aeron's: each idle cycle advances the strategy one step; any work resets it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum IdleStrategy {
     /// Spin with a CPU relax hint (`pause`). Lowest latency; burns the core. The default.
+    #[default]
     BusySpin,
     /// Spin `spins` cycles, then `yield` `yields` times, then park for `min_park` doubling up to
     /// `max_park` per idle cycle. Park is bounded, so a parked poller notices new work after at most
@@ -47,11 +48,6 @@ impl IdleStrategy {
     }
 }
 
-impl Default for IdleStrategy {
-    fn default() -> Self {
-        IdleStrategy::BusySpin
-    }
-}
 
 /// A validated engine configuration (see [`EngineBuilder`] for each knob).
 #[derive(Debug, Clone)]

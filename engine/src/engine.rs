@@ -97,6 +97,8 @@ struct Inner {
     events: Mutex<Consumer<Event>>,
     clock: Arc<Clock>,
     counters: Arc<EngineCounters>,
+    #[cfg(feature = "rdma")]
+    rdma_devices: Arc<crate::fabric::rdma::setup::RdmaDevices>,
 }
 
 /// The spinwire engine: pollers, the control thread, and the connections made through it.
@@ -133,24 +135,54 @@ impl Engine {
         let mut links = Vec::with_capacity(n_pollers);
         let mut agents = Vec::with_capacity(n_pollers);
         let mut poller_counters = Vec::with_capacity(n_pollers);
+        #[cfg(feature = "rdma")]
+        let mut rdma_links = Vec::with_capacity(n_pollers);
         for _ in 0..n_pollers {
             let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
             let (note_p, note_c) = RingBuffer::new(cfg.max_connections_per_poller + 64);
             let pc = Arc::new(PollerCounters::default());
             let shm = Poller::new(
-                ShmFabric::default(),
+                ShmFabric,
                 cmd_c,
                 note_p,
                 pc.clone(),
                 cfg.max_connections_per_poller,
                 cfg.batch,
             );
-            agents.push(Agents { shm });
+            #[cfg(feature = "rdma")]
+            let rdma = {
+                let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
+                let (note_p, note_c) = RingBuffer::new(cfg.max_connections_per_poller + 64);
+                rdma_links.push(crate::fabric::rdma::control::RdmaPollerLink::new(cmd_p, note_c));
+                Poller::new(
+                    crate::fabric::rdma::RdmaFabric::new(),
+                    cmd_c,
+                    note_p,
+                    pc.clone(),
+                    cfg.max_connections_per_poller,
+                    cfg.batch,
+                )
+            };
+            agents.push(Agents {
+                shm,
+                #[cfg(feature = "rdma")]
+                rdma,
+            });
             links.push(control::PollerLink::new(cmd_p, note_c));
             poller_counters.push(pc);
         }
         let backend =
             control::Backend::new(cfg.clone(), links, ev_p, clock.clone(), counters.clone());
+        #[cfg(feature = "rdma")]
+        let rdma_devices = Arc::new(crate::fabric::rdma::setup::RdmaDevices::new(
+            n_pollers,
+            cfg.max_connections_per_poller,
+        ));
+        #[cfg(feature = "rdma")]
+        let backend = backend.with_rdma(crate::fabric::rdma::control::RdmaBackend::new(
+            rdma_links,
+            rdma_devices.clone(),
+        ));
         let control = cm::control::ControlThread::spawn(&format!("{}-control", cfg.name), backend)
             .map_err(|e| match e {
                 cm::control::ControlError::Spawn(source)
@@ -175,6 +207,8 @@ impl Engine {
             events: Mutex::new(ev_c),
             clock: clock.clone(),
             counters,
+            #[cfg(feature = "rdma")]
+            rdma_devices,
         };
         if cfg.run_to_completion() {
             let a = agents.pop().expect("one agent set for run-to-completion");
@@ -248,6 +282,26 @@ impl Engine {
             Endpoint::Shm { name } => {
                 crate::fabric::shm::setup::connect(name, endpoint, &self.inner.cfg, timeout)?
             }
+            #[cfg(feature = "rdma")]
+            Endpoint::Rdma { host, port } => {
+                let est = crate::fabric::rdma::setup::connect(
+                    host,
+                    *port,
+                    endpoint,
+                    &self.inner.cfg,
+                    &self.inner.rdma_devices,
+                    timeout,
+                )?;
+                let (reply, rx) = mpsc::sync_channel(1);
+                self.request(Request::RegisterRdma {
+                    est: Box::new(est),
+                    raw: endpoint.to_owned(),
+                    reply,
+                })?;
+                let parts = self.wait_reply(&rx, Duration::from_secs(10))??;
+                return Ok(Connection::new(self.clone(), parts));
+            }
+            #[cfg(not(feature = "rdma"))]
             Endpoint::Rdma { .. } => return Err(Error::FabricNotCompiled { fabric: "rdma" }),
         };
         let (reply, rx) = mpsc::sync_channel(1);

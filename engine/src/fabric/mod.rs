@@ -70,6 +70,8 @@
 //! (`crate::control`), which owns the rdma_cm event channel fd (returned from
 //! `cm::control::Backend::fds`). All monomorphised: no `dyn` on the data path.
 
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod shm;
 
 use core::mem::MaybeUninit;

@@ -1,0 +1,251 @@
+//! shm fabric benchmarks: ping-pong RTT percentiles and 64-byte one-way message rate, in
+//! run-to-completion mode and with a dedicated poller, next to the bare cache-line ping-pong
+//! floor between the same two cores measured in the same run.
+//!
+//! `cargo bench -p spinwire --bench shm` (add `-- quick` for a short run). Pins threads to cores
+//! `SPINWIRE_BENCH_CORES` (default `0,1`); a third core, if listed, hosts the dedicated poller.
+//! Prints one line per measurement and the ratio to the floor.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+use spinwire::{Connection, Engine, IdleStrategy, SendError};
+
+struct Opts {
+    rtt_iters: u64,
+    warmup: u64,
+    rate_secs: f64,
+    cores: Vec<usize>,
+}
+
+fn pin(core: usize) {
+    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+}
+
+fn report(name: &str, h: &Histogram<u64>, floor_p50: Option<u64>) {
+    let p50 = h.value_at_quantile(0.5);
+    let ratio = floor_p50.map_or(String::new(), |f| format!("  ({:.2}x floor p50)", p50 as f64 / f as f64));
+    println!(
+        "{name:<44} RTT p50 {p50:>6} ns  p99 {:>6} ns  p99.9 {:>7} ns  max {:>8} ns{ratio}",
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999),
+        h.max()
+    );
+}
+
+/// The floor: two threads bouncing one cache line.
+fn floor(o: &Opts) -> Histogram<u64> {
+    let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let n = o.rtt_iters + o.warmup;
+    let l2 = line.clone();
+    let c1 = o.cores[1];
+    let echo = std::thread::spawn(move || {
+        pin(c1);
+        let mut expect = 1;
+        while expect < 2 * n {
+            while l2.load(Ordering::Acquire) != expect {
+                core::hint::spin_loop();
+            }
+            l2.store(expect + 1, Ordering::Release);
+            expect += 2;
+        }
+    });
+    pin(o.cores[0]);
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    let mut v = 1;
+    for i in 0..n {
+        let t = Instant::now();
+        line.store(v, Ordering::Release);
+        while line.load(Ordering::Acquire) != v + 1 {
+            core::hint::spin_loop();
+        }
+        let ns = t.elapsed().as_nanos() as u64;
+        if i >= o.warmup {
+            let _ = h.record(ns);
+        }
+        v += 2;
+    }
+    echo.join().unwrap();
+    h
+}
+
+fn engine(pollers: &[usize]) -> Engine {
+    Engine::builder()
+        .pollers(pollers)
+        .idle(IdleStrategy::BusySpin)
+        .pool(4096, 256)
+        .depth(128)
+        .batch(32)
+        .build()
+        .expect("engine")
+}
+
+fn pair(name: &str, server_engine: &Engine, client_engine: &Engine) -> (Connection, Connection) {
+    let ep = format!("shm://bench-{name}-{}", std::process::id());
+    let l = server_engine.listen(&ep).unwrap();
+    let c = client_engine.connect(&ep).unwrap();
+    let s = l.accept_timeout(Duration::from_secs(5)).unwrap();
+    (s, c)
+}
+
+fn send_spin(conn: &Connection, payload: &[u8]) {
+    let mut b = loop {
+        match conn.alloc() {
+            Ok(b) => break b,
+            Err(spinwire::Error::WouldBlock) => {
+                conn.flush();
+            }
+            Err(e) => panic!("alloc: {e}"),
+        }
+    };
+    b.copy_from(payload).unwrap();
+    let mut b = b;
+    loop {
+        match conn.send(b) {
+            Ok(()) => return,
+            Err(SendError::WouldBlock(back)) => {
+                b = back;
+                conn.flush();
+            }
+            Err(e) => panic!("send: {e:?}"),
+        }
+    }
+}
+
+/// Ping-pong: the client (core 0) sends `size` bytes, the server (core 1) echoes.
+fn pingpong(o: &Opts, size: usize, server_pollers: &[usize], client_pollers: &[usize]) -> Histogram<u64> {
+    let se = engine(server_pollers);
+    let ce = engine(client_pollers);
+    let (s, c) = pair(&format!("pp{size}-{}", server_pollers.len()), &se, &ce);
+    let n = o.rtt_iters + o.warmup;
+    let c1 = o.cores[1];
+    let server = std::thread::spawn(move || {
+        pin(c1);
+        let mut buf = vec![0u8; size];
+        for _ in 0..n {
+            loop {
+                if let Some(m) = s.try_recv().unwrap() {
+                    buf.copy_from_slice(&m);
+                    break;
+                }
+            }
+            send_spin(&s, &buf);
+            s.flush();
+        }
+        drop(s);
+        drop(se);
+    });
+    pin(o.cores[0]);
+    let payload = vec![7u8; size];
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    for i in 0..n {
+        let t = Instant::now();
+        send_spin(&c, &payload);
+        c.flush();
+        loop {
+            if let Some(m) = c.try_recv().unwrap() {
+                debug_assert_eq!(m.len(), size);
+                break;
+            }
+        }
+        let ns = t.elapsed().as_nanos() as u64;
+        if i >= o.warmup {
+            let _ = h.record(ns);
+        }
+    }
+    server.join().unwrap();
+    h
+}
+
+/// One-way 64-byte flood: messages per second received.
+fn rate(o: &Opts, size: usize, rx_pollers: &[usize], tx_pollers: &[usize]) -> f64 {
+    let re = engine(rx_pollers);
+    let te = engine(tx_pollers);
+    let (r, t) = pair(&format!("rate{size}-{}", rx_pollers.len()), &re, &te);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let barrier = Arc::new(Barrier::new(2));
+    let b2 = barrier.clone();
+    let c1 = o.cores[1];
+    let receiver = std::thread::spawn(move || {
+        pin(c1);
+        b2.wait();
+        let mut n = 0u64;
+        let mut sum = 0u64;
+        let t0 = Instant::now();
+        while !stop2.load(Ordering::Relaxed) {
+            while let Some(m) = r.try_recv().unwrap() {
+                sum = sum.wrapping_add(u64::from(m[0]));
+                n += 1;
+            }
+        }
+        let el = t0.elapsed();
+        drop(r);
+        drop(re);
+        (n, el, sum)
+    });
+    pin(o.cores[0]);
+    barrier.wait();
+    let payload = vec![1u8; size];
+    let t0 = Instant::now();
+    let dur = Duration::from_secs_f64(o.rate_secs);
+    let mut i = 0u32;
+    loop {
+        send_spin(&t, &payload);
+        i = i.wrapping_add(1);
+        if i % 4096 == 0 && t0.elapsed() >= dur {
+            break;
+        }
+    }
+    t.flush();
+    stop.store(true, Ordering::Relaxed);
+    if std::env::var_os("SPINWIRE_BENCH_DEBUG").is_some() {
+        eprintln!("sender {:?}\nsender engine {:?}", t.stats(), te.counters());
+    }
+    let (n, el, _) = receiver.join().unwrap();
+    n as f64 / el.as_secs_f64()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing special: keep it short.
+    let quick = args.iter().any(|a| a == "quick") || !args.iter().any(|a| a == "--bench");
+    let cores: Vec<usize> = std::env::var("SPINWIRE_BENCH_CORES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|c| c.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![0, 1]);
+    let o = Opts {
+        rtt_iters: if quick { 2_000 } else { 200_000 },
+        warmup: if quick { 200 } else { 20_000 },
+        rate_secs: if quick { 0.05 } else { 1.0 },
+        cores,
+    };
+    println!("shm benchmark: cores {:?} ({} RTT samples)", o.cores, o.rtt_iters);
+    let f = floor(&o);
+    report("floor: bare cache-line ping-pong", &f, None);
+    let fp50 = f.value_at_quantile(0.5);
+    for size in [8usize, 32, 64, 256, 1024] {
+        let h = pingpong(&o, size, &[], &[]);
+        report(&format!("shm run-to-completion ping-pong {size:>4} B"), &h, Some(fp50));
+    }
+    if o.cores.len() >= 4 {
+        // Dedicated pollers need their own cores: app threads on cores[0..2], pollers on cores[2..4].
+        for size in [8usize, 64] {
+            let h = pingpong(&o, size, &[o.cores[3]], &[o.cores[2]]);
+            report(&format!("shm dedicated-poller ping-pong {size:>4} B"), &h, Some(fp50));
+        }
+    } else {
+        println!("(dedicated-poller runs need 4 cores in SPINWIRE_BENCH_CORES: 2 app + 2 poller)");
+    }
+    for size in [8usize, 64] {
+        let r = rate(&o, size, &[], &[]);
+        println!("shm run-to-completion one-way {size:>4} B  {:>8.2} M msgs/s", r / 1e6);
+    }
+    if o.cores.len() >= 4 {
+        let r = rate(&o, 64, &[o.cores[3]], &[o.cores[2]]);
+        println!("shm dedicated-poller one-way   64 B  {:>8.2} M msgs/s", r / 1e6);
+    }
+}
