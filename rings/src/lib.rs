@@ -525,6 +525,13 @@ impl<T> Consumer<T> {
     /// Re-reads the producer's tail and returns the exact number of readable items.
     #[inline]
     fn refresh_len(&mut self) -> usize {
+        // The ring looks empty, so the next item will land in `head`'s slot. Start pulling that
+        // line in now, in parallel with the load of `tail` below: when the producer has just
+        // published, the two cache misses overlap instead of happening one after the other
+        // (the slot read would otherwise only issue once the `tail` miss resolved and the
+        // mispredicted empty branch was undone). This is what gets ping-pong RTT near the bare
+        // cache-line round trip (see benches/rings.rs).
+        primitive::prefetch_read(self.buf.wrapping_add(self.head & self.mask));
         // Acquire: pairs with the producer's Release store of `tail`, so its writes into the
         // published slots happen before we read them.
         self.cached_tail = self.ring().tail.load(Ordering::Acquire);
