@@ -111,7 +111,7 @@ fn segment_fd_is_mode_0600_regular_and_sealed() {
 #[test]
 fn attach_checks_params_against_header_and_size() {
     let p = params();
-    let (_a, fd) = Segment::create(&p).unwrap();
+    let (a, fd) = Segment::create(&p).unwrap();
     // Same layout size, different inline_max: caught by the header check.
     let q = Params {
         inline_max: 100,
@@ -142,6 +142,9 @@ fn attach_checks_params_against_header_and_size() {
     // The good params still attach (the failed attempts did not claim side B).
     let b = Segment::attach(fd.as_fd(), &p).unwrap();
     assert_eq!(b.side(), Side::B);
+    // ... nor marked it closed.
+    assert!(!a.is_peer_closed());
+    assert!(a.peer_state().attached);
     assert!(matches!(
         Segment::attach(fd.as_fd(), &p),
         Err(WireError::AlreadyAttached)

@@ -79,7 +79,8 @@ pub enum WireError {
     /// A system call creating the segment failed.
     #[error("creating the shm segment failed at {step}")]
     Create {
-        /// The failing step (`memfd_create`, `fchmod`, `ftruncate`, `seal`, `mmap`).
+        /// The failing step (`memfd_create`, `fchmod`, `ftruncate`, `fallocate`, `seal`,
+        /// `mmap`).
         step: &'static str,
         /// The OS error.
         #[source]

@@ -76,6 +76,9 @@ pub(crate) struct Mapping {
     layout: Layout,
     side: Side,
     split: AtomicBool,
+    /// Whether this mapping holds its side's slot in the header, so that dropping it marks the
+    /// side closed. `false` while an attach is still being validated.
+    holds_side: bool,
 }
 
 // SAFETY: `Mapping` owns a MAP_SHARED mapping that stays valid until `Drop`; all concurrent
@@ -129,8 +132,10 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // Clean close: tell the peer (it may also see the control socket hang up).
-        self.atomic_u32(self.state_off(self.side, hdr::ST_CLOSED))
-            .store(1, Ordering::Release);
+        if self.holds_side {
+            self.atomic_u32(self.state_off(self.side, hdr::ST_CLOSED))
+                .store(1, Ordering::Release);
+        }
         // SAFETY: `base`/`len` are exactly what mmap returned; no reference into the mapping
         // outlives `self` (every handle holds an `Arc<Mapping>`).
         unsafe {
@@ -156,7 +161,8 @@ fn map_shared(fd: BorrowedFd<'_>, len: usize, create: bool) -> Result<NonNull<u8
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
+            // Pre-fault the page tables so the data path takes no page faults.
+            libc::MAP_SHARED | libc::MAP_POPULATE,
             fd.as_raw_fd(),
             0,
         )
@@ -193,8 +199,9 @@ impl std::fmt::Debug for Segment {
 
 impl Segment {
     /// Creates a segment for `params` as [`Side::A`]: `memfd_create(MFD_CLOEXEC |
-    /// MFD_ALLOW_SEALING)`, `fchmod 0600`, `ftruncate`, seals against shrink/grow, `mmap
-    /// MAP_SHARED`, then writes the header and marks side A attached.
+    /// MFD_ALLOW_SEALING)`, `fchmod 0600`, `ftruncate`, `fallocate` (memory reserved up front),
+    /// seals against shrink/grow, `mmap(MAP_SHARED | MAP_POPULATE)`, then writes the header and
+    /// marks side A attached.
     ///
     /// Returns the segment and the memfd to pass to the peer (e.g. with
     /// `cm::uds::UdsStream::send_accept`); drop the fd once sent.
@@ -225,6 +232,12 @@ impl Segment {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(os_err("ftruncate", true));
         }
+        // Reserve the memory now: a later page fault can then not hit a full tmpfs or memory
+        // limit, which would raise SIGBUS on the data path.
+        // SAFETY: as above.
+        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+            return Err(os_err("fallocate", true));
+        }
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
         // SAFETY: as above.
         if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
@@ -237,6 +250,7 @@ impl Segment {
             layout,
             side: Side::A,
             split: AtomicBool::new(false),
+            holds_side: true,
         };
         // A fresh memfd is zero filled; write the header.
         map.atomic_u32(hdr::VERSION)
@@ -265,8 +279,9 @@ impl Segment {
     /// `params` must be the parameters *this* side validated during the handshake: the layout is
     /// computed from them, never from the segment. Checks, in order: the file is a regular file
     /// with mode 0600, sealed against shrinking, and exactly `Layout::total_len()` bytes
-    /// (`fstat` before `mmap`, so no access can fault); then the header magic, version and
-    /// params match; then marks side B attached (failing if it already was).
+    /// (`fstat` before `mmap`, so no access can fault); maps it with `MAP_POPULATE`; then checks
+    /// that the header magic, version and params match; then marks side B attached (failing if it
+    /// already was). A failed attach leaves the header's side-B words untouched.
     ///
     /// # Errors
     /// [`WireError::InvalidParams`], [`WireError::Attach`], [`WireError::SegmentMode`],
@@ -308,9 +323,10 @@ impl Segment {
             layout,
             side: Side::B,
             split: AtomicBool::new(false),
+            holds_side: false,
         };
-        // From here, dropping `map` on error marks B closed and unmaps: correct, since the
-        // handshake fails.
+        // Until the attached flag is claimed below, dropping `map` only unmaps: a failed attempt
+        // must not mark side B closed for a later, valid attach.
         let checks: [(&'static str, u64, u64); 7] = [
             (
                 "magic",
@@ -357,22 +373,17 @@ impl Segment {
                 });
             }
         }
-        map.atomic_u32(map.state_off(Side::B, hdr::ST_PID))
-            .store(std::process::id(), Ordering::Relaxed);
         if map
             .atomic_u32(map.state_off(Side::B, hdr::ST_ATTACHED))
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
-            // Do not mark B closed on our way out: the attached B is someone else.
-            let map = std::mem::ManuallyDrop::new(map);
-            // SAFETY: unmapping our own fresh mapping; nothing else references it (it was never
-            // shared) and `ManuallyDrop` keeps `Drop` from unmapping it again.
-            unsafe {
-                libc::munmap(map.base.as_ptr().cast(), map.len);
-            }
             return Err(WireError::AlreadyAttached);
         }
+        let mut map = map;
+        map.holds_side = true;
+        map.atomic_u32(map.state_off(Side::B, hdr::ST_PID))
+            .store(std::process::id(), Ordering::Relaxed);
         Ok(Segment { map: Arc::new(map) })
     }
 

@@ -1,0 +1,235 @@
+//! shm wire microbenchmarks on two pinned threads (cores 0 and 1 when available):
+//!
+//! * `rtt/bare_cacheline`: two atomics on separate 128-B lines bounced between the threads: the
+//!   floor any shared-memory ping-pong pays.
+//! * `rtt/ring_inline_{8,40,64}B`: a message sent inline through the descriptor ring, echoed back
+//!   through the other direction's ring (poll + copy out + commit on each side).
+//! * `stream/bare_lines`: one producer writing 64-B lines with a sequence word into a ring, one
+//!   consumer reading them (publishing its head every 32): the one-line-per-message floor.
+//! * `stream/ring_inline_{8,64}B`: one-way inline messages, consumer commits every 32.
+//!
+//! Run with `cargo bench -p spinwire --bench shm_wire` (`harness = false`, std only: prints the
+//! median of several direct runs and the ring/floor ratios). Without `--bench` (e.g.
+//! `cargo test --benches`) it runs a few iterations of each as a smoke test.
+
+use std::hint::spin_loop;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spinwire::fabric::shm::wire::{Params, RxRing, Segment, TxRing};
+
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+#[repr(align(64))]
+struct Line64([AtomicU64; 8]);
+
+fn pin(which: usize) {
+    if let Some(ids) = core_affinity::get_core_ids() {
+        if ids.len() >= 2 {
+            core_affinity::set_for_current(ids[which]);
+        }
+    }
+}
+
+fn bare_rtt(iters: u64) -> Duration {
+    let ping = Arc::new(Line(AtomicU64::new(0)));
+    let pong = Arc::new(Line(AtomicU64::new(0)));
+    let (pi, po) = (Arc::clone(&ping), Arc::clone(&pong));
+    let echo = std::thread::spawn(move || {
+        pin(1);
+        for i in 1..=iters {
+            while pi.0.load(Ordering::Acquire) != i {
+                spin_loop();
+            }
+            po.0.store(i, Ordering::Release);
+        }
+    });
+    pin(0);
+    let t0 = Instant::now();
+    for i in 1..=iters {
+        ping.0.store(i, Ordering::Release);
+        while pong.0.load(Ordering::Acquire) != i {
+            spin_loop();
+        }
+    }
+    let e = t0.elapsed();
+    echo.join().expect("echo thread");
+    e
+}
+
+fn rings(depth: u32) -> ((TxRing, RxRing), (TxRing, RxRing)) {
+    let p = Params {
+        buffer_size: 4096,
+        buffer_count: 64,
+        ring_depth: depth,
+        inline_max: 256,
+    };
+    let (a, fd) = Segment::create(&p).expect("create");
+    let b = Segment::attach(fd.as_fd(), &p).expect("attach");
+    (a.split().expect("split a"), b.split().expect("split b"))
+}
+
+fn poll_spin(rx: &mut RxRing) -> spinwire::fabric::shm::wire::RxDesc {
+    loop {
+        if let Some(d) = rx.poll().expect("poll") {
+            return d;
+        }
+        spin_loop();
+    }
+}
+
+fn ring_rtt(iters: u64, len: usize) -> Duration {
+    let ((mut tx_a, mut rx_a), (mut tx_b, mut rx_b)) = rings(256);
+    let echo = std::thread::spawn(move || {
+        pin(1);
+        let mut buf = [0u8; 256];
+        for _ in 0..iters {
+            let d = poll_spin(&mut rx_b);
+            let k = rx_b.copy_inline(&d, &mut buf).expect("copy");
+            rx_b.commit();
+            while !tx_b.try_send_inline(&buf[..k], 0).expect("send") {
+                spin_loop();
+            }
+        }
+    });
+    pin(0);
+    let msg = vec![7u8; len];
+    let mut buf = [0u8; 256];
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        while !tx_a.try_send_inline(&msg, 0).expect("send") {
+            spin_loop();
+        }
+        let d = poll_spin(&mut rx_a);
+        rx_a.copy_inline(&d, &mut buf).expect("copy");
+        rx_a.commit();
+    }
+    let e = t0.elapsed();
+    echo.join().expect("echo thread");
+    e
+}
+
+fn bare_stream(iters: u64) -> Duration {
+    const DEPTH: u64 = 1024;
+    let ring: Arc<Vec<Line64>> = Arc::new((0..DEPTH).map(|_| Line64(Default::default())).collect());
+    let head = Arc::new(Line(AtomicU64::new(0)));
+    let (r2, h2) = (Arc::clone(&ring), Arc::clone(&head));
+    let consumer = std::thread::spawn(move || {
+        pin(1);
+        let mut pos = 0u64;
+        let mut sum = 0u64;
+        while pos < iters {
+            let l = &r2[(pos % DEPTH) as usize];
+            if l.0[0].load(Ordering::Acquire) == pos + 1 {
+                for w in &l.0[1..] {
+                    sum = sum.wrapping_add(w.load(Ordering::Relaxed));
+                }
+                pos += 1;
+                if pos % 32 == 0 {
+                    h2.0.store(pos, Ordering::Release);
+                }
+            } else {
+                spin_loop();
+            }
+        }
+        std::hint::black_box(sum);
+    });
+    pin(0);
+    let t0 = Instant::now();
+    let mut head_cache = 0u64;
+    for pos in 0..iters {
+        while pos - head_cache >= DEPTH {
+            head_cache = head.0.load(Ordering::Acquire);
+        }
+        let l = &ring[(pos % DEPTH) as usize];
+        for w in &l.0[1..] {
+            w.store(pos, Ordering::Relaxed);
+        }
+        l.0[0].store(pos + 1, Ordering::Release);
+    }
+    consumer.join().expect("consumer thread");
+    t0.elapsed()
+}
+
+fn ring_stream(iters: u64, len: usize) -> Duration {
+    let ((mut tx_a, _rx_a), (_tx_b, mut rx_b)) = rings(1024);
+    let consumer = std::thread::spawn(move || {
+        pin(1);
+        let mut buf = [0u8; 256];
+        let mut got = 0u64;
+        while got < iters {
+            let mut k = 0;
+            while k < 32 {
+                match rx_b.poll().expect("poll") {
+                    Some(d) => {
+                        rx_b.copy_inline(&d, &mut buf).expect("copy");
+                        k += 1;
+                    }
+                    None => break,
+                }
+            }
+            if k > 0 {
+                rx_b.commit();
+                got += k;
+            } else {
+                spin_loop();
+            }
+        }
+    });
+    pin(0);
+    let msg = vec![7u8; len];
+    let t0 = Instant::now();
+    let mut sent = 0;
+    while sent < iters {
+        if tx_a.try_send_inline(&msg, 0).expect("send") {
+            sent += 1;
+        } else {
+            spin_loop();
+        }
+    }
+    consumer.join().expect("consumer thread");
+    t0.elapsed()
+}
+
+/// Median of `runs` direct measurements, in ns per iteration.
+fn median_ns(runs: usize, iters: u64, f: impl Fn(u64) -> Duration) -> f64 {
+    let mut v: Vec<f64> = (0..runs)
+        .map(|_| f(iters).as_nanos() as f64 / iters as f64)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[runs / 2]
+}
+
+fn summary(runs: usize, rtt_iters: u64, stream_iters: u64) {
+    let bare = median_ns(runs, rtt_iters, bare_rtt);
+    println!("shm wire (median of {runs} runs; two threads pinned to cores 0 and 1)");
+    println!("  rtt    bare cache line        {bare:8.0} ns");
+    for len in [8usize, 40, 64] {
+        let r = median_ns(runs, rtt_iters, |n| ring_rtt(n, len));
+        println!(
+            "  rtt    ring inline {len:>2} B       {r:8.0} ns   {:.2}x the floor",
+            r / bare
+        );
+    }
+    let floor = median_ns(runs, stream_iters, bare_stream);
+    println!("  stream bare 64-B lines         {:8.1} M/s", 1e3 / floor);
+    for len in [8usize, 64] {
+        let r = median_ns(runs, stream_iters, |n| ring_stream(n, len));
+        println!(
+            "  stream ring inline {len:>2} B        {:8.1} M msgs/s   {:.2}x the line rate",
+            1e3 / r,
+            floor / r
+        );
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--bench") {
+        summary(7, 200_000, 5_000_000);
+    } else {
+        summary(1, 1_000, 10_000);
+    }
+}
