@@ -88,6 +88,10 @@ pub mod hdr {
 }
 
 /// Byte offsets inside the first slot of a record (part of the wire format).
+///
+/// The four `u32` fields are accessed as two native-endian `u64` words, `LEN | BUF << 32` at
+/// offset 8 and `AUX | FLAGS << 32` at offset 16, so the `u32` offsets below hold on
+/// little-endian hosts (x86_64, aarch64); both sides of a segment always share one host.
 pub mod slot {
     /// `u64`: sequence word, `position + 1`; stored last with `Release`.
     pub const SEQ: usize = 0;

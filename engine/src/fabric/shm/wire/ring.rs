@@ -90,13 +90,6 @@ impl DescRing {
     }
 
     #[inline(always)]
-    fn u32_at(&self, pos: u64, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= SLOT_SIZE);
-        // SAFETY: as in `u64_at`, for a 4-aligned offset inside the slot.
-        unsafe { &*self.slot(pos).add(off).cast::<AtomicU32>() }
-    }
-
-    #[inline(always)]
     fn head(&self) -> &AtomicU64 {
         // SAFETY: points at an 8-aligned word of the live mapping (see `DescRing::new`).
         unsafe { &*self.head_word }
@@ -409,18 +402,13 @@ impl TxRing {
 
     #[inline(always)]
     fn write_first(&self, pos: u64, len: u32, buf: u32, aux: u32) {
+        // Two u64 stores instead of four u32 ones (see `layout::slot` for the word layout).
         self.ring
-            .u32_at(pos, slot::LEN)
-            .store(len, Ordering::Relaxed);
+            .u64_at(pos, slot::LEN)
+            .store(u64::from(len) | u64::from(buf) << 32, Ordering::Relaxed);
         self.ring
-            .u32_at(pos, slot::BUF)
-            .store(buf, Ordering::Relaxed);
-        self.ring
-            .u32_at(pos, slot::AUX)
-            .store(aux, Ordering::Relaxed);
-        self.ring
-            .u32_at(pos, slot::FLAGS)
-            .store(0, Ordering::Relaxed);
+            .u64_at(pos, slot::AUX)
+            .store(u64::from(aux), Ordering::Relaxed);
     }
 
     /// Sends the first `len` bytes of buffer `index` (already written, e.g. via
@@ -699,10 +687,10 @@ impl RxRing {
         if seq != pos + 1 {
             return self.not_ready(seq, pos);
         }
-        let len = self.ring.u32_at(pos, slot::LEN).load(Ordering::Relaxed);
-        let buf = self.ring.u32_at(pos, slot::BUF).load(Ordering::Relaxed);
-        let aux = self.ring.u32_at(pos, slot::AUX).load(Ordering::Relaxed);
-        let flags = self.ring.u32_at(pos, slot::FLAGS).load(Ordering::Relaxed);
+        let len_buf = self.ring.u64_at(pos, slot::LEN).load(Ordering::Relaxed);
+        let aux_flags = self.ring.u64_at(pos, slot::AUX).load(Ordering::Relaxed);
+        let (len, buf) = (len_buf as u32, (len_buf >> 32) as u32);
+        let (aux, flags) = (aux_flags as u32, (aux_flags >> 32) as u32);
         if flags != 0 {
             return Err(WireError::corrupt(Field::DescFlags, u64::from(flags), pos));
         }
