@@ -326,3 +326,48 @@ fn hangup_seen_after_child_is_sigkilled() {
     child.wait().unwrap();
     assert!(seen, "hang-up not seen within 1 s of SIGKILL");
 }
+
+const DIR_CHILD_ENV: &str = "CM_UDS_TEST_EXPECT_INSECURE";
+
+/// Not a test on its own: runs in a child process with `SPINWIRE_RUNTIME_DIR` overridden by
+/// `runtime_dir_override_is_checked`.
+#[test]
+fn child_runtime_dir_checks() {
+    let Ok(expect) = std::env::var(DIR_CHILD_ENV) else {
+        return;
+    };
+    let n = name("dir");
+    if expect == "insecure" {
+        let e = UdsListener::bind(&n).unwrap_err();
+        assert!(matches!(e, UdsError::InsecureRuntimeDir { .. }), "{e:?}");
+        let e = uds::connect(&n, T).unwrap_err();
+        assert!(matches!(e, UdsError::InsecureRuntimeDir { .. }), "{e:?}");
+    } else {
+        let l = UdsListener::bind(&n).unwrap();
+        let dir = std::env::var_os(uds::RUNTIME_DIR_ENV).unwrap();
+        assert!(l.path().starts_with(&dir));
+        let _c = uds::connect(&n, T).unwrap();
+        l.accept_timeout(T).unwrap();
+    }
+}
+
+#[test]
+fn runtime_dir_override_is_checked() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::env::temp_dir().join(format!("cm-uds-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    for (mode, expect) in [(0o755, "insecure"), (0o700, "private")] {
+        let dir = base.join(expect);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_runtime_dir_checks", "--nocapture"])
+            .env(DIR_CHILD_ENV, expect)
+            .env(uds::RUNTIME_DIR_ENV, &dir)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{expect}: {status:?}");
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+}
