@@ -48,7 +48,6 @@ impl IdleStrategy {
     }
 }
 
-
 /// A validated engine configuration (see [`EngineBuilder`] for each knob).
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -63,6 +62,8 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) max_connections_per_poller: usize,
     pub(crate) name: String,
+    /// `depth` was set explicitly (else it follows `min(128, buffers)`).
+    pub(crate) depth_set: bool,
 }
 
 impl Config {
@@ -75,7 +76,7 @@ impl Config {
 /// Builds an [`Engine`]. Start with [`Engine::builder`].
 ///
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
-/// 256 buffers per connection per direction, depth 128, batch 32, inline threshold
+/// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 32, inline threshold
 /// [`crate::INLINE_MAX`], signal every 16, connect timeout 5 s, 1024 connections per poller.
 #[derive(Debug, Clone)]
 #[must_use]
@@ -98,6 +99,7 @@ impl Default for EngineBuilder {
                 connect_timeout: Duration::from_secs(5),
                 max_connections_per_poller: 1024,
                 name: "spinwire".to_owned(),
+                depth_set: false,
             },
         }
     }
@@ -133,9 +135,10 @@ impl EngineBuilder {
     }
 
     /// Credits: the most messages one connection may have in flight (sent, not yet taken by the
-    /// receiver). At most the number of buffers.
+    /// receiver). At most the number of buffers. Default: `min(128, buffers)`.
     pub fn depth(mut self, depth: usize) -> Self {
         self.cfg.depth = depth;
+        self.cfg.depth_set = true;
         self
     }
 
@@ -190,7 +193,10 @@ impl EngineBuilder {
     }
 
     fn validate(self) -> Result<Config, Error> {
-        let c = self.cfg;
+        let mut c = self.cfg;
+        if !c.depth_set {
+            c.depth = c.buffers.clamp(1, 128);
+        }
         if c.buffer_size == 0 || c.buffer_size > MAX_BUFFER_SIZE {
             return Err(Error::Config(format!(
                 "buffer size {} must be in 1..={MAX_BUFFER_SIZE}",

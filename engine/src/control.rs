@@ -53,6 +53,13 @@ pub(crate) enum Request {
         reply: mpsc::SyncSender<Result<ConnParts, Error>>,
     },
     Close(u64),
+    /// An RDMA connection set up by the connecting thread, to be registered with its poller.
+    #[cfg(feature = "rdma")]
+    RegisterRdma {
+        est: Box<crate::fabric::rdma::setup::Established>,
+        raw: String,
+        reply: mpsc::SyncSender<Result<ConnParts, Error>>,
+    },
 }
 
 /// The control thread's end of one poller's rings.
@@ -127,6 +134,8 @@ pub(crate) struct Backend {
     /// Which `conns` entry each watched fd belongs to, in `fds` order.
     watched: Vec<Watched>,
     last_heartbeat: Instant,
+    #[cfg(feature = "rdma")]
+    rdma: Option<crate::fabric::rdma::control::RdmaBackend>,
 }
 
 #[derive(Clone, Copy)]
@@ -154,7 +163,33 @@ impl Backend {
             conns: HashMap::new(),
             watched: Vec::new(),
             last_heartbeat: Instant::now(),
+            #[cfg(feature = "rdma")]
+            rdma: None,
         }
+    }
+
+    /// Adds the RDMA half (listeners, connections and command rings of `RdmaFabric` pollers).
+    #[cfg(feature = "rdma")]
+    pub(crate) fn with_rdma(mut self, rdma: crate::fabric::rdma::control::RdmaBackend) -> Backend {
+        self.rdma = Some(rdma);
+        self
+    }
+
+    /// The RDMA half and the context it needs, borrowed together.
+    #[cfg(feature = "rdma")]
+    fn rdma(
+        &mut self,
+    ) -> Option<(
+        &mut crate::fabric::rdma::control::RdmaBackend,
+        crate::fabric::rdma::control::Ctx<'_>,
+    )> {
+        let ctx = crate::fabric::rdma::control::Ctx {
+            cfg: &self.cfg,
+            next_id: &mut self.next_id,
+            events: &mut self.events,
+            counters: &self.counters,
+        };
+        self.rdma.as_mut().map(|r| (r, ctx))
     }
 
     fn event(&mut self, e: Event) {
@@ -264,13 +299,18 @@ impl Backend {
         if let Some(rec) = self.conns.get_mut(&id) {
             rec.live = false;
         }
+        // A peer's close may have been reported already by the hang-up path.
+        let known = self.conns.contains_key(&id);
         match error {
             Some(FabricError::PeerClosed) => {
                 conn.shared.disconnect();
-                self.event(Event::Disconnected { conn: id });
-                self.drop_conn(id);
+                if known {
+                    self.event(Event::Disconnected { conn: id });
+                    self.drop_conn(id);
+                }
             }
             Some(e) => {
+                // A poller retires a connection once, so this is reported exactly once.
                 self.event(Event::Error {
                     conn: Some(id),
                     error: Error::Fabric(e),
@@ -318,11 +358,34 @@ impl cm::control::Backend for Backend {
                             (id, rx)
                         })
                     }
+                    #[cfg(feature = "rdma")]
+                    Endpoint::Rdma { host, port } => match self.rdma() {
+                        Some((r, mut ctx)) => r.listen(&mut ctx, &host, port, &raw),
+                        None => Err(Error::FabricNotCompiled { fabric: "rdma" }),
+                    },
+                    #[cfg(not(feature = "rdma"))]
                     Endpoint::Rdma { .. } => Err(Error::FabricNotCompiled { fabric: "rdma" }),
                 };
                 let _ = reply.send(res);
             }
-            Request::Unlisten(id) => self.listeners.retain(|l| l.id != id),
+            Request::Unlisten(id) => {
+                self.listeners.retain(|l| l.id != id);
+                #[cfg(feature = "rdma")]
+                if let Some((r, _)) = self.rdma() {
+                    r.unlisten(id);
+                }
+            }
+            #[cfg(feature = "rdma")]
+            Request::RegisterRdma { est, raw, reply } => {
+                let Some((r, mut ctx)) = self.rdma() else {
+                    let _ = reply.try_send(Err(Error::FabricNotCompiled { fabric: "rdma" }));
+                    return;
+                };
+                let res = r.install(&mut ctx, *est, raw);
+                if let Err(mpsc::TrySendError::Disconnected(Ok(parts))) = reply.try_send(res) {
+                    r.drop_conn(&mut ctx, parts.id);
+                }
+            }
             Request::Register { est, raw, reply } => {
                 let res = self.install(*est, raw);
                 if let Err(mpsc::TrySendError::Disconnected(Ok(parts))) = reply.try_send(res) {
@@ -330,7 +393,13 @@ impl cm::control::Backend for Backend {
                     self.drop_conn(parts.id);
                 }
             }
-            Request::Close(id) => self.drop_conn(id),
+            Request::Close(id) => {
+                self.drop_conn(id);
+                #[cfg(feature = "rdma")]
+                if let Some((r, mut ctx)) = self.rdma() {
+                    r.drop_conn(&mut ctx, id);
+                }
+            }
         }
     }
 
@@ -352,9 +421,19 @@ impl cm::control::Backend for Backend {
             });
             self.watched.push(Watched::Conn(id));
         }
+        #[cfg(feature = "rdma")]
+        if let Some(r) = self.rdma.as_mut() {
+            r.fds(fds);
+        }
     }
 
     fn on_ready(&mut self, fds: &[libc::pollfd], _now: Instant) {
+        // The RDMA half's descriptors follow the shm ones.
+        let (fds, _rdma_fds) = fds.split_at(self.watched.len().min(fds.len()));
+        #[cfg(feature = "rdma")]
+        if let Some((r, mut ctx)) = self.rdma() {
+            r.on_ready(&mut ctx, _rdma_fds);
+        }
         let ready: Vec<Watched> = fds
             .iter()
             .zip(self.watched.iter())
@@ -385,13 +464,23 @@ impl cm::control::Backend for Backend {
     fn tick(&mut self, now: Instant) -> Option<Duration> {
         self.clock.update();
         self.drain_notices();
+        #[cfg(feature = "rdma")]
+        let rdma_busy = match self.rdma() {
+            Some((r, mut ctx)) => {
+                r.drain_notices(&mut ctx);
+                !r.is_idle()
+            }
+            None => false,
+        };
+        #[cfg(not(feature = "rdma"))]
+        let rdma_busy = false;
         if now.duration_since(self.last_heartbeat) >= HEARTBEAT_EVERY {
             self.last_heartbeat = now;
             for c in self.conns.values() {
                 c.segment.bump_heartbeat();
             }
         }
-        if self.conns.is_empty() {
+        if self.conns.is_empty() && !rdma_busy {
             None
         } else {
             Some(Duration::from_millis(10))
@@ -399,6 +488,10 @@ impl cm::control::Backend for Backend {
     }
 
     fn on_shutdown(&mut self) {
+        #[cfg(feature = "rdma")]
+        if let Some((r, mut ctx)) = self.rdma() {
+            r.shutdown(&mut ctx);
+        }
         self.drain_notices();
         let ids: Vec<u64> = self.conns.keys().copied().collect();
         for id in ids {

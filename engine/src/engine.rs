@@ -153,7 +153,9 @@ impl Engine {
             let rdma = {
                 let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
                 let (note_p, note_c) = RingBuffer::new(cfg.max_connections_per_poller + 64);
-                rdma_links.push(crate::fabric::rdma::control::RdmaPollerLink::new(cmd_p, note_c));
+                rdma_links.push(crate::fabric::rdma::control::RdmaPollerLink::new(
+                    cmd_p, note_c,
+                ));
                 Poller::new(
                     crate::fabric::rdma::RdmaFabric::new(),
                     cmd_c,

@@ -275,6 +275,14 @@ impl<F: Fabric> Poller<F> {
                     work += n;
                     i += 1;
                 }
+                Err(FabricError::PeerClosed) => {
+                    // A clean close by the peer: deliver what it sent before closing.
+                    if let Some(Some(conn)) = self.slots.get_mut(slot) {
+                        let _ = conn.service(self.batch, &self.counters);
+                    }
+                    self.retire(i, Some(FabricError::PeerClosed));
+                    work += 1;
+                }
                 Err(e) => {
                     self.counters.conn_errors.add(1);
                     self.retire(i, Some(e));
@@ -385,17 +393,24 @@ impl<F: Fabric> Poller<F> {
 /// the engine (RDMA) adds its `Poller<..>` field here.
 pub(crate) struct Agents {
     pub(crate) shm: Poller<crate::fabric::shm::ShmFabric>,
+    #[cfg(feature = "rdma")]
+    pub(crate) rdma: Poller<crate::fabric::rdma::RdmaFabric>,
 }
 
 impl Agents {
     /// One cycle of every agent.
     #[inline]
     pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
-        self.shm.do_work(now_ns)
+        let work = self.shm.do_work(now_ns);
+        #[cfg(feature = "rdma")]
+        let work = work + self.rdma.do_work(now_ns);
+        work
     }
 
     pub(crate) fn retire_all(&mut self) {
         self.shm.retire_all();
+        #[cfg(feature = "rdma")]
+        self.rdma.retire_all();
     }
 }
 

@@ -1,0 +1,107 @@
+//! Many connections on one poller, and connections spread over several pollers.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use spinwire::{Connection, Engine, IdleStrategy};
+
+const CONNS: usize = 16;
+const ROUNDS: u32 = 50;
+
+fn many_connections(cores: &[usize]) -> Vec<spinwire::PollerStats> {
+    let server = Engine::builder()
+        .pollers(cores)
+        .idle(IdleStrategy::backoff())
+        .pool(1024, 8)
+        .build()
+        .unwrap();
+    let client = inline_engine(1024, 8);
+    let ep = endpoint(&format!("many{}", cores.len()));
+    let listener = server.listen(&ep).unwrap();
+    let mut clients = Vec::new();
+    let mut servers: Vec<Connection> = Vec::new();
+    for _ in 0..CONNS {
+        clients.push(client.connect(&ep).unwrap());
+        servers.push(listener.accept_timeout(WAIT).unwrap());
+    }
+    // One thread echoes on every server connection.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let echo = std::thread::spawn(move || {
+        let mut n = 0u64;
+        let mut idle = 0u32;
+        while !stop2.load(Ordering::Acquire) {
+            let mut work = false;
+            for s in &servers {
+                if let Some(m) = s.try_recv().unwrap() {
+                    let mut b = s.alloc_timeout(WAIT).unwrap();
+                    b.copy_from(&m).unwrap();
+                    drop(m);
+                    s.send_timeout(b, WAIT).unwrap();
+                    n += 1;
+                    work = true;
+                }
+            }
+            if work {
+                idle = 0;
+            } else {
+                idle += 1;
+                if idle > 100 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        }
+        n
+    });
+    for round in 0..ROUNDS {
+        for (i, c) in clients.iter().enumerate() {
+            let seq = round * CONNS as u32 + i as u32;
+            send_msg(c, seq, 1 + (seq as usize * 7) % 1000);
+        }
+        for (i, c) in clients.iter().enumerate() {
+            let seq = round * CONNS as u32 + i as u32;
+            recv_msg(c, seq, 1 + (seq as usize * 7) % 1000);
+        }
+    }
+    stop.store(true, Ordering::Release);
+    assert_eq!(echo.join().unwrap(), u64::from(ROUNDS) * CONNS as u64);
+    server.counters().pollers
+}
+
+#[test]
+fn many_connections_on_one_poller() {
+    let _g = serial();
+    let core = core_affinity::get_core_ids().unwrap()[0].id;
+    let stats = many_connections(&[core]);
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].connections, CONNS as u64);
+    assert_eq!(stats[0].rx_msgs, u64::from(ROUNDS) * CONNS as u64);
+}
+
+#[test]
+fn connections_spread_over_several_pollers() {
+    let _g = serial();
+    let cores: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    if cores.len() < 2 {
+        eprintln!("skipped: needs two cores");
+        return;
+    }
+    let stats = many_connections(&cores[..2]);
+    assert_eq!(stats.len(), 2);
+    for p in &stats {
+        assert_eq!(p.connections, (CONNS / 2) as u64, "{stats:?}");
+        assert!(p.rx_msgs > 0);
+    }
+    assert_eq!(
+        stats.iter().map(|p| p.rx_msgs).sum::<u64>(),
+        u64::from(ROUNDS) * CONNS as u64
+    );
+}
