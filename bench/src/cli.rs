@@ -136,8 +136,8 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = Fabric::Shm, help_heading = "Fabric")]
     pub fabric: Fabric,
 
-    /// Measured iterations (round trips for lat, messages for rate).
-    /// [default: lat 100000, rate 1000000]
+    /// Measured iterations: round trips for lat, messages for rate (a sweep's rate points use
+    /// --rate-iters). [default: lat 100000, rate 1000000]
     #[arg(
         long,
         value_name = "N",
@@ -374,6 +374,15 @@ pub struct SweepArgs {
         help_heading = "Sweep"
     )]
     pub values: Vec<usize>,
+    /// Messages per rate point (--iters counts lat round trips in a sweep; a rate point needs
+    /// more to last long enough) [default: 1000000].
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "duration",
+        help_heading = "Sweep"
+    )]
+    pub rate_iters: Option<u64>,
     /// Skip measuring the floor first (no ratio columns then).
     #[arg(long, help_heading = "Sweep")]
     pub no_floor: bool,

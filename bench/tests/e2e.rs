@@ -167,6 +167,8 @@ fn loopback_sweep_on_shm_writes_every_report() {
             "8,1k",
             "--iters",
             "2000",
+            "--rate-iters",
+            "5000",
             "--warmup",
             "100",
             "--idle",
@@ -207,7 +209,7 @@ fn loopback_sweep_on_shm_writes_every_report() {
             assert!(p["rtt_x_floor"]["p50"].as_f64().unwrap() > 0.0);
         } else {
             check_rate(p);
-            assert_eq!(p["iters"], 2000);
+            assert_eq!(p["iters"], 5000);
             assert!(p["msgs_per_sec_x_floor"].as_f64().unwrap() > 0.0);
         }
     }
@@ -305,6 +307,8 @@ fn server_and_client_as_two_processes() {
             "16,512",
             "--iters",
             "1000",
+            "--rate-iters",
+            "20000",
             "--warmup",
             "50",
             "--idle",

@@ -96,6 +96,7 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
                 vec![TestKind::Lat],
                 vec![a.size],
                 None,
+                None,
                 a.floor,
                 false,
             )?;
@@ -106,6 +107,7 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
                 a.common,
                 vec![TestKind::Rate],
                 vec![a.size],
+                None,
                 None,
                 a.floor,
                 false,
@@ -132,7 +134,15 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
                 a.sizes.clone()
             };
             let cross = a.cross.map(|k| (k, a.values.clone()));
-            let plan = Plan::new(a.common, a.tests, sizes, cross, !a.no_floor, !a.quiet)?;
+            let plan = Plan::new(
+                a.common,
+                a.tests,
+                sizes,
+                cross,
+                a.rate_iters,
+                !a.no_floor,
+                !a.quiet,
+            )?;
             plan.execute(command)
         }
     }
@@ -249,8 +259,10 @@ pub struct Plan {
     pub tests: Vec<TestKind>,
     /// Sizes per group.
     pub sizes: Vec<usize>,
-    /// Measured iterations per point.
+    /// Measured iterations per lat point.
     pub iters: u64,
+    /// Measured messages per rate point.
+    pub rate_iters: u64,
     /// Or a fixed duration per point.
     pub duration: Option<Duration>,
     /// Warm-up iterations per point.
@@ -284,6 +296,7 @@ impl Plan {
         tests: Vec<TestKind>,
         sizes: Vec<usize>,
         cross: Option<(CrossKnob, Vec<usize>)>,
+        rate_iters: Option<u64>,
         floor: bool,
         progress: bool,
     ) -> Result<Self, BenchError> {
@@ -464,6 +477,12 @@ impl Plan {
             [TestKind::Rate] => 1_000_000,
             _ => 100_000,
         });
+        let rate_iters = match rate_iters {
+            Some(0) => return Err(BenchError::invalid("--rate-iters", "must be at least 1")),
+            Some(n) => n,
+            None if tests.as_slice() == [TestKind::Rate] => iters,
+            None => 1_000_000,
+        };
         Ok(Self {
             role,
             fabric: c.fabric,
@@ -472,6 +491,7 @@ impl Plan {
             tests,
             sizes,
             iters,
+            rate_iters,
             duration: c.duration,
             warmup: c.warmup,
             rate: c.rate,
@@ -698,7 +718,10 @@ impl Plan {
     ) -> Result<Measured, BenchError> {
         let spec = PointSpec {
             size,
-            iters: self.iters,
+            iters: match test {
+                TestKind::Lat => self.iters,
+                TestKind::Rate => self.rate_iters,
+            },
             duration: self.duration,
             warmup: self.warmup,
             rate: self.rate,
