@@ -414,3 +414,67 @@ fn ctrl_c_mid_sweep_writes_what_was_measured() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("interrupted"), "{stdout}");
 }
+
+#[test]
+fn sweep_crossed_with_a_knob() {
+    let _s = serial();
+    let dir = out_dir("e2e-cross");
+    run_ok(
+        &[
+            "sweep",
+            "--sizes",
+            "8,64",
+            "--cross",
+            "depth",
+            "--values",
+            "4,64",
+            "--iters",
+            "500",
+            "--rate-iters",
+            "5000",
+            "--warmup",
+            "20",
+            "--idle",
+            "backoff",
+            "--no-floor",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    let s = summary(&dir);
+    let points = s["points"].as_array().unwrap();
+    assert_eq!(points.len(), 8);
+    for p in points {
+        assert_eq!(p["cross"], "depth");
+        assert_eq!(p["depth"], p["cross_value"]);
+        assert!(p["label"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("-depth{}", p["depth"])));
+    }
+    let depths: Vec<u64> = points
+        .iter()
+        .map(|p| p["depth"].as_u64().unwrap())
+        .collect();
+    assert_eq!(depths, [4, 4, 4, 4, 64, 64, 64, 64]);
+    // One series per crossed value in the size plots.
+    let svg = std::fs::read_to_string(dir.join("rate-vs-size.svg")).unwrap();
+    assert!(svg.contains("depth=4") && svg.contains("depth=64"));
+}
+
+#[test]
+fn lat_with_floor_prints_ratios() {
+    let _s = serial();
+    let out = run_ok(
+        &[
+            "lat", "--floor", "--iters", "2000", "--warmup", "100", "--idle", "backoff", "--unit",
+            "ns",
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Latency (ns)"), "{stdout}");
+    assert!(stdout.contains("x floor"), "{stdout}");
+    assert!(stdout.contains("cache-line RTT p50"), "{stdout}");
+}
