@@ -14,10 +14,10 @@
 # Steps:
 #  1. scripts/setup-rdma: host packages (qemu, rdma-core, perftest, libclang, ...).
 #  2. If the `spinwire` package has an `rdma` feature, build the RDMA
-#     integration tests on the host:
-#       cargo test -p spinwire -p cm --features rdma --release --no-run
-#     and collect the test targets named rdma* (engine/tests/rdma*.rs,
-#     cm/tests/rdma*.rs). Without the feature, only the smoke test runs.
+#     integration tests (the test targets named rdma*: engine/tests/rdma*.rs,
+#     cm/tests/rdma*.rs) on the host:
+#       cargo test -p spinwire -p cm --features rdma --release --no-run --test rdma_...
+#     Without the feature (or without rdma* targets), only the smoke test runs.
 #  3. ONE VM boot (scripts/rxe-vm) runs scripts/rdma-vm-suite.sh: the smoke
 #     test (scripts/rdma-smoke.sh), then every test binary with --test-threads=1.
 #  4. Prints the build, boot, in-VM and total times.
@@ -66,27 +66,40 @@ trap 'rm -rf "$work"' EXIT
 manifest="$work/tests.tsv"
 : >"$manifest"
 t0=$SECONDS
-has_rdma=$(cargo metadata --no-deps --format-version 1 |
-  jq -r '[.packages[] | select(.name == "spinwire") | .features | has("rdma")] | any')
+cargo metadata --no-deps --format-version 1 >"$work/meta.json"
+has_rdma=$(jq -r '[.packages[] | select(.name == "spinwire") | .features | has("rdma")] | any' "$work/meta.json")
 if [ "$has_rdma" = true ]; then
-  echo "rdma-vm: building the RDMA tests (cargo test -p spinwire -p cm --features rdma --release --no-run)"
-  cargo test -p spinwire -p cm --features rdma --release --no-run --message-format=json >"$work/build.json"
-  # One line per rdma* integration-test executable: name, package dir, path.
-  jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null
-                and (.target.kind | index("test")) and (.target.name | startswith("rdma")))
-         | [.target.name, (.manifest_path | sub("/Cargo.toml$"; "")), .executable] | @tsv' \
-    "$work/build.json" | sort -u >"$manifest.all"
+  # The rdma* integration-test targets of spinwire and cm (engine/tests/rdma*.rs,
+  # cm/tests/rdma*.rs). Only these are built: other tests are scripts/ci/test.sh's.
+  mapfile -t targets < <(jq -r '.packages[] | select(.name == "spinwire" or .name == "cm") | .targets[]
+      | select((.kind | index("test")) and (.name | startswith("rdma"))) | .name' "$work/meta.json" | sort -u)
   if [ ${#only[@]} -gt 0 ]; then
     for n in "${only[@]}"; do
-      awk -F'\t' -v n="$n" '$1 == n' "$manifest.all" | grep -q . ||
-        { echo "rdma-vm: no RDMA test target named $n; have: $(cut -f1 "$manifest.all" | tr '\n' ' ')" >&2; exit 1; }
-      awk -F'\t' -v n="$n" '$1 == n' "$manifest.all" >>"$manifest"
+      printf '%s\n' "${targets[@]}" | grep -qx -- "$n" ||
+        { echo "rdma-vm: no RDMA test target named $n; have: ${targets[*]}" >&2; exit 1; }
     done
-  else
-    cp "$manifest.all" "$manifest"
+    targets=("${only[@]}")
   fi
-  echo "rdma-vm: $(wc -l <"$manifest") RDMA test binaries: $(cut -f1 "$manifest" | tr '\n' ' ')($(secs "$t0"))"
-  [ -s "$manifest" ] || echo "rdma-vm: warning: the rdma feature exists but there are no rdma* test targets"
+  if [ ${#targets[@]} -eq 0 ]; then
+    echo "rdma-vm: the rdma feature exists but there are no rdma* test targets: running only the smoke test"
+  else
+    build=(cargo test -p spinwire -p cm --features rdma --release --no-run)
+    for t in "${targets[@]}"; do build+=(--test "$t"); done
+    echo "rdma-vm: building the RDMA tests: ${build[*]}"
+    if ! "${build[@]}" --message-format=json >"$work/build.json"; then
+      jq -r 'select(.reason == "compiler-message") | .message.rendered' "$work/build.json" >&2
+      echo "rdma-vm: FAIL: building the RDMA tests failed" >&2
+      exit 1
+    fi
+    # One line per test executable: target name, package dir, path.
+    jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null
+                  and (.target.kind | index("test")) and (.target.name | startswith("rdma")))
+           | [.target.name, (.manifest_path | sub("/Cargo.toml$"; "")), .executable] | @tsv' \
+      "$work/build.json" | sort -u >"$manifest"
+    echo "rdma-vm: $(wc -l <"$manifest") RDMA test binaries: $(cut -f1 "$manifest" | tr '\n' ' ')(built in $(secs "$t0"))"
+    [ "$(wc -l <"$manifest")" -eq ${#targets[@]} ] ||
+      { echo "rdma-vm: FAIL: expected ${#targets[@]} test executables (${targets[*]})" >&2; exit 1; }
+  fi
 else
   echo "rdma-vm: the spinwire package has no 'rdma' feature yet: running only the Soft-RoCE smoke test"
   [ ${#only[@]} -eq 0 ] || { echo "rdma-vm: --test given, but there are no RDMA tests to run" >&2; exit 1; }
