@@ -102,6 +102,9 @@ pub enum VerbsError {
     /// `ibv_query_qp` failed.
     #[error("ibv_query_qp failed")]
     QueryQp(#[source] io::Error),
+    /// `ibv_query_device` failed.
+    #[error("ibv_query_device failed")]
+    QueryDevice(#[source] io::Error),
     /// `ibv_query_port` failed.
     #[error("ibv_query_port({port}) failed")]
     QueryPort {
@@ -270,6 +273,43 @@ impl Context {
         }
         // SAFETY: initialised by ibv_query_port (and zeroed before).
         Ok(unsafe { attr.assume_init() })
+    }
+}
+
+/// Device limits that sizing depends on (from `ibv_query_device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Largest work queue (send or receive) of a QP.
+    pub max_qp_wr: u32,
+    /// Largest completion queue.
+    pub max_cqe: u32,
+    /// Largest shared receive queue (0: SRQ unsupported).
+    pub max_srq_wr: u32,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+}
+
+impl Context {
+    /// Queries the device's limits.
+    ///
+    /// # Errors
+    /// [`VerbsError::QueryDevice`].
+    pub fn query_device(&self) -> Result<DeviceLimits, VerbsError> {
+        let mut attr = MaybeUninit::<ffi::ibv_device_attr>::zeroed();
+        // SAFETY: valid context and out pointer.
+        let rc = unsafe { ffi::ibv_query_device(self.as_ptr(), attr.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(VerbsError::QueryDevice(io::Error::from_raw_os_error(rc)));
+        }
+        // SAFETY: zeroed, then filled by ibv_query_device.
+        let a = unsafe { attr.assume_init() };
+        let nonneg = |v: i32| u32::try_from(v).unwrap_or(0);
+        Ok(DeviceLimits {
+            max_qp_wr: nonneg(a.max_qp_wr),
+            max_cqe: nonneg(a.max_cqe),
+            max_srq_wr: nonneg(a.max_srq_wr),
+            max_mr_size: a.max_mr_size,
+        })
     }
 }
 

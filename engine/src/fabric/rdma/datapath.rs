@@ -1,0 +1,794 @@
+//! RDMA data path: [`RdmaFabric`] (per poller: its completion queues) and [`RdmaConn`] (per
+//! connection: one RC queue pair and its registered send/receive pools).
+//!
+//! Everything here runs on a poller thread: no syscalls (posting and polling are user-space
+//! provider calls plus an MMIO doorbell on real NICs), no locks, no allocation, no logging.
+//!
+//! # Protocol
+//!
+//! * Every message is one `IBV_WR_SEND_WITH_IMM`. The 32-bit immediate carries the credits the
+//!   sender returns (receive buffers it has re-posted since the last return) in bits 0..=30; bit
+//!   31 marks an explicit *credit message* (no payload, sent only when traffic is one-way).
+//! * Credits: each side pre-posts all its receive buffers before connecting and grants that many
+//!   credits in the connection's private data. A message is sent only with a credit in hand, so
+//!   a receive is always posted when a message arrives: RNR never happens (and `rnr_retry = 0`
+//!   makes any RNR an error completion instead of a stall). One credit is kept in reserve for
+//!   credit messages, so two sides flooding each other cannot deadlock; a receiver sends an
+//!   explicit credit message only when the peer is at or below half its window, so credit
+//!   messages never ping-pong at idle.
+//! * Messages up to the QP's actual `max_inline_data` go out with `IBV_SEND_INLINE`: their send
+//!   buffer is free as soon as the post returns. Larger ones hold their buffer until a later
+//!   signalled completion.
+//! * Selective signalling: one send in `signal_every` is signalled (and the last one of a batch
+//!   when the connection holds many buffers, so a quiet connection does not hoard its pool). A
+//!   signalled completion frees every earlier send of that QP (completions are in order).
+//! * Doorbell batching: each [`FabricConn::post_send`] batch (up to the engine's `batch`) is one
+//!   chain of work requests and one `ibv_post_send`; released receive buffers are re-posted as one
+//!   chain per call.
+//! * A completion error fails only its connection ([`FabricError::Io`] with the `ibv_wc_status`
+//!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
+//!   the other connections keep running.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::verbs::{self, CompletionQueue, QueuePair, RecvWr, SendWr, Sge, WcSlot, WorkCompletion};
+use crate::desc::{PoolView, TxDesc};
+use crate::error::FabricError;
+use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
+
+/// Completions polled per `ibv_poll_cq` call (a stack array).
+pub const CQ_BURST: usize = 32;
+/// Most work requests chained per post call (bounded stack arrays).
+const CHAIN: usize = 64;
+/// Bursts per CQ per cycle, so one busy CQ cannot starve the connections' service step.
+const BURSTS_PER_CYCLE: usize = 4;
+
+/// Immediate-data flag of an explicit credit message.
+pub(crate) const IMM_CREDIT_ONLY: u32 = 1 << 31;
+/// Largest credit count one immediate can carry.
+pub(crate) const IMM_CREDITS_MAX: u32 = IMM_CREDIT_ONLY - 1;
+
+// wr_id layout: connection generation (16 bits) | receive flag (1 bit) | value (47 bits: buffer
+// index of a receive, sequence number of a send). Completions are matched to connections by QP
+// number; the generation rejects completions of an earlier QP that reused the number.
+const WR_GEN_SHIFT: u32 = 48;
+const WR_RECV: u64 = 1 << 47;
+const WR_VALUE_MASK: u64 = WR_RECV - 1;
+/// Entries of a poller's QP-number -> slot cache (direct mapped).
+const QPN_CACHE: usize = 4096;
+
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh connection generation for [`RdmaConnParts::gen`] (setup, before pre-posting).
+pub(crate) fn next_generation() -> u16 {
+    GENERATION.fetch_add(1, Ordering::Relaxed) as u16
+}
+
+/// The `wr_id` of a receive of buffer `buf` for a connection of generation `gen`.
+#[inline]
+pub(crate) fn recv_wr_id(gen: u16, buf: u32) -> u64 {
+    (u64::from(gen) << WR_GEN_SHIFT) | WR_RECV | u64::from(buf)
+}
+
+/// Process-wide RDMA data-path counters (rare events only: errors, credit messages).
+#[derive(Debug, Default)]
+pub struct RdmaCounters {
+    /// Completions with `IBV_WC_RNR_RETRY_EXC_ERR` (must stay 0: the protocol never causes RNR).
+    pub rnr_errors: AtomicU64,
+    /// Error completions of any status (flushes after a disconnect included).
+    pub completion_errors: AtomicU64,
+    /// Explicit credit messages sent (one-way traffic returning credits).
+    pub credit_messages: AtomicU64,
+    /// Times a connection could not send for lack of peer credits (back-pressure).
+    pub credit_stalls: AtomicU64,
+    /// Completions for connections no longer attached (ignored).
+    pub stale_completions: AtomicU64,
+    /// Messages sent with `IBV_SEND_INLINE`.
+    pub inline_sends: AtomicU64,
+    /// Messages sent from the registered pool (not inline).
+    pub pooled_sends: AtomicU64,
+}
+
+/// Snapshot of [`RdmaCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RdmaStats {
+    /// See [`RdmaCounters::rnr_errors`].
+    pub rnr_errors: u64,
+    /// See [`RdmaCounters::completion_errors`].
+    pub completion_errors: u64,
+    /// See [`RdmaCounters::credit_messages`].
+    pub credit_messages: u64,
+    /// See [`RdmaCounters::credit_stalls`].
+    pub credit_stalls: u64,
+    /// See [`RdmaCounters::stale_completions`].
+    pub stale_completions: u64,
+    /// See [`RdmaCounters::inline_sends`].
+    pub inline_sends: u64,
+    /// See [`RdmaCounters::pooled_sends`].
+    pub pooled_sends: u64,
+}
+
+static COUNTERS: RdmaCounters = RdmaCounters {
+    rnr_errors: AtomicU64::new(0),
+    completion_errors: AtomicU64::new(0),
+    credit_messages: AtomicU64::new(0),
+    credit_stalls: AtomicU64::new(0),
+    stale_completions: AtomicU64::new(0),
+    inline_sends: AtomicU64::new(0),
+    pooled_sends: AtomicU64::new(0),
+};
+
+#[inline]
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Snapshot of the process-wide RDMA counters.
+pub fn stats() -> RdmaStats {
+    let c = &COUNTERS;
+    RdmaStats {
+        rnr_errors: c.rnr_errors.load(Ordering::Relaxed),
+        completion_errors: c.completion_errors.load(Ordering::Relaxed),
+        credit_messages: c.credit_messages.load(Ordering::Relaxed),
+        credit_stalls: c.credit_stalls.load(Ordering::Relaxed),
+        stale_completions: c.stale_completions.load(Ordering::Relaxed),
+        inline_sends: c.inline_sends.load(Ordering::Relaxed),
+        pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
+    }
+}
+
+/// A command from the control thread to a poller's RDMA state.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RdmaCommand {
+    /// Poll this completion queue (of a device the poller has not served yet).
+    AttachCq(Arc<CompletionQueue>),
+}
+
+/// Per-poller RDMA state: the completion queues of the devices this poller serves (one CQ per
+/// device, shared by all the poller's connections on it, for sends and receives).
+pub struct RdmaFabric {
+    cqs: Vec<Arc<CompletionQueue>>,
+    /// QP number -> connection slot, direct mapped, verified on every hit.
+    qpn_cache: Box<[(u32, u32)]>,
+}
+
+impl std::fmt::Debug for RdmaFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaFabric")
+            .field("cqs", &self.cqs.len())
+            .finish()
+    }
+}
+
+impl Default for RdmaFabric {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RdmaFabric {
+    /// Most devices one poller serves.
+    pub const MAX_DEVICES: usize = 8;
+
+    /// A poller state with no CQ yet (the control thread attaches one per device).
+    pub fn new() -> Self {
+        Self {
+            cqs: Vec::with_capacity(Self::MAX_DEVICES),
+            qpn_cache: vec![(u32::MAX, u32::MAX); QPN_CACHE].into_boxed_slice(),
+        }
+    }
+
+    /// The slot of the connection owning QP `qpn`: the cache, else a scan of the table (once
+    /// per new connection).
+    #[inline]
+    fn lookup<'c>(
+        cache: &mut [(u32, u32)],
+        conns: &'c mut ConnTable<'_, RdmaConn>,
+        qpn: u32,
+    ) -> Option<&'c mut RdmaConn> {
+        let e = qpn as usize % QPN_CACHE;
+        let (cached_qpn, cached_slot) = cache[e];
+        let slot = if cached_qpn == qpn
+            && conns
+                .get_mut(cached_slot)
+                .is_some_and(|c| c.qp.qp_num() == qpn)
+        {
+            cached_slot
+        } else {
+            let found = (0..conns.len() as u32)
+                .find(|&s| conns.get_mut(s).is_some_and(|c| c.qp.qp_num() == qpn))?;
+            cache[e] = (qpn, found);
+            found
+        };
+        conns.get_mut(slot)
+    }
+}
+
+impl Fabric for RdmaFabric {
+    const NAME: &'static str = "rdma";
+    type Conn = RdmaConn;
+    type Command = RdmaCommand;
+
+    fn on_command(&mut self, command: RdmaCommand) {
+        match command {
+            RdmaCommand::AttachCq(cq) => {
+                if !self.cqs.iter().any(|c| Arc::ptr_eq(c, &cq))
+                    && self.cqs.len() < Self::MAX_DEVICES
+                {
+                    self.cqs.push(cq);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn poll_shared(&mut self, conns: &mut ConnTable<'_, RdmaConn>) -> usize {
+        let mut work = 0;
+        let mut slots = [const { WcSlot::uninit() }; CQ_BURST];
+        for cq in &self.cqs {
+            for _ in 0..BURSTS_PER_CYCLE {
+                let Ok(wcs) = cq.poll(&mut slots) else {
+                    bump(&COUNTERS.completion_errors, 1);
+                    break;
+                };
+                let n = wcs.len();
+                for wc in wcs {
+                    match Self::lookup(&mut self.qpn_cache, conns, wc.qp_num()) {
+                        Some(c) if c.owns(wc.wr_id()) => c.on_completion(wc),
+                        _ => bump(&COUNTERS.stale_completions, 1),
+                    }
+                }
+                work += n;
+                if n < CQ_BURST {
+                    break;
+                }
+            }
+        }
+        work
+    }
+}
+
+/// A fixed-capacity FIFO (allocated at setup, never grown).
+struct Fifo<T: Copy> {
+    buf: Box<[T]>,
+    head: usize,
+    len: usize,
+}
+
+impl<T: Copy + Default> Fifo<T> {
+    fn new(cap: usize) -> Self {
+        Self {
+            buf: vec![T::default(); cap.max(1)].into_boxed_slice(),
+            head: 0,
+            len: 0,
+        }
+    }
+    #[inline]
+    fn push(&mut self, v: T) -> bool {
+        if self.len == self.buf.len() {
+            return false;
+        }
+        let i = (self.head + self.len) % self.buf.len();
+        self.buf[i] = v;
+        self.len += 1;
+        true
+    }
+    #[inline]
+    fn front(&self) -> Option<T> {
+        (self.len > 0).then(|| self.buf[self.head])
+    }
+    #[inline]
+    fn pop(&mut self) -> Option<T> {
+        let v = self.front()?;
+        self.head = (self.head + 1) % self.buf.len();
+        self.len -= 1;
+        Some(v)
+    }
+}
+
+/// Everything [`RdmaConn::new`] needs, produced by the setup code.
+pub struct RdmaConnParts {
+    /// The connected QP (its owner, the rdma_cm id, is kept alive inside).
+    pub qp: QueuePair,
+    /// The generation the pre-posted receives were tagged with ([`recv_wr_id`]).
+    pub gen: u16,
+    /// Send pool (registered, no remote access).
+    pub tx_pool: PoolView,
+    /// lkey of the send pool's memory region.
+    pub tx_lkey: u32,
+    /// Receive pool (registered with local write).
+    pub rx_pool: PoolView,
+    /// lkey of the receive pool's memory region.
+    pub rx_lkey: u32,
+    /// Receive buffers already posted (indices `0..posted`), before connecting.
+    pub rx_posted: u32,
+    /// Credits the peer granted us (its posted receives), validated by setup.
+    pub peer_credits: u32,
+    /// Largest message the peer can receive (its buffer size), validated by setup.
+    pub peer_buffer_size: u32,
+    /// Messages up to this size are delivered inline to the application (copied into the
+    /// descriptor) and their receive buffer re-posted at once.
+    pub rx_inline_threshold: u32,
+    /// Messages up to this size are sent with `IBV_SEND_INLINE` (already capped by the QP's
+    /// actual inline size).
+    pub tx_inline_threshold: u32,
+    /// Signal one send in this many.
+    pub signal_every: u32,
+    /// Send queue depth of the QP.
+    pub sq_depth: u32,
+    /// Keeps the pools' memory regions alive.
+    pub keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for RdmaConnParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaConnParts")
+            .field("qp", &self.qp)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The data-path state of one RDMA connection.
+pub struct RdmaConn {
+    /// First field: dropped first, so the QP is gone before the pools' regions.
+    qp: QueuePair,
+    /// `gen << WR_GEN_SHIFT`, or-ed into every wr_id.
+    tag: u64,
+    gen: u16,
+    // ---- send side
+    tx_pool: PoolView,
+    tx_lkey: u32,
+    tx_inline: u32,
+    peer_buffer_size: u32,
+    signal_every: u32,
+    unsignalled: u32,
+    sq_depth: u32,
+    sq_posted: u64,
+    sq_completed: u64,
+    /// Non-inline send buffers posted and not yet known complete: (sequence, buffer).
+    held: Fifo<(u64, u32)>,
+    /// Sends allowed before the peer runs out of posted receives.
+    peer_credits: u32,
+    /// Credits kept for explicit credit messages.
+    reserve: u32,
+    /// Credit messages sent whose credits have not come back yet (not the engine's).
+    ctrl_outstanding: u64,
+    /// Credits to report to the engine at the next `reclaim`.
+    engine_credits: u64,
+    // ---- receive side
+    rx_pool: PoolView,
+    rx_lkey: u32,
+    rx_inline: u32,
+    /// Received, not yet delivered: (buffer, length, credit-only).
+    rx_pending: Fifo<(u32, u32, bool)>,
+    /// Receive buffers re-posted whose credits the peer has not been given yet.
+    owed: u32,
+    /// How many more messages the peer may send us, as far as we know (<= its actual credits).
+    peer_window: u32,
+    low_water: u32,
+    error: Option<FabricError>,
+    _keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+// The raw pointers inside (PoolView, QueuePair) are Send already; RdmaConn is Send by its fields.
+
+impl std::fmt::Debug for RdmaConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaConn")
+            .field("qp", &self.qp)
+            .field("peer_credits", &self.peer_credits)
+            .field("owed", &self.owed)
+            .field("peer_window", &self.peer_window)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RdmaConn {
+    /// Builds the data-path state of an established connection (control thread).
+    pub fn new(p: RdmaConnParts) -> Self {
+        let gen = p.gen;
+        let reserve = u32::from(p.peer_credits >= 2);
+        Self {
+            qp: p.qp,
+            tag: u64::from(gen) << WR_GEN_SHIFT,
+            gen,
+            tx_pool: p.tx_pool,
+            tx_lkey: p.tx_lkey,
+            tx_inline: p.tx_inline_threshold,
+            peer_buffer_size: p.peer_buffer_size,
+            signal_every: p.signal_every.max(1),
+            unsignalled: 0,
+            sq_depth: p.sq_depth.max(2),
+            sq_posted: 0,
+            sq_completed: 0,
+            held: Fifo::new(p.tx_pool.count() as usize),
+            peer_credits: p.peer_credits,
+            reserve,
+            ctrl_outstanding: 0,
+            engine_credits: 0,
+            rx_pool: p.rx_pool,
+            rx_lkey: p.rx_lkey,
+            rx_inline: p.rx_inline_threshold,
+            rx_pending: Fifo::new(p.rx_posted as usize),
+            owed: 0,
+            peer_window: p.rx_posted,
+            low_water: (p.rx_posted / 2).max(1),
+            error: None,
+            _keep: p.keep,
+        }
+    }
+
+    /// Whether `wr_id` belongs to this connection (slot and generation match).
+    #[inline]
+    fn owns(&self, wr_id: u64) -> bool {
+        (wr_id >> WR_GEN_SHIFT) as u16 == self.gen
+    }
+
+    /// Files one completion of this connection (called from [`Fabric::poll_shared`]).
+    #[inline]
+    fn on_completion(&mut self, wc: &WorkCompletion) {
+        if !wc.is_ok() {
+            bump(&COUNTERS.completion_errors, 1);
+            let status = wc.status();
+            if status == verbs::WC_RNR_RETRY_EXC_ERR {
+                bump(&COUNTERS.rnr_errors, 1);
+            }
+            if self.error.is_none() {
+                self.error = Some(if status == verbs::WC_WR_FLUSH_ERR {
+                    FabricError::PeerClosed
+                } else {
+                    FabricError::Io(status as i32)
+                });
+            }
+            return;
+        }
+        let value = wc.wr_id() & WR_VALUE_MASK;
+        if wc.wr_id() & WR_RECV != 0 {
+            let imm = wc.imm().unwrap_or(0);
+            let credits = imm & IMM_CREDITS_MAX;
+            let credit_only = imm & IMM_CREDIT_ONLY != 0;
+            self.add_peer_credits(credits);
+            self.peer_window = self.peer_window.saturating_sub(1);
+            if wc.imm().is_none()
+                || (!credit_only && wc.byte_len() > self.rx_pool.buf_size() as u32)
+            {
+                self.error = Some(FabricError::Protocol(
+                    "receive without immediate or oversized",
+                ));
+                return;
+            }
+            // Cannot overflow: at most `rx_posted` receives are outstanding.
+            if !self
+                .rx_pending
+                .push((value as u32, wc.byte_len(), credit_only))
+            {
+                self.error = Some(FabricError::Protocol("more receives completed than posted"));
+            }
+        } else {
+            // A signalled send: it and every earlier send of this QP are complete. Rebuild the
+            // full sequence from the 39 bits carried.
+            let low = value;
+            let back = (self.sq_posted.wrapping_sub(1).wrapping_sub(low)) & WR_VALUE_MASK;
+            let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
+            self.sq_completed = self.sq_completed.max(seq + 1);
+        }
+    }
+
+    #[inline]
+    fn add_peer_credits(&mut self, credits: u32) {
+        if credits == 0 {
+            return;
+        }
+        self.peer_credits = self.peer_credits.saturating_add(credits);
+        // Credits first cover our own credit messages, then the engine's data messages.
+        let mut n = u64::from(credits);
+        let ctrl = n.min(self.ctrl_outstanding);
+        self.ctrl_outstanding -= ctrl;
+        n -= ctrl;
+        self.engine_credits += n;
+    }
+
+    /// Send-queue slots free.
+    #[inline]
+    fn sq_room(&self) -> u64 {
+        u64::from(self.sq_depth).saturating_sub(self.sq_posted - self.sq_completed)
+    }
+
+    /// Fills `wr`/`sge` for one send; returns whether it is signalled.
+    #[inline]
+    fn fill_send(
+        &mut self,
+        wr: &mut SendWr,
+        sge: &mut Sge,
+        addr: u64,
+        len: u32,
+        lkey: u32,
+        imm: u32,
+        inline: bool,
+        force_signal: bool,
+    ) {
+        let seq = self.sq_posted;
+        self.sq_posted += 1;
+        self.unsignalled += 1;
+        let signal = force_signal || self.unsignalled >= self.signal_every;
+        if signal {
+            self.unsignalled = 0;
+        }
+        *sge = Sge {
+            addr,
+            length: len,
+            lkey,
+        };
+        wr.wr_id = self.tag | (seq & WR_VALUE_MASK);
+        wr.next = std::ptr::null_mut();
+        wr.num_sge = i32::from(len > 0);
+        wr.opcode = verbs::WR_SEND_WITH_IMM;
+        wr.send_flags = (if signal { verbs::SEND_SIGNALED } else { 0 })
+            | (if inline { verbs::SEND_INLINE } else { 0 });
+        verbs::set_imm(wr, imm);
+    }
+
+    /// Takes the credits to piggyback on the next message.
+    #[inline]
+    fn take_owed(&mut self) -> u32 {
+        let n = self.owed.min(IMM_CREDITS_MAX);
+        self.owed -= n;
+        self.peer_window = self.peer_window.saturating_add(n);
+        n
+    }
+
+    /// Re-posts receive buffers `bufs`, one chain (one `ibv_post_recv`) per [`CHAIN`] buffers.
+    fn post_recvs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        let size = u32::try_from(self.rx_pool.buf_size()).unwrap_or(u32::MAX);
+        for chunk in bufs.chunks(CHAIN) {
+            let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
+            let mut sges = [Sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; CHAIN];
+            let n = chunk.len();
+            for (i, &buf) in chunk.iter().enumerate() {
+                if buf >= self.rx_pool.count() {
+                    return Err(FabricError::Protocol(
+                        "released receive buffer out of range",
+                    ));
+                }
+                sges[i] = Sge {
+                    addr: self.rx_pool.buf_ptr(buf).as_ptr() as u64,
+                    length: size,
+                    lkey: self.rx_lkey,
+                };
+            }
+            let base = wrs.as_mut_ptr().cast::<RecvWr>();
+            for (i, &buf) in chunk.iter().enumerate() {
+                let next = if i + 1 < n {
+                    // SAFETY: i + 1 < n <= CHAIN: in bounds of `wrs`.
+                    unsafe { base.add(i + 1) }
+                } else {
+                    std::ptr::null_mut()
+                };
+                wrs[i].write(RecvWr {
+                    wr_id: recv_wr_id(self.gen, buf),
+                    next,
+                    sg_list: &mut sges[i],
+                    num_sge: 1,
+                });
+            }
+            // SAFETY: the chain's `n` entries were initialised above and point to `sges`, which
+            // live until the call returns; each buffer is a receive-pool buffer (index checked)
+            // inside the region registered with LOCAL_WRITE, owned by the fabric until its
+            // completion is polled (the application released it, or it was never lent).
+            unsafe { self.qp.post_recv(base) }.map_err(|e| FabricError::Io(e.errno))?;
+            self.owed += n as u32;
+        }
+        Ok(())
+    }
+
+    /// The connection's error, once everything received before it has been delivered.
+    #[inline]
+    fn check(&self) -> Result<(), FabricError> {
+        match self.error {
+            Some(e) if self.rx_pending.len == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sends an explicit credit message when the peer is low on credits and we owe some.
+    fn maybe_send_credits(&mut self) -> Result<(), FabricError> {
+        if self.owed == 0
+            || self.peer_window > self.low_water
+            || self.peer_credits == 0
+            || self.sq_room() == 0
+        {
+            return Ok(());
+        }
+        let mut wr = verbs::send_wr_zeroed();
+        let mut sge = Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        let imm = IMM_CREDIT_ONLY | self.take_owed();
+        self.fill_send(&mut wr, &mut sge, 0, 0, self.tx_lkey, imm, true, false);
+        wr.sg_list = std::ptr::null_mut();
+        self.peer_credits -= 1;
+        self.ctrl_outstanding += 1;
+        // SAFETY: a zero-length inline send names no memory.
+        unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
+        bump(&COUNTERS.credit_messages, 1);
+        Ok(())
+    }
+}
+
+impl FabricConn for RdmaConn {
+    #[inline]
+    fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        let mut delivered = 0;
+        let mut repost = [0u32; CHAIN];
+        let mut nrepost = 0;
+        while sink.room() > 0 && nrepost < CHAIN {
+            let Some((buf, len, credit_only)) = self.rx_pending.pop() else {
+                break;
+            };
+            if credit_only {
+                repost[nrepost] = buf;
+                nrepost += 1;
+                continue;
+            }
+            if len <= self.rx_inline {
+                // SAFETY: the receive completed, so the buffer holds `len` (<= buf_size, checked
+                // on completion) bytes written by the HCA and is ours until re-posted below.
+                let data = unsafe {
+                    std::slice::from_raw_parts(self.rx_pool.buf_ptr(buf).as_ptr(), len as usize)
+                };
+                sink.push_inline(data)?;
+                repost[nrepost] = buf;
+                nrepost += 1;
+            } else {
+                sink.push_pooled(buf, len)?;
+            }
+            delivered += 1;
+        }
+        if nrepost > 0 && self.error.is_none() {
+            self.post_recvs(&repost[..nrepost])?;
+        }
+        if delivered == 0 {
+            self.check()?;
+        }
+        Ok(delivered)
+    }
+
+    #[inline]
+    fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        self.check()?;
+        if self.error.is_some() {
+            return Ok(0); // failed: deliver what was received first
+        }
+        let credits = self.peer_credits.saturating_sub(self.reserve) as usize;
+        let room = self.sq_room().saturating_sub(1) as usize; // keep one for a credit message
+        let n = descs.len().min(credits).min(room).min(CHAIN);
+        if n < descs.len().min(CHAIN) {
+            bump(&COUNTERS.credit_stalls, 1);
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
+        let mut sges = [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; CHAIN];
+        let held_after =
+            self.held.len + descs[..n].iter().filter(|d| d.len > self.tx_inline).count();
+        let hoarding = held_after * 2 >= self.tx_pool.count() as usize;
+        for (i, d) in descs[..n].iter().enumerate() {
+            if d.len > self.peer_buffer_size {
+                return Err(FabricError::Protocol(
+                    "message larger than the peer's receive buffer",
+                ));
+            }
+            let inline = d.len <= self.tx_inline;
+            let imm = self.take_owed();
+            let addr = self.tx_pool.buf_ptr(d.buf).as_ptr() as u64;
+            let mut wr = verbs::send_wr_zeroed();
+            let last = i + 1 == n;
+            self.fill_send(
+                &mut wr,
+                &mut sges[i],
+                addr,
+                d.len,
+                self.tx_lkey,
+                imm,
+                inline,
+                last && hoarding,
+            );
+            wrs[i].write(wr);
+            if !inline {
+                let ok = self.held.push((self.sq_posted - 1, d.buf));
+                debug_assert!(ok, "held FIFO sized to the pool");
+            }
+        }
+        for i in 0..n {
+            let sg: *mut Sge = &mut sges[i];
+            let next = if i + 1 < n {
+                wrs[i + 1].as_mut_ptr()
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: entry i was initialised in the loop above.
+            let w = unsafe { wrs[i].assume_init_mut() };
+            w.sg_list = if w.num_sge > 0 {
+                sg
+            } else {
+                std::ptr::null_mut()
+            };
+            w.next = next;
+        }
+        self.peer_credits -= n as u32;
+        // SAFETY: `n` chained, initialised WRs whose scatter entries live in `sges` until the call
+        // returns. Inline payloads are copied by the call. Non-inline buffers are send-pool
+        // buffers (the poller validated the indices) in the pool's registered region; the engine
+        // marked them fabric-owned and they stay so (in `held`) until a later signalled
+        // completion frees them in `reclaim`.
+        let res = unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) };
+        if let Err(e) = res {
+            return Err(FabricError::Io(e.errno));
+        }
+        let mut inl = 0u64;
+        for d in &descs[..n] {
+            if d.len <= self.tx_inline {
+                done.free_buf(d.buf)?;
+                inl += 1;
+            }
+        }
+        bump(&COUNTERS.inline_sends, inl);
+        bump(&COUNTERS.pooled_sends, n as u64 - inl);
+        Ok(n)
+    }
+
+    #[inline]
+    fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        self.check()?;
+        if self.error.is_some() {
+            return Ok(()); // the QP is in error: nothing to re-post to
+        }
+        self.post_recvs(bufs)
+    }
+
+    #[inline]
+    fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        self.check()?;
+        let mut work = 0;
+        while let Some((seq, buf)) = self.held.front() {
+            if seq >= self.sq_completed {
+                break;
+            }
+            self.held.pop();
+            done.free_buf(buf)?;
+            work += 1;
+        }
+        if self.engine_credits > 0 {
+            done.credits(self.engine_credits);
+            work += 1;
+            self.engine_credits = 0;
+        }
+        Ok(work)
+    }
+
+    #[inline]
+    fn flush(&mut self) -> Result<(), FabricError> {
+        self.check()?;
+        if self.error.is_some() {
+            return Ok(());
+        }
+        // Sends were posted (one doorbell per batch) in `post_send`; what remains is returning
+        // credits when traffic is one-way.
+        self.maybe_send_credits()
+    }
+}

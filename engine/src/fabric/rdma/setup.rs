@@ -1,0 +1,635 @@
+//! RDMA connection setup: rdma_cm connect/accept, per-device resources (PD, one CQ per poller),
+//! registered pools, QP creation on the context rdma_cm resolved, receive pre-posting and the
+//! flow-control handshake in the private data. Runs on the control thread (accept, events,
+//! teardown) or on the thread calling `connect`, never on a poller.
+
+use std::any::Any;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cm::rdma::{
+    self as rcm, CmError, CmEventKind, CmId, ConnOptions, FlowParams, PathInfo, RejectReason,
+};
+
+use super::datapath::{RdmaConn, RdmaConnParts};
+use super::verbs::{
+    self, Access, CompletionQueue, Context, DeviceLimits, MemoryRegion, ProtectionDomain,
+    QpCapacity, QpResources, QueuePair, Sge,
+};
+use crate::config::Config;
+use crate::desc::{PoolView, INLINE_MAX};
+use crate::error::Error;
+
+/// How long the listening side waits for ESTABLISHED after accepting (control thread).
+pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest CQ created per (device, poller).
+const MAX_CQ_ENTRIES: u32 = 1 << 16;
+/// Inline size requested from the provider (the engine never sends more inline than
+/// [`INLINE_MAX`] bytes; the provider may grant more, and we read back what it granted).
+const REQUEST_INLINE: u32 = INLINE_MAX as u32;
+
+fn setup_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Setup(format!("rdma {what}: {e}"))
+}
+
+/// A share of a CQ's entries, returned when the connection's QP is gone.
+struct CqReservation {
+    free: Arc<AtomicU32>,
+    n: u32,
+}
+
+impl Drop for CqReservation {
+    fn drop(&mut self) {
+        self.free.fetch_add(self.n, Ordering::AcqRel);
+    }
+}
+
+struct PollerCq {
+    cq: Arc<CompletionQueue>,
+    /// Entries not reserved by a connection (each reserves receives + send queue depth, so the
+    /// CQ can never overflow).
+    free: Arc<AtomicU32>,
+}
+
+struct Device {
+    ctx: Arc<Context>,
+    pd: Arc<ProtectionDomain>,
+    limits: DeviceLimits,
+    cqs: Vec<Option<PollerCq>>,
+}
+
+/// The engine's RDMA devices: one PD per device and one CQ per (device, poller), created on first
+/// use on the context rdma_cm resolved. Shared by the control thread and connecting threads.
+pub(crate) struct RdmaDevices {
+    devices: Mutex<Vec<Device>>,
+    pollers: usize,
+    /// RDMA connections per poller (set up or being set up).
+    loads: Arc<[AtomicUsize]>,
+    max_per_poller: usize,
+}
+
+/// A connection's place on a poller; gives it back when dropped.
+pub(crate) struct PollerSlot {
+    loads: Arc<[AtomicUsize]>,
+    index: usize,
+}
+
+impl PollerSlot {
+    /// The poller's index.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl Drop for PollerSlot {
+    fn drop(&mut self) {
+        self.loads[self.index].fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for RdmaDevices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaDevices")
+            .field("pollers", &self.pollers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one connection gets from [`RdmaDevices::reserve`].
+struct Resources {
+    pd: Arc<ProtectionDomain>,
+    cq: Arc<CompletionQueue>,
+    limits: DeviceLimits,
+    reservation: CqReservation,
+}
+
+impl RdmaDevices {
+    /// For an engine with `pollers` pollers (1 in run-to-completion mode).
+    pub(crate) fn new(pollers: usize, max_per_poller: usize) -> Self {
+        let pollers = pollers.max(1);
+        Self {
+            devices: Mutex::new(Vec::new()),
+            pollers,
+            loads: (0..pollers).map(|_| AtomicUsize::new(0)).collect(),
+            max_per_poller,
+        }
+    }
+
+    /// Picks the least-loaded poller with room for one more connection.
+    fn pick_poller(&self) -> Result<PollerSlot, Error> {
+        let _guard = self
+            .devices
+            .lock()
+            .map_err(|_| Error::Setup("rdma device table poisoned".into()))?;
+        let (index, load) = self
+            .loads
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i, l.load(Ordering::Acquire)))
+            .min_by_key(|&(_, l)| l)
+            .ok_or_else(|| Error::Setup("rdma: no poller".into()))?;
+        if load >= self.max_per_poller {
+            return Err(Error::Setup(
+                "every poller is at its connection limit".into(),
+            ));
+        }
+        self.loads[index].fetch_add(1, Ordering::AcqRel);
+        Ok(PollerSlot {
+            loads: Arc::clone(&self.loads),
+            index,
+        })
+    }
+
+    /// Finds or creates the device entry for the context of `id` and the CQ of `poller`, and
+    /// reserves `entries` CQ entries.
+    fn reserve(&self, id: &CmId, poller: usize, entries: u32) -> Result<Resources, Error> {
+        let raw = id.verbs();
+        let mut devices = self
+            .devices
+            .lock()
+            .map_err(|_| Error::Setup("rdma device table poisoned".into()))?;
+        let idx = match devices.iter().position(|d| d.ctx.as_ptr() == raw) {
+            Some(i) => i,
+            None => {
+                // SAFETY: `raw` comes from rdma_cm (`rdma_cm_id.verbs`).
+                let ctx = unsafe { Context::from_rdma_cm(raw) }
+                    .ok_or_else(|| Error::Setup("rdma_cm resolved no known device".into()))?;
+                let limits = ctx
+                    .query_device()
+                    .map_err(|e| setup_err("query device", e))?;
+                let pd = ProtectionDomain::new(&ctx).map_err(|e| setup_err("alloc PD", e))?;
+                let mut cqs = Vec::new();
+                cqs.resize_with(self.pollers, || None);
+                devices.push(Device {
+                    ctx,
+                    pd,
+                    limits,
+                    cqs,
+                });
+                devices.len() - 1
+            }
+        };
+        let dev = &mut devices[idx];
+        let slot = dev
+            .cqs
+            .get_mut(poller)
+            .ok_or_else(|| Error::Setup(format!("rdma: no poller {poller}")))?;
+        if slot.is_none() {
+            let n = dev.limits.max_cqe.clamp(1, MAX_CQ_ENTRIES);
+            let cq = CompletionQueue::new(&dev.ctx, n).map_err(|e| setup_err("create CQ", e))?;
+            *slot = Some(PollerCq {
+                cq,
+                free: Arc::new(AtomicU32::new(n)),
+            });
+        }
+        let pcq = slot
+            .as_ref()
+            .ok_or_else(|| Error::Setup("rdma CQ missing".into()))?;
+        let got = pcq
+            .free
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+                f.checked_sub(entries)
+            });
+        if got.is_err() {
+            return Err(Error::Setup(format!(
+                "rdma: poller {poller}'s completion queue is full ({} free entries, need {entries}); \
+                 use fewer connections per poller or smaller pools",
+                pcq.free.load(Ordering::Acquire)
+            )));
+        }
+        Ok(Resources {
+            pd: Arc::clone(&dev.pd),
+            cq: Arc::clone(&pcq.cq),
+            limits: dev.limits,
+            reservation: CqReservation {
+                free: Arc::clone(&pcq.free),
+                n: entries,
+            },
+        })
+    }
+}
+
+/// The registered pools of one connection (kept alive by the application's handles too).
+struct Pools {
+    tx: MemoryRegion,
+    rx: MemoryRegion,
+}
+
+/// Sizes derived from the engine configuration.
+#[derive(Debug, Clone, Copy)]
+struct Sizing {
+    buffer_size: u32,
+    buffers: u32,
+    sq_depth: u32,
+}
+
+fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> {
+    let buffer_size = u32::try_from(cfg.buffer_size)
+        .ok()
+        .filter(|&b| b > 0 && b <= FlowParams::MAX_BUFFER)
+        .ok_or_else(|| {
+            Error::Setup(format!("rdma buffer size {} out of range", cfg.buffer_size))
+        })?;
+    let buffers = u32::try_from(cfg.buffers)
+        .ok()
+        .filter(|&b| b > 0 && b <= FlowParams::MAX_CREDITS)
+        .ok_or_else(|| {
+            Error::Setup(format!(
+                "rdma: {} buffers per connection exceeds the limit of {}",
+                cfg.buffers,
+                FlowParams::MAX_CREDITS
+            ))
+        })?;
+    // Sends in flight are bounded by the peer's credits (its buffers, normally = ours), plus
+    // unsignalled sends waiting for the next signalled one, plus credit messages.
+    let signal = u32::try_from(cfg.signal_every).unwrap_or(u32::MAX).max(1);
+    let mut sq_depth = buffers.saturating_add(signal).saturating_add(4);
+    if let Some(l) = limits {
+        if buffers > l.max_qp_wr {
+            return Err(Error::Setup(format!(
+                "rdma: {buffers} buffers per connection exceed the device's {} receive queue entries",
+                l.max_qp_wr
+            )));
+        }
+        sq_depth = sq_depth.min(l.max_qp_wr);
+    }
+    Ok(Sizing {
+        buffer_size,
+        buffers,
+        sq_depth,
+    })
+}
+
+/// A fully set-up RDMA connection, before it is registered with the engine.
+pub(crate) struct Established {
+    /// The poller whose CQ the QP uses (the connection must go to that poller).
+    pub(crate) poller: PollerSlot,
+    pub(crate) conn: RdmaConn,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) keep: Arc<dyn Any + Send + Sync>,
+    /// The rdma_cm id: its channel fd reports DISCONNECTED / DEVICE_REMOVAL (control thread),
+    /// and [`close`] disconnects it.
+    pub(crate) id: Arc<CmId>,
+    /// The poller's CQ for this device: send [`super::RdmaCommand::AttachCq`] before the
+    /// connection (the poller ignores a CQ it already polls).
+    pub(crate) cq: Arc<CompletionQueue>,
+    /// Device, port, GID index and type rdma_cm chose (for the control thread's log).
+    pub(crate) path: Option<PathInfo>,
+    /// The peer's address.
+    pub(crate) peer: String,
+}
+
+impl std::fmt::Debug for Established {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Established")
+            .field("peer", &self.peer)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resources of a connection being set up, between QP creation and ESTABLISHED.
+struct Pending {
+    poller: PollerSlot,
+    qp: QueuePair,
+    id: Arc<CmId>,
+    cq: Arc<CompletionQueue>,
+    pools: Arc<Pools>,
+    sizing: Sizing,
+    tx_inline: u32,
+    gen: u16,
+}
+
+/// Creates pools and the QP (through rdma_cm, on its resolved context) and pre-posts every
+/// receive buffer, before connect/accept.
+fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending, Error> {
+    if id.verbs().is_null() {
+        return Err(Error::Setup(
+            "rdma_cm resolved no device for this connection".into(),
+        ));
+    }
+    let pre = sizing(cfg, None)?;
+    let poller = devices.pick_poller()?;
+    let res = devices.reserve(&id, poller.index(), pre.buffers + pre.sq_depth)?;
+    let sz = sizing(cfg, Some(&res.limits))?;
+    let pool_bytes = sz.buffer_size as usize * sz.buffers as usize;
+    let pools = Arc::new(Pools {
+        // Send-only memory: no access rights beyond the HCA reading it.
+        tx: MemoryRegion::new(&res.pd, pool_bytes, Access::NONE)
+            .map_err(|e| setup_err("register send pool", e))?,
+        // Receive memory: the HCA writes it.
+        rx: MemoryRegion::new(&res.pd, pool_bytes, Access::LOCAL_WRITE)
+            .map_err(|e| setup_err("register receive pool", e))?,
+    });
+    let qres = QpResources {
+        pd: Arc::clone(&res.pd),
+        send_cq: Arc::clone(&res.cq),
+        recv_cq: Arc::clone(&res.cq),
+        srq: None,
+    };
+    let cap = QpCapacity {
+        max_send_wr: sz.sq_depth,
+        max_recv_wr: sz.buffers,
+        max_inline_data: REQUEST_INLINE,
+    };
+    let mut attr = qres.init_attr(cap);
+    let keep: Box<dyn Any + Send + Sync> = Box::new((qres.clone(), res.reservation));
+    // SAFETY: the PD and CQ are on `id.verbs()`'s context (the device entry was looked up by
+    // that pointer) and `keep` holds them until the QP is destroyed.
+    unsafe { id.create_qp(res.pd.as_ptr(), &mut attr, keep) }
+        .map_err(|e| setup_err("create QP", e))?;
+    let id = Arc::new(id);
+    let owner: Box<dyn Send + Sync> = Box::new(Arc::clone(&id));
+    // SAFETY: rdma_cm created this QP with `qres`; the Arc<CmId> owner destroys it only when
+    // the last handle goes.
+    let qp = unsafe { QueuePair::from_external(id.qp(), qres, owner) }
+        .map_err(|e| setup_err("query QP", e))?;
+    let tx_inline = qp
+        .max_inline_data()
+        .min(u32::try_from(cfg.inline_threshold.min(INLINE_MAX)).unwrap_or(0));
+    let gen = super::datapath::next_generation();
+    // Pre-post every receive (iWARP needs them before the connection is established; RoCE/IB
+    // need them before the peer's first send anyway).
+    let mut sges: Vec<Sge> = (0..sz.buffers)
+        .map(|i| Sge {
+            // SAFETY: i < buffers: inside the receive region.
+            addr: unsafe { pools.rx.as_ptr().add(i as usize * sz.buffer_size as usize) } as u64,
+            length: sz.buffer_size,
+            lkey: pools.rx.lkey(),
+        })
+        .collect();
+    let mut wrs: Vec<verbs::RecvWr> = (0..sz.buffers).map(|_| verbs::recv_wr_zeroed()).collect();
+    let n = wrs.len();
+    for i in 0..n {
+        wrs[i].wr_id = super::datapath::recv_wr_id(gen, i as u32);
+        wrs[i].sg_list = &mut sges[i];
+        wrs[i].num_sge = 1;
+    }
+    for i in 0..n.saturating_sub(1) {
+        let next: *mut verbs::RecvWr = &mut wrs[i + 1];
+        wrs[i].next = next;
+    }
+    // SAFETY: a valid chain over receive-pool buffers registered with LOCAL_WRITE; `pools` is
+    // kept alive by the connection (and the application's handles) until the QP is destroyed.
+    unsafe { qp.post_recv(wrs.as_mut_ptr()) }.map_err(|e| setup_err("pre-post receives", e))?;
+    Ok(Pending {
+        poller,
+        qp,
+        id,
+        cq: res.cq,
+        pools,
+        sizing: sz,
+        tx_inline,
+        gen,
+    })
+}
+
+fn our_params(p: &Pending) -> FlowParams {
+    FlowParams {
+        credits: p.sizing.buffers,
+        buffer_size: p.sizing.buffer_size,
+        inline_size: p.qp.max_inline_data(),
+    }
+}
+
+/// Builds the data-path state once ESTABLISHED arrived with the peer's parameters.
+fn finish(
+    p: Pending,
+    peer: FlowParams,
+    cfg: &Config,
+    opts: &ConnOptions,
+    peer_addr: String,
+) -> Result<Established, Error> {
+    p.id.tune_qp(opts).map_err(|e| setup_err("tune QP", e))?;
+    let path = p.id.path_info();
+    let sz = p.sizing;
+    let base_tx = std::ptr::NonNull::new(p.pools.tx.as_ptr())
+        .ok_or_else(|| Error::Setup("rdma send pool is null".into()))?;
+    let base_rx = std::ptr::NonNull::new(p.pools.rx.as_ptr())
+        .ok_or_else(|| Error::Setup("rdma receive pool is null".into()))?;
+    // SAFETY: each region is `buffers * buffer_size` bytes, owned by `pools`, which the
+    // connection and every user of the views keep alive (`keep`).
+    let (tx_pool, rx_pool) = unsafe {
+        (
+            PoolView::new(base_tx, sz.buffer_size as usize, sz.buffers),
+            PoolView::new(base_rx, sz.buffer_size as usize, sz.buffers),
+        )
+    };
+    if peer.buffer_size != sz.buffer_size {
+        return Err(Error::Setup(format!(
+            "rdma peer uses {}-byte buffers, this engine {} (both sides need the same pool buffer size)",
+            peer.buffer_size, sz.buffer_size
+        )));
+    }
+    let keep: Arc<dyn Any + Send + Sync> = p.pools.clone();
+    let conn = RdmaConn::new(RdmaConnParts {
+        qp: p.qp,
+        gen: p.gen,
+        tx_pool,
+        tx_lkey: p.pools.tx.lkey(),
+        rx_pool,
+        rx_lkey: p.pools.rx.lkey(),
+        rx_posted: sz.buffers,
+        peer_credits: peer.credits,
+        peer_buffer_size: peer.buffer_size,
+        rx_inline_threshold: u32::try_from(cfg.inline_threshold.min(INLINE_MAX)).unwrap_or(0),
+        tx_inline_threshold: p.tx_inline,
+        signal_every: u32::try_from(cfg.signal_every).unwrap_or(u32::MAX),
+        sq_depth: sz.sq_depth,
+        keep: Arc::clone(&keep),
+    });
+    Ok(Established {
+        poller: p.poller,
+        conn,
+        tx_pool,
+        rx_pool,
+        keep,
+        id: p.id,
+        cq: p.cq,
+        path,
+        peer: peer_addr,
+    })
+}
+
+fn conn_opts(timeout: Duration) -> ConnOptions {
+    // Address and route resolution each get a third of the budget (at most 2 s), so an
+    // unreachable host is reported as ADDR_ERROR/ROUTE_ERROR before the overall deadline.
+    let ms = i32::try_from(timeout.as_millis() / 3)
+        .unwrap_or(i32::MAX)
+        .clamp(1, 2000);
+    ConnOptions {
+        resolve_timeout_ms: ms,
+        ..ConnOptions::default()
+    }
+}
+
+fn map_cm(endpoint: &str, e: CmError) -> Error {
+    match e {
+        CmError::Timeout { .. } => Error::Timeout,
+        e => Error::Connect {
+            endpoint: endpoint.to_owned(),
+            source: Box::new(e),
+        },
+    }
+}
+
+/// Connects to `host:port` (active side), blocking up to `timeout` in total; runs on the
+/// calling application thread. The connection will be served by poller `poller`.
+pub(crate) fn connect(
+    host: &str,
+    port: u16,
+    endpoint: &str,
+    cfg: &Config,
+    devices: &RdmaDevices,
+    timeout: Duration,
+) -> Result<Established, Error> {
+    let deadline = Instant::now() + timeout;
+    let opts = conn_opts(timeout);
+    let addr = rcm::resolve_host(host, port).map_err(|e| map_cm(endpoint, e))?;
+    let id = rcm::resolve(addr, &opts, deadline).map_err(|e| map_cm(endpoint, e))?;
+    let pending = prepare(id, devices, cfg)?;
+    pending
+        .id
+        .connect(&opts, &our_params(&pending).encode())
+        .map_err(|e| map_cm(endpoint, e))?;
+    let ev = pending
+        .id
+        .wait_for(CmEventKind::Established, deadline, addr)
+        .map_err(|e| map_cm(endpoint, e))?;
+    let peer =
+        FlowParams::decode(&ev.private_data).map_err(|e| map_cm(endpoint, CmError::from(e)))?;
+    pending
+        .id
+        .channel()
+        .set_nonblocking(true)
+        .map_err(|e| setup_err("event channel", e))?;
+    finish(pending, peer, cfg, &opts, addr.to_string())
+}
+
+/// A listening RDMA endpoint (on the control thread).
+pub(crate) struct RdmaListener {
+    inner: rcm::RdmaListener,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for RdmaListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaListener")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl RdmaListener {
+    /// Binds `host:port` (host must be an address of an RDMA device, or `0.0.0.0`).
+    pub(crate) fn bind(host: &str, port: u16, endpoint: &str) -> Result<Self, Error> {
+        let lerr = |e: CmError| Error::Listen {
+            endpoint: endpoint.to_owned(),
+            source: Box::new(e),
+        };
+        let addr = rcm::resolve_host(host, port).map_err(lerr)?;
+        let inner = rcm::RdmaListener::bind(addr, 128).map_err(lerr)?;
+        inner.id().channel().set_nonblocking(true).map_err(lerr)?;
+        Ok(Self {
+            inner,
+            endpoint: endpoint.to_owned(),
+        })
+    }
+
+    /// The event channel fd to poll (readable when a connection request is pending).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.inner.id().channel().fd()
+    }
+
+    /// Accepts and sets up one pending connection request, if any. Waits at most
+    /// [`ACCEPT_TIMEOUT`] for ESTABLISHED.
+    pub(crate) fn try_accept(
+        &self,
+        cfg: &Config,
+        devices: &RdmaDevices,
+    ) -> Result<Option<Established>, Error> {
+        let aerr = |what: &str, e: CmError| setup_err(what, e);
+        let Some(req) = self
+            .inner
+            .get_request(None)
+            .map_err(|e| aerr("accept", e))?
+        else {
+            return Ok(None);
+        };
+        let peer = match FlowParams::decode(&req.private_data) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = req.id.reject(&RejectReason::BadParams.encode());
+                return Err(setup_err("connect request with invalid parameters", e));
+            }
+        };
+        if peer.buffer_size as usize != cfg.buffer_size {
+            let _ = req.id.reject(&RejectReason::BadParams.encode());
+            return Err(Error::Setup(format!(
+                "rdma connect request with {}-byte buffers rejected: this listener uses {}",
+                peer.buffer_size, cfg.buffer_size
+            )));
+        }
+        let peer_addr = req
+            .id
+            .peer_addr()
+            .map_or_else(|| "?".to_owned(), |a| a.to_string());
+        let pending = match prepare(req.id, devices, cfg) {
+            Ok(p) => p,
+            Err(e) => return Err(e), // dropping the id rejects the request
+        };
+        let opts = ConnOptions::default();
+        pending
+            .id
+            .accept(&opts, &our_params(&pending).encode())
+            .map_err(|e| aerr("accept", e))?;
+        let deadline = Instant::now() + ACCEPT_TIMEOUT;
+        let addr = pending
+            .id
+            .peer_addr()
+            .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+        pending
+            .id
+            .wait_for(CmEventKind::Established, deadline, addr)
+            .map_err(|e| aerr("waiting for ESTABLISHED", e))?;
+        pending
+            .id
+            .channel()
+            .set_nonblocking(true)
+            .map_err(|e| aerr("event channel", e))?;
+        finish(pending, peer, cfg, &opts, peer_addr).map(Some)
+    }
+}
+
+/// What a connection's rdma_cm events said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnStatus {
+    /// Nothing that ends the connection.
+    Alive,
+    /// The peer disconnected (or its process died).
+    Disconnected,
+    /// The device went away.
+    DeviceRemoved,
+}
+
+/// Reads every pending rdma_cm event of an established connection (its channel fd was readable).
+pub(crate) fn poll_events(id: &CmId) -> ConnStatus {
+    let mut status = ConnStatus::Alive;
+    while let Ok(Some(ev)) = id.channel().try_event() {
+        match ev.kind {
+            CmEventKind::Disconnected => status = ConnStatus::Disconnected,
+            CmEventKind::DeviceRemoval => return ConnStatus::DeviceRemoved,
+            _ => {}
+        }
+    }
+    status
+}
+
+/// Disconnects (if still connected). The QP and pools are released when the last handle
+/// (poller's [`RdmaConn`], application's pool views, this id) is dropped.
+pub(crate) fn close(id: &CmId) {
+    let _ = id.disconnect();
+}

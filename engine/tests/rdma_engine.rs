@@ -1,0 +1,379 @@
+//! The RDMA fabric through the engine API, on a real device (Soft-RoCE in the VM).
+//!
+//! Run inside the RDMA VM (`RXE_VM_IP` set), one test at a time:
+//! `cargo test -p spinwire --features rdma --release --test rdma_engine -- --test-threads=1`.
+//! Outside the VM (no `RXE_VM_IP`) every test prints why and returns. Pollers back off when
+//! idle (the VM has 2 vCPUs); iteration counts are small (the VM is 10-50x slower than native).
+#![cfg(feature = "rdma")]
+
+use std::time::{Duration, Instant};
+
+use spinwire::fabric::rdma;
+use spinwire::{Connection, Engine, Error, Event, IdleStrategy, SendError};
+
+const T: Duration = Duration::from_secs(10);
+
+fn vm_ip() -> Option<String> {
+    match std::env::var("RXE_VM_IP") {
+        Ok(ip) => Some(ip),
+        Err(_) => {
+            eprintln!("skipped: RXE_VM_IP unset (not inside the RDMA VM)");
+            None
+        }
+    }
+}
+
+fn engine(buffer_size: usize, buffers: usize) -> Engine {
+    Engine::builder()
+        .run_to_completion()
+        .idle(IdleStrategy::backoff())
+        .pool(buffer_size, buffers)
+        .depth(buffers)
+        .batch(16)
+        .signal_every(8)
+        .connect_timeout(T)
+        .build()
+        .expect("engine")
+}
+
+fn engine_with_pollers(buffer_size: usize, buffers: usize) -> Engine {
+    Engine::builder()
+        .pollers(&[1])
+        .idle(IdleStrategy::backoff())
+        .pool(buffer_size, buffers)
+        .depth(buffers)
+        .batch(16)
+        .signal_every(8)
+        .connect_timeout(T)
+        .build()
+        .expect("engine")
+}
+
+fn payload(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u64)
+                .wrapping_mul(0x9E37_79B9)
+                .wrapping_add(seed.wrapping_mul(31)) as u8
+        })
+        .collect()
+}
+
+fn send_bytes(c: &Connection, data: &[u8]) {
+    let mut b = c.alloc_timeout(T).expect("alloc");
+    b.copy_from(data).expect("copy");
+    c.send_timeout(b, T)
+        .map_err(|e| e.to_string())
+        .expect("send");
+    c.flush();
+}
+
+/// Connects a client and accepts it, both on `e`.
+fn pair(e: &Engine, ep: &str) -> (Connection, Connection) {
+    let l = e.listen(ep).expect("listen");
+    let client = e.connect(ep).expect("connect");
+    let server = l.accept_timeout(T).expect("accept");
+    (client, server)
+}
+
+#[test]
+fn ping_pong_every_size_inline_and_pooled() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    let max = 300;
+    let e = engine(max, 16);
+    let ep = format!("rdma://{ip}:20001");
+    let (client, server) = pair(&e, &ep);
+    assert_eq!(client.max_message_size(), max);
+    let mut connected = 0;
+    while let Some(ev) = e.try_event() {
+        if matches!(ev, Event::Connected { .. }) {
+            connected += 1;
+        }
+    }
+    assert_eq!(connected, 2, "one Connected event per side");
+    for len in 1..=max {
+        let p = payload(len, len as u64);
+        send_bytes(&client, &p);
+        let m = server.recv_timeout(T).expect("server recv");
+        assert_eq!(&*m, p.as_slice(), "client->server {len} B");
+        let echo = m.to_vec();
+        drop(m);
+        send_bytes(&server, &echo);
+        let m = client.recv_timeout(T).expect("client recv");
+        assert_eq!(&*m, p.as_slice(), "server->client {len} B");
+    }
+    let after = rdma::stats();
+    assert!(after.inline_sends > before.inline_sends, "inline path used");
+    assert!(after.pooled_sends > before.pooled_sends, "pooled path used");
+    assert_eq!(after.rnr_errors, before.rnr_errors, "no RNR");
+    assert_eq!(
+        after.completion_errors, before.completion_errors,
+        "no error completions"
+    );
+}
+
+#[test]
+fn ping_pong_with_a_dedicated_poller_thread() {
+    let Some(ip) = vm_ip() else { return };
+    let e = engine_with_pollers(1024, 32);
+    let ep = format!("rdma://{ip}:20002");
+    let (client, server) = pair(&e, &ep);
+    for i in 0..200u64 {
+        let p = payload(1 + (i as usize * 37) % 1024, i);
+        send_bytes(&client, &p);
+        let m = server.recv_timeout(T).expect("server recv");
+        assert_eq!(&*m, p.as_slice());
+        drop(m);
+        send_bytes(&server, &p);
+        let m = client.recv_timeout(T).expect("client recv");
+        assert_eq!(&*m, p.as_slice());
+    }
+}
+
+#[test]
+fn one_way_flood_into_slow_receiver_no_rnr_no_loss_back_pressure() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    let e = engine(256, 16);
+    let ep = format!("rdma://{ip}:20003");
+    let (client, server) = pair(&e, &ep);
+    let total = 3000u64;
+    let mut sent = 0u64;
+    let mut received = 0u64;
+    let mut would_block = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while received < total {
+        assert!(
+            Instant::now() < deadline,
+            "flood stalled at {sent} sent, {received} received"
+        );
+        // Sender: as fast as the credits allow.
+        while sent < total {
+            let Ok(mut b) = client.alloc() else { break };
+            let len = 8 + (sent as usize % 200);
+            let mut p = payload(len, sent);
+            p[..8].copy_from_slice(&sent.to_le_bytes());
+            b.copy_from(&p).unwrap();
+            match client.send(b) {
+                Ok(()) => sent += 1,
+                Err(SendError::WouldBlock(_)) => {
+                    would_block += 1;
+                    break;
+                }
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+        client.flush();
+        // Slow receiver: one message per round, after a pause.
+        std::thread::sleep(Duration::from_micros(200));
+        if let Some(m) = server.try_recv().expect("recv") {
+            let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
+            assert_eq!(seq, received, "in order, none lost");
+            let len = 8 + (seq as usize % 200);
+            let mut p = payload(len, seq);
+            p[..8].copy_from_slice(&seq.to_le_bytes());
+            assert_eq!(&*m, p.as_slice(), "payload {seq}");
+            received += 1;
+        }
+    }
+    let after = rdma::stats();
+    assert!(would_block > 0, "the sender saw back-pressure");
+    assert!(
+        after.credit_messages > before.credit_messages,
+        "credits returned explicitly"
+    );
+    assert_eq!(after.rnr_errors, before.rnr_errors, "no RNR");
+    assert_eq!(
+        after.completion_errors, before.completion_errors,
+        "no error completions"
+    );
+    assert!(client.is_open() && server.is_open());
+}
+
+#[test]
+fn many_connections_on_one_poller() {
+    let Some(ip) = vm_ip() else { return };
+    let e = engine(512, 8);
+    let ep = format!("rdma://{ip}:20004");
+    let l = e.listen(&ep).expect("listen");
+    let mut pairs = Vec::new();
+    for _ in 0..8 {
+        let c = e.connect(&ep).expect("connect");
+        let s = l.accept_timeout(T).expect("accept");
+        pairs.push((c, s));
+    }
+    for round in 0..20u64 {
+        for (i, (c, _)) in pairs.iter().enumerate() {
+            send_bytes(
+                c,
+                &payload(1 + (round as usize * 13 + i) % 512, round * 100 + i as u64),
+            );
+        }
+        for (i, (_, s)) in pairs.iter().enumerate() {
+            let m = s.recv_timeout(T).expect("recv");
+            let p = payload(1 + (round as usize * 13 + i) % 512, round * 100 + i as u64);
+            assert_eq!(&*m, p.as_slice(), "conn {i} round {round}");
+        }
+    }
+    assert_eq!(e.counters().connections_opened, 16);
+}
+
+fn wait_down(c: &Connection) -> Error {
+    let deadline = Instant::now() + T;
+    loop {
+        match c.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => panic!("unexpected message of {} B", m.len()),
+            Err(Error::Timeout) => assert!(Instant::now() < deadline, "no disconnect within {T:?}"),
+            Err(e) => return e,
+        }
+    }
+}
+
+#[test]
+fn clean_disconnect_from_either_side() {
+    let Some(ip) = vm_ip() else { return };
+    let e = engine(256, 8);
+    let ep = format!("rdma://{ip}:20005");
+    let l = e.listen(&ep).expect("listen");
+    for client_closes in [true, false] {
+        let c = e.connect(&ep).expect("connect");
+        let s = l.accept_timeout(T).expect("accept");
+        send_bytes(&c, b"last words");
+        let m = s.recv_timeout(T).expect("recv");
+        assert_eq!(&*m, b"last words");
+        drop(m);
+        let (closer, survivor) = if client_closes { (c, s) } else { (s, c) };
+        drop(closer);
+        let err = wait_down(&survivor);
+        assert!(matches!(err, Error::Disconnected), "got {err:?}");
+        assert!(!survivor.is_open());
+    }
+}
+
+#[test]
+fn no_listener_and_bad_addresses_are_clear_errors() {
+    let Some(ip) = vm_ip() else { return };
+    let e = engine(256, 8);
+    let t0 = Instant::now();
+    let err = e.connect(&format!("rdma://{ip}:20099")).unwrap_err();
+    eprintln!(
+        "no listener: {err} ({:?})",
+        std::error::Error::source(&err).map(|s| s.to_string())
+    );
+    assert!(matches!(err, Error::Connect { .. }), "got {err:?}");
+    let src = std::error::Error::source(&err)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    assert!(src.contains("no listener"), "{src}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+
+    let t0 = Instant::now();
+    let err = e
+        .connect_timeout("rdma://no-such-host.invalid:7471", Duration::from_secs(5))
+        .unwrap_err();
+    eprintln!("bad host: {err}");
+    assert!(matches!(err, Error::Connect { .. }), "got {err:?}");
+    assert!(t0.elapsed() < Duration::from_secs(6));
+
+    // An address on the VM's subnet that nobody owns.
+    let mut octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    octets[3] = octets[3].wrapping_add(100);
+    let dead = format!(
+        "rdma://{}.{}.{}.{}:7471",
+        octets[0], octets[1], octets[2], octets[3]
+    );
+    let t0 = Instant::now();
+    let err = e
+        .connect_timeout(&dead, Duration::from_secs(3))
+        .unwrap_err();
+    eprintln!("unreachable: {err} after {:?}", t0.elapsed());
+    assert!(
+        matches!(err, Error::Connect { .. } | Error::Timeout),
+        "got {err:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5));
+
+    // Listening on an address no RDMA device owns.
+    let err = e.listen("rdma://192.0.2.1:7471").unwrap_err();
+    assert!(matches!(err, Error::Listen { .. }), "got {err:?}");
+}
+
+const CHILD_ENV: &str = "SPINWIRE_RDMA_CHILD_PORT";
+
+/// The child half of `peer_killed_with_sigkill_*`: accepts one connection, echoes one message,
+/// then waits to be killed. Does nothing unless started by that test.
+#[test]
+fn child_server() {
+    let Ok(port) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let ip = std::env::var("RXE_VM_IP").expect("RXE_VM_IP");
+    let e = engine(256, 8);
+    let l = e
+        .listen(&format!("rdma://{ip}:{port}"))
+        .expect("child listen");
+    println!("CHILD READY");
+    let s = l
+        .accept_timeout(Duration::from_secs(30))
+        .expect("child accept");
+    let m = s.recv_timeout(Duration::from_secs(30)).expect("child recv");
+    let v = m.to_vec();
+    drop(m);
+    send_bytes(&s, &v);
+    // Keep the connection open until SIGKILL (bounded, in case the parent dies).
+    let _ = s.recv_timeout(Duration::from_secs(60));
+}
+
+#[test]
+fn peer_killed_with_sigkill_gives_survivor_a_disconnect_without_hang() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let Some(ip) = vm_ip() else { return };
+    let port = 20007;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_server", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, port.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("CHILD READY") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("child ready");
+    let e = engine(256, 8);
+    let c = e
+        .connect(&format!("rdma://{ip}:{port}"))
+        .expect("connect to child");
+    send_bytes(&c, b"ping");
+    let m = c.recv_timeout(T).expect("echo");
+    assert_eq!(&*m, b"ping");
+    drop(m);
+    // SIGKILL: no chance to disconnect cleanly; the kernel tears its rdma_cm ids down.
+    child.kill().expect("kill child");
+    let _ = child.wait();
+    let t0 = Instant::now();
+    let err = wait_down(&c);
+    eprintln!("survivor saw {err:?} after {:?}", t0.elapsed());
+    assert!(
+        matches!(err, Error::Disconnected | Error::Fabric(_)),
+        "got {err:?}"
+    );
+    let mut saw_event = false;
+    while let Ok(ev) = e.event_timeout(Duration::from_millis(200)) {
+        if matches!(
+            ev,
+            Event::Disconnected { .. } | Event::Error { conn: Some(_), .. }
+        ) {
+            saw_event = true;
+        }
+    }
+    assert!(saw_event, "a Disconnected/Error event was raised");
+}
