@@ -31,6 +31,37 @@ pub trait BenchConn {
 
     /// Pushes out a partially filled send batch.
     fn flush(&mut self) {}
+
+    /// Receives one message if one is ready; when it is `size` bytes with first byte `tag`,
+    /// sends an identical copy back (waiting on `w` for a buffer or credit) before returning.
+    /// Returns the received message's length and first byte (`0xFF` if empty).
+    ///
+    /// The default copies through a temporary (it allocates); fabric connections override it
+    /// to copy straight from the received buffer into the send buffer.
+    ///
+    /// # Errors
+    /// The peer is gone, or `w` gave up.
+    fn try_echo(
+        &mut self,
+        size: usize,
+        tag: u8,
+        w: &mut Waiter,
+    ) -> Result<Option<(usize, u8)>, BenchError> {
+        let got = self.try_recv_with(|m| {
+            let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+            (head, (head == (size, tag)).then(|| m.to_vec()))
+        })?;
+        let Some((head, copy)) = got else {
+            return Ok(None);
+        };
+        if let Some(copy) = copy {
+            while !self.try_send_with(size, |b| b.copy_from_slice(&copy))? {
+                w.idle()?;
+            }
+            self.flush();
+        }
+        Ok(Some(head))
+    }
 }
 
 /// How an app thread waits for its connection: a bounded spin that, with `--idle backoff`,

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use spinwire::{Connection, Engine, Error, FabricError, IdleStrategy, Listener};
+use spinwire::{Connection, Engine, Error, FabricError, IdleStrategy, Listener, SendError};
 
-use super::conn::BenchConn;
+use super::conn::{BenchConn, Waiter};
 use super::{proto, EngineCfg};
 use crate::cli::{Idle, Mode};
 use crate::error::BenchError;
@@ -20,6 +20,16 @@ fn engine_err(step: impl Into<String>, e: Error) -> BenchError {
         e => BenchError::Engine {
             step: step.into(),
             source: Box::new(e),
+        },
+    }
+}
+
+fn send_err(step: &str, e: SendError<'_>) -> BenchError {
+    match e {
+        SendError::Closed { error, .. } => engine_err(step, error),
+        e => BenchError::Engine {
+            step: step.into(),
+            source: e.to_string().into(),
         },
     }
 }
@@ -173,10 +183,7 @@ impl BenchConn for EngineConn {
         match self.conn.send(buf) {
             Ok(()) => Ok(true),
             Err(e) if e.is_would_block() => Ok(false),
-            Err(e) => Err(BenchError::Engine {
-                step: "sending".into(),
-                source: e.to_string().into(),
-            }),
+            Err(e) => Err(send_err("sending", e)),
         }
     }
 
@@ -192,5 +199,43 @@ impl BenchConn for EngineConn {
     #[inline]
     fn flush(&mut self) {
         self.conn.flush();
+    }
+
+    /// One copy, straight from the received buffer into the send buffer; the received message
+    /// is held (not recycled) until its echo is sent.
+    #[inline]
+    fn try_echo(
+        &mut self,
+        size: usize,
+        tag: u8,
+        w: &mut Waiter,
+    ) -> Result<Option<(usize, u8)>, BenchError> {
+        let m = match self.conn.try_recv() {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(engine_err("receiving", e)),
+        };
+        let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+        if head != (size, tag) {
+            return Ok(Some(head));
+        }
+        loop {
+            match self.conn.alloc() {
+                Ok(mut buf) => {
+                    buf.copy_from(&m)
+                        .map_err(|e| engine_err("filling the echo", e))?;
+                    match self.conn.send(buf) {
+                        Ok(()) => break,
+                        Err(e) if e.is_would_block() => {}
+                        Err(e) => return Err(send_err("sending the echo", e)),
+                    }
+                }
+                Err(Error::WouldBlock) => {}
+                Err(e) => return Err(engine_err("allocating the echo buffer", e)),
+            }
+            w.idle()?;
+        }
+        self.conn.flush();
+        Ok(Some(head))
     }
 }

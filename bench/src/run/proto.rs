@@ -466,7 +466,6 @@ pub fn serve<C: BenchConn>(
     max_size: usize,
     idle_timeout: Duration,
 ) -> Result<(), BenchError> {
-    let mut scratch = vec![0u8; max_size.max(CONTROL_MAX)];
     loop {
         let mut w = Waiter::new(idle, idle_timeout, "the client's next request");
         let m = match recv_blocking(conn, &mut w) {
@@ -488,7 +487,7 @@ pub fn serve<C: BenchConn>(
         send_blocking(conn, &[TAG_READY, 1], &mut w)?;
         let size = hello.size as usize;
         let res = match hello.test {
-            TestKind::Lat => serve_lat(conn, &mut w, size, &mut scratch)?,
+            TestKind::Lat => serve_lat(conn, &mut w, size)?,
             TestKind::Rate => serve_rate(conn, &mut w, size, hello.warmup)?,
         };
         let mut reply = [0u8; 32];
@@ -510,22 +509,12 @@ fn serve_lat<C: BenchConn>(
     conn: &mut C,
     w: &mut Waiter,
     size: usize,
-    scratch: &mut [u8],
 ) -> Result<RateSummary, BenchError> {
     let mut echoed = 0u64;
     let start = Instant::now();
     loop {
-        let got = conn.try_recv_with(|m| {
-            let n = m.len().min(scratch.len());
-            scratch[..n].copy_from_slice(&m[..n]);
-            (m.len(), m.first().copied().unwrap_or(0xFF))
-        })?;
-        match got {
+        match conn.try_echo(size, TAG_DATA, w)? {
             Some((len, TAG_DATA)) if len == size => {
-                while !conn.try_send_with(size, |b| b.copy_from_slice(&scratch[..size]))? {
-                    w.idle()?;
-                }
-                conn.flush();
                 echoed += 1;
                 w.reset();
             }
