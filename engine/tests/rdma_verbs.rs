@@ -93,6 +93,7 @@ fn post_recv(side: &mut Side, i: usize) {
 }
 
 fn send(side: &mut Side, slot: usize, payload: &[u8], imm: u32) {
+    // SAFETY: slot < NBUF: in bounds of the tx region.
     let buf = unsafe { side.tx.as_ptr().add(slot * BUF) };
     // SAFETY: slot is idle (previous send on it completed: we wait for every completion).
     unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf, payload.len()) };

@@ -289,38 +289,48 @@ impl<T: Copy + Default> Fifo<T> {
     }
 }
 
+/// One send to build.
+#[derive(Clone, Copy)]
+struct Outgoing {
+    addr: u64,
+    len: u32,
+    imm: u32,
+    inline: bool,
+    force_signal: bool,
+}
+
 /// Everything [`RdmaConn::new`] needs, produced by the setup code.
-pub struct RdmaConnParts {
+pub(crate) struct RdmaConnParts {
     /// The connected QP (its owner, the rdma_cm id, is kept alive inside).
-    pub qp: QueuePair,
+    pub(crate) qp: QueuePair,
     /// The generation the pre-posted receives were tagged with ([`recv_wr_id`]).
-    pub gen: u16,
+    pub(crate) gen: u16,
     /// Send pool (registered, no remote access).
-    pub tx_pool: PoolView,
+    pub(crate) tx_pool: PoolView,
     /// lkey of the send pool's memory region.
-    pub tx_lkey: u32,
+    pub(crate) tx_lkey: u32,
     /// Receive pool (registered with local write).
-    pub rx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
     /// lkey of the receive pool's memory region.
-    pub rx_lkey: u32,
+    pub(crate) rx_lkey: u32,
     /// Receive buffers already posted (indices `0..posted`), before connecting.
-    pub rx_posted: u32,
+    pub(crate) rx_posted: u32,
     /// Credits the peer granted us (its posted receives), validated by setup.
-    pub peer_credits: u32,
+    pub(crate) peer_credits: u32,
     /// Largest message the peer can receive (its buffer size), validated by setup.
-    pub peer_buffer_size: u32,
+    pub(crate) peer_buffer_size: u32,
     /// Messages up to this size are delivered inline to the application (copied into the
     /// descriptor) and their receive buffer re-posted at once.
-    pub rx_inline_threshold: u32,
+    pub(crate) rx_inline_threshold: u32,
     /// Messages up to this size are sent with `IBV_SEND_INLINE` (already capped by the QP's
     /// actual inline size).
-    pub tx_inline_threshold: u32,
+    pub(crate) tx_inline_threshold: u32,
     /// Signal one send in this many.
-    pub signal_every: u32,
+    pub(crate) signal_every: u32,
     /// Send queue depth of the QP.
-    pub sq_depth: u32,
+    pub(crate) sq_depth: u32,
     /// Keeps the pools' memory regions alive.
-    pub keep: Arc<dyn std::any::Any + Send + Sync>,
+    pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
 impl std::fmt::Debug for RdmaConnParts {
@@ -389,7 +399,7 @@ impl std::fmt::Debug for RdmaConn {
 
 impl RdmaConn {
     /// Builds the data-path state of an established connection (control thread).
-    pub fn new(p: RdmaConnParts) -> Self {
+    pub(crate) fn new(p: RdmaConnParts) -> Self {
         let gen = p.gen;
         let reserve = u32::from(p.peer_credits >= 2);
         Self {
@@ -498,19 +508,17 @@ impl RdmaConn {
         u64::from(self.sq_depth).saturating_sub(self.sq_posted - self.sq_completed)
     }
 
-    /// Fills `wr`/`sge` for one send; returns whether it is signalled.
+    /// Fills `wr`/`sge` for one send and assigns its sequence number.
     #[inline]
-    fn fill_send(
-        &mut self,
-        wr: &mut SendWr,
-        sge: &mut Sge,
-        addr: u64,
-        len: u32,
-        lkey: u32,
-        imm: u32,
-        inline: bool,
-        force_signal: bool,
-    ) {
+    fn fill_send(&mut self, wr: &mut SendWr, sge: &mut Sge, out: Outgoing) {
+        let Outgoing {
+            addr,
+            len,
+            imm,
+            inline,
+            force_signal,
+        } = out;
+        let lkey = self.tx_lkey;
         let seq = self.sq_posted;
         self.sq_posted += 1;
         self.unsignalled += 1;
@@ -614,7 +622,14 @@ impl RdmaConn {
             lkey: 0,
         };
         let imm = IMM_CREDIT_ONLY | self.take_owed();
-        self.fill_send(&mut wr, &mut sge, 0, 0, self.tx_lkey, imm, true, false);
+        let out = Outgoing {
+            addr: 0,
+            len: 0,
+            imm,
+            inline: true,
+            force_signal: false,
+        };
+        self.fill_send(&mut wr, &mut sge, out);
         wr.sg_list = std::ptr::null_mut();
         self.peer_credits -= 1;
         self.ctrl_outstanding += 1;
@@ -698,16 +713,14 @@ impl FabricConn for RdmaConn {
             let addr = self.tx_pool.buf_ptr(d.buf).as_ptr() as u64;
             let mut wr = verbs::send_wr_zeroed();
             let last = i + 1 == n;
-            self.fill_send(
-                &mut wr,
-                &mut sges[i],
+            let out = Outgoing {
                 addr,
-                d.len,
-                self.tx_lkey,
+                len: d.len,
                 imm,
                 inline,
-                last && hoarding,
-            );
+                force_signal: last && hoarding,
+            };
+            self.fill_send(&mut wr, &mut sges[i], out);
             wrs[i].write(wr);
             if !inline {
                 let ok = self.held.push((self.sq_posted - 1, d.buf));

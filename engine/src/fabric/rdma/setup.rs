@@ -577,10 +577,8 @@ impl RdmaListener {
             .id
             .peer_addr()
             .map_or_else(|| "?".to_owned(), |a| a.to_string());
-        let pending = match prepare(req.id, devices, cfg) {
-            Ok(p) => p,
-            Err(e) => return Err(e), // dropping the id rejects the request
-        };
+        // On error, dropping the id rejects the request.
+        let pending = prepare(req.id, devices, cfg)?;
         let opts = ConnOptions::default();
         pending
             .id
