@@ -1077,3 +1077,72 @@ fn two_process_stress_over_uds_rendezvous() {
         "child's segment handles dropped at exit"
     );
 }
+
+const KILL_CHILD_ENV: &str = "SHM_WIRE_TEST_KILL_CHILD_NAME";
+
+/// Not a test on its own: the child process of `sigkilled_peer_is_seen_and_segment_stays_valid`
+/// (attaches, sends one message, then waits to be killed).
+#[test]
+fn child_attach_and_wait() {
+    let Ok(name) = std::env::var(KILL_CHILD_ENV) else {
+        return;
+    };
+    let p = proc_params();
+    let mut c = cm::uds::connect(&name, T).unwrap();
+    c.send_hello(&conn_params(&p), T).unwrap();
+    let offer = c.recv_offer(T).unwrap();
+    let seg = Segment::attach(offer.segment.as_fd(), &p).unwrap();
+    c.send_ready(T).unwrap();
+    let (mut tx, _rx) = seg.split().unwrap();
+    assert!(tx.try_send_inline(b"attached", 0).unwrap());
+    std::thread::sleep(Duration::from_secs(30));
+}
+
+#[test]
+fn sigkilled_peer_is_seen_and_segment_stays_valid() {
+    let p = proc_params();
+    let name = format!("shm-wire-kill-{}", std::process::id());
+    let l = cm::uds::UdsListener::bind(&name).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_attach_and_wait", "--nocapture"])
+        .env(KILL_CHILD_ENV, &name)
+        .spawn()
+        .unwrap();
+    let mut s = l.accept_timeout(T).unwrap();
+    let hello = s.recv_hello(T).unwrap();
+    let (seg, fd) = Segment::create(&p).unwrap();
+    s.send_accept(&hello.params, fd.as_fd(), T).unwrap();
+    drop(fd);
+    s.recv_ready(T).unwrap();
+    let (mut tx, mut rx) = seg.split().unwrap();
+    let deadline = Instant::now() + T;
+    let mut idle = 0;
+    let d = loop {
+        if let Some(d) = rx.poll().unwrap() {
+            break d;
+        }
+        backoff(&mut idle, deadline, "child message");
+    };
+    let mut out = [0u8; 16];
+    let k = rx.copy_inline(&d, &mut out).unwrap();
+    assert_eq!(&out[..k], b"attached");
+    rx.commit();
+
+    child.kill().unwrap(); // SIGKILL: no clean close
+    let t0 = Instant::now();
+    while !s.poll_hangup().unwrap() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "hang-up not seen within 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child.wait().unwrap();
+    assert!(
+        !seg.is_peer_closed(),
+        "a killed peer never marks itself closed"
+    );
+    // Our mapping stays valid: the rings still work (the messages just go nowhere).
+    assert!(tx.try_send_inline(b"anyone?", 0).unwrap());
+    assert!(rx.poll().unwrap().is_none());
+}
