@@ -27,7 +27,9 @@ fn pin(core: usize) {
 
 fn report(name: &str, h: &Histogram<u64>, floor_p50: Option<u64>) {
     let p50 = h.value_at_quantile(0.5);
-    let ratio = floor_p50.map_or(String::new(), |f| format!("  ({:.2}x floor p50)", p50 as f64 / f as f64));
+    let ratio = floor_p50.map_or(String::new(), |f| {
+        format!("  ({:.2}x floor p50)", p50 as f64 / f as f64)
+    });
     println!(
         "{name:<44} RTT p50 {p50:>6} ns  p99 {:>6} ns  p99.9 {:>7} ns  max {:>8} ns{ratio}",
         h.value_at_quantile(0.99),
@@ -116,7 +118,12 @@ fn send_spin(conn: &Connection, payload: &[u8]) {
 }
 
 /// Ping-pong: the client (core 0) sends `size` bytes, the server (core 1) echoes.
-fn pingpong(o: &Opts, size: usize, server_pollers: &[usize], client_pollers: &[usize]) -> Histogram<u64> {
+fn pingpong(
+    o: &Opts,
+    size: usize,
+    server_pollers: &[usize],
+    client_pollers: &[usize],
+) -> Histogram<u64> {
     let se = engine(server_pollers);
     let ce = engine(client_pollers);
     let (s, c) = pair(&format!("pp{size}-{}", server_pollers.len()), &se, &ce);
@@ -223,29 +230,46 @@ fn main() {
         rate_secs: if quick { 0.05 } else { 1.0 },
         cores,
     };
-    println!("shm benchmark: cores {:?} ({} RTT samples)", o.cores, o.rtt_iters);
+    println!(
+        "shm benchmark: cores {:?} ({} RTT samples)",
+        o.cores, o.rtt_iters
+    );
     let f = floor(&o);
     report("floor: bare cache-line ping-pong", &f, None);
     let fp50 = f.value_at_quantile(0.5);
     for size in [8usize, 32, 64, 256, 1024] {
         let h = pingpong(&o, size, &[], &[]);
-        report(&format!("shm run-to-completion ping-pong {size:>4} B"), &h, Some(fp50));
+        report(
+            &format!("shm run-to-completion ping-pong {size:>4} B"),
+            &h,
+            Some(fp50),
+        );
     }
     if o.cores.len() >= 4 {
         // Dedicated pollers need their own cores: app threads on cores[0..2], pollers on cores[2..4].
         for size in [8usize, 64] {
             let h = pingpong(&o, size, &[o.cores[3]], &[o.cores[2]]);
-            report(&format!("shm dedicated-poller ping-pong {size:>4} B"), &h, Some(fp50));
+            report(
+                &format!("shm dedicated-poller ping-pong {size:>4} B"),
+                &h,
+                Some(fp50),
+            );
         }
     } else {
         println!("(dedicated-poller runs need 4 cores in SPINWIRE_BENCH_CORES: 2 app + 2 poller)");
     }
     for size in [8usize, 64] {
         let r = rate(&o, size, &[], &[]);
-        println!("shm run-to-completion one-way {size:>4} B  {:>8.2} M msgs/s", r / 1e6);
+        println!(
+            "shm run-to-completion one-way {size:>4} B  {:>8.2} M msgs/s",
+            r / 1e6
+        );
     }
     if o.cores.len() >= 4 {
         let r = rate(&o, 64, &[o.cores[3]], &[o.cores[2]]);
-        println!("shm dedicated-poller one-way   64 B  {:>8.2} M msgs/s", r / 1e6);
+        println!(
+            "shm dedicated-poller one-way   64 B  {:>8.2} M msgs/s",
+            r / 1e6
+        );
     }
 }

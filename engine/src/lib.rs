@@ -1,6 +1,154 @@
-//! spinwire: a busy-polling, kernel-bypass data-plane engine.
+//! spinwire: a busy-polling, kernel-bypass data-plane engine for low-latency messaging.
 //!
-//! (Crate docs: see the sections below; the full text lands with the engine issue.)
+//! Dedicated poller threads, each pinned to a core, spin on their fabric's completions with no fd
+//! wake-ups; lock-free single-producer/single-consumer rings ([`rings`]) carry descriptors between
+//! pollers and application threads; messages are written and read in place in pre-allocated buffer
+//! pools (zero copy); credit-based flow control means a receiver is never overrun, and
+//! back-pressure reaches the sender as [`SendError::WouldBlock`] carrying the buffer back. One
+//! engine serves several fabrics selected by endpoint URL: `shm://name` (shared memory between
+//! processes on one host, always built) and `rdma://host:port` (feature `rdma`).
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use spinwire::{Engine, IdleStrategy};
+//!
+//! # fn main() -> Result<(), spinwire::Error> {
+//! // Run-to-completion: no poller thread; this thread drives the poller inside send/recv.
+//! // Backoff (spin -> yield -> park) keeps an idle thread from hogging its core.
+//! let engine = Engine::builder()
+//!     .run_to_completion()
+//!     .idle(IdleStrategy::backoff())
+//!     .pool(4096, 64) // 64 buffers of 4 KiB per connection and direction
+//!     .build()?;
+//! # let name = format!("shm://doc-quickstart-{}", std::process::id());
+//! let listener = engine.listen(&name)?; // e.g. "shm://quotes"
+//! let client = engine.connect(&name)?;
+//! let server = listener.accept_timeout(Duration::from_secs(5))?;
+//!
+//! // Zero copy: take a buffer of the connection's pool, write in place, send the buffer.
+//! let mut buf = client.alloc()?;
+//! buf.copy_from(b"ping")?;
+//! client.send(buf).map_err(spinwire::Error::from)?;
+//!
+//! // Read in place; dropping the message recycles its buffer.
+//! let msg = server.recv_timeout(Duration::from_secs(5))?;
+//! assert_eq!(&msg[..], b"ping");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Two processes: `engine/examples/pingpong.rs` (`cargo run --release -p spinwire --example
+//! pingpong -- server shm://pp` and `... -- client shm://pp 100000 32`).
+//!
+//! # The control/data split
+//!
+//! * **Data plane — pollers.** A poller is an Aeron-style
+//!   agent whose `do_work(now)` runs one cycle: (1) drain a bounded number of commands from the
+//!   control thread, (2) poll fabric completions in bursts, (3) move received descriptors into each
+//!   connection's receive ring, (4) drain each connection's send ring and post it in one batch,
+//!   (5) recycle buffers and credits. That path takes no lock, makes no syscall, allocates nothing
+//!   and logs nothing; it counts ([`Engine::counters`], [`Connection::stats`]).
+//! * **Control plane — one control thread** (the `cm` crate's `cm::control`) owns setup and
+//!   teardown: listeners, rendezvous (shm: a Unix-domain socket by name, memfd passing; RDMA:
+//!   rdma_cm), segment creation, hang-up detection, heartbeats. Established connections reach a
+//!   poller through its command ring; retired ones come back through a notice ring and are released
+//!   on the control thread. Events ([`Event::Connected`], [`Event::Disconnected`],
+//!   [`Event::Error`]) reach the application through an event ring ([`Engine::try_event`]).
+//!   `connect` runs its rendezvous on the calling thread (bounded by its timeout) and then hands the
+//!   connection to the control thread, so a slow peer never stalls the control thread.
+//! * **Fabrics** plug in below the poller through the [`fabric::Fabric`] / [`fabric::FabricConn`]
+//!   traits: the poller is generic and monomorphised (no `dyn` on the data path), and each fabric
+//!   keeps setup code (`fabric/<name>/setup.rs`) apart from hot-path code
+//!   (`fabric/<name>/datapath.rs`). See [`fabric`] for the seam.
+//!
+//! # Threading
+//!
+//! * [`Engine`] is `Send + Sync` and cheap to clone.
+//! * [`Connection`] and [`Listener`] are `Send` but not `Sync`: move each to the thread that uses
+//!   it. [`SendBuf`] and [`Message`] borrow their connection (`SendBuf<'c>`, `Message<'c>`), so they
+//!   stay on that thread and cannot outlive it; that is what lets a message be read in place and a
+//!   buffer be written in place without reference counting on the data path.
+//! * **Dedicated pollers** ([`EngineBuilder::pollers`]): one thread per listed core, pinned with
+//!   `core_affinity`; connections are assigned to the least-loaded poller. Each spins per its
+//!   [`IdleStrategy`] ([`IdleStrategy::BusySpin`] by default).
+//! * **Run-to-completion** ([`EngineBuilder::run_to_completion`], the default when no pollers are
+//!   given): no poller thread; the *same* poller code runs on whichever application thread calls
+//!   [`Engine::poll`] — explicitly, or implicitly inside `alloc` (when no buffer is free), `send`
+//!   (every `batch` sends or when out of credits), [`Connection::flush`], `try_recv` and
+//!   `recv_timeout`. An uncontended, non-blocking ownership flag keeps it single-threaded; a thread
+//!   that finds it taken does not wait. Sends queued by `send` are posted at the latest by the next
+//!   `flush`/`try_recv`/`recv_timeout`/`poll`.
+//!
+//! # Which configuration for which machine
+//!
+//! Every spinning thread wants a core of its own; oversubscribed spinning threads take turns at
+//! scheduler-tick granularity (milliseconds), which destroys latency.
+//!
+//! | cores per process | configuration |
+//! |---|---|
+//! | 1 (e.g. two processes on a 2-core host) | run-to-completion, one application thread; `BusySpin` for latency, `backoff()` when the core is shared |
+//! | 2 | one dedicated poller + one application thread, or run-to-completion with two application threads each serving its own connections |
+//! | N | N-1 pollers (connections spread over them) + application threads on the remaining cores, or run-to-completion per application thread |
+//!
+//! Two processes that each run a dedicated poller plus a spinning application thread need four
+//! cores; on a 2-core machine use run-to-completion in both (that is also the lowest-latency
+//! configuration: no hop between application thread and poller), or [`IdleStrategy::backoff`]
+//! everywhere.
+//!
+//! # Flow control and buffers
+//!
+//! * Each connection has a send pool of `buffers` buffers of `buffer_size` bytes (shm: inside the
+//!   shared segment; RDMA: one registered memory region). [`Connection::alloc`] takes one,
+//!   [`Connection::send`] hands it to the poller, and the fabric frees it when the message was
+//!   copied (small messages, up to the inline threshold, travel inside the descriptor) or when the
+//!   receiver released it. Buffers move only through SPSC rings.
+//! * At most `depth` messages per connection are in flight (sent, not yet taken by the receiving
+//!   poller); beyond that `send` returns [`SendError::WouldBlock`] with the buffer, and
+//!   [`Connection::send_timeout`] waits (bounded). A receiving poller only takes messages its
+//!   application's receive ring has room for, so credits come back only as the receiver makes
+//!   room: the sender never has more in flight than the receiver can hold.
+//! * Messages are at most [`Connection::max_message_size`] bytes (the buffer size, for shm
+//!   rounded up to a multiple of 64); larger ones get [`Error::MessageTooLarge`] stating the limit.
+//!   `alloc` says [`Error::WouldBlock`] while buffers are in flight and
+//!   [`Error::PoolExhausted`] when the application itself holds them all.
+//! * A received pooled buffer returns to its sender when the [`Message`] is dropped, in drop
+//!   order; holding a message holds its buffer (and so one of the sender's buffers).
+//!
+//! # Failure handling
+//!
+//! Everything read from a peer is validated (shm: by [`fabric::shm::wire`], again by the engine
+//! for buffer indices and lengths); a violation fails that connection only, with
+//! [`Error::Fabric`] from its methods and an [`Event::Error`]. A peer that closes or dies (its
+//! rendezvous socket hangs up; its segment's closed flag) is reported as [`Error::Disconnected`]
+//! and [`Event::Disconnected`], typically within milliseconds and always within a second; messages
+//! it sent before are still delivered. Every blocking call has a timeout.
+//!
+//! # Resource cleanup
+//!
+//! Dropping a [`Connection`] posts its queued sends (best effort), closes it (the peer sees a
+//! disconnect) and lets the control thread release its segment once the poller has let go.
+//! Dropping a [`Listener`] stops listening (its socket file is removed). The engine shuts down when
+//! the last [`Engine`], [`Connection`] and [`Listener`] handle is gone: pollers are stopped and
+//! joined first, then the control thread closes every socket and segment. shm segments are memfds
+//! (nothing left in `/dev/shm`), created mode 0600.
+//!
+//! # Differences from the API sketch (`ENGINE_API.md`)
+//!
+//! * `SendBuf` and `Message` carry the connection's lifetime (`SendBuf<'c>`, `Message<'c>`), and
+//!   so does `SendError<'c>`; that keeps buffers on the connection's thread with zero
+//!   reference-counting cost.
+//! * Added: [`Connection::alloc_timeout`], [`Engine::event_timeout`], [`Connection::id`],
+//!   [`Connection::is_open`], [`Error::WouldBlock`], [`Error::ForeignBuffer`],
+//!   [`EngineBuilder::max_connections_per_poller`], [`EngineBuilder::name`].
+//! * `depth` defaults to `min(128, buffers)`.
+//!
+//! # Counters
+//!
+//! [`Engine::counters`] snapshots every poller (cycles, busy and empty cycles, messages, batches,
+//! stalls, errors) and [`Connection::stats`] one connection (both the poller's and the
+//! application's view). Counters are single-writer atomics: no read-modify-write on the data path.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

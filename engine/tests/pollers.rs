@@ -67,9 +67,11 @@ fn many_connections(cores: &[usize]) -> Vec<spinwire::PollerStats> {
             recv_msg(c, seq, 1 + (seq as usize * 7) % 1000);
         }
     }
+    // Snapshot while every connection is still open (the echo thread drops them when it stops).
+    let stats = server.counters().pollers;
     stop.store(true, Ordering::Release);
     assert_eq!(echo.join().unwrap(), u64::from(ROUNDS) * CONNS as u64);
-    server.counters().pollers
+    stats
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //!   control backend (`crate::control`) then hands the connection to a poller through its command
 //!   ring. Setup code may block (bounded) and make syscalls.
 //! * **datapath** (`fabric/<name>/datapath.rs`): the [`Fabric`] and [`FabricConn`] implementations
-//!   that a [`Poller`](crate::poller) drives every cycle. No syscalls (except the RDMA doorbell
+//!   that a poller drives every cycle. No syscalls (except the RDMA doorbell
 //!   write, which is an MMIO store, not a syscall), no locks, no allocation, no logging: count
 //!   events, return [`FabricError`] on a peer's protocol violation.
 //!
@@ -284,7 +284,7 @@ impl<'a> RxSink<'a> {
     /// # Errors
     ///
     /// [`FabricError::Protocol`] when the sink is full or `payload` is longer than
-    /// [`INLINE_MAX`](crate::INLINE_MAX) or the pool's buffer size.
+    /// [`INLINE_MAX`] or the pool's buffer size.
     #[inline]
     pub fn push_inline(&mut self, payload: &[u8]) -> Result<(), FabricError> {
         let len = payload.len();
