@@ -203,6 +203,9 @@ fn loopback_sweep_on_shm_writes_every_report() {
         assert_eq!(p["idle"], "backoff");
         assert_eq!(p["size_bytes"], size);
         assert_eq!(p["buffer_size"], 4096);
+        // Engine counters over the point: at least the measured messages went out.
+        let sent = p["counters"]["sent"].as_u64().unwrap();
+        assert!(sent >= p["iters"].as_u64().unwrap(), "{p}");
         if test == "lat" {
             check_lat(p);
             assert_eq!(p["iters"], 2000);

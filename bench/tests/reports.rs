@@ -64,6 +64,7 @@ fn point(test: &str, size: u64) -> Point {
         cross_value: None,
         rtt_x_floor: None,
         msgs_per_sec_x_floor: None,
+        counters: None,
         knobs: knobs(),
     }
 }

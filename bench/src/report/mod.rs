@@ -58,6 +58,45 @@ pub struct Knobs {
     pub offered_rate: u64,
 }
 
+/// Engine counters on the client side over one point (warm-up and the point's few control
+/// messages included): the connection's, plus the pollers' of the client's engine (in a
+/// dedicated-mode loopback run both sides share that engine).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Messages the application sent.
+    pub sent: u64,
+    /// Messages the application received.
+    pub received: u64,
+    /// `send` calls refused for lack of credits.
+    pub would_block: u64,
+    /// `alloc` calls that found no free buffer.
+    pub alloc_failures: u64,
+    /// Times the fabric took fewer sends than offered.
+    pub tx_stalls: u64,
+    /// Send batches posted by the pollers (doorbells); `sent / tx_batches` is the mean batch.
+    pub tx_batches: u64,
+    /// Poller cycles that did work.
+    pub busy_cycles: u64,
+    /// Poller cycles that found nothing to do.
+    pub empty_cycles: u64,
+}
+
+impl Counters {
+    /// `self - before`, field by field (saturating).
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            sent: self.sent.saturating_sub(before.sent),
+            received: self.received.saturating_sub(before.received),
+            would_block: self.would_block.saturating_sub(before.would_block),
+            alloc_failures: self.alloc_failures.saturating_sub(before.alloc_failures),
+            tx_stalls: self.tx_stalls.saturating_sub(before.tx_stalls),
+            tx_batches: self.tx_batches.saturating_sub(before.tx_batches),
+            busy_cycles: self.busy_cycles.saturating_sub(before.busy_cycles),
+            empty_cycles: self.empty_cycles.saturating_sub(before.empty_cycles),
+        }
+    }
+}
+
 /// One measured point: a row of `summary.csv`, an entry of `points` in `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Point {
@@ -101,6 +140,9 @@ pub struct Point {
     pub rtt_x_floor: Option<LatencySummary>,
     /// msgs/s divided by the floor's streaming msgs/s (null without a floor or for lat).
     pub msgs_per_sec_x_floor: Option<f64>,
+    /// Engine counters over the point (null for the floor).
+    #[serde(default)]
+    pub counters: Option<Counters>,
     /// Every knob.
     #[serde(flatten)]
     pub knobs: Knobs,
@@ -423,6 +465,14 @@ pub const CSV_COLUMNS: &[&str] = &[
     "buffer_size",
     "poller_cores",
     "app_cores",
+    "sent",
+    "received",
+    "would_block",
+    "alloc_failures",
+    "tx_stalls",
+    "tx_batches",
+    "busy_cycles",
+    "empty_cycles",
 ];
 
 /// Renders `points` as CSV with a header row ([`CSV_COLUMNS`]); empty cells for nulls, core
@@ -488,6 +538,18 @@ pub fn csv(points: &[Point]) -> String {
             cores(&k.poller_cores),
             cores(&k.app_cores),
         ];
+        let c = p.counters;
+        let mut row = row;
+        row.extend([
+            opt(c.map(|c| c.sent)),
+            opt(c.map(|c| c.received)),
+            opt(c.map(|c| c.would_block)),
+            opt(c.map(|c| c.alloc_failures)),
+            opt(c.map(|c| c.tx_stalls)),
+            opt(c.map(|c| c.tx_batches)),
+            opt(c.map(|c| c.busy_cycles)),
+            opt(c.map(|c| c.empty_cycles)),
+        ]);
         debug_assert_eq!(row.len(), CSV_COLUMNS.len());
         let line: Vec<String> = row.iter().map(|s| field(s)).collect();
         out.push_str(&line.join(","));
@@ -529,6 +591,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             cross_value: None,
             rtt_x_floor: None,
             msgs_per_sec_x_floor: None,
+            counters: None,
             knobs: Knobs {
                 idle: "spin".into(),
                 batch: 1,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::Idle;
 use crate::error::BenchError;
+use crate::report::Counters;
 
 /// One side of an established benchmark connection.
 ///
@@ -31,6 +32,11 @@ pub trait BenchConn {
 
     /// Pushes out a partially filled send batch.
     fn flush(&mut self) {}
+
+    /// A snapshot of the engine counters behind this connection, if it has any.
+    fn counters(&self) -> Option<Counters> {
+        None
+    }
 
     /// Receives one message if one is ready; when it is `size` bytes with first byte `tag`,
     /// sends an identical copy back (waiting on `w` for a buffer or credit) before returning.

@@ -12,6 +12,7 @@ use super::{proto, EngineCfg};
 use crate::cli::{Idle, Mode};
 use crate::error::BenchError;
 use crate::machine::pin_current;
+use crate::report::Counters;
 
 fn engine_err(step: impl Into<String>, e: Error) -> BenchError {
     match e {
@@ -64,12 +65,15 @@ pub(super) fn listen(engine: &Engine, endpoint: &str) -> Result<Listener, BenchE
 
 /// Waits up to `timeout` for a client; `None` when none came.
 pub(super) fn accept(
-    _engine: &Engine,
+    engine: &Engine,
     listener: &mut Listener,
     timeout: Duration,
 ) -> Result<Option<EngineConn>, BenchError> {
     match listener.accept_timeout(timeout) {
-        Ok(conn) => Ok(Some(EngineConn { conn })),
+        Ok(conn) => Ok(Some(EngineConn {
+            conn,
+            engine: engine.clone(),
+        })),
         Err(Error::Timeout) => Ok(None),
         Err(e) => Err(engine_err("accepting a client", e)),
     }
@@ -83,7 +87,10 @@ pub(super) fn connect(
 ) -> Result<EngineConn, BenchError> {
     engine
         .connect_timeout(endpoint, timeout)
-        .map(|conn| EngineConn { conn })
+        .map(|conn| EngineConn {
+            conn,
+            engine: engine.clone(),
+        })
         .map_err(|e| match e {
             Error::FabricNotCompiled { fabric } => BenchError::FabricNotCompiled { fabric },
             e => BenchError::Engine {
@@ -154,6 +161,8 @@ pub(super) fn loopback_server(
 #[derive(Debug)]
 pub(super) struct EngineConn {
     conn: Connection,
+    /// For [`Engine::counters`].
+    engine: Engine,
 }
 
 impl BenchConn for EngineConn {
@@ -199,6 +208,25 @@ impl BenchConn for EngineConn {
     #[inline]
     fn flush(&mut self) {
         self.conn.flush();
+    }
+
+    fn counters(&self) -> Option<Counters> {
+        let c = self.conn.stats();
+        let e = self.engine.counters();
+        let mut out = Counters {
+            sent: c.sent,
+            received: c.received,
+            would_block: c.would_block,
+            alloc_failures: c.alloc_failures,
+            tx_stalls: c.tx_stalls,
+            ..Counters::default()
+        };
+        for p in &e.pollers {
+            out.tx_batches += p.tx_batches;
+            out.busy_cycles += p.busy_cycles;
+            out.empty_cycles += p.empty_cycles;
+        }
+        Some(out)
     }
 
     /// One copy, straight from the received buffer into the send buffer; the received message

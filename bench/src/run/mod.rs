@@ -760,6 +760,7 @@ impl Plan {
             cross_value: g.cross.map(|(_, v)| v as u64),
             rtt_x_floor: None,
             msgs_per_sec_x_floor: None,
+            counters: None,
             knobs: Knobs {
                 idle: g.idle.as_str().into(),
                 batch: g.batch,
@@ -773,9 +774,12 @@ impl Plan {
                 offered_rate: self.rate,
             },
         };
+        let before = conn.counters();
+        let counters = |conn: &C| Some(conn.counters()?.since(&before?));
         match test {
             TestKind::Lat => {
                 let out = proto::client_lat(conn, &spec, base_offset)?;
+                point.counters = counters(conn);
                 let rtt = LatencySummary::from_histogram(&out.rtt);
                 point.iters = out.count;
                 point.elapsed_s = out.elapsed.as_secs_f64();
@@ -790,6 +794,7 @@ impl Plan {
             }
             TestKind::Rate => {
                 let r = proto::client_rate(conn, &spec)?;
+                point.counters = counters(conn);
                 point.iters = r.msgs;
                 point.elapsed_s = r.elapsed_ns as f64 / 1e9;
                 point.msgs_per_sec = Some(r.msgs_per_sec());
