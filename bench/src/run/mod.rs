@@ -65,10 +65,16 @@ where
         Ok(false) => ExitCode::SUCCESS,
         Ok(true) | Err(BenchError::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => {
-            eprintln!("bench: error: {e}");
+            // Messages embed their direct cause; print only causes not already shown.
+            let mut shown = e.to_string();
+            eprintln!("bench: error: {shown}");
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {
-                eprintln!("  caused by: {s}");
+                let text = s.to_string();
+                if !shown.contains(&text) {
+                    eprintln!("  caused by: {text}");
+                    shown.push_str(&text);
+                }
                 src = s.source();
             }
             ExitCode::FAILURE
