@@ -386,7 +386,17 @@ impl Plan {
         }
         let pollers = if mode == Mode::Dedicated && c.poller_cores.is_empty() {
             let avail = available_cores();
-            let free: Vec<usize> = avail.iter().copied().filter(|x| !app.contains(x)).collect();
+            // Cores this process's app threads use: both in loopback, the first otherwise.
+            let busy = if role == Role::Loopback {
+                &app_cores[..]
+            } else {
+                &app_cores[..1]
+            };
+            let free: Vec<usize> = avail
+                .iter()
+                .copied()
+                .filter(|x| !busy.contains(x))
+                .collect();
             match cross {
                 Some((CrossKnob::Pollers, ref vals)) => {
                     let want = vals.iter().copied().max().unwrap_or(1);
