@@ -22,7 +22,9 @@ retry() {
     out=$(timeout -s KILL "$TMO" "$@" 2>&1)
     rc=$?
     [ "$rc" -eq 0 ] && { echo "$out"; return 0; }
-    echo "$out" | grep -qiE 'refused|couldn.t connect|unable to (open|connect)|failed to connect|unreachable' || break
+    # Connecting before the server listens: TCP refused, or rdma_cm REJECTED
+    # (perftest: "Unexpected CM event ... 8"); the peer may also still be booting.
+    echo "$out" | grep -qiE 'refused|couldn.t connect|unable to (open|connect|init)|failed to connect|unreachable|unexpected cm event|rejected' || break
     sleep 1
   done
   echo "$out" | tail -n 20
