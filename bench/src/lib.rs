@@ -1,11 +1,33 @@
 //! `bench`: spinwire's benchmark CLI, as a library so its pieces can be tested.
 //!
+//! # Quick start
+//!
+//! ```text
+//! cargo run --release -p bench -- sweep --sizes 8,64,512,4096 --iters 20000 --out target/bench-out
+//! cargo run --release -p bench -- lat --size 64 --floor           # one latency point, with ratios
+//! cargo run --release -p bench -- rate --size 4k --duration 2s    # one rate point
+//! cargo run --release -p bench -- floor                           # the machine's own floor
+//! bench lat --server shm://pp --once   &   bench sweep --client shm://pp   # two processes
+//! ```
+//!
+//! # Layout
+//!
 //! * [`cli`]: the clap definitions of every subcommand and knob.
 //! * [`floor`]: the machine's own floor (cache-line ping-pong, SPSC streaming).
-//! * [`run`]: validation of the flags into a plan, and the engine-backed `lat`, `rate` and
-//!   `sweep` runs (loopback in one process, or `--server` / `--client` in two).
+//! * [`run`]: validation of the flags into a [`run::Plan`], the benchmark protocol
+//!   ([`run::proto`], written once over the [`run::conn::BenchConn`] trait), and the runs:
+//!   loopback in one process, or `--server` / `--client` in two.
 //! * [`report`]: the console table and the files `--out DIR` writes (`.hgrm`, `.hlog`,
 //!   `summary.json`, `summary.csv`, SVG plots).
+//! * [`stats`]: histograms (all sized up front: recording never allocates) and figures.
+//!
+//! # Threads
+//!
+//! A loopback run has one app thread per side, pinned to `--app-cores` (client first); in
+//! `--mode inline` each drives its own engine, in `--mode dedicated` they share one whose
+//! pollers are pinned to `--poller-cores`. Measurement loops read the clock once per round trip
+//! and never allocate, lock or log; results travel to the main thread (progress bar, report)
+//! over a channel between points.
 //!
 //! ```
 //! use clap::Parser;
