@@ -525,13 +525,6 @@ impl<T> Consumer<T> {
     /// Re-reads the producer's tail and returns the exact number of readable items.
     #[inline]
     fn refresh_len(&mut self) -> usize {
-        // The ring looks empty, so the next item will land in `head`'s slot. Start pulling that
-        // line in now, in parallel with the load of `tail` below: when the producer has just
-        // published, the two cache misses overlap instead of happening one after the other
-        // (the slot read would otherwise only issue once the `tail` miss resolved and the
-        // mispredicted empty branch was undone). This is what gets ping-pong RTT near the bare
-        // cache-line round trip (see benches/rings.rs).
-        primitive::prefetch_read(self.buf.wrapping_add(self.head & self.mask));
         // Acquire: pairs with the producer's Release store of `tail`, so its writes into the
         // published slots happen before we read them.
         self.cached_tail = self.ring().tail.load(Ordering::Acquire);
@@ -550,6 +543,21 @@ impl<T> Consumer<T> {
         }
     }
 
+    /// Called when the ring looks empty, right before re-reading `tail`: the next item will
+    /// land in `head`'s slot, so start pulling that cache line in now. When the producer has
+    /// just published, the slot miss then overlaps the `tail` miss instead of following it (the
+    /// slot read would otherwise only issue once the `tail` load resolved and the mispredicted
+    /// "empty" branch was undone). This is what brings ping-pong RTT towards the bare
+    /// cache-line round trip (see `benches/rings.rs`).
+    ///
+    /// Only `pop` does this. The chunk claims do not: a consumer polling an empty ring with
+    /// prefetches would keep pulling the line the producer is filling with a batch back into its
+    /// own cache, making the producer re-acquire it for every store.
+    #[inline(always)]
+    fn prefetch_head_slot(&self) {
+        primitive::prefetch_read(self.buf.wrapping_add(self.head & self.mask));
+    }
+
     /// Releases the `n` oldest slots, whose items the caller has moved out or dropped.
     #[inline(always)]
     fn publish(&mut self, n: usize) {
@@ -566,7 +574,10 @@ impl<T> Consumer<T> {
     /// [`PopError::Empty`] if the ring is empty.
     #[inline]
     pub fn pop(&mut self) -> Result<T, PopError> {
-        if self.head == self.cached_tail && self.refresh_len() == 0 {
+        if self.head == self.cached_tail && {
+            self.prefetch_head_slot();
+            self.refresh_len() == 0
+        } {
             return Err(PopError::Empty);
         }
         let slot = self.head & self.mask;
