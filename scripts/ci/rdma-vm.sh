@@ -53,12 +53,12 @@ t0=$SECONDS
 scripts/setup-rdma
 echo "rdma-vm: host packages ready ($(secs "$t0"))"
 
-case " ${RUSTFLAGS:-} ${CARGO_BUILD_RUSTFLAGS:-} ${CARGO_ENCODED_RUSTFLAGS:-} " in
-  *target-cpu=native*)
-    echo "rdma-vm: RUSTFLAGS has target-cpu=native: the binaries would SIGILL in the VM (no AVX-512 under TCG)" >&2
-    exit 1
-    ;;
-esac
+# The emulated CPU lacks AVX-512/AMX: host-tuned binaries would die of SIGILL in the VM.
+if [[ " ${RUSTFLAGS:-} ${CARGO_BUILD_RUSTFLAGS:-} ${CARGO_ENCODED_RUSTFLAGS:-} " == *target-cpu=native* ]] ||
+  grep -qs 'target-cpu=native' .cargo/config.toml .cargo/config; then
+  echo "rdma-vm: FAIL: target-cpu=native in RUSTFLAGS or .cargo/config: the test binaries would SIGILL in the VM" >&2
+  exit 1
+fi
 
 # ------------------------------------------------------- 2. build the RDMA tests
 work=$(mktemp -d "${TMPDIR:-/tmp}/rdma-vm.XXXXXX")
