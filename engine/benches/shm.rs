@@ -133,12 +133,9 @@ fn pingpong(
         pin(c1);
         let mut buf = vec![0u8; size];
         for _ in 0..n {
-            loop {
-                if let Some(m) = s.try_recv().unwrap() {
-                    buf.copy_from_slice(&m);
-                    break;
-                }
-            }
+            let m = s.recv_timeout(Duration::from_secs(10)).unwrap();
+            buf.copy_from_slice(&m);
+            drop(m);
             send_spin(&s, &buf);
             s.flush();
         }
@@ -152,12 +149,9 @@ fn pingpong(
         let t = Instant::now();
         send_spin(&c, &payload);
         c.flush();
-        loop {
-            if let Some(m) = c.try_recv().unwrap() {
-                debug_assert_eq!(m.len(), size);
-                break;
-            }
-        }
+        let m = c.recv_timeout(Duration::from_secs(10)).unwrap();
+        debug_assert_eq!(m.len(), size);
+        drop(m);
         let ns = t.elapsed().as_nanos() as u64;
         if i >= o.warmup {
             let _ = h.record(ns);
@@ -216,6 +210,61 @@ fn rate(o: &Opts, size: usize, rx_pollers: &[usize], tx_pollers: &[usize]) -> f6
     n as f64 / el.as_secs_f64()
 }
 
+/// CPU cost per message with both ends on this thread (one run-to-completion engine): send a
+/// batch, then receive it. No cross-core traffic: the engine's own per-message overhead.
+fn single_thread_cost(o: &Opts, size: usize) -> f64 {
+    pin(o.cores[0]);
+    let e = engine(&[]);
+    let (r, t) = pair(&format!("cost{size}"), &e, &e);
+    let payload = vec![3u8; size];
+    let batch = 32;
+    let rounds = if o.rate_secs < 0.5 { 2_000 } else { 100_000 };
+    let mut got = 0u64;
+    let t0 = Instant::now();
+    for _ in 0..rounds {
+        for _ in 0..batch {
+            send_spin(&t, &payload);
+        }
+        t.flush();
+        let mut n = 0;
+        while n < batch {
+            if let Some(m) = r.try_recv().unwrap() {
+                got = got.wrapping_add(u64::from(m[0]));
+                n += 1;
+            }
+        }
+    }
+    let el = t0.elapsed();
+    assert!(got > 0);
+    el.as_nanos() as f64 / (rounds * batch) as f64
+}
+
+/// CPU cost of one ping-pong round trip with both ends on this thread: the engine's overhead per
+/// RTT without any cross-core transfer (compare with the RTT minus the floor).
+fn single_thread_rtt(o: &Opts, size: usize) -> f64 {
+    pin(o.cores[0]);
+    let e = engine(&[]);
+    let (s, c) = pair(&format!("strtt{size}"), &e, &e);
+    let payload = vec![3u8; size];
+    let rounds = if o.rate_secs < 0.5 { 20_000 } else { 1_000_000 };
+    let mut buf = vec![0u8; size];
+    let t0 = Instant::now();
+    for _ in 0..rounds {
+        send_spin(&c, &payload);
+        c.flush();
+        loop {
+            if let Some(m) = s.try_recv().unwrap() {
+                buf.copy_from_slice(&m);
+                break;
+            }
+        }
+        send_spin(&s, &buf);
+        s.flush();
+        while c.try_recv().unwrap().is_none() {}
+    }
+    t0.elapsed().as_nanos() as f64 / rounds as f64
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing special: keep it short.
@@ -234,6 +283,20 @@ fn main() {
         "shm benchmark: cores {:?} ({} RTT samples)",
         o.cores, o.rtt_iters
     );
+    for size in [8usize, 64] {
+        let ns = single_thread_cost(&o, size);
+        println!(
+            "engine cost, both ends on one thread, {size:>4} B: {ns:>6.1} ns/msg ({:.1} M msgs/s)",
+            1e3 / ns
+        );
+    }
+    for size in [8usize, 64] {
+        let ns = single_thread_rtt(&o, size);
+        println!("engine cost per round trip, both ends on one thread, {size:>4} B: {ns:>6.1} ns");
+    }
+    if std::env::var_os("SPINWIRE_BENCH_COST_ONLY").is_some() {
+        return;
+    }
     let f = floor(&o);
     report("floor: bare cache-line ping-pong", &f, None);
     let fp50 = f.value_at_quantile(0.5);

@@ -154,6 +154,9 @@ pub(crate) fn conn_pair<C>(
         rx_pool,
         shared: shared.clone(),
         credits_returned: 0,
+        draining: false,
+        drain_reason: None,
+        drained: false,
     });
     let parts = ConnParts {
         id,
@@ -515,16 +518,39 @@ impl Connection {
         }
         let deadline = Instant::now() + timeout;
         let mut idler = Idler::new(self.idle);
+        // Run-to-completion and busy-spinning: hold the poller for the whole wait (one ownership
+        // CAS per wait, not per cycle). Other connections keep being served: by this thread.
+        let mut guard = if self.inline && self.idle == IdleStrategy::BusySpin {
+            self.engine.inline_guard()
+        } else {
+            None
+        };
         let mut spins = 0u32;
         loop {
-            if let Some(m) = self.try_recv()? {
-                return Ok(m);
+            let work = match guard.as_mut() {
+                Some(g) => {
+                    if let Some(m) = self.pop_rx() {
+                        return Ok(m);
+                    }
+                    g.poll(self.engine.now_ns())
+                }
+                None => 0,
+            };
+            if work > 0 || guard.is_none() {
+                if let Some(m) = self.try_recv()? {
+                    return Ok(m);
+                }
+            } else if let Some(d) = self.shared.down() {
+                if let Some(m) = self.pop_rx() {
+                    return Ok(m);
+                }
+                return Err(d.to_error());
             }
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 && Instant::now() >= deadline {
                 return Err(Error::Timeout);
             }
-            idler.idle(0);
+            idler.idle(work);
         }
     }
 

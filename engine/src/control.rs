@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use rings::{Consumer, Producer, PushError};
 
 use crate::config::Config;
-use crate::conn::{conn_pair, ConnParts, ConnShared};
+use crate::conn::{conn_pair, ConnParts};
 use crate::endpoint::Endpoint;
 use crate::engine::{Clock, EngineCounters, Event};
 use crate::error::{Error, FabricError};
@@ -114,11 +114,12 @@ struct ListenerRec {
 
 struct ConnRec {
     poller: usize,
-    shared: Arc<ConnShared>,
     stream: cm::uds::UdsStream,
     segment: Segment,
     /// Still registered with its poller (no `Retired` notice yet).
     live: bool,
+    /// A `Remove` was sent; finish the teardown when the poller lets go.
+    closing: bool,
 }
 
 /// The engine's [`cm::control::Backend`].
@@ -230,10 +231,10 @@ impl Backend {
             id,
             ConnRec {
                 poller: pi,
-                shared: parts.shared.clone(),
                 stream,
                 segment,
                 live: true,
+                closing: false,
             },
         );
         self.counters
@@ -243,12 +244,36 @@ impl Backend {
         Ok(parts)
     }
 
-    /// Tears down connection `id`'s setup side (the poller half comes back as a notice).
-    fn drop_conn(&mut self, id: u64) {
-        if let Some(mut rec) = self.conns.remove(&id) {
-            if rec.live {
-                self.pollers[rec.poller].send(Command::Remove(id));
+    /// Closes connection `id`: its poller gets a last service pass and lets go (the `Retired`
+    /// notice then finishes the teardown), or, if the poller already did, it is finished now.
+    fn drop_conn(&mut self, id: u64, peer_gone: bool) {
+        let Some(rec) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if rec.closing {
+            return;
+        }
+        if rec.live {
+            rec.closing = true;
+            self.pollers[rec.poller].send(if peer_gone {
+                Command::PeerGone(id)
+            } else {
+                Command::Remove(id)
+            });
+            // A run-to-completion poller turns only when the application polls, which it may
+            // never do again; its `Connection::drop` already flushed the queued sends.
+            if !peer_gone && self.cfg.run_to_completion() {
+                self.finish_conn(id);
             }
+        } else {
+            self.finish_conn(id);
+        }
+    }
+
+    /// Releases the setup side of a connection its poller has let go: the bye on the rendezvous
+    /// socket (the peer's hang-up signal) goes out only after this side's last sends were posted.
+    fn finish_conn(&mut self, id: u64) {
+        if let Some(mut rec) = self.conns.remove(&id) {
             rec.segment.mark_closed();
             let _ = rec.stream.send_bye();
             self.counters
@@ -276,7 +301,7 @@ impl Backend {
                                 .map(|l| l.accepts.send(parts).is_ok());
                             if sent != Some(true) {
                                 // The listener is gone: nobody will take this connection.
-                                self.drop_conn(id);
+                                self.drop_conn(id, false);
                             }
                         }
                         Err(error) => self.event(Event::Error { conn: None, error }),
@@ -296,17 +321,19 @@ impl Backend {
         if let Some(p) = self.pollers.get_mut(pi) {
             p.load = p.load.saturating_sub(1);
         }
-        if let Some(rec) = self.conns.get_mut(&id) {
-            rec.live = false;
-        }
-        // A peer's close may have been reported already by the hang-up path.
-        let known = self.conns.contains_key(&id);
+        // `closing`: the application closed it or its peer hung up (already reported).
+        let closing = match self.conns.get_mut(&id) {
+            Some(rec) => {
+                rec.live = false;
+                rec.closing
+            }
+            None => true,
+        };
         match error {
             Some(FabricError::PeerClosed) => {
                 conn.shared.disconnect();
-                if known {
+                if !closing {
                     self.event(Event::Disconnected { conn: id });
-                    self.drop_conn(id);
                 }
             }
             Some(e) => {
@@ -315,10 +342,10 @@ impl Backend {
                     conn: Some(id),
                     error: Error::Fabric(e),
                 });
-                self.drop_conn(id);
             }
             None => {}
         }
+        self.finish_conn(id);
         // The poller half (rings, segment handle) is released here, on the control thread.
         drop(conn);
     }
@@ -390,11 +417,11 @@ impl cm::control::Backend for Backend {
                 let res = self.install(*est, raw);
                 if let Err(mpsc::TrySendError::Disconnected(Ok(parts))) = reply.try_send(res) {
                     // The connecting thread gave up waiting: close it again.
-                    self.drop_conn(parts.id);
+                    self.drop_conn(parts.id, false);
                 }
             }
             Request::Close(id) => {
-                self.drop_conn(id);
+                self.drop_conn(id, false);
                 #[cfg(feature = "rdma")]
                 if let Some((r, mut ctx)) = self.rdma() {
                     r.drop_conn(&mut ctx, id);
@@ -413,7 +440,7 @@ impl cm::control::Backend for Backend {
             });
             self.watched.push(Watched::Listener(l.id));
         }
-        for (&id, c) in &self.conns {
+        for (&id, c) in self.conns.iter().filter(|(_, c)| !c.closing) {
             fds.push(libc::pollfd {
                 fd: c.stream.as_raw_fd(),
                 events: libc::POLLIN | libc::POLLRDHUP,
@@ -449,12 +476,10 @@ impl cm::control::Backend for Backend {
                         None => false,
                     };
                     if gone {
-                        if let Some(c) = self.conns.get(&id) {
-                            // Visible to the application at once; the poller drops it next.
-                            c.shared.disconnect();
-                        }
+                        // The poller delivers what the peer sent before, then marks it
+                        // disconnected for the application (within microseconds).
                         self.event(Event::Disconnected { conn: id });
-                        self.drop_conn(id);
+                        self.drop_conn(id, true);
                     }
                 }
             }
@@ -492,12 +517,12 @@ impl cm::control::Backend for Backend {
         if let Some((r, mut ctx)) = self.rdma() {
             r.shutdown(&mut ctx);
         }
+        // The pollers have stopped and retired everything: their notices finish the teardown.
         self.drain_notices();
         let ids: Vec<u64> = self.conns.keys().copied().collect();
         for id in ids {
-            self.drop_conn(id);
+            self.finish_conn(id);
         }
         self.listeners.clear();
-        self.drain_notices();
     }
 }

@@ -356,6 +356,18 @@ impl Engine {
         }
     }
 
+    /// Exclusive use of the run-to-completion poller, if this is one and nobody else has it.
+    #[inline]
+    pub(crate) fn inline_guard(&self) -> Option<crate::poller::InlineGuard<'_>> {
+        self.inner.inline.as_ref().and_then(InlineAgents::try_lock)
+    }
+
+    /// The coarse clock.
+    #[inline]
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.inner.clock.now_ns()
+    }
+
     /// The next connection event, if any.
     pub fn try_event(&self) -> Option<Event> {
         let mut events = self.inner.events.try_lock().ok()?;

@@ -224,3 +224,34 @@ fn mismatched_pools_are_refused() {
     let _l = a.listen(&ep).unwrap();
     assert!(b.connect_timeout(&ep, WAIT).is_err());
 }
+
+fn close_delivers_queued(server_engine: Engine, client_engine: Engine, tag: &str) {
+    let (s, c) = pair(&server_engine, &client_engine, tag);
+    for seq in 0..20 {
+        let mut b = c.alloc_timeout(WAIT).unwrap();
+        b.set_len(100).unwrap();
+        fill(&mut b, seq);
+        c.send_timeout(b, WAIT).unwrap();
+    }
+    drop(c); // queued sends are posted before the close
+    for seq in 0..20 {
+        recv_msg(&s, seq, 100);
+    }
+    let err = s.recv_timeout(WAIT).unwrap_err();
+    assert!(matches!(err, Error::Disconnected), "{err}");
+    assert!(!s.is_open());
+}
+
+#[test]
+fn close_delivers_queued_messages_then_disconnects() {
+    let _g = serial();
+    close_delivers_queued(inline_engine(512, 32), inline_engine(512, 32), "close-rtc");
+    let core = core_affinity::get_core_ids().unwrap()[0].id;
+    let ded = Engine::builder()
+        .pollers(&[core])
+        .idle(IdleStrategy::backoff())
+        .pool(512, 32)
+        .build()
+        .unwrap();
+    close_delivers_queued(inline_engine(512, 32), ded, "close-ded");
+}

@@ -344,12 +344,20 @@ impl<'a> RxSink<'a> {
     }
 }
 
+/// Freed buffers collected before one batched push into the application's free ring.
+const FREE_BATCH: usize = 32;
+
 /// Where a fabric reports freed send buffers and returned credits.
+///
+/// Freed buffers are collected and handed to the application in batches (one ring publication
+/// per batch, not per buffer).
 pub struct TxDone<'a> {
     pub(crate) free: &'a mut Producer<u32>,
     pub(crate) owned: &'a mut [u64],
     pub(crate) credits: u64,
     pub(crate) freed: u64,
+    pending: [u32; FREE_BATCH],
+    npending: usize,
 }
 
 impl core::fmt::Debug for TxDone<'_> {
@@ -361,7 +369,18 @@ impl core::fmt::Debug for TxDone<'_> {
     }
 }
 
-impl TxDone<'_> {
+impl<'a> TxDone<'a> {
+    pub(crate) fn new(free: &'a mut Producer<u32>, owned: &'a mut [u64]) -> TxDone<'a> {
+        TxDone {
+            free,
+            owned,
+            credits: 0,
+            freed: 0,
+            pending: [0; FREE_BATCH],
+            npending: 0,
+        }
+    }
+
     /// Send buffer `buf` is free again (its message was copied, completed, or released by the peer).
     ///
     /// # Errors
@@ -380,10 +399,11 @@ impl TxDone<'_> {
                 ))
             }
         }
-        // The free ring holds every buffer of the pool, so it cannot be full while `buf` was out.
-        self.free
-            .push(buf)
-            .map_err(|_| FabricError::Protocol("free ring overflow (buffer accounting broken)"))?;
+        if self.npending == FREE_BATCH {
+            self.publish()?;
+        }
+        self.pending[self.npending] = buf;
+        self.npending += 1;
         self.freed += 1;
         Ok(())
     }
@@ -392,5 +412,23 @@ impl TxDone<'_> {
     #[inline]
     pub fn credits(&mut self, n: u64) {
         self.credits += n;
+    }
+
+    /// Hands the collected buffers to the application (one ring publication).
+    #[inline]
+    pub(crate) fn publish(&mut self) -> Result<(), FabricError> {
+        if self.npending > 0 {
+            // The free ring holds every buffer of the pool, so it cannot be full while these were
+            // out (each was checked against the ownership bitmap above).
+            let n = self.free.push_slice(&self.pending[..self.npending]);
+            let all = n == self.npending;
+            self.npending = 0;
+            if !all {
+                return Err(FabricError::Protocol(
+                    "free ring overflow (buffer accounting broken)",
+                ));
+            }
+        }
+        Ok(())
     }
 }
