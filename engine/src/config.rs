@@ -59,6 +59,7 @@ pub(crate) struct Config {
     pub(crate) batch: usize,
     pub(crate) inline_threshold: usize,
     pub(crate) signal_every: usize,
+    pub(crate) rdma_srq_buffers: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_connections_per_poller: usize,
     pub(crate) name: String,
@@ -96,6 +97,7 @@ impl Default for EngineBuilder {
                 batch: 32,
                 inline_threshold: crate::desc::INLINE_MAX,
                 signal_every: 16,
+                rdma_srq_buffers: 0,
                 connect_timeout: Duration::from_secs(5),
                 max_connections_per_poller: 1024,
                 name: "spinwire".to_owned(),
@@ -160,6 +162,16 @@ impl EngineBuilder {
     /// RDMA selective signalling: request a completion every `n` sends. Ignored by shm.
     pub fn signal_every(mut self, n: usize) -> Self {
         self.cfg.signal_every = n;
+        self
+    }
+
+    /// RDMA shared receive queue: `buffers > 0` gives each poller one SRQ per device with a
+    /// shared pool of `buffers` receive buffers, from which every RDMA connection on that poller
+    /// reserves its credits (`pool`'s per-connection buffer count); connections beyond the pool
+    /// are refused. 0 (the default): each connection has its own receive queue and pool.
+    /// Ignored by shm.
+    pub fn rdma_srq(mut self, buffers: usize) -> Self {
+        self.cfg.rdma_srq_buffers = buffers;
         self
     }
 

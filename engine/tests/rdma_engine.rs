@@ -377,3 +377,130 @@ fn peer_killed_with_sigkill_gives_survivor_a_disconnect_without_hang() {
     }
     assert!(saw_event, "a Disconnected/Error event was raised");
 }
+
+fn srq_engine(buffer_size: usize, buffers: usize, srq_buffers: usize) -> Engine {
+    Engine::builder()
+        .run_to_completion()
+        .idle(IdleStrategy::backoff())
+        .pool(buffer_size, buffers)
+        .depth(buffers)
+        .batch(16)
+        .signal_every(8)
+        .rdma_srq(srq_buffers)
+        .connect_timeout(T)
+        .build()
+        .expect("engine")
+}
+
+#[test]
+fn srq_ping_pong_every_size_many_connections_and_admission() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    let max = 200;
+    // Client and server halves share the engine's one poller, so its SRQ: 16 connections
+    // x 8 credits = 128 buffers.
+    let e = srq_engine(max, 8, 128);
+    let ep = format!("rdma://{ip}:20010");
+    let l = e.listen(&ep).expect("listen");
+    let mut pairs = Vec::new();
+    for _ in 0..8 {
+        let c = e.connect(&ep).expect("connect");
+        let s = l.accept_timeout(T).expect("accept");
+        pairs.push((c, s));
+    }
+    // Every size on one pair (inline and pooled), messages on all pairs interleaved.
+    let (c0, s0) = &pairs[0];
+    for len in 1..=max {
+        let p = payload(len, len as u64);
+        send_bytes(c0, &p);
+        let m = s0.recv_timeout(T).expect("server recv");
+        assert_eq!(&*m, p.as_slice(), "client->server {len} B");
+        drop(m);
+        send_bytes(s0, &p);
+        let m = c0.recv_timeout(T).expect("client recv");
+        assert_eq!(&*m, p.as_slice(), "server->client {len} B");
+    }
+    for round in 0..10u64 {
+        for (i, (c, _)) in pairs.iter().enumerate() {
+            send_bytes(
+                c,
+                &payload(1 + (round as usize * 7 + i) % max, round * 100 + i as u64),
+            );
+        }
+        // Hold every message until all arrived: the SRQ buffers are shared.
+        let msgs: Vec<_> = pairs
+            .iter()
+            .map(|(_, s)| s.recv_timeout(T).expect("recv"))
+            .collect();
+        for (i, m) in msgs.iter().enumerate() {
+            let p = payload(1 + (round as usize * 7 + i) % max, round * 100 + i as u64);
+            assert_eq!(&**m, p.as_slice(), "conn {i} round {round}");
+        }
+    }
+    // The SRQ is fully promised: one more connection is refused with a clear error.
+    let err = e.connect(&ep).unwrap_err();
+    eprintln!("admission: {err}");
+    assert!(err.to_string().contains("shared receive queue"), "{err}");
+    // Closing a pair gives its credits back.
+    pairs.truncate(7);
+    let deadline = Instant::now() + T;
+    let (c, s) = loop {
+        match e.connect(&ep) {
+            Ok(c) => break (c, l.accept_timeout(T).expect("accept")),
+            Err(err) => {
+                assert!(Instant::now() < deadline, "credits never came back: {err}");
+                e.poll();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    send_bytes(&c, b"again");
+    assert_eq!(&*s.recv_timeout(T).expect("recv"), b"again");
+    let after = rdma::stats();
+    assert_eq!(after.rnr_errors, before.rnr_errors, "no RNR");
+}
+
+#[test]
+fn srq_one_way_flood_into_slow_receiver() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    let e = srq_engine(256, 16, 64);
+    let ep = format!("rdma://{ip}:20011");
+    let (client, server) = pair(&e, &ep);
+    let total = 1500u64;
+    let (mut sent, mut received, mut would_block) = (0u64, 0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while received < total {
+        assert!(
+            Instant::now() < deadline,
+            "stalled at {sent} sent, {received} received"
+        );
+        while sent < total {
+            let Ok(mut b) = client.alloc() else { break };
+            b.copy_from(&payload(8 + sent as usize % 240, sent))
+                .unwrap();
+            match client.send(b) {
+                Ok(()) => sent += 1,
+                Err(SendError::WouldBlock(_)) => {
+                    would_block += 1;
+                    break;
+                }
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+        client.flush();
+        std::thread::sleep(Duration::from_micros(200));
+        if let Some(m) = server.try_recv().expect("recv") {
+            assert_eq!(
+                &*m,
+                payload(8 + received as usize % 240, received).as_slice()
+            );
+            received += 1;
+        }
+    }
+    let after = rdma::stats();
+    assert!(would_block > 0, "back-pressure");
+    assert!(after.credit_messages > before.credit_messages);
+    assert_eq!(after.rnr_errors, before.rnr_errors, "no RNR");
+    assert_eq!(after.completion_errors, before.completion_errors);
+}

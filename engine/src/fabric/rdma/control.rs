@@ -175,13 +175,14 @@ impl RdmaBackend {
             keep,
             id: cm_id,
             cq,
+            srq,
             path,
             peer,
             ..
         } = est;
         let (parts, poller_half) =
             conn_pair(id, endpoint.clone(), conn, tx_pool, rx_pool, keep, ctx.cfg);
-        self.links[pi].send(Command::Fabric(RdmaCommand::AttachCq(cq)));
+        self.links[pi].send(Command::Fabric(RdmaCommand::AttachCq(cq, srq)));
         self.links[pi].send(Command::Add(poller_half));
         self.conns.insert(
             id,

@@ -29,10 +29,13 @@
 //!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
 //!   the other connections keep running.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::verbs::{self, CompletionQueue, QueuePair, RecvWr, SendWr, Sge, WcSlot, WorkCompletion};
+use super::verbs::{
+    self, CompletionQueue, QueuePair, RecvWr, SendWr, Sge, SharedReceiveQueue, WcSlot,
+    WorkCompletion,
+};
 use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
@@ -54,7 +57,10 @@ pub(crate) const IMM_CREDITS_MAX: u32 = IMM_CREDIT_ONLY - 1;
 // number; the generation rejects completions of an earlier QP that reused the number.
 const WR_GEN_SHIFT: u32 = 48;
 const WR_RECV: u64 = 1 << 47;
-const WR_VALUE_MASK: u64 = WR_RECV - 1;
+/// A receive posted to a shared receive queue (value = buffer of the SRQ's pool; no generation:
+/// SRQ buffers belong to no connection).
+const WR_SRQ: u64 = 1 << 46;
+const WR_VALUE_MASK: u64 = WR_SRQ - 1;
 /// Entries of a poller's QP-number -> slot cache (direct mapped).
 const QPN_CACHE: usize = 4096;
 
@@ -63,6 +69,12 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 /// A fresh connection generation for [`RdmaConnParts::gen`] (setup, before pre-posting).
 pub(crate) fn next_generation() -> u16 {
     GENERATION.fetch_add(1, Ordering::Relaxed) as u16
+}
+
+/// The `wr_id` of a receive of buffer `buf` of a shared receive queue's pool.
+#[inline]
+pub(crate) fn srq_wr_id(buf: u32) -> u64 {
+    WR_RECV | WR_SRQ | u64::from(buf)
 }
 
 /// The `wr_id` of a receive of buffer `buf` for a connection of generation `gen`.
@@ -139,18 +151,85 @@ pub fn stats() -> RdmaStats {
     }
 }
 
+/// A poller's shared receive queue on one device and its registered pool.
+#[derive(Clone)]
+pub struct SrqShared {
+    pub(crate) srq: Arc<SharedReceiveQueue>,
+    pub(crate) pool: PoolView,
+    pub(crate) lkey: u32,
+    /// Keeps the pool's memory region alive.
+    pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for SrqShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SrqShared")
+            .field("buffers", &self.pool.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SrqShared {
+    /// Posts SRQ-pool buffers `bufs` as receives, one chain per [`CHAIN`].
+    pub(crate) fn post(&self, bufs: &[u32]) -> Result<(), FabricError> {
+        let size = u32::try_from(self.pool.buf_size()).unwrap_or(u32::MAX);
+        for chunk in bufs.chunks(CHAIN) {
+            let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
+            let mut sges = [Sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; CHAIN];
+            let n = chunk.len();
+            for (i, &buf) in chunk.iter().enumerate() {
+                if buf >= self.pool.count() {
+                    return Err(FabricError::Protocol(
+                        "released receive buffer out of range",
+                    ));
+                }
+                sges[i] = Sge {
+                    addr: self.pool.buf_ptr(buf).as_ptr() as u64,
+                    length: size,
+                    lkey: self.lkey,
+                };
+            }
+            let base = wrs.as_mut_ptr().cast::<RecvWr>();
+            for (i, &buf) in chunk.iter().enumerate() {
+                let next = if i + 1 < n {
+                    // SAFETY: i + 1 < n <= CHAIN: in bounds of `wrs`.
+                    unsafe { base.add(i + 1) }
+                } else {
+                    std::ptr::null_mut()
+                };
+                wrs[i].write(RecvWr {
+                    wr_id: srq_wr_id(buf),
+                    next,
+                    sg_list: &mut sges[i],
+                    num_sge: 1,
+                });
+            }
+            // SAFETY: `n` initialised, chained WRs pointing into `sges` (alive until the call
+            // returns); each buffer is an SRQ-pool buffer (index checked) in its LOCAL_WRITE
+            // region, owned by the fabric until its completion is polled.
+            unsafe { self.srq.post_recv(base) }.map_err(|e| FabricError::Io(e.errno))?;
+        }
+        Ok(())
+    }
+}
+
 /// A command from the control thread to a poller's RDMA state.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RdmaCommand {
-    /// Poll this completion queue (of a device the poller has not served yet).
-    AttachCq(Arc<CompletionQueue>),
+    /// Poll this completion queue (of a device the poller has not served yet); with the
+    /// poller's shared receive queue on that device, if SRQ is on.
+    AttachCq(Arc<CompletionQueue>, Option<SrqShared>),
 }
 
 /// Per-poller RDMA state: the completion queues of the devices this poller serves (one CQ per
 /// device, shared by all the poller's connections on it, for sends and receives).
 pub struct RdmaFabric {
-    cqs: Vec<Arc<CompletionQueue>>,
+    cqs: Vec<(Arc<CompletionQueue>, Option<SrqShared>)>,
     /// QP number -> connection slot, direct mapped, verified on every hit.
     qpn_cache: Box<[(u32, u32)]>,
 }
@@ -214,11 +293,11 @@ impl Fabric for RdmaFabric {
 
     fn on_command(&mut self, command: RdmaCommand) {
         match command {
-            RdmaCommand::AttachCq(cq) => {
-                if !self.cqs.iter().any(|c| Arc::ptr_eq(c, &cq))
+            RdmaCommand::AttachCq(cq, srq) => {
+                if !self.cqs.iter().any(|(c, _)| Arc::ptr_eq(c, &cq))
                     && self.cqs.len() < Self::MAX_DEVICES
                 {
-                    self.cqs.push(cq);
+                    self.cqs.push((cq, srq));
                 }
             }
         }
@@ -228,7 +307,7 @@ impl Fabric for RdmaFabric {
     fn poll_shared(&mut self, conns: &mut ConnTable<'_, RdmaConn>) -> usize {
         let mut work = 0;
         let mut slots = [const { WcSlot::uninit() }; CQ_BURST];
-        for cq in &self.cqs {
+        for (cq, srq) in &self.cqs {
             for _ in 0..BURSTS_PER_CYCLE {
                 let Ok(wcs) = cq.poll(&mut slots) else {
                     bump(&COUNTERS.completion_errors, 1);
@@ -238,7 +317,20 @@ impl Fabric for RdmaFabric {
                 for wc in wcs {
                     match Self::lookup(&mut self.qpn_cache, conns, wc.qp_num()) {
                         Some(c) if c.owns(wc.wr_id()) => c.on_completion(wc),
-                        _ => bump(&COUNTERS.stale_completions, 1),
+                        _ => {
+                            bump(&COUNTERS.stale_completions, 1);
+                            // A receive of a connection already gone consumed a shared
+                            // buffer: give it back to the SRQ.
+                            if let Some(srq) = srq {
+                                let id = wc.wr_id();
+                                if id & WR_SRQ != 0 {
+                                    let buf = (id & WR_VALUE_MASK) as u32;
+                                    if srq.post(&[buf]).is_err() {
+                                        bump(&COUNTERS.completion_errors, 1);
+                                    }
+                                }
+                            }
+                        }
                     }
                 }
                 work += n;
@@ -315,6 +407,9 @@ pub(crate) struct RdmaConnParts {
     pub(crate) rx_lkey: u32,
     /// Receive buffers already posted (indices `0..posted`), before connecting.
     pub(crate) rx_posted: u32,
+    /// The poller's shared receive queue (the receive pool is then its pool) and where to
+    /// report, when the connection is dropped, how many SRQ buffers it still held.
+    pub(crate) srq: Option<(SrqShared, Arc<AtomicU32>)>,
     /// Credits the peer granted us (its posted receives), validated by setup.
     pub(crate) peer_credits: u32,
     /// Largest message the peer can receive (its buffer size), validated by setup.
@@ -380,6 +475,10 @@ pub struct RdmaConn {
     peer_window: u32,
     low_water: u32,
     error: Option<FabricError>,
+    srq: Option<SrqShared>,
+    /// SRQ buffers this connection received into and has not re-posted yet.
+    srq_held: u32,
+    srq_held_out: Option<Arc<AtomicU32>>,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -428,6 +527,9 @@ impl RdmaConn {
             peer_window: p.rx_posted,
             low_water: (p.rx_posted / 2).max(1),
             error: None,
+            srq_held: 0,
+            srq_held_out: p.srq.as_ref().map(|(_, h)| Arc::clone(h)),
+            srq: p.srq.map(|(s, _)| s),
             _keep: p.keep,
         }
     }
@@ -435,13 +537,28 @@ impl RdmaConn {
     /// Whether `wr_id` belongs to this connection (slot and generation match).
     #[inline]
     fn owns(&self, wr_id: u64) -> bool {
+        if wr_id & WR_SRQ != 0 {
+            // Shared buffers: the QP number already identified the connection.
+            return self.srq.is_some();
+        }
         (wr_id >> WR_GEN_SHIFT) as u16 == self.gen
     }
 
     /// Files one completion of this connection (called from [`Fabric::poll_shared`]).
     #[inline]
     fn on_completion(&mut self, wc: &WorkCompletion) {
+        let is_srq_recv = wc.wr_id() & WR_SRQ != 0;
+        if is_srq_recv {
+            self.srq_held += 1;
+        }
         if !wc.is_ok() {
+            if is_srq_recv {
+                // The shared buffer must go back to the SRQ: queue it as a no-payload entry.
+                let buf = (wc.wr_id() & WR_VALUE_MASK) as u32;
+                if !self.rx_pending.push((buf, 0, true)) {
+                    self.error = Some(FabricError::Protocol("more receives completed than posted"));
+                }
+            }
             bump(&COUNTERS.completion_errors, 1);
             let status = wc.status();
             if status == verbs::WC_RNR_RETRY_EXC_ERR {
@@ -551,6 +668,13 @@ impl RdmaConn {
 
     /// Re-posts receive buffers `bufs`, one chain (one `ibv_post_recv`) per [`CHAIN`] buffers.
     fn post_recvs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        if let Some(srq) = &self.srq {
+            srq.post(bufs)?;
+            let n = bufs.len() as u32;
+            self.srq_held = self.srq_held.saturating_sub(n);
+            self.owed += n;
+            return Ok(());
+        }
         let size = u32::try_from(self.rx_pool.buf_size()).unwrap_or(u32::MAX);
         for chunk in bufs.chunks(CHAIN) {
             let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
@@ -669,7 +793,8 @@ impl FabricConn for RdmaConn {
             }
             delivered += 1;
         }
-        if nrepost > 0 && self.error.is_none() {
+        // Shared buffers always go back to the SRQ (it outlives this connection's QP).
+        if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
             self.post_recvs(&repost[..nrepost])?;
         }
         if delivered == 0 {
@@ -768,7 +893,7 @@ impl FabricConn for RdmaConn {
     #[inline]
     fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
         self.check()?;
-        if self.error.is_some() {
+        if self.error.is_some() && self.srq.is_none() {
             return Ok(()); // the QP is in error: nothing to re-post to
         }
         self.post_recvs(bufs)
@@ -803,5 +928,35 @@ impl FabricConn for RdmaConn {
         // Sends were posted (one doorbell per batch) in `post_send`; what remains is returning
         // credits when traffic is one-way.
         self.maybe_send_credits()
+    }
+}
+
+impl Drop for RdmaConn {
+    fn drop(&mut self) {
+        // Runs on the control thread after the poller retired the connection. Shared buffers
+        // still queued here go back to the SRQ; the count the application still holds is
+        // reported so the SRQ's credit budget never counts them as posted.
+        if let Some(srq) = &self.srq {
+            let mut bufs = [0u32; CHAIN];
+            loop {
+                let mut n = 0;
+                while n < CHAIN {
+                    let Some((buf, _, _)) = self.rx_pending.pop() else {
+                        break;
+                    };
+                    bufs[n] = buf;
+                    n += 1;
+                }
+                if n == 0 {
+                    break;
+                }
+                if srq.post(&bufs[..n]).is_ok() {
+                    self.srq_held = self.srq_held.saturating_sub(n as u32);
+                }
+            }
+            if let Some(out) = &self.srq_held_out {
+                out.store(self.srq_held, Ordering::Release);
+            }
+        }
     }
 }

@@ -13,10 +13,10 @@ use cm::rdma::{
     self as rcm, CmError, CmEventKind, CmId, ConnOptions, FlowParams, PathInfo, RejectReason,
 };
 
-use super::datapath::{RdmaConn, RdmaConnParts};
+use super::datapath::{RdmaConn, RdmaConnParts, SrqShared};
 use super::verbs::{
     self, Access, CompletionQueue, Context, DeviceLimits, MemoryRegion, ProtectionDomain,
-    QpCapacity, QpResources, QueuePair, Sge,
+    QpCapacity, QpResources, QueuePair, Sge, SharedReceiveQueue,
 };
 use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
@@ -51,6 +51,77 @@ struct PollerCq {
     /// Entries not reserved by a connection (each reserves receives + send queue depth, so the
     /// CQ can never overflow).
     free: Arc<AtomicU32>,
+    /// The poller's SRQ on this device (SRQ mode), created with the first connection.
+    srq: Option<SrqRes>,
+}
+
+struct SrqRes {
+    shared: SrqShared,
+    /// Posted SRQ buffers not promised to any connection as credits.
+    budget: Arc<AtomicU32>,
+}
+
+/// Credits a connection holds on its poller's SRQ. Dropped after the QP is destroyed: gives back
+/// the credits minus the buffers the connection still held when it was dropped (those are not
+/// posted any more, so they must not be promised again).
+struct SrqReservation {
+    budget: Arc<AtomicU32>,
+    granted: u32,
+    held: Arc<AtomicU32>,
+}
+
+impl Drop for SrqReservation {
+    fn drop(&mut self) {
+        let held = self.held.load(Ordering::Acquire).min(self.granted);
+        self.budget.fetch_add(self.granted - held, Ordering::AcqRel);
+    }
+}
+
+/// Creates a poller's SRQ on a device, with its pool of `count` buffers all posted.
+fn create_srq(
+    pd: &Arc<ProtectionDomain>,
+    limits: &DeviceLimits,
+    count: u32,
+    buffer_size: u32,
+) -> Result<SrqRes, Error> {
+    if limits.max_srq_wr == 0 {
+        return Err(Error::Setup(
+            "rdma: this device has no shared receive queues".into(),
+        ));
+    }
+    if count > limits.max_srq_wr {
+        return Err(Error::Setup(format!(
+            "rdma: {count} SRQ buffers exceed the device's {} SRQ entries",
+            limits.max_srq_wr
+        )));
+    }
+    let srq = SharedReceiveQueue::new(pd, count).map_err(|e| setup_err("create SRQ", e))?;
+    let mr = MemoryRegion::new(
+        pd,
+        count as usize * buffer_size as usize,
+        Access::LOCAL_WRITE,
+    )
+    .map_err(|e| setup_err("register SRQ pool", e))?;
+    let base = std::ptr::NonNull::new(mr.as_ptr())
+        .ok_or_else(|| Error::Setup("rdma SRQ pool is null".into()))?;
+    let lkey = mr.lkey();
+    // SAFETY: the region holds `count * buffer_size` bytes and `keep` (held by every user of
+    // the view: the poller's fabric, each connection and each application handle) keeps it.
+    let pool = unsafe { PoolView::new(base, buffer_size as usize, count) };
+    let shared = SrqShared {
+        srq,
+        pool,
+        lkey,
+        keep: Arc::new(mr),
+    };
+    let all: Vec<u32> = (0..count).collect();
+    shared
+        .post(&all)
+        .map_err(|e| setup_err("post SRQ receives", e))?;
+    Ok(SrqRes {
+        shared,
+        budget: Arc::new(AtomicU32::new(count)),
+    })
 }
 
 struct Device {
@@ -103,6 +174,7 @@ struct Resources {
     cq: Arc<CompletionQueue>,
     limits: DeviceLimits,
     reservation: CqReservation,
+    srq: Option<(SrqShared, SrqReservation)>,
 }
 
 impl RdmaDevices {
@@ -144,7 +216,15 @@ impl RdmaDevices {
 
     /// Finds or creates the device entry for the context of `id` and the CQ of `poller`, and
     /// reserves `entries` CQ entries.
-    fn reserve(&self, id: &CmId, poller: usize, entries: u32) -> Result<Resources, Error> {
+    /// With `srq = Some((pool buffers, credits, buffer size))`, also creates the poller's SRQ
+    /// on this device if needed and reserves `credits` of its buffers.
+    fn reserve(
+        &self,
+        id: &CmId,
+        poller: usize,
+        entries: u32,
+        srq: Option<(u32, u32, u32)>,
+    ) -> Result<Resources, Error> {
         let raw = id.verbs();
         let mut devices = self
             .devices
@@ -182,10 +262,13 @@ impl RdmaDevices {
             *slot = Some(PollerCq {
                 cq,
                 free: Arc::new(AtomicU32::new(n)),
+                srq: None,
             });
         }
+        let pd = Arc::clone(&dev.pd);
+        let limits = dev.limits;
         let pcq = slot
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| Error::Setup("rdma CQ missing".into()))?;
         let got = pcq
             .free
@@ -199,14 +282,50 @@ impl RdmaDevices {
                 pcq.free.load(Ordering::Acquire)
             )));
         }
+        let reservation = CqReservation {
+            free: Arc::clone(&pcq.free),
+            n: entries,
+        };
+        let srq = match srq {
+            None => None,
+            Some((count, credits, buffer_size)) => {
+                if pcq.srq.is_none() {
+                    pcq.srq = Some(create_srq(&pd, &limits, count, buffer_size)?);
+                }
+                let res = pcq
+                    .srq
+                    .as_ref()
+                    .ok_or_else(|| Error::Setup("rdma SRQ missing".into()))?;
+                if res
+                    .budget
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+                        f.checked_sub(credits)
+                    })
+                    .is_err()
+                {
+                    return Err(Error::Setup(format!(
+                        "rdma: poller {poller}'s shared receive queue has {} unpromised buffers, \
+                         a connection needs {credits}; raise rdma_srq or lower the per-connection \
+                         buffer count",
+                        res.budget.load(Ordering::Acquire)
+                    )));
+                }
+                Some((
+                    res.shared.clone(),
+                    SrqReservation {
+                        budget: Arc::clone(&res.budget),
+                        granted: credits,
+                        held: Arc::new(AtomicU32::new(0)),
+                    },
+                ))
+            }
+        };
         Ok(Resources {
-            pd: Arc::clone(&dev.pd),
+            pd,
             cq: Arc::clone(&pcq.cq),
-            limits: dev.limits,
-            reservation: CqReservation {
-                free: Arc::clone(&pcq.free),
-                n: entries,
-            },
+            limits,
+            reservation,
+            srq,
         })
     }
 }
@@ -214,7 +333,10 @@ impl RdmaDevices {
 /// The registered pools of one connection (kept alive by the application's handles too).
 struct Pools {
     tx: MemoryRegion,
-    rx: MemoryRegion,
+    /// Own receive pool (None with an SRQ: the receive pool is then the SRQ's).
+    rx: Option<MemoryRegion>,
+    /// Keeps the SRQ pool alive for the application's views.
+    _srq_pool: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 /// Sizes derived from the engine configuration.
@@ -276,6 +398,8 @@ pub(crate) struct Established {
     /// The poller's CQ for this device: send [`super::RdmaCommand::AttachCq`] before the
     /// connection (the poller ignores a CQ it already polls).
     pub(crate) cq: Arc<CompletionQueue>,
+    /// The poller's SRQ on this device (SRQ mode), sent along with the CQ.
+    pub(crate) srq: Option<SrqShared>,
     /// Device, port, GID index and type rdma_cm chose (for the control thread's log).
     pub(crate) path: Option<PathInfo>,
     /// The peer's address.
@@ -298,13 +422,16 @@ struct Pending {
     id: Arc<CmId>,
     cq: Arc<CompletionQueue>,
     pools: Arc<Pools>,
+    /// SRQ mode: the poller's SRQ and where the connection reports what it still held.
+    srq: Option<(SrqShared, Arc<AtomicU32>)>,
     sizing: Sizing,
     tx_inline: u32,
     gen: u16,
 }
 
 /// Creates pools and the QP (through rdma_cm, on its resolved context) and pre-posts every
-/// receive buffer, before connect/accept.
+/// receive buffer (or, with an SRQ, reserves credits on the poller's pre-posted SRQ), before
+/// connect/accept.
 fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending, Error> {
     if id.verbs().is_null() {
         return Err(Error::Setup(
@@ -313,22 +440,44 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
     }
     let pre = sizing(cfg, None)?;
     let poller = devices.pick_poller()?;
-    let res = devices.reserve(&id, poller.index(), pre.buffers + pre.sq_depth)?;
+    let srq_req = match u32::try_from(cfg.rdma_srq_buffers) {
+        Ok(0) => None,
+        Ok(n) => Some((n, pre.buffers, pre.buffer_size)),
+        Err(_) => {
+            return Err(Error::Setup(format!(
+                "rdma: {} SRQ buffers is too many",
+                cfg.rdma_srq_buffers
+            )))
+        }
+    };
+    let res = devices.reserve(&id, poller.index(), pre.buffers + pre.sq_depth, srq_req)?;
     let sz = sizing(cfg, Some(&res.limits))?;
     let pool_bytes = sz.buffer_size as usize * sz.buffers as usize;
+    let (srq, srq_keep) = match res.srq {
+        Some((shared, reservation)) => {
+            (Some((shared, reservation.held.clone())), Some(reservation))
+        }
+        None => (None, None),
+    };
     let pools = Arc::new(Pools {
         // Send-only memory: no access rights beyond the HCA reading it.
         tx: MemoryRegion::new(&res.pd, pool_bytes, Access::NONE)
             .map_err(|e| setup_err("register send pool", e))?,
         // Receive memory: the HCA writes it.
-        rx: MemoryRegion::new(&res.pd, pool_bytes, Access::LOCAL_WRITE)
-            .map_err(|e| setup_err("register receive pool", e))?,
+        rx: match srq {
+            Some(_) => None,
+            None => Some(
+                MemoryRegion::new(&res.pd, pool_bytes, Access::LOCAL_WRITE)
+                    .map_err(|e| setup_err("register receive pool", e))?,
+            ),
+        },
+        _srq_pool: srq.as_ref().map(|(s, _)| Arc::clone(&s.keep)),
     });
     let qres = QpResources {
         pd: Arc::clone(&res.pd),
         send_cq: Arc::clone(&res.cq),
         recv_cq: Arc::clone(&res.cq),
-        srq: None,
+        srq: srq.as_ref().map(|(s, _)| Arc::clone(&s.srq)),
     };
     let cap = QpCapacity {
         max_send_wr: sz.sq_depth,
@@ -336,9 +485,10 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
         max_inline_data: REQUEST_INLINE,
     };
     let mut attr = qres.init_attr(cap);
-    let keep: Box<dyn Any + Send + Sync> = Box::new((qres.clone(), res.reservation));
-    // SAFETY: the PD and CQ are on `id.verbs()`'s context (the device entry was looked up by
-    // that pointer) and `keep` holds them until the QP is destroyed.
+    // Dropped only after the QP is destroyed: CQ entries and SRQ credits come back then.
+    let keep: Box<dyn Any + Send + Sync> = Box::new((qres.clone(), res.reservation, srq_keep));
+    // SAFETY: the PD, CQ and SRQ are on `id.verbs()`'s context (the device entry was looked
+    // up by that pointer) and `keep` holds them until the QP is destroyed.
     unsafe { id.create_qp(res.pd.as_ptr(), &mut attr, keep) }
         .map_err(|e| setup_err("create QP", e))?;
     let id = Arc::new(id);
@@ -351,36 +501,41 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
         .max_inline_data()
         .min(u32::try_from(cfg.inline_threshold.min(INLINE_MAX)).unwrap_or(0));
     let gen = super::datapath::next_generation();
-    // Pre-post every receive (iWARP needs them before the connection is established; RoCE/IB
-    // need them before the peer's first send anyway).
-    let mut sges: Vec<Sge> = (0..sz.buffers)
-        .map(|i| Sge {
-            // SAFETY: i < buffers: inside the receive region.
-            addr: unsafe { pools.rx.as_ptr().add(i as usize * sz.buffer_size as usize) } as u64,
-            length: sz.buffer_size,
-            lkey: pools.rx.lkey(),
-        })
-        .collect();
-    let mut wrs: Vec<verbs::RecvWr> = (0..sz.buffers).map(|_| verbs::recv_wr_zeroed()).collect();
-    let n = wrs.len();
-    for i in 0..n {
-        wrs[i].wr_id = super::datapath::recv_wr_id(gen, i as u32);
-        wrs[i].sg_list = &mut sges[i];
-        wrs[i].num_sge = 1;
+    if let Some(rx) = &pools.rx {
+        // Pre-post every receive (iWARP needs them before the connection is established;
+        // RoCE/IB need them before the peer's first send anyway).
+        let mut sges: Vec<Sge> = (0..sz.buffers)
+            .map(|i| Sge {
+                // SAFETY: i < buffers: inside the receive region.
+                addr: unsafe { rx.as_ptr().add(i as usize * sz.buffer_size as usize) } as u64,
+                length: sz.buffer_size,
+                lkey: rx.lkey(),
+            })
+            .collect();
+        let mut wrs: Vec<verbs::RecvWr> =
+            (0..sz.buffers).map(|_| verbs::recv_wr_zeroed()).collect();
+        let n = wrs.len();
+        for i in 0..n {
+            wrs[i].wr_id = super::datapath::recv_wr_id(gen, i as u32);
+            wrs[i].sg_list = &mut sges[i];
+            wrs[i].num_sge = 1;
+        }
+        for i in 0..n.saturating_sub(1) {
+            let next: *mut verbs::RecvWr = &mut wrs[i + 1];
+            wrs[i].next = next;
+        }
+        // SAFETY: a valid chain over receive-pool buffers registered with LOCAL_WRITE; `pools`
+        // is kept alive by the connection (and the application's handles) until the QP is
+        // destroyed.
+        unsafe { qp.post_recv(wrs.as_mut_ptr()) }.map_err(|e| setup_err("pre-post receives", e))?;
     }
-    for i in 0..n.saturating_sub(1) {
-        let next: *mut verbs::RecvWr = &mut wrs[i + 1];
-        wrs[i].next = next;
-    }
-    // SAFETY: a valid chain over receive-pool buffers registered with LOCAL_WRITE; `pools` is
-    // kept alive by the connection (and the application's handles) until the QP is destroyed.
-    unsafe { qp.post_recv(wrs.as_mut_ptr()) }.map_err(|e| setup_err("pre-post receives", e))?;
     Ok(Pending {
         poller,
         qp,
         id,
         cq: res.cq,
         pools,
+        srq,
         sizing: sz,
         tx_inline,
         gen,
@@ -406,33 +561,41 @@ fn finish(
     p.id.tune_qp(opts).map_err(|e| setup_err("tune QP", e))?;
     let path = p.id.path_info();
     let sz = p.sizing;
-    let base_tx = std::ptr::NonNull::new(p.pools.tx.as_ptr())
-        .ok_or_else(|| Error::Setup("rdma send pool is null".into()))?;
-    let base_rx = std::ptr::NonNull::new(p.pools.rx.as_ptr())
-        .ok_or_else(|| Error::Setup("rdma receive pool is null".into()))?;
-    // SAFETY: each region is `buffers * buffer_size` bytes, owned by `pools`, which the
-    // connection and every user of the views keep alive (`keep`).
-    let (tx_pool, rx_pool) = unsafe {
-        (
-            PoolView::new(base_tx, sz.buffer_size as usize, sz.buffers),
-            PoolView::new(base_rx, sz.buffer_size as usize, sz.buffers),
-        )
-    };
     if peer.buffer_size != sz.buffer_size {
         return Err(Error::Setup(format!(
             "rdma peer uses {}-byte buffers, this engine {} (both sides need the same pool buffer size)",
             peer.buffer_size, sz.buffer_size
         )));
     }
+    let base_tx = std::ptr::NonNull::new(p.pools.tx.as_ptr())
+        .ok_or_else(|| Error::Setup("rdma send pool is null".into()))?;
+    // SAFETY: the send region is `buffers * buffer_size` bytes, owned by `pools`, which the
+    // connection and every user of the view keep alive (`keep`).
+    let tx_pool = unsafe { PoolView::new(base_tx, sz.buffer_size as usize, sz.buffers) };
+    let (rx_pool, rx_lkey) = match (&p.pools.rx, &p.srq) {
+        (Some(rx), _) => {
+            let base = std::ptr::NonNull::new(rx.as_ptr())
+                .ok_or_else(|| Error::Setup("rdma receive pool is null".into()))?;
+            // SAFETY: as for the send pool.
+            (
+                unsafe { PoolView::new(base, sz.buffer_size as usize, sz.buffers) },
+                rx.lkey(),
+            )
+        }
+        (None, Some((srq, _))) => (srq.pool, srq.lkey),
+        (None, None) => return Err(Error::Setup("rdma receive pool missing".into())),
+    };
     let keep: Arc<dyn Any + Send + Sync> = p.pools.clone();
+    let srq_attach = p.srq.as_ref().map(|(s, _)| s.clone());
     let conn = RdmaConn::new(RdmaConnParts {
         qp: p.qp,
         gen: p.gen,
         tx_pool,
         tx_lkey: p.pools.tx.lkey(),
         rx_pool,
-        rx_lkey: p.pools.rx.lkey(),
+        rx_lkey,
         rx_posted: sz.buffers,
+        srq: p.srq,
         peer_credits: peer.credits,
         peer_buffer_size: peer.buffer_size,
         rx_inline_threshold: u32::try_from(cfg.inline_threshold.min(INLINE_MAX)).unwrap_or(0),
@@ -449,6 +612,7 @@ fn finish(
         keep,
         id: p.id,
         cq: p.cq,
+        srq: srq_attach,
         path,
         peer: peer_addr,
     })
