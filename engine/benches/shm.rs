@@ -184,6 +184,14 @@ fn rate(o: &Opts, size: usize, rx_pollers: &[usize], tx_pollers: &[usize]) -> f6
             }
         }
         let el = t0.elapsed();
+        if std::env::var_os("SPINWIRE_BENCH_DEBUG").is_some() {
+            eprintln!(
+                "receiver {:?}\nreceiver engine {:?}",
+                r.stats(),
+                re.counters()
+            );
+            eprintln!("receiver thread: {}", ctx_switches());
+        }
         drop(r);
         drop(re);
         (n, el, sum)
@@ -205,6 +213,7 @@ fn rate(o: &Opts, size: usize, rx_pollers: &[usize], tx_pollers: &[usize]) -> f6
     stop.store(true, Ordering::Relaxed);
     if std::env::var_os("SPINWIRE_BENCH_DEBUG").is_some() {
         eprintln!("sender {:?}\nsender engine {:?}", t.stats(), te.counters());
+        eprintln!("sender thread: {}", ctx_switches());
     }
     let (n, el, _) = receiver.join().unwrap();
     n as f64 / el.as_secs_f64()
@@ -263,6 +272,16 @@ fn single_thread_rtt(o: &Opts, size: usize) -> f64 {
         while c.try_recv().unwrap().is_none() {}
     }
     t0.elapsed().as_nanos() as f64 / rounds as f64
+}
+
+/// This thread's context switches (diagnostics for `SPINWIRE_BENCH_DEBUG`).
+fn ctx_switches() -> String {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("ctxt_switches"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn main() {
