@@ -122,8 +122,11 @@
 //! for buffer indices and lengths); a violation fails that connection only, with
 //! [`Error::Fabric`] from its methods and an [`Event::Error`]. A peer that closes or dies (its
 //! rendezvous socket hangs up; its segment's closed flag) is reported as [`Error::Disconnected`]
-//! and [`Event::Disconnected`], typically within milliseconds and always within a second; messages
-//! it sent before are still delivered. Every blocking call has a timeout.
+//! and [`Event::Disconnected`] within milliseconds (the control thread wakes on the socket
+//! hang-up; the tests require under a second); messages it sent before are still delivered
+//! first. Every blocking call has a timeout. Each side also bumps a heartbeat word in the segment
+//! every 100 ms (for tooling; liveness is decided by the socket, so a stopped but living peer is
+//! not disconnected).
 //!
 //! # Resource cleanup
 //!
