@@ -236,6 +236,14 @@ impl RdmaDevices {
                 // SAFETY: `raw` comes from rdma_cm (`rdma_cm_id.verbs`).
                 let ctx = unsafe { Context::from_rdma_cm(raw) }
                     .ok_or_else(|| Error::Setup("rdma_cm resolved no known device".into()))?;
+                if ctx.is_iwarp() {
+                    // The protocol returns credits in immediate data, which iWARP lacks.
+                    return Err(Error::Setup(format!(
+                        "rdma device {} is iWARP, which has no SEND_WITH_IMM; spinwire's RDMA \
+                         fabric needs RoCE or InfiniBand",
+                        ctx.name()
+                    )));
+                }
                 let limits = ctx
                     .query_device()
                     .map_err(|e| setup_err("query device", e))?;

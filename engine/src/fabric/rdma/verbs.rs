@@ -256,6 +256,13 @@ impl Context {
         }
     }
 
+    /// Whether the device is iWARP (e.g. soft-iWARP `siw`), which has no immediate data.
+    pub fn is_iwarp(&self) -> bool {
+        // SAFETY: the context and its device are valid while `self` lives.
+        let t = unsafe { (*(*self.raw.as_ptr()).device).transport_type };
+        t == ffi::ibv_transport_type::IBV_TRANSPORT_IWARP
+    }
+
     /// Queries a port's attributes.
     ///
     /// # Errors
