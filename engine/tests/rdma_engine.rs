@@ -569,3 +569,21 @@ fn remote_ping_pong() {
         t0.elapsed()
     );
 }
+
+/// On soft-iWARP (`RXE_VM_RDMA=siw`, device siw0): the fabric refuses the device with a clear
+/// error, since iWARP has no immediate data. Does nothing on other devices.
+#[test]
+fn iwarp_device_is_refused_with_a_clear_error() {
+    let dev = std::env::var("RXE_VM_DEV").unwrap_or_default();
+    if !dev.starts_with("siw") {
+        eprintln!("skipped: not on a soft-iWARP device");
+        return;
+    }
+    let ip = std::env::var("RXE_VM_IP").expect("RXE_VM_IP");
+    let e = engine(256, 8);
+    let ep = format!("rdma://{ip}:20020");
+    let _l = e.listen(&ep).expect("listen");
+    let err = e.connect(&ep).unwrap_err();
+    eprintln!("siw: {err}");
+    assert!(err.to_string().contains("iWARP"), "{err}");
+}
