@@ -302,14 +302,19 @@ fn main() {
         "shm benchmark: cores {:?} ({} RTT samples)",
         o.cores, o.rtt_iters
     );
-    for size in [8usize, 64] {
+    let cost_sizes: &[usize] = if std::env::var_os("SPINWIRE_BENCH_RTT_ONLY").is_some() {
+        &[]
+    } else {
+        &[8, 64]
+    };
+    for &size in cost_sizes {
         let ns = single_thread_cost(&o, size);
         println!(
             "engine cost, both ends on one thread, {size:>4} B: {ns:>6.1} ns/msg ({:.1} M msgs/s)",
             1e3 / ns
         );
     }
-    for size in [8usize, 64] {
+    for &size in cost_sizes {
         let ns = single_thread_rtt(&o, size);
         println!("engine cost per round trip, both ends on one thread, {size:>4} B: {ns:>6.1} ns");
     }
@@ -319,13 +324,21 @@ fn main() {
     let f = floor(&o);
     report("floor: bare cache-line ping-pong", &f, None);
     let fp50 = f.value_at_quantile(0.5);
-    for size in [8usize, 32, 64, 256, 1024] {
+    let rtt_sizes: &[usize] = if std::env::var_os("SPINWIRE_BENCH_RTT_ONLY").is_some() {
+        &[8, 32]
+    } else {
+        &[8, 32, 64, 256, 1024]
+    };
+    for &size in rtt_sizes {
         let h = pingpong(&o, size, &[], &[]);
         report(
             &format!("shm run-to-completion ping-pong {size:>4} B"),
             &h,
             Some(fp50),
         );
+    }
+    if std::env::var_os("SPINWIRE_BENCH_RTT_ONLY").is_some() {
+        return;
     }
     if o.cores.len() >= 4 {
         // Dedicated pollers need their own cores: app threads on cores[0..2], pollers on cores[2..4].
