@@ -145,6 +145,7 @@ pub struct ConnStats {
     pub would_block: u64,
     /// `alloc` calls that found no free buffer.
     pub alloc_failures: u64,
-    /// Messages in flight now (sent, credit not yet returned).
+    /// Messages in flight now (sent, credit not yet returned). Credits are collected lazily
+    /// (shm: once half the window is out), so an idle connection may show a small remainder.
     pub in_flight: u64,
 }
