@@ -1,5 +1,6 @@
-//! loom model checks: every interleaving (up to `LOOM_MAX_PREEMPTIONS` preemptions) of a few
-//! operations per side on tiny rings. Slot accesses are tracked by loom (see `src/primitive.rs`),
+//! loom model checks: every interleaving of a few operations per side on tiny rings (capacities
+//! 1, 2 and 4; 3 rounds up to 4), up to `LOOM_MAX_PREEMPTIONS` preemptions (`scripts/ci/loom.sh`
+//! sets 4). Slot accesses are tracked by loom (see `src/primitive.rs`),
 //! so a missing happens-before edge between a slot write and its read shows up as a loom panic.
 //!
 //! Run with `scripts/ci/loom.sh`.
@@ -122,6 +123,34 @@ fn chunks_fifo() {
                     next += 1;
                 }
                 chunk.release_all();
+            }
+            t.join().unwrap();
+        });
+    }
+}
+
+#[test]
+fn single_pushes_chunked_reads() {
+    for cap in [1, 2] {
+        loom::model(move || {
+            let (mut p, mut c) = RingBuffer::<u32>::new(cap);
+            let t = thread::spawn(move || {
+                for i in 0..3 {
+                    assert!(push_wait(&mut p, i));
+                }
+            });
+            let mut next = 0;
+            while next < 3 {
+                let mut it = c.read_chunk_up_to(2).into_iter();
+                if it.len() == 0 {
+                    drop(it);
+                    thread::yield_now();
+                    continue;
+                }
+                for v in it.by_ref() {
+                    assert_eq!(v, next);
+                    next += 1;
+                }
             }
             t.join().unwrap();
         });

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # loom model checks of the lock-free rings (own target dir: --cfg loom changes every crate).
+# Every interleaving with up to LOOM_MAX_PREEMPTIONS (default 4) preemptions; the models'
+# spin-waits yield to loom, which makes unbounded exploration blow up, so keep a bound.
+# About 10 s on 2 idle cores with the default.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-4}" \
   cargo test -p rings --release --target-dir target/loom --test loom
