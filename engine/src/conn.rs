@@ -157,6 +157,7 @@ pub(crate) fn conn_pair<C>(
         draining: false,
         drain_reason: None,
         drained: false,
+        free_scratch: [0; crate::fabric::FREE_BATCH],
     });
     let parts = ConnParts {
         id,

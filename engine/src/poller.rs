@@ -75,6 +75,8 @@ pub(crate) struct PollerConn<C> {
     pub(crate) drain_reason: Option<FabricError>,
     /// The last receive pass found the fabric empty (it delivered less than the sink's room).
     pub(crate) drained: bool,
+    /// Scratch for [`TxDone`]'s batched buffer returns.
+    pub(crate) free_scratch: [u32; crate::fabric::FREE_BATCH],
 }
 
 /// The poller side of a connection's send buffers: index and length checks.
@@ -99,6 +101,7 @@ impl<C: FabricConn> PollerConn<C> {
             rx_pool,
             shared,
             drained,
+            free_scratch,
             ..
         } = self;
 
@@ -127,7 +130,7 @@ impl<C: FabricConn> PollerConn<C> {
             }
         }
 
-        let mut done = TxDone::new(free, tx_owned);
+        let mut done = TxDone::new(free, tx_owned, free_scratch);
 
         // Send: drain one batch of the application's send ring.
         {

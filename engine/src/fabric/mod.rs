@@ -345,7 +345,7 @@ impl<'a> RxSink<'a> {
 }
 
 /// Freed buffers collected before one batched push into the application's free ring.
-const FREE_BATCH: usize = 32;
+pub(crate) const FREE_BATCH: usize = 32;
 
 /// Where a fabric reports freed send buffers and returned credits.
 ///
@@ -356,7 +356,8 @@ pub struct TxDone<'a> {
     pub(crate) owned: &'a mut [u64],
     pub(crate) credits: u64,
     pub(crate) freed: u64,
-    pending: [u32; FREE_BATCH],
+    /// Collected buffers: scratch owned by the connection (not re-zeroed per cycle).
+    pending: &'a mut [u32; FREE_BATCH],
     npending: usize,
 }
 
@@ -370,13 +371,17 @@ impl core::fmt::Debug for TxDone<'_> {
 }
 
 impl<'a> TxDone<'a> {
-    pub(crate) fn new(free: &'a mut Producer<u32>, owned: &'a mut [u64]) -> TxDone<'a> {
+    pub(crate) fn new(
+        free: &'a mut Producer<u32>,
+        owned: &'a mut [u64],
+        pending: &'a mut [u32; FREE_BATCH],
+    ) -> TxDone<'a> {
         TxDone {
             free,
             owned,
             credits: 0,
             freed: 0,
-            pending: [0; FREE_BATCH],
+            pending,
             npending: 0,
         }
     }
