@@ -142,18 +142,25 @@ impl Bitmap {
     fn new(bits: u32) -> Self {
         Bitmap(vec![0u64; (bits as usize).div_ceil(64)].into_boxed_slice())
     }
-    /// Caller guarantees `i < bits`.
+    /// Callers pass `i < bits` (checked before); out-of-range reads as unset and writes are
+    /// ignored, so there is no panic path.
     #[inline(always)]
     fn get(&self, i: u32) -> bool {
-        self.0[(i / 64) as usize] & (1 << (i % 64)) != 0
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
     #[inline(always)]
     fn set(&mut self, i: u32) {
-        self.0[(i / 64) as usize] |= 1 << (i % 64);
+        if let Some(w) = self.0.get_mut((i / 64) as usize) {
+            *w |= 1 << (i % 64);
+        }
     }
     #[inline(always)]
     fn clear(&mut self, i: u32) {
-        self.0[(i / 64) as usize] &= !(1 << (i % 64));
+        if let Some(w) = self.0.get_mut((i / 64) as usize) {
+            *w &= !(1 << (i % 64));
+        }
     }
 }
 
