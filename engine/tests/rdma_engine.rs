@@ -349,6 +349,8 @@ fn peer_killed_with_sigkill_gives_survivor_a_disconnect_without_hang() {
     rx.recv_timeout(Duration::from_secs(30))
         .expect("child ready");
     let e = engine(256, 8);
+    // A second, in-process connection on the same poller must survive the peer's death.
+    let (other_c, other_s) = pair(&e, &format!("rdma://{ip}:{}", port + 1));
     let c = e
         .connect(&format!("rdma://{ip}:{port}"))
         .expect("connect to child");
@@ -376,6 +378,13 @@ fn peer_killed_with_sigkill_gives_survivor_a_disconnect_without_hang() {
         }
     }
     assert!(saw_event, "a Disconnected/Error event was raised");
+    // The poller and the other connection keep running.
+    for i in 0..20u64 {
+        let p = payload(1 + i as usize * 11, i);
+        send_bytes(&other_c, &p);
+        assert_eq!(&*other_s.recv_timeout(T).expect("other recv"), p.as_slice());
+    }
+    assert!(other_c.is_open() && other_s.is_open());
 }
 
 fn srq_engine(buffer_size: usize, buffers: usize, srq_buffers: usize) -> Engine {
