@@ -190,7 +190,7 @@ fn rate(o: &Opts, size: usize, rx_pollers: &[usize], tx_pollers: &[usize]) -> f6
                 r.stats(),
                 re.counters()
             );
-            eprintln!("receiver thread: {}", ctx_switches());
+            eprintln!("receiver thread: {} cpu {}", ctx_switches(), cpu());
         }
         drop(r);
         drop(re);
@@ -213,7 +213,7 @@ fn rate(o: &Opts, size: usize, rx_pollers: &[usize], tx_pollers: &[usize]) -> f6
     stop.store(true, Ordering::Relaxed);
     if std::env::var_os("SPINWIRE_BENCH_DEBUG").is_some() {
         eprintln!("sender {:?}\nsender engine {:?}", t.stats(), te.counters());
-        eprintln!("sender thread: {}", ctx_switches());
+        eprintln!("sender thread: {} cpu {}", ctx_switches(), cpu());
     }
     let (n, el, _) = receiver.join().unwrap();
     n as f64 / el.as_secs_f64()
@@ -272,6 +272,69 @@ fn single_thread_rtt(o: &Opts, size: usize) -> f64 {
         while c.try_recv().unwrap().is_none() {}
     }
     t0.elapsed().as_nanos() as f64 / rounds as f64
+}
+
+/// Baseline: the shm wire rings alone (no engine), one thread sending inline records, one
+/// receiving; messages per second.
+fn wire_rate(o: &Opts, size: usize) -> f64 {
+    use spinwire::fabric::shm::wire::{Params, Segment};
+    let params = Params {
+        buffer_size: 4096,
+        buffer_count: 16,
+        ring_depth: 512,
+        inline_max: 120,
+    };
+    let (a, fd) = Segment::create(&params).unwrap();
+    let b = Segment::attach(std::os::fd::AsFd::as_fd(&fd), &params).unwrap();
+    let (mut tx, _rx_a) = a.split().unwrap();
+    let (_tx_b, mut rx) = b.split().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let c1 = o.cores[1];
+    let receiver = std::thread::spawn(move || {
+        pin(c1);
+        let mut n = 0u64;
+        let t0 = Instant::now();
+        let mut out = [0u8; 128];
+        while !stop2.load(Ordering::Relaxed) {
+            let mut k = 0;
+            while let Some(d) = rx.poll().unwrap() {
+                rx.copy_inline(&d, &mut out).unwrap();
+                k += 1;
+                if k == 32 {
+                    break;
+                }
+            }
+            if k > 0 {
+                rx.commit();
+                n += k;
+            }
+        }
+        (n, t0.elapsed())
+    });
+    pin(o.cores[0]);
+    let payload = vec![1u8; size];
+    let t0 = Instant::now();
+    let dur = Duration::from_secs_f64(o.rate_secs);
+    let mut i = 0u32;
+    loop {
+        if tx.try_send_inline(&payload, 0).unwrap() {
+            i = i.wrapping_add(1);
+            if i % 4096 == 0 && t0.elapsed() >= dur {
+                break;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (n, el) = receiver.join().unwrap();
+    drop((a, b));
+    n as f64 / el.as_secs_f64()
+}
+
+/// The CPU this thread runs on (diagnostics).
+fn cpu() -> i32 {
+    // SAFETY: sched_getcpu has no preconditions.
+    unsafe { libc::sched_getcpu() }
 }
 
 /// This thread's context switches (diagnostics for `SPINWIRE_BENCH_DEBUG`).
@@ -352,6 +415,13 @@ fn main() {
         }
     } else {
         println!("(dedicated-poller runs need 4 cores in SPINWIRE_BENCH_CORES: 2 app + 2 poller)");
+    }
+    for size in [8usize, 64] {
+        let r = wire_rate(&o, size);
+        println!(
+            "shm wire rings alone (no engine) one-way {size:>4} B  {:>8.2} M msgs/s",
+            r / 1e6
+        );
     }
     for size in [8usize, 64] {
         let r = rate(&o, size, &[], &[]);
