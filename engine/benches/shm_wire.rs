@@ -26,7 +26,12 @@ struct Line(AtomicU64);
 #[repr(align(64))]
 struct Line64([AtomicU64; 8]);
 
+/// Pins the calling thread to the `which`-th core, unless `SHM_WIRE_BENCH_NOPIN` is set (useful
+/// when other pinned spinners share the cores).
 fn pin(which: usize) {
+    if std::env::var_os("SHM_WIRE_BENCH_NOPIN").is_some() {
+        return;
+    }
     if let Some(ids) = core_affinity::get_core_ids() {
         if ids.len() >= 2 {
             core_affinity::set_for_current(ids[which]);
