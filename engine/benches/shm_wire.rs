@@ -215,7 +215,12 @@ fn best_ns(runs: usize, iters: u64, f: impl Fn(u64) -> Duration) -> (f64, f64) {
 }
 
 fn summary(runs: usize, rtt_iters: u64, stream_iters: u64) {
-    println!("shm wire: best (median) of {runs} runs, two threads pinned to cores 0 and 1");
+    let pinning = if std::env::var_os("SHM_WIRE_BENCH_NOPIN").is_some() {
+        "unpinned"
+    } else {
+        "pinned to the first two cores"
+    };
+    println!("shm wire: best (median) of {runs} runs, two threads {pinning}");
     let (bare, bare_med) = best_ns(runs, rtt_iters, bare_rtt);
     println!("  rtt    bare cache line      {bare:8.0} ns ({bare_med:.0})");
     for len in [8usize, 40, 64] {
