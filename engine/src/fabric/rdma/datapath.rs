@@ -30,7 +30,7 @@
 //!   the other connections keep running.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use super::verbs::{
     self, CompletionQueue, QueuePair, RecvWr, SendWr, Sge, SharedReceiveQueue, WcSlot,
@@ -39,6 +39,7 @@ use super::verbs::{
 use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
+use crate::stats::Counter;
 
 /// Completions polled per `ibv_poll_cq` call (a stack array).
 pub const CQ_BURST: usize = 32;
@@ -83,51 +84,25 @@ pub(crate) fn recv_wr_id(gen: u16, buf: u32) -> u64 {
     (u64::from(gen) << WR_GEN_SHIFT) | WR_RECV | u64::from(buf)
 }
 
-/// Process-wide RDMA data-path counters (rare events only: errors, credit messages).
+/// Process-wide RDMA counters: rare events (errors, stale completions), plus the totals of
+/// pollers that are gone. Atomic read-modify-writes, so never bumped per message.
 #[derive(Debug, Default)]
-pub struct RdmaCounters {
-    /// Completions with `IBV_WC_RNR_RETRY_EXC_ERR` (must stay 0: the protocol never causes RNR).
-    pub rnr_errors: AtomicU64,
-    /// Error completions of any status (flushes after a disconnect included).
-    pub completion_errors: AtomicU64,
-    /// Explicit credit messages sent (one-way traffic returning credits).
-    pub credit_messages: AtomicU64,
-    /// Times a connection could not send for lack of peer credits (back-pressure).
-    pub credit_stalls: AtomicU64,
-    /// Completions for connections no longer attached (ignored).
-    pub stale_completions: AtomicU64,
-    /// Messages sent with `IBV_SEND_INLINE`.
-    pub inline_sends: AtomicU64,
-    /// Messages sent from the registered pool (not inline).
-    pub pooled_sends: AtomicU64,
-}
-
-/// Snapshot of [`RdmaCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RdmaStats {
-    /// See [`RdmaCounters::rnr_errors`].
-    pub rnr_errors: u64,
-    /// See [`RdmaCounters::completion_errors`].
-    pub completion_errors: u64,
-    /// See [`RdmaCounters::credit_messages`].
-    pub credit_messages: u64,
-    /// See [`RdmaCounters::credit_stalls`].
-    pub credit_stalls: u64,
-    /// See [`RdmaCounters::stale_completions`].
-    pub stale_completions: u64,
-    /// See [`RdmaCounters::inline_sends`].
-    pub inline_sends: u64,
-    /// See [`RdmaCounters::pooled_sends`].
-    pub pooled_sends: u64,
+struct RdmaCounters {
+    rnr_errors: AtomicU64,
+    completion_errors: AtomicU64,
+    stale_completions: AtomicU64,
+    credit_messages: AtomicU64,
+    credit_stalls: AtomicU64,
+    inline_sends: AtomicU64,
+    pooled_sends: AtomicU64,
 }
 
 static COUNTERS: RdmaCounters = RdmaCounters {
     rnr_errors: AtomicU64::new(0),
     completion_errors: AtomicU64::new(0),
+    stale_completions: AtomicU64::new(0),
     credit_messages: AtomicU64::new(0),
     credit_stalls: AtomicU64::new(0),
-    stale_completions: AtomicU64::new(0),
     inline_sends: AtomicU64::new(0),
     pooled_sends: AtomicU64::new(0),
 };
@@ -137,10 +112,66 @@ fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-/// Snapshot of the process-wide RDMA counters.
+/// Per-poller data-path counters: written only by the thread driving that poller (plain
+/// relaxed load + store, no read-modify-write), read by [`stats`].
+#[derive(Debug, Default)]
+pub(crate) struct PollerRdmaCounters {
+    credit_messages: Counter,
+    credit_stalls: Counter,
+    inline_sends: Counter,
+    pooled_sends: Counter,
+}
+
+impl Drop for PollerRdmaCounters {
+    fn drop(&mut self) {
+        bump(&COUNTERS.credit_messages, self.credit_messages.get());
+        bump(&COUNTERS.credit_stalls, self.credit_stalls.get());
+        bump(&COUNTERS.inline_sends, self.inline_sends.get());
+        bump(&COUNTERS.pooled_sends, self.pooled_sends.get());
+    }
+}
+
+/// Live per-poller counters, for [`stats`].
+static LIVE: Mutex<Vec<Weak<PollerRdmaCounters>>> = Mutex::new(Vec::new());
+
+/// New counters for one poller (control path), registered for [`stats`].
+pub(crate) fn poller_counters() -> Arc<PollerRdmaCounters> {
+    let c = Arc::new(PollerRdmaCounters::default());
+    if let Ok(mut live) = LIVE.lock() {
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&c));
+    }
+    c
+}
+
+/// Snapshot of the process's RDMA data-path counters (all engines, live and gone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RdmaStats {
+    /// Completions with `IBV_WC_RNR_RETRY_EXC_ERR`. Must stay 0: the credits guarantee a posted
+    /// receive for every message, and `rnr_retry = 0` makes any RNR an error, never a stall.
+    pub rnr_errors: u64,
+    /// Error completions of any status (flushes after a disconnect included).
+    pub completion_errors: u64,
+    /// Explicit credit messages sent (one-way traffic returning credits).
+    pub credit_messages: u64,
+    /// Times a batch could not be posted in full for lack of peer credits or send-queue room
+    /// (back-pressure).
+    pub credit_stalls: u64,
+    /// Completions of connections no longer attached to their poller (ignored; shared receive
+    /// buffers among them are re-posted).
+    pub stale_completions: u64,
+    /// Messages sent with `IBV_SEND_INLINE`.
+    pub inline_sends: u64,
+    /// Messages sent from the registered pool (not inline).
+    pub pooled_sends: u64,
+}
+
+/// Snapshot of the process-wide RDMA counters. Control path (takes a lock); call it from
+/// monitoring code, not from a poller.
 pub fn stats() -> RdmaStats {
     let c = &COUNTERS;
-    RdmaStats {
+    let mut s = RdmaStats {
         rnr_errors: c.rnr_errors.load(Ordering::Relaxed),
         completion_errors: c.completion_errors.load(Ordering::Relaxed),
         credit_messages: c.credit_messages.load(Ordering::Relaxed),
@@ -148,7 +179,16 @@ pub fn stats() -> RdmaStats {
         stale_completions: c.stale_completions.load(Ordering::Relaxed),
         inline_sends: c.inline_sends.load(Ordering::Relaxed),
         pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
+    };
+    if let Ok(live) = LIVE.lock() {
+        for p in live.iter().filter_map(Weak::upgrade) {
+            s.credit_messages += p.credit_messages.get();
+            s.credit_stalls += p.credit_stalls.get();
+            s.inline_sends += p.inline_sends.get();
+            s.pooled_sends += p.pooled_sends.get();
+        }
     }
+    s
 }
 
 /// A poller's shared receive queue on one device and its registered pool.
@@ -410,6 +450,8 @@ pub(crate) struct RdmaConnParts {
     /// The poller's shared receive queue (the receive pool is then its pool) and where to
     /// report, when the connection is dropped, how many SRQ buffers it still held.
     pub(crate) srq: Option<(SrqShared, Arc<AtomicU32>)>,
+    /// The counters of the poller that will serve the connection.
+    pub(crate) counters: Arc<PollerRdmaCounters>,
     /// Credits the peer granted us (its posted receives), validated by setup.
     pub(crate) peer_credits: u32,
     /// Largest message the peer can receive (its buffer size), validated by setup.
@@ -479,6 +521,8 @@ pub struct RdmaConn {
     /// SRQ buffers this connection received into and has not re-posted yet.
     srq_held: u32,
     srq_held_out: Option<Arc<AtomicU32>>,
+    /// This connection's poller's counters (written only by that poller).
+    counters: Arc<PollerRdmaCounters>,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -530,6 +574,7 @@ impl RdmaConn {
             srq_held: 0,
             srq_held_out: p.srq.as_ref().map(|(_, h)| Arc::clone(h)),
             srq: p.srq.map(|(s, _)| s),
+            counters: p.counters,
             _keep: p.keep,
         }
     }
@@ -759,7 +804,7 @@ impl RdmaConn {
         self.ctrl_outstanding += 1;
         // SAFETY: a zero-length inline send names no memory.
         unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
-        bump(&COUNTERS.credit_messages, 1);
+        self.counters.credit_messages.add(1);
         Ok(())
     }
 }
@@ -813,7 +858,7 @@ impl FabricConn for RdmaConn {
         let room = self.sq_room().saturating_sub(1) as usize; // keep one for a credit message
         let n = descs.len().min(credits).min(room).min(CHAIN);
         if n < descs.len().min(CHAIN) {
-            bump(&COUNTERS.credit_stalls, 1);
+            self.counters.credit_stalls.add(1);
         }
         if n == 0 {
             return Ok(0);
@@ -885,8 +930,8 @@ impl FabricConn for RdmaConn {
                 inl += 1;
             }
         }
-        bump(&COUNTERS.inline_sends, inl);
-        bump(&COUNTERS.pooled_sends, n as u64 - inl);
+        self.counters.inline_sends.add(inl);
+        self.counters.pooled_sends.add(n as u64 - inl);
         Ok(n)
     }
 

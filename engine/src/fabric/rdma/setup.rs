@@ -13,7 +13,7 @@ use cm::rdma::{
     self as rcm, CmError, CmEventKind, CmId, ConnOptions, FlowParams, PathInfo, RejectReason,
 };
 
-use super::datapath::{RdmaConn, RdmaConnParts, SrqShared};
+use super::datapath::{poller_counters, PollerRdmaCounters, RdmaConn, RdmaConnParts, SrqShared};
 use super::verbs::{
     self, Access, CompletionQueue, Context, DeviceLimits, MemoryRegion, ProtectionDomain,
     QpCapacity, QpResources, QueuePair, Sge, SharedReceiveQueue,
@@ -139,6 +139,8 @@ pub(crate) struct RdmaDevices {
     /// RDMA connections per poller (set up or being set up).
     loads: Arc<[AtomicUsize]>,
     max_per_poller: usize,
+    /// Each poller's RDMA counters (written only by that poller).
+    counters: Vec<Arc<PollerRdmaCounters>>,
 }
 
 /// A connection's place on a poller; gives it back when dropped.
@@ -186,6 +188,7 @@ impl RdmaDevices {
             pollers,
             loads: (0..pollers).map(|_| AtomicUsize::new(0)).collect(),
             max_per_poller,
+            counters: (0..pollers).map(|_| poller_counters()).collect(),
         }
     }
 
@@ -426,6 +429,7 @@ impl std::fmt::Debug for Established {
 /// Resources of a connection being set up, between QP creation and ESTABLISHED.
 struct Pending {
     poller: PollerSlot,
+    counters: Arc<PollerRdmaCounters>,
     qp: QueuePair,
     id: Arc<CmId>,
     cq: Arc<CompletionQueue>,
@@ -538,6 +542,7 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
         unsafe { qp.post_recv(wrs.as_mut_ptr()) }.map_err(|e| setup_err("pre-post receives", e))?;
     }
     Ok(Pending {
+        counters: Arc::clone(&devices.counters[poller.index()]),
         poller,
         qp,
         id,
@@ -596,6 +601,7 @@ fn finish(
     let keep: Arc<dyn Any + Send + Sync> = p.pools.clone();
     let srq_attach = p.srq.as_ref().map(|(s, _)| s.clone());
     let conn = RdmaConn::new(RdmaConnParts {
+        counters: Arc::clone(&p.counters),
         qp: p.qp,
         gen: p.gen,
         tx_pool,
