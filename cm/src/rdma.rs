@@ -35,8 +35,6 @@ use rdma_sys::rdma_cm_event_type as et;
 
 /// IB CM reject reason "invalid service id": nobody listens on that port.
 const IB_CM_REJ_INVALID_SERVICE_ID: i32 = 8;
-/// IB CM reject reason "consumer defined": the peer application rejected.
-const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;
 
 /// Errors of rdma_cm connection management. One variant per failing step; rdma_cm's failure
 /// events map to [`CmError::AddrError`], [`CmError::RouteError`], [`CmError::Unreachable`],
@@ -148,7 +146,10 @@ pub enum CmError {
         status: i32,
     },
     /// REJECTED by the peer.
-    #[error("connection to {addr} rejected by peer (status {status})")]
+    #[error(
+        "connection to {addr} rejected by peer (status {status}{})",
+        RejectReason::decode(private_data).map_or(String::new(), |r| format!(", {r:?}"))
+    )]
     Rejected {
         /// Destination.
         addr: SocketAddr,
@@ -989,11 +990,6 @@ pub fn event_error(ev: &CmEvent, peer: SocketAddr) -> Option<CmError> {
         {
             CmError::NoListener { addr: peer, status }
         }
-        CmEventKind::Rejected
-            if status != IB_CM_REJ_CONSUMER_DEFINED && ev.private_data.is_empty() =>
-        {
-            CmError::NoListener { addr: peer, status }
-        }
         CmEventKind::Rejected => CmError::Rejected {
             addr: peer,
             status,
@@ -1301,6 +1297,46 @@ mod tests {
             assert_eq!(RejectReason::decode(&r.encode()), Some(r));
         }
         assert_eq!(RejectReason::decode(&[0; 8]), None);
+    }
+
+    #[test]
+    fn failure_events_map_to_typed_errors() {
+        let peer: SocketAddr = "10.0.2.15:7471".parse().unwrap();
+        let ev = |kind, status, private_data: &[u8]| CmEvent {
+            kind,
+            id: 0,
+            status,
+            private_data: private_data.to_vec(),
+            new_id: None,
+        };
+        let e = event_error(&ev(CmEventKind::Rejected, 8, &[]), peer).unwrap();
+        assert!(matches!(e, CmError::NoListener { .. }), "{e:?}");
+        assert!(e.to_string().contains("no listener"));
+        let e = event_error(&ev(CmEventKind::Rejected, -libc::ECONNREFUSED, &[]), peer).unwrap();
+        assert!(matches!(e, CmError::NoListener { .. }), "{e:?}");
+        let reason = RejectReason::NoResources.encode();
+        let e = event_error(&ev(CmEventKind::Rejected, 28, &reason), peer).unwrap();
+        assert!(matches!(e, CmError::Rejected { .. }), "{e:?}");
+        assert!(e.to_string().contains("NoResources"), "{e}");
+        let cases = [
+            (CmEventKind::AddrError, "ADDR_ERROR"),
+            (CmEventKind::RouteError, "ROUTE_ERROR"),
+            (CmEventKind::Unreachable, "UNREACHABLE"),
+            (CmEventKind::ConnectError, "CONNECT_ERROR"),
+        ];
+        for (kind, text) in cases {
+            let e = event_error(&ev(kind, -110, &[]), peer).unwrap();
+            assert!(e.to_string().contains(text), "{e}");
+        }
+        assert!(matches!(
+            event_error(&ev(CmEventKind::Disconnected, 0, &[]), peer),
+            Some(CmError::Disconnected)
+        ));
+        assert!(matches!(
+            event_error(&ev(CmEventKind::DeviceRemoval, 0, &[]), peer),
+            Some(CmError::DeviceRemoval)
+        ));
+        assert!(event_error(&ev(CmEventKind::Established, 0, &[]), peer).is_none());
     }
 
     #[test]
