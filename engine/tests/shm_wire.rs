@@ -884,6 +884,96 @@ fn receiver(rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
     assert!(rx.poll().unwrap().is_none());
 }
 
+/// Both directions at once on one thread: interleaves non-blocking send and receive steps until
+/// `n` messages went each way, verifying every received payload.
+fn duplex(tx: &mut TxRing, rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
+    let mut free: Vec<u32> = (0..p.buffer_count).collect();
+    let mut reclaimed = vec![0u32; p.buffer_count as usize];
+    let mut scratch = vec![0u8; p.inline_max as usize];
+    let mut out = vec![0u8; p.inline_max as usize];
+    let (mut sent, mut got, mut idle) = (0u64, 0u64, 0u32);
+    while sent < n || got < n {
+        let mut progress = false;
+        if sent < n {
+            let (len, inline) = expected_len(sent, p);
+            let ok = if inline {
+                fill(sent, &mut scratch[..len]);
+                tx.try_send_inline(&scratch[..len], sent as u32).unwrap()
+            } else {
+                if free.is_empty() {
+                    let k = tx.reclaim(&mut reclaimed).unwrap();
+                    free.extend_from_slice(&reclaimed[..k]);
+                }
+                match free.pop() {
+                    Some(i) => {
+                        fill(sent, &mut tx.buffer_mut(i).unwrap()[..len]);
+                        let ok = tx.try_send_buf(i, len as u32, sent as u32).unwrap();
+                        if !ok {
+                            free.push(i);
+                        }
+                        ok
+                    }
+                    None => false,
+                }
+            };
+            if ok {
+                sent += 1;
+                progress = true;
+            }
+        }
+        if let Some(d) = rx.poll().unwrap() {
+            assert_eq!(d.aux(), got as u32);
+            match d.payload() {
+                RxPayload::Inline { .. } => {
+                    let k = rx.copy_inline(&d, &mut out).unwrap();
+                    verify(got, &out[..k], p, true);
+                }
+                RxPayload::Buffer { index } => {
+                    verify(got, rx.buffer(index, d.len()).unwrap(), p, false);
+                    rx.release(index).unwrap();
+                }
+            }
+            got += 1;
+            progress = true;
+        }
+        if got % 4 == 0 || !progress {
+            rx.commit();
+            rx.publish_releases();
+        }
+        if progress {
+            idle = 0;
+        } else {
+            backoff(&mut idle, deadline, "duplex");
+        }
+    }
+    rx.commit();
+    rx.publish_releases();
+}
+
+#[test]
+fn two_thread_duplex_stress_verified_payloads() {
+    let _g = spin_guard();
+    let p = Params {
+        buffer_size: 256,
+        buffer_count: 4,
+        ring_depth: 16,
+        inline_max: 120,
+    };
+    let Pair {
+        a: _a,
+        b: _b,
+        mut tx_a,
+        mut rx_a,
+        mut tx_b,
+        mut rx_b,
+    } = pair(&p);
+    let n = stress_count() / 4;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let t = std::thread::spawn(move || duplex(&mut tx_b, &mut rx_b, &p, n, deadline));
+    duplex(&mut tx_a, &mut rx_a, &p, n, deadline);
+    t.join().unwrap();
+}
+
 fn stress_count() -> u64 {
     if cfg!(debug_assertions) {
         100_000
