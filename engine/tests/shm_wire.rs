@@ -444,13 +444,19 @@ fn stale_sequence_from_previous_lap_reads_empty() {
     }
     // Slot 0 still holds seq 1 from lap 0: empty, not corrupt.
     assert!(s.rx_b.poll().unwrap().is_none());
-    // But a seq from two laps back cannot be there: corrupt.
-    assert_eq!(peek_u64(&s.a, slot_off(&s.a, Dir::AToB, 0)), 1);
+    assert!(!s.rx_b.has_pending());
+    assert!(s.tx_a.try_send_inline(b"b", 0).unwrap());
+    assert!(s.rx_b.has_pending());
+    assert!(s.rx_b.poll().unwrap().is_some());
+    assert!(!s.rx_b.has_pending());
+    // But a seq from two laps back cannot be there: corrupt (and `has_pending` says so).
+    assert_eq!(peek_u64(&s.a, slot_off(&s.a, Dir::AToB, 1)), 2);
     poke_u64(
         &s.a,
-        slot_off(&s.a, Dir::AToB, 0),
-        1 + u64::from(p.ring_depth) * 2,
+        slot_off(&s.a, Dir::AToB, 1),
+        2 + u64::from(p.ring_depth) * 2,
     );
+    assert!(s.rx_b.has_pending());
     assert_eq!(corrupt_field(s.rx_b.poll()), Field::DescSeq);
 }
 

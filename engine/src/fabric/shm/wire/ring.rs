@@ -678,6 +678,21 @@ impl RxRing {
         self.held_count
     }
 
+    /// Cheap check before [`RxRing::poll`]: `false` only if the next slot certainly holds no new
+    /// record (its `seq` is the stale value of an empty slot). Anything else — a record, or a value
+    /// `poll` will reject as corrupt — returns `true`. One load; lets a poller skip its receive
+    /// set-up on idle connections.
+    #[inline]
+    pub fn has_pending(&self) -> bool {
+        let pos = self.read;
+        let seq = self.ring.u64_at(pos, slot::SEQ).load(Ordering::Acquire);
+        if seq == pos + 1 {
+            return true;
+        }
+        let stale = (pos + 1).saturating_sub(self.ring.depth);
+        !(seq == stale || (stale != 0 && seq == stale | CONT_BIT))
+    }
+
     /// Polls the next record: `Ok(None)` if none is published yet. On `Ok(Some(desc))` the read
     /// position advances past the record (its slots stay reserved until [`RxRing::commit`]);
     /// a buffer descriptor marks the buffer held by the receiver.
