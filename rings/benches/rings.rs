@@ -187,31 +187,43 @@ impl Spsc for ArrayQ {
     }
 }
 
+/// The machine's cores, listed once before any thread is pinned (`get_core_ids` lists the
+/// calling thread's affinity mask, so a thread spawned by an already pinned thread would only
+/// see that one core).
+static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+
 /// Pins the calling thread to core `index` if the machine has it.
 fn pin(index: usize) {
-    if let Some(core) = core_affinity::get_core_ids().and_then(|ids| ids.get(index).copied()) {
+    let cores = CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default());
+    if let Some(&core) = cores.get(index) {
         core_affinity::set_for_current(core);
     }
 }
 
-/// Starts `producer(p)` on a thread pinned to core 0, pins this thread to core 1, starts the
-/// clock, releases the producer and runs `consumer`. Returns the time `consumer` took and the
+/// Starts `producer(p)` on a thread pinned to core 0, pins this thread to core 1, waits until
+/// the producer thread runs, starts the clock, releases the producer and runs `consumer`. Returns the time `consumer` took and the
 /// producer thread, for the caller to stop (if needed) and join.
 fn two_threads<P: Send + 'static>(
     p: P,
     producer: fn(P),
     consumer: impl FnOnce(),
 ) -> (Duration, thread::JoinHandle<()>) {
+    let ready = Arc::new(AtomicBool::new(false));
     let go = Arc::new(AtomicBool::new(false));
-    let go2 = go.clone();
+    let (ready2, go2) = (ready.clone(), go.clone());
     let t = thread::spawn(move || {
         pin(0);
+        ready2.store(true, Ordering::Release);
         while !go2.load(Ordering::Acquire) {
             std::hint::spin_loop();
         }
         producer(p);
     });
     pin(1);
+    // Thread start-up and migration to core 0 stay outside the measurement.
+    while !ready.load(Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
     let start = Instant::now();
     go.store(true, Ordering::Release);
     consumer();
@@ -391,6 +403,7 @@ macro_rules! compare {
 }
 
 fn main() {
+    pin(1); // lists the cores (see `CORES`) while this thread may still run anywhere
     let mut c = Criterion::default().sample_size(20).configure_from_args();
     compare!(c, "throughput_single", throughput_single, [
         "rings" => Ours,

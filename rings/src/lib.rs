@@ -61,6 +61,13 @@
 //! assert!(consumer.is_abandoned());
 //! ```
 //!
+//! # Capacity
+//!
+//! Capacities are powers of two: [`RingBuffer::new`] rounds the requested capacity up (`5`
+//! becomes `8`), so a slot is found with one AND. Capacity `0` is rejected: [`RingBuffer::new`]
+//! panics with a message, [`RingBuffer::try_new`] returns [`CapacityError::Zero`] (and
+//! [`CapacityError::TooLarge`] where `new` would panic on overflow).
+//!
 //! # Threading
 //!
 //! * The producer owns the *tail* index and the consumer owns the *head* index. Each index lives
