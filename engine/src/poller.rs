@@ -106,7 +106,9 @@ impl<C: FabricConn> PollerConn<C> {
         } = self;
 
         // Receive: at most `batch`, and no more than the application's ring can take.
-        {
+        if !fabric.rx_pending() {
+            *drained = true;
+        } else {
             let mut chunk = rx.write_chunk_uninit_up_to(batch);
             if chunk.is_empty() {
                 counters.rx_ring_full.add(1);

@@ -122,6 +122,14 @@ pub trait FabricConn: Send + 'static {
         let _ = slot;
     }
 
+    /// Cheap hint: `false` when there is certainly nothing to receive, so the poller can skip
+    /// setting up a receive pass (shm: one load of the next slot's sequence word). A fabric that
+    /// cannot tell returns `true` (the default).
+    #[inline]
+    fn rx_pending(&mut self) -> bool {
+        true
+    }
+
     /// Delivers received messages into `sink`, at most [`RxSink::room`], and returns how many.
     ///
     /// # Errors

@@ -104,6 +104,11 @@ impl ShmConn {
 
 impl FabricConn for ShmConn {
     #[inline]
+    fn rx_pending(&mut self) -> bool {
+        self.rx.has_pending()
+    }
+
+    #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         let mut n = 0;
         while sink.room() > 0 {
