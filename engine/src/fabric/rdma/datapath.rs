@@ -501,6 +501,8 @@ pub struct RdmaConn {
     peer_credits: u32,
     /// Credits kept for explicit credit messages.
     reserve: u32,
+    /// Messages sent whose credit has not come back (validates the peer's returns).
+    uncredited: u64,
     /// Credit messages sent whose credits have not come back yet (not the engine's).
     ctrl_outstanding: u64,
     /// Credits to report to the engine at the next `reclaim`.
@@ -561,6 +563,7 @@ impl RdmaConn {
             held: Fifo::new(p.tx_pool.count() as usize),
             peer_credits: p.peer_credits,
             reserve,
+            uncredited: 0,
             ctrl_outstanding: 0,
             engine_credits: 0,
             rx_pool: p.rx_pool,
@@ -655,6 +658,14 @@ impl RdmaConn {
         if credits == 0 {
             return;
         }
+        // A peer can only return credits for messages we sent it.
+        if u64::from(credits) > self.uncredited {
+            self.error = Some(FabricError::Protocol(
+                "peer returned more credits than messages it received",
+            ));
+            return;
+        }
+        self.uncredited -= u64::from(credits);
         self.peer_credits = self.peer_credits.saturating_add(credits);
         // Credits first cover our own credit messages, then the engine's data messages.
         let mut n = u64::from(credits);
@@ -801,6 +812,7 @@ impl RdmaConn {
         self.fill_send(&mut wr, &mut sge, out);
         wr.sg_list = std::ptr::null_mut();
         self.peer_credits -= 1;
+        self.uncredited += 1;
         self.ctrl_outstanding += 1;
         // SAFETY: a zero-length inline send names no memory.
         unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
@@ -914,6 +926,7 @@ impl FabricConn for RdmaConn {
             w.next = next;
         }
         self.peer_credits -= n as u32;
+        self.uncredited += n as u64;
         // SAFETY: `n` chained, initialised WRs whose scatter entries live in `sges` until the call
         // returns. Inline payloads are copied by the call. Non-inline buffers are send-pool
         // buffers (the poller validated the indices) in the pool's registered region; the engine
