@@ -596,3 +596,61 @@ fn iwarp_device_is_refused_with_a_clear_error() {
     eprintln!("siw: {err}");
     assert!(err.to_string().contains("iWARP"), "{err}");
 }
+
+#[test]
+fn two_way_flood_with_few_buffers_never_deadlocks() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    // 4 buffers: one credit is held back for credit messages, so both sides flooding each
+    // other at once is the case that would deadlock without that reserve.
+    let e = engine(128, 4);
+    let ep = format!("rdma://{ip}:20012");
+    let (a, b) = pair(&e, &ep);
+    let total = 800u64;
+    let mut sent = [0u64; 2];
+    let mut got = [0u64; 2];
+    let ends = [&a, &b];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while got[0] < total || got[1] < total {
+        assert!(
+            Instant::now() < deadline,
+            "stalled: sent {sent:?}, received {got:?}"
+        );
+        for side in 0..2 {
+            let c = ends[side];
+            // Send a burst...
+            for _ in 0..3 {
+                if sent[side] == total {
+                    break;
+                }
+                let Ok(mut buf) = c.alloc() else { break };
+                let seq = sent[side];
+                buf.copy_from(&payload(
+                    1 + seq as usize % 128,
+                    seq + side as u64 * 1_000_000,
+                ))
+                .unwrap();
+                match c.send(buf) {
+                    Ok(()) => sent[side] += 1,
+                    Err(SendError::WouldBlock(_)) => break,
+                    Err(err) => panic!("send: {err}"),
+                }
+            }
+            c.flush();
+            // ...and take at most one message.
+            if let Some(m) = c.try_recv().expect("recv") {
+                let seq = got[side];
+                let from = 1 - side as u64;
+                assert_eq!(
+                    &*m,
+                    payload(1 + seq as usize % 128, seq + from * 1_000_000).as_slice(),
+                    "side {side} message {seq}"
+                );
+                got[side] += 1;
+            }
+        }
+    }
+    let after = rdma::stats();
+    assert_eq!(after.rnr_errors, before.rnr_errors, "no RNR");
+    assert_eq!(after.completion_errors, before.completion_errors);
+}
