@@ -331,6 +331,67 @@ fn wire_rate(o: &Opts, size: usize) -> f64 {
     n as f64 / el.as_secs_f64()
 }
 
+/// Dedicated poller on a 2-core machine without oversubscription: one application thread
+/// (core 0) owns both ends of a connection whose engine has one poller pinned to core 1. A round
+/// trip crosses between application thread and poller four times (send, deliver, echo, deliver),
+/// against two core-to-core transfers in the inline ping-pong.
+fn dedicated_loop_rtt(o: &Opts, size: usize) -> Histogram<u64> {
+    pin(o.cores[0]);
+    let e = engine(&[o.cores[1]]);
+    let (s, c) = pair(&format!("dedrtt{size}"), &e, &e);
+    let payload = vec![5u8; size];
+    let mut buf = vec![0u8; size];
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    for i in 0..o.rtt_iters + o.warmup {
+        let t = Instant::now();
+        send_spin(&c, &payload);
+        let m = s.recv_timeout(Duration::from_secs(10)).unwrap();
+        buf.copy_from_slice(&m);
+        drop(m);
+        send_spin(&s, &buf);
+        let m = c.recv_timeout(Duration::from_secs(10)).unwrap();
+        drop(m);
+        let ns = t.elapsed().as_nanos() as u64;
+        if i >= o.warmup {
+            let _ = h.record(ns);
+        }
+    }
+    h
+}
+
+/// Dedicated poller throughput on 2 cores: the application thread (core 0) sends batches on one
+/// end and drains them on the other; the poller (core 1) moves every message twice.
+fn dedicated_loop_rate(o: &Opts, size: usize) -> f64 {
+    pin(o.cores[0]);
+    let e = engine(&[o.cores[1]]);
+    let (r, t) = pair(&format!("dedrate{size}"), &e, &e);
+    let payload = vec![3u8; size];
+    let dur = Duration::from_secs_f64(o.rate_secs);
+    let t0 = Instant::now();
+    let (mut sent, mut got) = (0u64, 0u64);
+    while t0.elapsed() < dur {
+        for _ in 0..64 {
+            match t.alloc() {
+                Ok(mut b) => {
+                    b.copy_from(&payload).unwrap();
+                    if t.send(b).is_ok() {
+                        sent += 1;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        while let Some(m) = r.try_recv().unwrap() {
+            got += u64::from(m[0] > 0);
+        }
+    }
+    while got < sent {
+        let _m = r.recv_timeout(Duration::from_secs(10)).unwrap();
+        got += 1;
+    }
+    got as f64 / t0.elapsed().as_secs_f64()
+}
+
 /// The CPU this thread runs on (diagnostics).
 fn cpu() -> i32 {
     // SAFETY: sched_getcpu has no preconditions.
@@ -414,7 +475,15 @@ fn main() {
             );
         }
     } else {
-        println!("(dedicated-poller runs need 4 cores in SPINWIRE_BENCH_CORES: 2 app + 2 poller)");
+        for size in [8usize, 64] {
+            let h = dedicated_loop_rtt(&o, size);
+            report(
+                &format!("shm dedicated poller, 1 app thread {size:>4} B"),
+                &h,
+                Some(fp50),
+            );
+        }
+        println!("(2 cores: the dedicated-poller ping-pong above has 4 app<->poller hops per round trip; give 4 cores in SPINWIRE_BENCH_CORES for 2 app threads + 2 pollers)");
     }
     for size in [8usize, 64] {
         let r = wire_rate(&o, size);
@@ -427,6 +496,13 @@ fn main() {
         let r = rate(&o, size, &[], &[]);
         println!(
             "shm run-to-completion one-way {size:>4} B  {:>8.2} M msgs/s",
+            r / 1e6
+        );
+    }
+    for size in [8usize, 64] {
+        let r = dedicated_loop_rate(&o, size);
+        println!(
+            "shm dedicated poller, 1 app thread, one-way {size:>4} B  {:>8.2} M msgs/s",
             r / 1e6
         );
     }

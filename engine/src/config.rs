@@ -262,13 +262,14 @@ impl EngineBuilder {
             }
             seen.push(core);
         }
-        if !c.pollers.is_empty() {
-            let allowed = core_affinity::get_core_ids().unwrap_or_default();
-            for &core in &c.pollers {
-                if !allowed.iter().any(|id| id.id == core) {
-                    return Err(Error::BadCore { core });
-                }
-            }
+        // Only the range is checked here: the calling thread's own affinity (it may be pinned
+        // already) says nothing about other cores. A core this process may not use (cpuset)
+        // fails when the poller thread pins itself, also as `BadCore`.
+        // SAFETY: sysconf has no preconditions.
+        let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        let configured = usize::try_from(configured).unwrap_or(0).max(1);
+        if let Some(&core) = c.pollers.iter().find(|&&core| core >= configured) {
+            return Err(Error::BadCore { core });
         }
         let inline_threshold = c
             .inline_threshold

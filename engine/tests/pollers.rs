@@ -107,3 +107,32 @@ fn connections_spread_over_several_pollers() {
         u64::from(ROUNDS) * CONNS as u64
     );
 }
+
+#[test]
+fn pollers_may_use_cores_the_building_thread_is_not_pinned_to() {
+    let _g = serial();
+    let cores: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    if cores.len() < 2 {
+        eprintln!("skipped: needs two cores");
+        return;
+    }
+    let (first, last) = (cores[0], cores[cores.len() - 1]);
+    // Build from a thread pinned to `first`; the poller goes to `last`.
+    let engine = std::thread::spawn(move || {
+        assert!(core_affinity::set_for_current(core_affinity::CoreId {
+            id: first
+        }));
+        Engine::builder()
+            .pollers(&[last])
+            .idle(IdleStrategy::backoff())
+            .build()
+    })
+    .join()
+    .unwrap()
+    .expect("poller on another core");
+    assert_eq!(engine.counters().pollers[0].core, Some(last));
+}
