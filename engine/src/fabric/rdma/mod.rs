@@ -9,9 +9,32 @@
 //!   (inline when they fit), re-posts receive buffers in chains, and returns credits in the
 //!   immediate data or, for one-way traffic, in explicit credit messages.
 //!
+//! - `control` (control thread): rdma_cm listeners, each connection's event channel
+//!   (DISCONNECTED, DEVICE_REMOVAL), hand-over to the poller that owns the connection's CQ.
+//!
+//! # Using it
+//!
+//! Endpoints are `rdma://host:port`, where `host` is an address of an RDMA device (RoCE or
+//! InfiniBand; iWARP devices are refused because they have no immediate data). Both sides must
+//! use the same pool buffer size. Each connection pre-posts `pool`'s buffer count of receives
+//! and grants that many credits; [`EngineBuilder::rdma_srq`](crate::EngineBuilder::rdma_srq)
+//! switches to one shared receive queue per poller and device instead (credits are then
+//! reserved from the SRQ's pool, and a connection that does not fit is refused). Receive
+//! buffers an application still holds when its connection dies are not returned to a shared
+//! pool (they stay unpromised, so credits never over-commit it). `SPINWIRE_RDMA_LOG=1` makes
+//! the control thread print the device, port and GID index/type rdma_cm chose per connection.
+//! [`stats`] reports RNR errors (always 0 unless something is broken), error completions and
+//! credit messages.
+//!
+//! # Building and testing
+//!
 //! Building needs libibverbs-dev, librdmacm-dev and libclang-dev; on Debian 12 that is
 //! libclang 14 (rdma-sys 0.3's bindgen fails with libclang >= 16; `engine/build.rs` checks this
-//! and names the missing package).
+//! and names the missing package). The default build (no `rdma` feature) needs none of them.
+//!
+//! The tests (`engine/tests/rdma_*.rs`) need a real RDMA stack: `scripts/ci/rdma-vm.sh` builds
+//! them on the host and runs them inside a Soft-RoCE qemu VM with `--test-threads=1`; outside
+//! the VM (no `RXE_VM_IP`) they print that they were skipped.
 
 pub(crate) mod control;
 pub mod datapath;
