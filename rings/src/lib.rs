@@ -550,21 +550,6 @@ impl<T> Consumer<T> {
         }
     }
 
-    /// Called when the ring looks empty, right before re-reading `tail`: the next item will
-    /// land in `head`'s slot, so start pulling that cache line in now. When the producer has
-    /// just published, the slot miss then overlaps the `tail` miss instead of following it (the
-    /// slot read would otherwise only issue once the `tail` load resolved and the mispredicted
-    /// "empty" branch was undone). This is what brings ping-pong RTT towards the bare
-    /// cache-line round trip (see `benches/rings.rs`).
-    ///
-    /// Only `pop` does this. The chunk claims do not: a consumer polling an empty ring with
-    /// prefetches would keep pulling the line the producer is filling with a batch back into its
-    /// own cache, making the producer re-acquire it for every store.
-    #[inline(always)]
-    fn prefetch_head_slot(&self) {
-        primitive::prefetch_read(self.buf.wrapping_add(self.head & self.mask));
-    }
-
     /// Releases the `n` oldest slots, whose items the caller has moved out or dropped.
     #[inline(always)]
     fn publish(&mut self, n: usize) {
@@ -581,10 +566,11 @@ impl<T> Consumer<T> {
     /// [`PopError::Empty`] if the ring is empty.
     #[inline]
     pub fn pop(&mut self) -> Result<T, PopError> {
-        if self.head == self.cached_tail && {
-            self.prefetch_head_slot();
-            self.refresh_len() == 0
-        } {
+        // No prefetch of `head`'s slot on the empty path: it was tried (PREFETCHT0 before the
+        // `tail` reload). On the 2-core CI VM it cut ping-pong RTT by ~20% but cut two-thread
+        // single-item throughput by ~2x, because a polling consumer keeps pulling back the line
+        // the producer is filling.
+        if self.head == self.cached_tail && self.refresh_len() == 0 {
             return Err(PopError::Empty);
         }
         let slot = self.head & self.mask;
