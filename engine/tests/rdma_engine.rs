@@ -244,7 +244,20 @@ fn clean_disconnect_from_either_side() {
         assert_eq!(&*m, b"last words");
         drop(m);
         let (closer, survivor) = if client_closes { (c, s) } else { (s, c) };
+        // Messages queued right before closing are still delivered, then the disconnect.
+        for i in 0..5u8 {
+            let mut b = closer.alloc_timeout(T).expect("alloc");
+            b.copy_from(&[i; 16]).unwrap();
+            closer
+                .send_timeout(b, T)
+                .map_err(|e| e.to_string())
+                .expect("send");
+        }
         drop(closer);
+        for i in 0..5u8 {
+            let m = survivor.recv_timeout(T).expect("queued message");
+            assert_eq!(&*m, &[i; 16]);
+        }
         let err = wait_down(&survivor);
         assert!(matches!(err, Error::Disconnected), "got {err:?}");
         assert!(!survivor.is_open());

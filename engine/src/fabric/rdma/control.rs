@@ -9,6 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use rings::{Consumer, Producer, PushError};
 
@@ -76,8 +77,16 @@ struct ConnRec {
     _slot: setup::PollerSlot,
     shared: Arc<ConnShared>,
     id: Arc<cm::rdma::CmId>,
+    /// Still registered with its poller (no `Retired` notice yet).
     live: bool,
+    /// Being closed since then: disconnected once the poller retired it (after posting what
+    /// the application queued) or after [`CLOSE_GRACE`].
+    closing: Option<Instant>,
 }
+
+/// Longest a closing connection waits for its poller before it is disconnected anyway (in
+/// run-to-completion mode the poller runs only when the application polls).
+const CLOSE_GRACE: Duration = Duration::from_millis(100);
 
 /// What the RDMA backend needs from the engine's backend for one call.
 pub(crate) struct Ctx<'a> {
@@ -192,6 +201,7 @@ impl RdmaBackend {
                 shared: parts.shared.clone(),
                 id: cm_id,
                 live: true,
+                closing: None,
             },
         );
         ctx.counters
@@ -213,17 +223,32 @@ impl RdmaBackend {
 
     /// Tears down connection `id`'s setup side; false if it is not an RDMA connection.
     pub(crate) fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
-        let Some(rec) = self.conns.remove(&id) else {
+        let Some(rec) = self.conns.get_mut(&id) else {
             return false;
         };
-        if rec.live {
-            self.links[rec.poller].send(Command::Remove(id));
+        if rec.closing.is_some() {
+            return true;
         }
-        setup::close(&rec.id);
+        rec.closing = Some(Instant::now());
         ctx.counters
             .connections_closed
             .fetch_add(1, Ordering::Relaxed);
+        if rec.live {
+            // Disconnect once the poller has retired it: its last service posts what the
+            // application queued before closing.
+            let poller = rec.poller;
+            self.links[poller].send(Command::Remove(id));
+        } else {
+            self.finish_close(id);
+        }
         true
+    }
+
+    /// Disconnects and forgets connection `id` (its QP and pools go when the last handle does).
+    fn finish_close(&mut self, id: u64) {
+        if let Some(rec) = self.conns.remove(&id) {
+            setup::close(&rec.id);
+        }
     }
 
     fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64) {
@@ -258,23 +283,31 @@ impl RdmaBackend {
     fn on_notice(&mut self, ctx: &mut Ctx<'_>, n: Notice<RdmaConn>) {
         let Notice::Retired { conn, error } = n;
         let id = conn.id;
-        if let Some(rec) = self.conns.get_mut(&id) {
+        let closing = self.conns.get_mut(&id).map(|rec| {
             rec.live = false;
-        }
-        match error {
-            Some(FabricError::PeerClosed) => {
+            rec.closing.is_some()
+        });
+        match (closing, error) {
+            // Already closed and disconnected (reported then).
+            (None, _) => {}
+            // Closed by the application or after the peer's DISCONNECTED: retired now.
+            (Some(true), _) => self.finish_close(id),
+            (Some(false), Some(FabricError::PeerClosed)) => {
                 conn.shared.disconnect();
                 ctx.event(Event::Disconnected { conn: id });
                 self.drop_conn(ctx, id);
             }
-            Some(e) => {
+            (Some(false), Some(e)) => {
                 ctx.event(Event::Error {
                     conn: Some(id),
                     error: Error::Fabric(e),
                 });
                 self.drop_conn(ctx, id);
             }
-            None => {}
+            // Retired without being asked (not expected): close it.
+            (Some(false), None) => {
+                self.drop_conn(ctx, id);
+            }
         }
         // The poller half (QP handle, pools) is released here, on the control thread.
         drop(conn);
@@ -287,6 +320,20 @@ impl RdmaBackend {
             while let Ok(n) = self.links[pi].notices.pop() {
                 self.on_notice(ctx, n);
             }
+        }
+        // Closing connections whose poller has not retired them in time.
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.closing
+                    .is_some_and(|t| now.duration_since(t) >= CLOSE_GRACE)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in late {
+            self.finish_close(id);
         }
     }
 
@@ -330,8 +377,11 @@ impl RdmaBackend {
                     match status {
                         ConnStatus::Alive => {}
                         ConnStatus::Disconnected => {
-                            if let Some(c) = self.conns.get(&id) {
-                                c.shared.disconnect();
+                            match self.conns.get(&id) {
+                                // Closing anyway: the peer just answered our disconnect.
+                                Some(c) if c.closing.is_some() => continue,
+                                Some(c) => c.shared.disconnect(),
+                                None => continue,
                             }
                             ctx.event(Event::Disconnected { conn: id });
                             self.drop_conn(ctx, id);
@@ -366,5 +416,10 @@ impl RdmaBackend {
         }
         self.listeners.clear();
         self.drain_notices(ctx);
+        // The pollers are stopped by now: disconnect whatever is left.
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.finish_close(id);
+        }
     }
 }
