@@ -30,8 +30,16 @@ const MAX_CQ_ENTRIES: u32 = 1 << 16;
 /// [`INLINE_MAX`] bytes; the provider may grant more, and we read back what it granted).
 const REQUEST_INLINE: u32 = INLINE_MAX as u32;
 
-fn setup_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Setup(format!("rdma {what}: {e}"))
+/// An [`Error::Setup`] naming the step, the error and its causes (errno text included).
+fn setup_err(what: &str, e: impl std::error::Error) -> Error {
+    let mut msg = format!("rdma {what}: {e}");
+    let mut source = e.source();
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    Error::Setup(msg)
 }
 
 /// A share of a CQ's entries, returned when the connection's QP is gone.
