@@ -53,7 +53,7 @@ pub(crate) const IMM_CREDIT_ONLY: u32 = 1 << 31;
 /// Largest credit count one immediate can carry.
 pub(crate) const IMM_CREDITS_MAX: u32 = IMM_CREDIT_ONLY - 1;
 
-// wr_id layout: connection generation (16 bits) | receive flag (1 bit) | value (47 bits: buffer
+// wr_id layout: connection generation (16 bits) | receive flag | SRQ flag | value (46 bits: buffer
 // index of a receive, sequence number of a send). Completions are matched to connections by QP
 // number; the generation rejects completions of an earlier QP that reused the number.
 const WR_GEN_SHIFT: u32 = 48;
@@ -582,7 +582,7 @@ impl RdmaConn {
         }
     }
 
-    /// Whether `wr_id` belongs to this connection (slot and generation match).
+    /// Whether `wr_id` belongs to this connection (its generation, or a shared SRQ buffer).
     #[inline]
     fn owns(&self, wr_id: u64) -> bool {
         if wr_id & WR_SRQ != 0 {
@@ -645,7 +645,7 @@ impl RdmaConn {
             }
         } else {
             // A signalled send: it and every earlier send of this QP are complete. Rebuild the
-            // full sequence from the 39 bits carried.
+            // full sequence from the 46 bits carried.
             let low = value;
             let back = (self.sq_posted.wrapping_sub(1).wrapping_sub(low)) & WR_VALUE_MASK;
             let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
