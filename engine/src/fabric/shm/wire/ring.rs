@@ -24,6 +24,15 @@
 //! a power of two) with a tail (written by the receiver, published in batches by
 //! [`RxRing::publish_releases`]) and a head (written by the sender in [`TxRing::reclaim`]).
 //!
+//! # Performance
+//! `cargo bench -p spinwire --bench shm_wire` compares the ring with bare cache-line transfers in
+//! the same run. Best of 30 short runs on the 2-core development VM (shared with other builds, so
+//! medians were far worse and unreliable): ping-pong RTT bare cache line 260-290 ns; ring inline
+//! 8 B 309 ns (1.17x), 40 B 287 ns, 64 B (two slots) 335 ns (1.27x). One-way streaming: bare 64-B
+//! lines 72-85 M/s; ring inline 8 B up to 43 M msgs/s, 64 B up to 39 M msgs/s (two slots per
+//! message, i.e. about 78 M lines/s). Single-thread cost of send + poll + copy-out: about 8 ns
+//! (8 B) to 18 ns (64 B).
+//!
 //! # Validation
 //! Every word read from the peer is checked before use; a bad one yields
 //! [`WireError::Corrupt`]. Both sides keep a private bitmap of buffer ownership, so a buffer the
