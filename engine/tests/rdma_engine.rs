@@ -667,3 +667,28 @@ fn two_way_flood_with_few_buffers_never_deadlocks() {
     assert_eq!(after.rnr_errors, before.rnr_errors, "no RNR");
     assert_eq!(after.completion_errors, before.completion_errors);
 }
+
+#[test]
+fn mismatched_or_too_small_pools_are_refused_clearly() {
+    let Some(ip) = vm_ip() else { return };
+    let server = engine(256, 8);
+    let ep = format!("rdma://{ip}:20013");
+    let _l = server.listen(&ep).expect("listen");
+    // Different buffer size: the listener rejects with a reason.
+    let client = engine(512, 8);
+    let err = client.connect(&ep).unwrap_err();
+    let src = std::error::Error::source(&err)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    eprintln!("mismatch: {err}: {src}");
+    assert!(matches!(err, Error::Connect { .. }), "got {err:?}");
+    assert!(src.contains("BadParams"), "{src}");
+    let ev = server.event_timeout(T).expect("server event");
+    assert!(matches!(ev, Event::Error { conn: None, .. }), "got {ev:?}");
+    // Too few buffers for the credit protocol: refused before connecting.
+    let tiny = engine(256, 2);
+    let err = tiny.connect(&ep).unwrap_err();
+    eprintln!("tiny: {err}");
+    assert!(matches!(err, Error::Setup(_)), "got {err:?}");
+    assert!(err.to_string().contains("buffers per connection"), "{err}");
+}

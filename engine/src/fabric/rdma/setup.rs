@@ -22,6 +22,11 @@ use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
 use crate::error::Error;
 
+/// Fewest receive buffers (credits) per connection. With one credit held back for credit
+/// messages and credits returned at half the window, smaller windows would make two idle peers
+/// bounce credit messages at each other.
+pub(crate) const MIN_CREDITS: u32 = 4;
+
 /// How long the listening side waits for ESTABLISHED after accepting (control thread).
 pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest CQ created per (device, poller).
@@ -375,10 +380,10 @@ fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> 
         })?;
     let buffers = u32::try_from(cfg.buffers)
         .ok()
-        .filter(|&b| b > 0 && b <= FlowParams::MAX_CREDITS)
+        .filter(|&b| (MIN_CREDITS..=FlowParams::MAX_CREDITS).contains(&b))
         .ok_or_else(|| {
             Error::Setup(format!(
-                "rdma: {} buffers per connection exceeds the limit of {}",
+                "rdma: {} buffers per connection is outside {MIN_CREDITS}..={}",
                 cfg.buffers,
                 FlowParams::MAX_CREDITS
             ))
@@ -582,6 +587,12 @@ fn finish(
     p.id.tune_qp(opts).map_err(|e| setup_err("tune QP", e))?;
     let path = p.id.path_info();
     let sz = p.sizing;
+    if peer.credits < MIN_CREDITS {
+        return Err(Error::Setup(format!(
+            "rdma peer grants {} credits; at least {MIN_CREDITS} are needed",
+            peer.credits
+        )));
+    }
     if peer.buffer_size != sz.buffer_size {
         return Err(Error::Setup(format!(
             "rdma peer uses {}-byte buffers, this engine {} (both sides need the same pool buffer size)",
@@ -752,11 +763,12 @@ impl RdmaListener {
                 return Err(setup_err("connect request with invalid parameters", e));
             }
         };
-        if peer.buffer_size as usize != cfg.buffer_size {
+        if peer.buffer_size as usize != cfg.buffer_size || peer.credits < MIN_CREDITS {
             let _ = req.id.reject(&RejectReason::BadParams.encode());
             return Err(Error::Setup(format!(
-                "rdma connect request with {}-byte buffers rejected: this listener uses {}",
-                peer.buffer_size, cfg.buffer_size
+                "rdma connect request with {}-byte buffers and {} credits rejected: this \
+                 listener uses {}-byte buffers and needs at least {MIN_CREDITS} credits",
+                peer.buffer_size, peer.credits, cfg.buffer_size
             )));
         }
         let peer_addr = req
