@@ -189,6 +189,21 @@ fn one_way_flood_into_slow_receiver_no_rnr_no_loss_back_pressure() {
         "no error completions"
     );
     assert!(client.is_open() && server.is_open());
+    // At idle the two sides do not bounce credit messages at each other.
+    let settle = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < settle {
+        e.poll();
+    }
+    let quiet = rdma::stats().credit_messages;
+    let idle_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < idle_until {
+        e.poll();
+    }
+    assert_eq!(
+        rdma::stats().credit_messages,
+        quiet,
+        "credit messages at idle"
+    );
 }
 
 #[test]
