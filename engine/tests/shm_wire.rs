@@ -249,6 +249,22 @@ fn inline_round_trip_every_size_across_wraps() {
             assert!(matches!(d.payload(), RxPayload::Inline { .. }));
             assert_eq!(s.rx_b.copy_inline(&d, &mut out).unwrap(), len);
             assert_eq!(&out[..len], &msg[..]);
+            // The same payload copied into uninitialised memory (the engine's receive path).
+            let mut un = vec![std::mem::MaybeUninit::<u8>::uninit(); p.inline_max as usize];
+            assert_eq!(s.rx_b.copy_inline_uninit(&d, &mut un).unwrap(), len);
+            // SAFETY: `copy_inline_uninit` returned `len`: it initialised the first `len` bytes.
+            let got: Vec<u8> = un[..len]
+                .iter()
+                .map(|b| unsafe { b.assume_init() })
+                .collect();
+            assert_eq!(got, msg);
+            assert!(
+                matches!(
+                    s.rx_b
+                        .copy_inline_uninit(&d, &mut un[..len.saturating_sub(1)]),
+                    Err(WireError::PayloadTooLarge { .. })
+                ) || len == 0
+            );
             assert!(s.rx_b.poll().unwrap().is_none());
             s.rx_b.commit();
         }
@@ -350,6 +366,11 @@ fn local_misuse_is_typed() {
     let d = s.rx_b.poll().unwrap().unwrap();
     assert!(matches!(
         s.rx_b.copy_inline(&d, &mut [0u8; 64]),
+        Err(WireError::PayloadTooLarge { .. })
+    ));
+    assert!(matches!(
+        s.rx_b
+            .copy_inline_uninit(&d, &mut [std::mem::MaybeUninit::uninit(); 64]),
         Err(WireError::PayloadTooLarge { .. })
     ));
     assert!(matches!(

@@ -317,6 +317,45 @@ impl<'a> RxSink<'a> {
         Ok(())
     }
 
+    /// Delivers a `len`-byte message inline, written straight into the next slot by `fill`
+    /// (one copy from the fabric's memory to the application's ring, no staging buffer). `fill`
+    /// gets exactly `len` uninitialised bytes and must return `Ok(len)` having initialised all of
+    /// them; anything else fails the push (nothing is delivered).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when `len` exceeds the inline limit or the buffer size, when
+    /// there is no room, or when `fill` does not report `len` bytes written; `fill`'s own error.
+    #[inline]
+    pub fn push_inline_with<F>(&mut self, len: usize, fill: F) -> Result<(), FabricError>
+    where
+        F: FnOnce(&mut [MaybeUninit<u8>]) -> Result<usize, FabricError>,
+    {
+        if len > INLINE_MAX || len > self.buf_size as usize {
+            return Err(FabricError::Protocol(
+                "inline message longer than the inline limit",
+            ));
+        }
+        let slot = self.next_slot()?;
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to a writable slot we own (a claimed ring slot); `data` is an array
+        // of `MaybeUninit<u8>`, valid in any state, so a unique reference to it is sound, and
+        // `len <= INLINE_MAX` keeps the sub-slice in bounds.
+        let data = unsafe { &mut (&mut *core::ptr::addr_of_mut!((*p).data))[..len] };
+        if fill(data)? != len {
+            return Err(FabricError::Protocol("inline payload copy came up short"));
+        }
+        // SAFETY: as above; the header fields are written without reading. The slot counts as
+        // written only now, after `fill` initialised its `len` payload bytes.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len as u32);
+            core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
+        }
+        self.written += 1;
+        self.bytes += len as u64;
+        Ok(())
+    }
+
     /// Delivers a message that stays in receive-pool buffer `buf` (`len` bytes); the buffer comes
     /// back through [`FabricConn::release_rx`] when the application drops the message.
     ///

@@ -41,7 +41,6 @@ pub struct ShmConn {
     /// application still has `depth - credit_check` credits meanwhile), so an idle or ping-pong
     /// connection does not pull the peer's head cache line every cycle.
     credit_check: usize,
-    scratch: [u8; INLINE_MAX],
 }
 
 impl std::fmt::Debug for ShmConn {
@@ -87,7 +86,6 @@ impl ShmConn {
             ends_head: 0,
             ends_len: 0,
             credit_check: (depth / 2).max(1),
-            scratch: [0u8; INLINE_MAX],
         }
     }
 
@@ -117,11 +115,11 @@ impl FabricConn for ShmConn {
             };
             match d.payload() {
                 RxPayload::Inline { .. } => {
-                    let len = self
-                        .rx
-                        .copy_inline(&d, &mut self.scratch)
-                        .map_err(wire_err)?;
-                    sink.push_inline(&self.scratch[..len])?;
+                    // Straight from the segment into the application's ring slot: one copy.
+                    let rx = &self.rx;
+                    sink.push_inline_with(d.len(), |out| {
+                        rx.copy_inline_uninit(&d, out).map_err(wire_err)
+                    })?;
                 }
                 RxPayload::Buffer { index } => sink.push_pooled(index, d.len() as u32)?,
             }

@@ -42,6 +42,7 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -141,6 +142,24 @@ fn load_payload(ring: &DescRing, pos: u64, off: usize, dst: &mut [u8]) {
         let w = ring.u64_at(pos, o).load(Ordering::Relaxed).to_ne_bytes();
         let n = rem.len();
         rem.copy_from_slice(&w[..n]);
+    }
+}
+
+/// [`load_payload`] into uninitialised memory: every byte of `dst` is written.
+#[inline(always)]
+fn load_payload_uninit(ring: &DescRing, pos: u64, off: usize, dst: &mut [MaybeUninit<u8>]) {
+    let mut o = off;
+    let mut chunks = dst.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let w = ring.u64_at(pos, o).load(Ordering::Relaxed).to_ne_bytes();
+        c.copy_from_slice(&w.map(MaybeUninit::new));
+        o += 8;
+    }
+    let rem = chunks.into_remainder();
+    if !rem.is_empty() {
+        let w = ring.u64_at(pos, o).load(Ordering::Relaxed).to_ne_bytes();
+        let n = rem.len();
+        rem.copy_from_slice(&w.map(MaybeUninit::new)[..n]);
     }
 }
 
@@ -797,6 +816,41 @@ impl RxRing {
         load_payload(&self.ring, desc.pos, SLOT_HEADER_SIZE, first);
         for (i, chunk) in rest.chunks_mut(CONT_SLOT_INLINE).enumerate() {
             load_payload(
+                &self.ring,
+                desc.pos + 1 + i as u64,
+                CONT_SLOT_HEADER_SIZE,
+                chunk,
+            );
+        }
+        Ok(len)
+    }
+
+    /// [`RxRing::copy_inline`] into uninitialised memory (e.g. a descriptor slot of an
+    /// application-facing ring), so a receiver can move an inline payload from the segment to
+    /// its destination in one copy. On `Ok(len)` the first `len` bytes of `out` are initialised.
+    ///
+    /// # Errors
+    /// As [`RxRing::copy_inline`].
+    #[inline]
+    pub fn copy_inline_uninit(
+        &self,
+        desc: &RxDesc,
+        out: &mut [MaybeUninit<u8>],
+    ) -> Result<usize, WireError> {
+        let len = desc.len as usize;
+        if !matches!(desc.payload, RxPayload::Inline { .. }) || out.len() < len {
+            let max = if matches!(desc.payload, RxPayload::Inline { .. }) {
+                out.len()
+            } else {
+                0
+            };
+            return Err(WireError::PayloadTooLarge { len, max });
+        }
+        let out = &mut out[..len];
+        let (first, rest) = out.split_at_mut(len.min(FIRST_SLOT_INLINE));
+        load_payload_uninit(&self.ring, desc.pos, SLOT_HEADER_SIZE, first);
+        for (i, chunk) in rest.chunks_mut(CONT_SLOT_INLINE).enumerate() {
+            load_payload_uninit(
                 &self.ring,
                 desc.pos + 1 + i as u64,
                 CONT_SLOT_HEADER_SIZE,
