@@ -130,6 +130,16 @@ pub trait FabricConn: Send + 'static {
         true
     }
 
+    /// Cheap hint: `true` when [`reclaim`](FabricConn::reclaim) and [`flush`](FabricConn::flush)
+    /// certainly have nothing to do now (no send buffers or credits to collect, nothing waiting
+    /// to be published). Together with [`rx_pending`](FabricConn::rx_pending) `false` and empty
+    /// application rings it lets the poller skip the connection's pass. A fabric that cannot tell
+    /// returns `false` (the default).
+    #[inline]
+    fn quiescent(&mut self) -> bool {
+        false
+    }
+
     /// Delivers received messages into `sink`, at most [`RxSink::room`], and returns how many.
     ///
     /// # Errors

@@ -107,6 +107,15 @@ impl FabricConn for ShmConn {
     }
 
     #[inline]
+    fn quiescent(&mut self) -> bool {
+        // Exactly what `reclaim` and `flush` look at: pooled buffers to reclaim, enough records
+        // out to collect credits, releases to publish.
+        self.tx.in_flight() == 0
+            && self.ends_len < self.credit_check
+            && !self.rx.has_unpublished_releases()
+    }
+
+    #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         let mut n = 0;
         while sink.room() > 0 {

@@ -949,9 +949,15 @@ impl RxRing {
     /// Publishes all staged releases with one `Release` store (skipped if none are staged).
     #[inline]
     pub fn publish_releases(&mut self) {
-        if self.rel_tail != self.rel_published {
+        if self.has_unpublished_releases() {
             self.rel.tail().store(self.rel_tail, Ordering::Release);
             self.rel_published = self.rel_tail;
         }
+    }
+
+    /// Whether [`RxRing::release`]s are waiting for [`RxRing::publish_releases`].
+    #[inline]
+    pub fn has_unpublished_releases(&self) -> bool {
+        self.rel_tail != self.rel_published
     }
 }
