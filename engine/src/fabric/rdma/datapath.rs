@@ -9,6 +9,16 @@
 //! * Every message is one `IBV_WR_SEND_WITH_IMM`. The 32-bit immediate carries the credits the
 //!   sender returns (receive buffers it has re-posted since the last return) in bits 0..=30; bit
 //!   31 marks an explicit *credit message* (no payload, sent only when traffic is one-way).
+//! * iWARP (no immediate data): every message is a plain `IBV_WR_SEND` of two gather entries,
+//!   a 4-byte header holding the same word (little-endian) from the send's header
+//!   slot, then the payload; each receive scatters the header into the buffer's own header slot
+//!   and the payload into the buffer, so payloads start at the buffer's first byte and may fill
+//!   it, exactly as on RoCE. The receiver validates the header (present, credit messages
+//!   without payload, credits not above what it sent). The per-connection `hdr` flag is checked
+//!   once per send batch and receive chain (and once per receive completion), so RoCE/IB keep
+//!   their path unchanged. A credit message is a header-only SEND and, like every message,
+//!   spends a credit: iWARP has no RNR retry, and the credits still guarantee a posted receive
+//!   for every SEND.
 //! * Credits: each side pre-posts all its receive buffers before connecting and grants that many
 //!   credits in the connection's private data. A message is sent only with a credit in hand, so
 //!   a receive is always posted when a message arrives: RNR never happens (and `rnr_retry = 0`
@@ -52,6 +62,27 @@ const BURSTS_PER_CYCLE: usize = 4;
 pub(crate) const IMM_CREDIT_ONLY: u32 = 1 << 31;
 /// Largest credit count one immediate can carry.
 pub(crate) const IMM_CREDITS_MAX: u32 = IMM_CREDIT_ONLY - 1;
+
+/// Bytes of the message header that replaces immediate data on iWARP: the same 32-bit word
+/// (credits | [`IMM_CREDIT_ONLY`]), little-endian.
+pub(crate) const HDR_LEN: u32 = 4;
+
+/// iWARP only: where a connection's message headers live. One slot of [`HDR_LEN`] bytes per
+/// receive buffer (`0..rx_slots`, the receive scatters the header there and the payload into
+/// the buffer), then one per send-queue slot (a send's header stays put until the send
+/// completes: slot `rx_slots + seq % sq_depth` is reused only `sq_depth` sends later, and the
+/// send queue never holds more than `sq_depth`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HdrParts {
+    /// The header slots (`rx_slots + sq_depth` of them), registered with local write.
+    pub(crate) view: PoolView,
+    /// lkey of the header region.
+    pub(crate) lkey: u32,
+    /// Receive header slots (= receive buffers).
+    pub(crate) rx_slots: u32,
+    /// Whether a header-only send fits the QP's inline size.
+    pub(crate) inline: bool,
+}
 
 // wr_id layout: connection generation (16 bits) | receive flag | SRQ flag | value (46 bits: buffer
 // index of a receive, sequence number of a send). Completions are matched to connections by QP
@@ -421,6 +452,26 @@ impl<T: Copy + Default> Fifo<T> {
     }
 }
 
+/// Reads and validates the header of a completed iWARP receive into buffer `buf`: returns the
+/// header word and the payload length. `None` if the message is shorter than a header, the
+/// buffer is out of range, or a credit message carries a payload.
+#[inline]
+fn read_hdr(h: &HdrParts, buf: u32, byte_len: u32) -> Option<(u32, u32)> {
+    if buf >= h.rx_slots {
+        return None;
+    }
+    let len = byte_len.checked_sub(HDR_LEN)?;
+    let mut word = [0u8; 4];
+    // SAFETY: slot `buf` (< rx_slots) is HDR_LEN bytes inside the header region; the receive
+    // completed, so the HCA is done writing it and it is not re-posted until the buffer is.
+    unsafe { std::ptr::copy_nonoverlapping(h.view.buf_ptr(buf).as_ptr(), word.as_mut_ptr(), 4) };
+    let word = u32::from_le_bytes(word);
+    if word & IMM_CREDIT_ONLY != 0 && len != 0 {
+        return None;
+    }
+    Some((word, len))
+}
+
 /// One send to build.
 #[derive(Clone, Copy)]
 struct Outgoing {
@@ -466,6 +517,8 @@ pub(crate) struct RdmaConnParts {
     pub(crate) signal_every: u32,
     /// Send queue depth of the QP.
     pub(crate) sq_depth: u32,
+    /// iWARP (no immediate data): the header slots. `None` on RoCE/InfiniBand.
+    pub(crate) hdr: Option<HdrParts>,
     /// Keeps the pools' memory regions alive.
     pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
 }
@@ -525,6 +578,8 @@ pub struct RdmaConn {
     srq_held_out: Option<Arc<AtomicU32>>,
     /// This connection's poller's counters (written only by that poller).
     counters: Arc<PollerRdmaCounters>,
+    /// iWARP: credits travel in a header instead of immediate data (checked once per batch).
+    hdr: Option<HdrParts>,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -578,6 +633,7 @@ impl RdmaConn {
             srq_held_out: p.srq.as_ref().map(|(_, h)| Arc::clone(h)),
             srq: p.srq.map(|(s, _)| s),
             counters: p.counters,
+            hdr: p.hdr,
             _keep: p.keep,
         }
     }
@@ -623,24 +679,35 @@ impl RdmaConn {
         }
         let value = wc.wr_id() & WR_VALUE_MASK;
         if wc.wr_id() & WR_RECV != 0 {
-            let imm = wc.imm().unwrap_or(0);
+            // RoCE/IB: the word is the immediate; iWARP: the header the peer sent.
+            let (imm, len) = match &self.hdr {
+                None => match wc.imm() {
+                    Some(imm) => (imm, wc.byte_len()),
+                    None => {
+                        self.error = Some(FabricError::Protocol("receive without immediate"));
+                        return;
+                    }
+                },
+                Some(h) => match read_hdr(h, value as u32, wc.byte_len()) {
+                    Some(v) => v,
+                    None => {
+                        self.error = Some(FabricError::Protocol(
+                            "receive with a missing or malformed header",
+                        ));
+                        return;
+                    }
+                },
+            };
             let credits = imm & IMM_CREDITS_MAX;
             let credit_only = imm & IMM_CREDIT_ONLY != 0;
             self.add_peer_credits(credits);
             self.peer_window = self.peer_window.saturating_sub(1);
-            if wc.imm().is_none()
-                || (!credit_only && wc.byte_len() > self.rx_pool.buf_size() as u32)
-            {
-                self.error = Some(FabricError::Protocol(
-                    "receive without immediate or oversized",
-                ));
+            if !credit_only && len > self.rx_pool.buf_size() as u32 {
+                self.error = Some(FabricError::Protocol("oversized receive"));
                 return;
             }
             // Cannot overflow: at most `rx_posted` receives are outstanding.
-            if !self
-                .rx_pending
-                .push((value as u32, wc.byte_len(), credit_only))
-            {
+            if !self.rx_pending.push((value as u32, len, credit_only)) {
                 self.error = Some(FabricError::Protocol("more receives completed than posted"));
             }
         } else {
@@ -731,6 +798,9 @@ impl RdmaConn {
             self.owed += n;
             return Ok(());
         }
+        if let Some(h) = self.hdr {
+            return self.post_recvs_hdr(bufs, h);
+        }
         let size = u32::try_from(self.rx_pool.buf_size()).unwrap_or(u32::MAX);
         for chunk in bufs.chunks(CHAIN) {
             let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
@@ -777,6 +847,167 @@ impl RdmaConn {
         Ok(())
     }
 
+    /// [`Self::post_recvs`] on iWARP: each receive scatters the header into the buffer's header
+    /// slot and the payload into the buffer.
+    fn post_recvs_hdr(&mut self, bufs: &[u32], h: HdrParts) -> Result<(), FabricError> {
+        let size = u32::try_from(self.rx_pool.buf_size()).unwrap_or(u32::MAX);
+        let zero = Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        for chunk in bufs.chunks(CHAIN) {
+            let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
+            let mut sges = [[zero; 2]; CHAIN];
+            let n = chunk.len();
+            for (i, &buf) in chunk.iter().enumerate() {
+                if buf >= self.rx_pool.count() || buf >= h.rx_slots {
+                    return Err(FabricError::Protocol(
+                        "released receive buffer out of range",
+                    ));
+                }
+                sges[i] = [
+                    Sge {
+                        addr: h.view.buf_ptr(buf).as_ptr() as u64,
+                        length: HDR_LEN,
+                        lkey: h.lkey,
+                    },
+                    Sge {
+                        addr: self.rx_pool.buf_ptr(buf).as_ptr() as u64,
+                        length: size,
+                        lkey: self.rx_lkey,
+                    },
+                ];
+            }
+            let base = wrs.as_mut_ptr().cast::<RecvWr>();
+            for (i, &buf) in chunk.iter().enumerate() {
+                let next = if i + 1 < n {
+                    // SAFETY: i + 1 < n <= CHAIN: in bounds of `wrs`.
+                    unsafe { base.add(i + 1) }
+                } else {
+                    std::ptr::null_mut()
+                };
+                wrs[i].write(RecvWr {
+                    wr_id: recv_wr_id(self.gen, buf),
+                    next,
+                    sg_list: sges[i].as_mut_ptr(),
+                    num_sge: 2,
+                });
+            }
+            // SAFETY: as in `post_recvs`; in addition each header entry is the buffer's own slot
+            // (index checked against `rx_slots`) in the header region registered with
+            // LOCAL_WRITE, which `_keep` holds as long as the QP.
+            unsafe { self.qp.post_recv(base) }.map_err(|e| FabricError::Io(e.errno))?;
+            self.owed += n as u32;
+        }
+        Ok(())
+    }
+
+    /// The header slot of the send with sequence number `seq` (iWARP).
+    #[inline]
+    fn send_hdr_slot(&self, h: &HdrParts, seq: u64) -> *mut u8 {
+        let idx = h.rx_slots + (seq % u64::from(self.sq_depth)) as u32;
+        h.view.buf_ptr(idx).as_ptr()
+    }
+
+    /// Writes the header of the next send (sequence `self.sq_posted`) and returns its
+    /// scatter/gather entry.
+    #[inline]
+    fn write_send_hdr(&self, h: &HdrParts, word: u32) -> Sge {
+        let slot = self.send_hdr_slot(h, self.sq_posted);
+        // SAFETY: the slot is HDR_LEN bytes inside the header region (index < rx_slots +
+        // sq_depth, the region's slot count); the send that last used it completed (the send
+        // queue holds at most `sq_depth` sends), so nothing reads it concurrently.
+        unsafe { std::ptr::copy_nonoverlapping(word.to_le_bytes().as_ptr(), slot, 4) };
+        Sge {
+            addr: slot as u64,
+            length: HDR_LEN,
+            lkey: h.lkey,
+        }
+    }
+
+    /// [`FabricConn::post_send`] on iWARP for `descs` (already limited to the credits and
+    /// send-queue room): plain SENDs of header + payload (two gather entries).
+    fn post_send_hdr(
+        &mut self,
+        descs: &[TxDesc],
+        done: &mut TxDone<'_>,
+        h: HdrParts,
+    ) -> Result<usize, FabricError> {
+        let n = descs.len();
+        let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
+        let zero = Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        let mut sges = [[zero; 2]; CHAIN];
+        let mut inlined = [false; CHAIN];
+        let held_after = self.held.len + descs.iter().filter(|d| d.len > self.tx_inline).count();
+        let hoarding = held_after * 2 >= self.tx_pool.count() as usize;
+        for (i, d) in descs.iter().enumerate() {
+            if d.len > self.peer_buffer_size {
+                return Err(FabricError::Protocol(
+                    "message larger than the peer's receive buffer",
+                ));
+            }
+            // `tx_inline` already leaves room for the header (setup).
+            let inline = h.inline && d.len <= self.tx_inline;
+            let imm = self.take_owed();
+            let hdr = self.write_send_hdr(&h, imm);
+            let addr = self.tx_pool.buf_ptr(d.buf).as_ptr() as u64;
+            let mut wr = verbs::send_wr_zeroed();
+            let out = Outgoing {
+                addr,
+                len: d.len,
+                imm,
+                inline,
+                force_signal: i + 1 == n && hoarding,
+            };
+            self.fill_send(&mut wr, &mut sges[i][1], out);
+            sges[i][0] = hdr;
+            wr.opcode = verbs::WR_SEND;
+            wr.num_sge = 1 + i32::from(d.len > 0);
+            wrs[i].write(wr);
+            inlined[i] = inline;
+            if !inline {
+                let ok = self.held.push((self.sq_posted - 1, d.buf));
+                debug_assert!(ok, "held FIFO sized to the pool");
+            }
+        }
+        for i in 0..n {
+            let sg = sges[i].as_mut_ptr();
+            let next = if i + 1 < n {
+                wrs[i + 1].as_mut_ptr()
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: entry i was initialised in the loop above.
+            let w = unsafe { wrs[i].assume_init_mut() };
+            w.sg_list = sg;
+            w.next = next;
+        }
+        self.peer_credits -= n as u32;
+        self.uncredited += n as u64;
+        // SAFETY: as in `post_send`; in addition each WR's first gather entry is its own header
+        // slot in the registered header region (kept by `_keep`), untouched until the send
+        // completes (see `write_send_hdr`).
+        let res = unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) };
+        if let Err(e) = res {
+            return Err(FabricError::Io(e.errno));
+        }
+        let mut inl = 0u64;
+        for (d, &was_inline) in descs.iter().zip(&inlined) {
+            if was_inline {
+                done.free_buf(d.buf)?;
+                inl += 1;
+            }
+        }
+        self.counters.inline_sends.add(inl);
+        self.counters.pooled_sends.add(n as u64 - inl);
+        Ok(n)
+    }
+
     /// The connection's error, once everything received before it has been delivered.
     #[inline]
     fn check(&self) -> Result<(), FabricError> {
@@ -809,12 +1040,25 @@ impl RdmaConn {
             inline: true,
             force_signal: false,
         };
+        let hdr = self.hdr;
+        let hdr_sge = hdr.map(|h| self.write_send_hdr(&h, imm));
         self.fill_send(&mut wr, &mut sge, out);
         wr.sg_list = std::ptr::null_mut();
+        if let (Some(h), Some(hs)) = (hdr, hdr_sge) {
+            // iWARP: a plain SEND of the header alone.
+            sge = hs;
+            wr.opcode = verbs::WR_SEND;
+            wr.num_sge = 1;
+            wr.sg_list = &mut sge;
+            if !h.inline {
+                wr.send_flags &= !verbs::SEND_INLINE;
+            }
+        }
         self.peer_credits -= 1;
         self.uncredited += 1;
         self.ctrl_outstanding += 1;
-        // SAFETY: a zero-length inline send names no memory.
+        // SAFETY: a zero-length inline send names no memory; on iWARP the one gather entry is
+        // the send's header slot (see `write_send_hdr`).
         unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
         self.counters.credit_messages.add(1);
         Ok(())
@@ -874,6 +1118,9 @@ impl FabricConn for RdmaConn {
         }
         if n == 0 {
             return Ok(0);
+        }
+        if let Some(h) = self.hdr {
+            return self.post_send_hdr(&descs[..n], done, h);
         }
         let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
         let mut sges = [Sge {

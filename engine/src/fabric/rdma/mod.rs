@@ -6,17 +6,23 @@
 //!   pre-posting, the flow-control handshake in the private data.
 //! - [`datapath`] (pollers): [`RdmaFabric`] polls each device's CQ in bursts and files the
 //!   completions with their connections; [`RdmaConn`] posts chained SEND_WITH_IMM batches
-//!   (inline when they fit), re-posts receive buffers in chains, and returns credits in the
-//!   immediate data or, for one-way traffic, in explicit credit messages.
+//!   (plain SENDs with a header on iWARP; inline when they fit), re-posts receive buffers in
+//!   chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
+//!   traffic, in explicit credit messages.
 //!
 //! - `control` (control thread): rdma_cm listeners, each connection's event channel
 //!   (DISCONNECTED, DEVICE_REMOVAL), hand-over to the poller that owns the connection's CQ.
 //!
 //! # Using it
 //!
-//! Endpoints are `rdma://host:port`, where `host` is an address of an RDMA device (RoCE or
-//! InfiniBand; iWARP devices are refused because they have no immediate data). Both sides must
-//! use the same pool buffer size. Each connection pre-posts `pool`'s buffer count of receives
+//! Endpoints are `rdma://host:port`, where `host` is an address of an RDMA device (InfiniBand,
+//! RoCE or iWARP). iWARP has no immediate data: on an iWARP device (detected from the verbs
+//! transport type) each message is a plain SEND whose 4-byte header (the credit word) is
+//! gathered from and scattered into a separate registered header slot, so the application
+//! still sees the whole pool buffer ([`Connection::max_message_size`](crate::Connection::max_message_size) is the
+//! buffer size on every transport) and the inline limit shrinks by the header. Shared receive
+//! queues are not supported on iWARP (refused at connect). Both sides must use the same pool
+//! buffer size. Each connection pre-posts `pool`'s buffer count of receives
 //! and grants that many credits; [`EngineBuilder::rdma_srq`](crate::EngineBuilder::rdma_srq)
 //! switches to one shared receive queue per poller and device instead (credits are then
 //! reserved from the SRQ's pool, and a connection that does not fit is refused). Receive
@@ -34,7 +40,9 @@
 //!
 //! The tests (`engine/tests/rdma_*.rs`) need a real RDMA stack: `scripts/ci/rdma-vm.sh` builds
 //! them on the host and runs them inside a Soft-RoCE qemu VM with `--test-threads=1`; outside
-//! the VM (no `RXE_VM_IP`) they print that they were skipped.
+//! the VM (no `RXE_VM_IP`) they print that they were skipped. The iWARP header path runs under
+//! soft-iWARP: `RXE_VM_RDMA=siw scripts/rxe-vm '<rdma_engine test binary> --test-threads=1
+//! iwarp'` (CI runs rxe only; there the iWARP-only tests print `skipped: needs siw`).
 
 pub(crate) mod control;
 pub mod datapath;

@@ -13,7 +13,9 @@ use cm::rdma::{
     self as rcm, CmError, CmEventKind, CmId, ConnOptions, FlowParams, PathInfo, RejectReason,
 };
 
-use super::datapath::{poller_counters, PollerRdmaCounters, RdmaConn, RdmaConnParts, SrqShared};
+use super::datapath::{
+    poller_counters, HdrParts, PollerRdmaCounters, RdmaConn, RdmaConnParts, SrqShared, HDR_LEN,
+};
 use super::verbs::{
     self, Access, CompletionQueue, Context, DeviceLimits, MemoryRegion, ProtectionDomain,
     QpCapacity, QpResources, QueuePair, Sge, SharedReceiveQueue,
@@ -190,6 +192,8 @@ struct Resources {
     limits: DeviceLimits,
     reservation: CqReservation,
     srq: Option<(SrqShared, SrqReservation)>,
+    /// The device is iWARP: credits travel in a header (no immediate data).
+    iwarp: bool,
 }
 
 impl RdmaDevices {
@@ -252,14 +256,6 @@ impl RdmaDevices {
                 // SAFETY: `raw` comes from rdma_cm (`rdma_cm_id.verbs`).
                 let ctx = unsafe { Context::from_rdma_cm(raw) }
                     .ok_or_else(|| Error::Setup("rdma_cm resolved no known device".into()))?;
-                if ctx.is_iwarp() {
-                    // The protocol returns credits in immediate data, which iWARP lacks.
-                    return Err(Error::Setup(format!(
-                        "rdma device {} is iWARP, which has no SEND_WITH_IMM; spinwire's RDMA \
-                         fabric needs RoCE or InfiniBand",
-                        ctx.name()
-                    )));
-                }
                 let limits = ctx
                     .query_device()
                     .map_err(|e| setup_err("query device", e))?;
@@ -276,6 +272,15 @@ impl RdmaDevices {
             }
         };
         let dev = &mut devices[idx];
+        let iwarp = dev.ctx.is_iwarp();
+        if iwarp && srq.is_some() {
+            // Shared receives would need a header slot per SRQ buffer; not implemented.
+            return Err(Error::Setup(format!(
+                "rdma device {} is iWARP: shared receive queues (rdma_srq) are not supported \
+                 on iWARP; use per-connection receive buffers (rdma_srq 0)",
+                dev.ctx.name()
+            )));
+        }
         let slot = dev
             .cqs
             .get_mut(poller)
@@ -350,6 +355,7 @@ impl RdmaDevices {
             limits,
             reservation,
             srq,
+            iwarp,
         })
     }
 }
@@ -361,6 +367,9 @@ struct Pools {
     rx: Option<MemoryRegion>,
     /// Keeps the SRQ pool alive for the application's views.
     _srq_pool: Option<Arc<dyn Any + Send + Sync>>,
+    /// iWARP only: the message headers ([`HDR_LEN`] bytes each), registered with local write:
+    /// one receive header per receive buffer, then one send header per send-queue slot.
+    hdr: Option<MemoryRegion>,
 }
 
 /// Sizes derived from the engine configuration.
@@ -451,6 +460,8 @@ struct Pending {
     srq: Option<(SrqShared, Arc<AtomicU32>)>,
     sizing: Sizing,
     tx_inline: u32,
+    /// iWARP: whether a header-only send fits inline.
+    hdr_inline: bool,
     gen: u16,
 }
 
@@ -497,6 +508,15 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
             ),
         },
         _srq_pool: srq.as_ref().map(|(s, _)| Arc::clone(&s.keep)),
+        hdr: if res.iwarp {
+            let slots = sz.buffers as usize + sz.sq_depth.max(2) as usize;
+            Some(
+                MemoryRegion::new(&res.pd, slots * HDR_LEN as usize, Access::LOCAL_WRITE)
+                    .map_err(|e| setup_err("register message headers", e))?,
+            )
+        } else {
+            None
+        },
     });
     let qres = QpResources {
         pd: Arc::clone(&res.pd),
@@ -504,46 +524,84 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
         recv_cq: Arc::clone(&res.cq),
         srq: srq.as_ref().map(|(s, _)| Arc::clone(&s.srq)),
     };
-    let cap = QpCapacity {
-        max_send_wr: sz.sq_depth,
-        max_recv_wr: sz.buffers,
-        max_inline_data: REQUEST_INLINE,
-    };
-    let mut attr = qres.init_attr(cap);
     // Dropped only after the QP is destroyed: CQ entries and SRQ credits come back then.
-    let keep: Box<dyn Any + Send + Sync> = Box::new((qres.clone(), res.reservation, srq_keep));
-    // SAFETY: the PD, CQ and SRQ are on `id.verbs()`'s context (the device entry was looked
-    // up by that pointer) and `keep` holds them until the QP is destroyed.
-    unsafe { id.create_qp(res.pd.as_ptr(), &mut attr, keep) }
-        .map_err(|e| setup_err("create QP", e))?;
+    let held = Arc::new((res.reservation, srq_keep));
+    // iWARP providers refuse an inline size above their limit (soft-iWARP: 80 bytes) and verbs
+    // does not report it: step down until the QP is created.
+    let inline_tries: &[u32] = if res.iwarp {
+        &[REQUEST_INLINE, 64, 32, 16, 0]
+    } else {
+        &[REQUEST_INLINE]
+    };
+    let mut created = Ok(());
+    for &max_inline_data in inline_tries {
+        let cap = QpCapacity {
+            max_send_wr: sz.sq_depth,
+            max_recv_wr: sz.buffers,
+            max_inline_data,
+        };
+        let mut attr = qres.init_attr(cap);
+        if res.iwarp {
+            // Header + payload: two scatter/gather entries per send and per receive.
+            attr.cap.max_send_sge = 2;
+            attr.cap.max_recv_sge = 2;
+        }
+        let keep: Box<dyn Any + Send + Sync> = Box::new((qres.clone(), Arc::clone(&held)));
+        // SAFETY: the PD, CQ and SRQ are on `id.verbs()`'s context (the device entry was looked
+        // up by that pointer) and `keep` holds them until the QP is destroyed.
+        created = unsafe { id.create_qp(res.pd.as_ptr(), &mut attr, keep) };
+        if created.is_ok() {
+            break;
+        }
+    }
+    drop(held);
+    created.map_err(|e| setup_err("create QP", e))?;
     let id = Arc::new(id);
     let owner: Box<dyn Send + Sync> = Box::new(Arc::clone(&id));
     // SAFETY: rdma_cm created this QP with `qres`; the Arc<CmId> owner destroys it only when
     // the last handle goes.
     let qp = unsafe { QueuePair::from_external(id.qp(), qres, owner) }
         .map_err(|e| setup_err("query QP", e))?;
-    let tx_inline = qp
-        .max_inline_data()
-        .min(u32::try_from(cfg.inline_threshold.min(INLINE_MAX)).unwrap_or(0));
+    // On iWARP the header is part of every inline send.
+    let inline_room = match pools.hdr {
+        Some(_) => qp.max_inline_data().checked_sub(HDR_LEN),
+        None => Some(qp.max_inline_data()),
+    };
+    let tx_inline = inline_room.map_or(0, |room| {
+        room.min(u32::try_from(cfg.inline_threshold.min(INLINE_MAX)).unwrap_or(0))
+    });
+    let hdr_inline = inline_room.is_some();
     let gen = super::datapath::next_generation();
     if let Some(rx) = &pools.rx {
         // Pre-post every receive (iWARP needs them before the connection is established;
         // RoCE/IB need them before the peer's first send anyway).
-        let mut sges: Vec<Sge> = (0..sz.buffers)
-            .map(|i| Sge {
+        // iWARP: each receive scatters the header into its header slot, then the payload
+        // into the buffer (so the payload starts at the buffer's first byte, as on RoCE).
+        let per = if pools.hdr.is_some() { 2 } else { 1 };
+        let mut sges: Vec<Sge> = Vec::with_capacity(sz.buffers as usize * per);
+        for i in 0..sz.buffers {
+            if let Some(h) = &pools.hdr {
+                sges.push(Sge {
+                    // SAFETY: i < buffers: inside the header region (buffers + sq_depth slots).
+                    addr: unsafe { h.as_ptr().add(i as usize * HDR_LEN as usize) } as u64,
+                    length: HDR_LEN,
+                    lkey: h.lkey(),
+                });
+            }
+            sges.push(Sge {
                 // SAFETY: i < buffers: inside the receive region.
                 addr: unsafe { rx.as_ptr().add(i as usize * sz.buffer_size as usize) } as u64,
                 length: sz.buffer_size,
                 lkey: rx.lkey(),
-            })
-            .collect();
+            });
+        }
         let mut wrs: Vec<verbs::RecvWr> =
             (0..sz.buffers).map(|_| verbs::recv_wr_zeroed()).collect();
         let n = wrs.len();
         for i in 0..n {
             wrs[i].wr_id = super::datapath::recv_wr_id(gen, i as u32);
-            wrs[i].sg_list = &mut sges[i];
-            wrs[i].num_sge = 1;
+            wrs[i].sg_list = &mut sges[i * per];
+            wrs[i].num_sge = per as i32;
         }
         for i in 0..n.saturating_sub(1) {
             let next: *mut verbs::RecvWr = &mut wrs[i + 1];
@@ -564,6 +622,7 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
         srq,
         sizing: sz,
         tx_inline,
+        hdr_inline,
         gen,
     })
 }
@@ -617,6 +676,23 @@ fn finish(
         (None, Some((srq, _))) => (srq.pool, srq.lkey),
         (None, None) => return Err(Error::Setup("rdma receive pool missing".into())),
     };
+    let hdr = match &p.pools.hdr {
+        Some(h) => {
+            let base = std::ptr::NonNull::new(h.as_ptr())
+                .ok_or_else(|| Error::Setup("rdma header region is null".into()))?;
+            let slots = sz.buffers + sz.sq_depth.max(2);
+            // SAFETY: the header region holds `slots` slots of HDR_LEN bytes (as registered in
+            // `prepare`), owned by `pools`, which the connection keeps alive (`keep`).
+            let view = unsafe { PoolView::new(base, HDR_LEN as usize, slots) };
+            Some(HdrParts {
+                view,
+                lkey: h.lkey(),
+                rx_slots: sz.buffers,
+                inline: p.hdr_inline,
+            })
+        }
+        None => None,
+    };
     let keep: Arc<dyn Any + Send + Sync> = p.pools.clone();
     let srq_attach = p.srq.as_ref().map(|(s, _)| s.clone());
     let conn = RdmaConn::new(RdmaConnParts {
@@ -635,6 +711,7 @@ fn finish(
         tx_inline_threshold: p.tx_inline,
         signal_every: u32::try_from(cfg.signal_every).unwrap_or(u32::MAX),
         sq_depth: sz.sq_depth,
+        hdr,
         keep: Arc::clone(&keep),
     });
     Ok(Established {
