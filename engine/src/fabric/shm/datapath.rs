@@ -31,12 +31,15 @@ pub struct ShmConn {
     seg: Segment,
     tx_pool: PoolView,
     inline_max: usize,
-    /// Ring positions just past each in-flight message, oldest first (a FIFO of `ends.len()`
-    /// entries, a power of two >= the ring depth, so it never overflows: every message takes at
-    /// least one slot).
-    ends: Box<[u64]>,
+    /// One entry per posted batch still in flight, oldest first: the ring position just past the
+    /// batch's last message and how many messages it holds (a FIFO of `ends.len()` entries, a
+    /// power of two >= the ring depth, so it never overflows: every batch takes at least one
+    /// slot). A batch's credits return once the receiver consumed all of it.
+    ends: Box<[(u64, u32)]>,
     ends_head: usize,
     ends_len: usize,
+    /// Messages in the batches of `ends`.
+    ends_msgs: usize,
     /// Read the consumer head for credits only once this many messages are in flight (the
     /// application still has `depth - credit_check` credits meanwhile), so an idle or ping-pong
     /// connection does not pull the peer's head cache line every cycle.
@@ -82,20 +85,23 @@ impl ShmConn {
             seg,
             tx_pool,
             inline_max: inline_max.min(INLINE_MAX),
-            ends: vec![0u64; cap].into_boxed_slice(),
+            ends: vec![(0u64, 0u32); cap].into_boxed_slice(),
             ends_head: 0,
             ends_len: 0,
+            ends_msgs: 0,
             credit_check: (depth / 2).max(1),
         }
     }
 
+    /// Records a posted batch of `n > 0` messages ending at ring position `pos`.
     #[inline]
-    fn push_end(&mut self, pos: u64) {
+    fn push_end(&mut self, pos: u64, n: usize) {
         let mask = self.ends.len() - 1;
-        // `ends_len < ends.len()`: at most `ring_depth` messages are in flight.
+        // `ends_len < ends.len()`: at most `ring_depth` batches are in flight.
         if let Some(e) = self.ends.get_mut((self.ends_head + self.ends_len) & mask) {
-            *e = pos;
+            *e = (pos, n as u32);
             self.ends_len += 1;
+            self.ends_msgs += n;
         }
     }
 }
@@ -111,7 +117,7 @@ impl FabricConn for ShmConn {
         // Exactly what `reclaim` and `flush` look at: pooled buffers to reclaim, enough records
         // out to collect credits, releases to publish.
         self.tx.in_flight() == 0
-            && self.ends_len < self.credit_check
+            && self.ends_msgs < self.credit_check
             && !self.rx.has_unpublished_releases()
     }
 
@@ -161,8 +167,11 @@ impl FabricConn for ShmConn {
             } else if !self.tx.try_send_buf(d.buf, d.len, 0).map_err(wire_err)? {
                 break;
             }
-            self.push_end(self.tx.position());
             n += 1;
+        }
+        if n > 0 {
+            // One credit record per batch, not per message.
+            self.push_end(self.tx.position(), n);
         }
         Ok(n)
     }
@@ -191,14 +200,16 @@ impl FabricConn for ShmConn {
                 }
             }
         }
-        if self.ends_len >= self.credit_check {
+        if self.ends_msgs >= self.credit_check {
             let head = self.tx.refresh_head().map_err(wire_err)?;
             let mask = self.ends.len() - 1;
             let mut credits = 0u64;
-            while self.ends_len > 0 && self.ends[self.ends_head & mask] <= head {
+            while self.ends_len > 0 && self.ends[self.ends_head & mask].0 <= head {
+                let n = self.ends[self.ends_head & mask].1;
                 self.ends_head = (self.ends_head + 1) & mask;
                 self.ends_len -= 1;
-                credits += 1;
+                self.ends_msgs -= n as usize;
+                credits += u64::from(n);
             }
             if credits > 0 {
                 done.credits(credits);
