@@ -31,6 +31,7 @@ use crate::error::{Error, FabricError};
 use crate::fabric::shm::setup::{Established, ShmListener};
 use crate::fabric::shm::wire::Segment;
 use crate::fabric::shm::{ShmConn, ShmFabric};
+use crate::fabric::Fabric;
 use crate::poller::{Command, Notice};
 
 /// How often this side bumps its heartbeat word in each shm segment.
@@ -62,20 +63,19 @@ pub(crate) enum Request {
     },
 }
 
-/// The control thread's end of one poller's rings.
-pub(crate) struct PollerLink {
-    commands: Producer<Command<ShmFabric>>,
-    notices: Consumer<Notice<ShmConn>>,
+/// The control thread's end of one poller's rings for fabric `F` (shm here; the RDMA half of
+/// the backend keeps one per poller too).
+pub(crate) struct PollerLink<F: Fabric> {
+    commands: Producer<Command<F>>,
+    pub(crate) notices: Consumer<Notice<F::Conn>>,
     /// Commands that did not fit the ring yet (the poller is behind), oldest first.
-    pending: std::collections::VecDeque<Command<ShmFabric>>,
-    load: usize,
+    pending: std::collections::VecDeque<Command<F>>,
+    /// Connections this poller owns (used to pick the least-loaded poller).
+    pub(crate) load: usize,
 }
 
-impl PollerLink {
-    pub(crate) fn new(
-        commands: Producer<Command<ShmFabric>>,
-        notices: Consumer<Notice<ShmConn>>,
-    ) -> PollerLink {
+impl<F: Fabric> PollerLink<F> {
+    pub(crate) fn new(commands: Producer<Command<F>>, notices: Consumer<Notice<F::Conn>>) -> Self {
         PollerLink {
             commands,
             notices,
@@ -84,7 +84,8 @@ impl PollerLink {
         }
     }
 
-    fn send(&mut self, cmd: Command<ShmFabric>) {
+    /// Queues `cmd` for the poller, keeping order behind commands still pending.
+    pub(crate) fn send(&mut self, cmd: Command<F>) {
         if !self.pending.is_empty() {
             self.pending.push_back(cmd);
             self.flush();
@@ -95,7 +96,8 @@ impl PollerLink {
         }
     }
 
-    fn flush(&mut self) {
+    /// Pushes pending commands until the ring is full again.
+    pub(crate) fn flush(&mut self) {
         while let Some(cmd) = self.pending.pop_front() {
             if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
                 self.pending.push_front(cmd);
@@ -125,7 +127,7 @@ struct ConnRec {
 /// The engine's [`cm::control::Backend`].
 pub(crate) struct Backend {
     cfg: Config,
-    pollers: Vec<PollerLink>,
+    pollers: Vec<PollerLink<ShmFabric>>,
     events: Producer<Event>,
     clock: Arc<Clock>,
     counters: Arc<EngineCounters>,
@@ -148,7 +150,7 @@ enum Watched {
 impl Backend {
     pub(crate) fn new(
         cfg: Config,
-        pollers: Vec<PollerLink>,
+        pollers: Vec<PollerLink<ShmFabric>>,
         events: Producer<Event>,
         clock: Arc<Clock>,
         counters: Arc<EngineCounters>,

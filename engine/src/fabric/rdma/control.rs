@@ -6,12 +6,12 @@
 //! [`conn_pair`](crate::conn::conn_pair); the poller half goes to the poller whose CQ the QP was
 //! created on, preceded by an [`RdmaCommand::AttachCq`] for that CQ.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use rings::{Consumer, Producer, PushError};
+use rings::Producer;
 
 use super::datapath::{RdmaCommand, RdmaConn, RdmaFabric};
 use super::setup::{self, ConnStatus, Established, RdmaDevices, RdmaListener};
@@ -25,44 +25,7 @@ use crate::poller::{Command, Notice};
 const ACCEPT_BURST: usize = 16;
 
 /// The control thread's end of one poller's RDMA rings.
-pub(crate) struct RdmaPollerLink {
-    commands: Producer<Command<RdmaFabric>>,
-    notices: Consumer<Notice<RdmaConn>>,
-    pending: VecDeque<Command<RdmaFabric>>,
-}
-
-impl RdmaPollerLink {
-    pub(crate) fn new(
-        commands: Producer<Command<RdmaFabric>>,
-        notices: Consumer<Notice<RdmaConn>>,
-    ) -> Self {
-        Self {
-            commands,
-            notices,
-            pending: VecDeque::new(),
-        }
-    }
-
-    fn send(&mut self, cmd: Command<RdmaFabric>) {
-        if !self.pending.is_empty() {
-            self.pending.push_back(cmd);
-            self.flush();
-            return;
-        }
-        if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
-            self.pending.push_back(cmd);
-        }
-    }
-
-    fn flush(&mut self) {
-        while let Some(cmd) = self.pending.pop_front() {
-            if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
-                self.pending.push_front(cmd);
-                break;
-            }
-        }
-    }
-}
+pub(crate) type RdmaPollerLink = crate::control::PollerLink<RdmaFabric>;
 
 struct ListenerRec {
     id: u64,
