@@ -243,49 +243,67 @@ impl std::fmt::Debug for SrqShared {
 impl SrqShared {
     /// Posts SRQ-pool buffers `bufs` as receives, one chain per [`CHAIN`].
     pub(crate) fn post(&self, bufs: &[u32]) -> Result<(), FabricError> {
-        let size = u32::try_from(self.pool.buf_size()).unwrap_or(u32::MAX);
-        for chunk in bufs.chunks(CHAIN) {
-            let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
-            let mut sges = [Sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            }; CHAIN];
-            let n = chunk.len();
-            for (i, &buf) in chunk.iter().enumerate() {
-                if buf >= self.pool.count() {
-                    return Err(FabricError::Protocol(
-                        "released receive buffer out of range",
-                    ));
-                }
-                sges[i] = Sge {
-                    addr: self.pool.buf_ptr(buf).as_ptr() as u64,
-                    length: size,
-                    lkey: self.lkey,
-                };
-            }
-            let base = wrs.as_mut_ptr().cast::<RecvWr>();
-            for (i, &buf) in chunk.iter().enumerate() {
-                let next = if i + 1 < n {
-                    // SAFETY: i + 1 < n <= CHAIN: in bounds of `wrs`.
-                    unsafe { base.add(i + 1) }
-                } else {
-                    std::ptr::null_mut()
-                };
-                wrs[i].write(RecvWr {
-                    wr_id: srq_wr_id(buf),
-                    next,
-                    sg_list: &mut sges[i],
-                    num_sge: 1,
-                });
-            }
-            // SAFETY: `n` initialised, chained WRs pointing into `sges` (alive until the call
-            // returns); each buffer is an SRQ-pool buffer (index checked) in its LOCAL_WRITE
-            // region, owned by the fabric until its completion is polled.
-            unsafe { self.srq.post_recv(base) }.map_err(|e| FabricError::Io(e.errno))?;
-        }
-        Ok(())
+        post_recv_chains(&self.pool, self.lkey, bufs, srq_wr_id, |head, _n| {
+            // SAFETY: `post_recv_chains` hands over a chain of initialised WRs pointing to
+            // SGEs that live until this call returns; each buffer is an SRQ-pool buffer (index
+            // checked) in its LOCAL_WRITE region, owned by the fabric until its completion is
+            // polled.
+            unsafe { self.srq.post_recv(head) }.map_err(|e| FabricError::Io(e.errno))
+        })
     }
+}
+
+/// Posts `bufs` of `pool` as single-SGE receives, one chained `ibv_post_recv` (through `post`)
+/// per [`CHAIN`] buffers. Each index is checked against the pool first; `wr_id` names the
+/// buffer in its completion. `post` gets the head of an initialised chain of `n` WRs whose WRs
+/// and SGEs live on this stack frame until it returns.
+#[inline]
+fn post_recv_chains(
+    pool: &PoolView,
+    lkey: u32,
+    bufs: &[u32],
+    wr_id: impl Fn(u32) -> u64,
+    mut post: impl FnMut(*mut RecvWr, u32) -> Result<(), FabricError>,
+) -> Result<(), FabricError> {
+    let size = u32::try_from(pool.buf_size()).unwrap_or(u32::MAX);
+    for chunk in bufs.chunks(CHAIN) {
+        let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
+        let mut sges = [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; CHAIN];
+        let n = chunk.len();
+        for (i, &buf) in chunk.iter().enumerate() {
+            if buf >= pool.count() {
+                return Err(FabricError::Protocol(
+                    "released receive buffer out of range",
+                ));
+            }
+            sges[i] = Sge {
+                addr: pool.buf_ptr(buf).as_ptr() as u64,
+                length: size,
+                lkey,
+            };
+        }
+        let base = wrs.as_mut_ptr().cast::<RecvWr>();
+        for (i, &buf) in chunk.iter().enumerate() {
+            let next = if i + 1 < n {
+                // SAFETY: i + 1 < n <= CHAIN: in bounds of `wrs`.
+                unsafe { base.add(i + 1) }
+            } else {
+                std::ptr::null_mut()
+            };
+            wrs[i].write(RecvWr {
+                wr_id: wr_id(buf),
+                next,
+                sg_list: &mut sges[i],
+                num_sge: 1,
+            });
+        }
+        post(base, n as u32)?;
+    }
+    Ok(())
 }
 
 /// A command from the control thread to a poller's RDMA state.
@@ -801,50 +819,23 @@ impl RdmaConn {
         if let Some(h) = self.hdr {
             return self.post_recvs_hdr(bufs, h);
         }
-        let size = u32::try_from(self.rx_pool.buf_size()).unwrap_or(u32::MAX);
-        for chunk in bufs.chunks(CHAIN) {
-            let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
-            let mut sges = [Sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            }; CHAIN];
-            let n = chunk.len();
-            for (i, &buf) in chunk.iter().enumerate() {
-                if buf >= self.rx_pool.count() {
-                    return Err(FabricError::Protocol(
-                        "released receive buffer out of range",
-                    ));
-                }
-                sges[i] = Sge {
-                    addr: self.rx_pool.buf_ptr(buf).as_ptr() as u64,
-                    length: size,
-                    lkey: self.rx_lkey,
-                };
-            }
-            let base = wrs.as_mut_ptr().cast::<RecvWr>();
-            for (i, &buf) in chunk.iter().enumerate() {
-                let next = if i + 1 < n {
-                    // SAFETY: i + 1 < n <= CHAIN: in bounds of `wrs`.
-                    unsafe { base.add(i + 1) }
-                } else {
-                    std::ptr::null_mut()
-                };
-                wrs[i].write(RecvWr {
-                    wr_id: recv_wr_id(self.gen, buf),
-                    next,
-                    sg_list: &mut sges[i],
-                    num_sge: 1,
-                });
-            }
-            // SAFETY: the chain's `n` entries were initialised above and point to `sges`, which
-            // live until the call returns; each buffer is a receive-pool buffer (index checked)
-            // inside the region registered with LOCAL_WRITE, owned by the fabric until its
-            // completion is polled (the application released it, or it was never lent).
-            unsafe { self.qp.post_recv(base) }.map_err(|e| FabricError::Io(e.errno))?;
-            self.owed += n as u32;
-        }
-        Ok(())
+        let (qp, gen, owed) = (&self.qp, self.gen, &mut self.owed);
+        post_recv_chains(
+            &self.rx_pool,
+            self.rx_lkey,
+            bufs,
+            |buf| recv_wr_id(gen, buf),
+            |head, n| {
+                // SAFETY: `post_recv_chains` hands over a chain of initialised WRs pointing to
+                // SGEs that live until this call returns; each buffer is a receive-pool buffer
+                // (index checked) inside the region registered with LOCAL_WRITE, owned by the
+                // fabric until its completion is polled (the application released it, or it
+                // was never lent).
+                unsafe { qp.post_recv(head) }.map_err(|e| FabricError::Io(e.errno))?;
+                *owed += n;
+                Ok(())
+            },
+        )
     }
 
     /// [`Self::post_recvs`] on iWARP: each receive scatters the header into the buffer's header
