@@ -213,7 +213,12 @@ impl Engine {
             rdma_devices,
         };
         if cfg.run_to_completion() {
-            let a = agents.pop().expect("one agent set for run-to-completion");
+            // `agents` holds exactly one set in run-to-completion mode (built above).
+            let Some(a) = agents.pop() else {
+                return Err(Error::Config(
+                    "run-to-completion mode needs one poller agent set".into(),
+                ));
+            };
             inner.inline = Some(InlineAgents::new(a));
             inner.inline_counters = poller_counters.pop();
         } else {

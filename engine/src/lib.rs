@@ -137,14 +137,11 @@
 //! joined first, then the control thread closes every socket and segment. shm segments are memfds
 //! (nothing left in `/dev/shm`), created mode 0600.
 //!
-//! # Differences from the API sketch (`ENGINE_API.md`)
+//! # Borrowing rules
 //!
 //! * `SendBuf` and `Message` carry the connection's lifetime (`SendBuf<'c>`, `Message<'c>`), and
 //!   so does `SendError<'c>`; that keeps buffers on the connection's thread with zero
 //!   reference-counting cost.
-//! * Added: [`Connection::alloc_timeout`], [`Engine::event_timeout`], [`Connection::id`],
-//!   [`Connection::is_open`], [`Error::WouldBlock`], [`Error::ForeignBuffer`],
-//!   [`EngineBuilder::max_connections_per_poller`], [`EngineBuilder::name`].
 //! * `depth` defaults to `min(128, buffers)`.
 //!
 //! # Performance
