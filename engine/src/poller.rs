@@ -165,7 +165,9 @@ impl<C: FabricConn> PollerConn<C> {
                     if !valid_tx(d, tx_pool) {
                         return Err(FabricError::Protocol("invalid send descriptor"));
                     }
-                    done.owned[(d.buf / 64) as usize] |= 1u64 << (d.buf % 64);
+                    if !fabric.copies(d.len) {
+                        done.owned[(d.buf / 64) as usize] |= 1u64 << (d.buf % 64);
+                    }
                     bytes += u64::from(d.len);
                 }
                 let mut accepted = fabric.post_send(a, &mut done)?;
@@ -178,7 +180,9 @@ impl<C: FabricConn> PollerConn<C> {
                     shared.counters.tx_stalls.add(1);
                     // Not accepted: still the application's queue, offered again next cycle.
                     for d in a.iter().chain(b).skip(accepted) {
-                        done.owned[(d.buf / 64) as usize] &= !(1u64 << (d.buf % 64));
+                        if !fabric.copies(d.len) {
+                            done.owned[(d.buf / 64) as usize] &= !(1u64 << (d.buf % 64));
+                        }
                         bytes -= u64::from(d.len);
                     }
                 }

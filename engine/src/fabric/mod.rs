@@ -140,6 +140,17 @@ pub trait FabricConn: Send + 'static {
         false
     }
 
+    /// Cheap hint: `true` when [`post_send`](FabricConn::post_send) copies a `len`-byte message
+    /// (shm: inline in the descriptor ring) and frees its buffer right there with
+    /// [`TxDone::free_copied`]. The engine then does not track that buffer in its ownership bitmap
+    /// (nothing but the fabric's own copy can free it). The default is `false`: every buffer is
+    /// tracked and freed through [`TxDone::free_buf`].
+    #[inline]
+    fn copies(&self, len: u32) -> bool {
+        let _ = len;
+        false
+    }
+
     /// Delivers received messages into `sink`, at most [`RxSink::room`], and returns how many.
     ///
     /// # Errors
@@ -461,6 +472,31 @@ impl<'a> TxDone<'a> {
                 ))
             }
         }
+        if self.npending == FREE_BATCH {
+            self.publish()?;
+        }
+        self.pending[self.npending] = buf;
+        self.npending += 1;
+        self.freed += 1;
+        Ok(())
+    }
+
+    /// Send buffer `buf` is free again because [`post_send`](FabricConn::post_send) copied its
+    /// message, and [`FabricConn::copies`] said so for its length: the engine never marked it as
+    /// held, so there is no ownership to check. Only for that case; every other free goes through
+    /// [`free_buf`](Self::free_buf).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] if the application's free ring overflows (broken accounting).
+    #[inline]
+    pub fn free_copied(&mut self, buf: u32) -> Result<(), FabricError> {
+        debug_assert!(
+            self.owned
+                .get((buf / 64) as usize)
+                .is_some_and(|w| w & (1u64 << (buf % 64)) == 0),
+            "free_copied on a tracked buffer"
+        );
         if self.npending == FREE_BATCH {
             self.publish()?;
         }

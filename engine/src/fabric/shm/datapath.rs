@@ -122,6 +122,12 @@ impl FabricConn for ShmConn {
     }
 
     #[inline]
+    fn copies(&self, len: u32) -> bool {
+        // Exactly `post_send`'s inline test.
+        len as usize <= self.inline_max
+    }
+
+    #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         let mut n = 0;
         while sink.room() > 0 {
@@ -152,7 +158,7 @@ impl FabricConn for ShmConn {
         let mut n = 0;
         for d in descs {
             let len = d.len as usize;
-            if len <= self.inline_max {
+            if self.copies(d.len) {
                 // SAFETY: the engine checked `d.buf < count` and `len <= buf_size`; the buffer is
                 // owned by the poller now (the application gave it up in `send`) and the segment
                 // stays mapped while `self.tx` lives.
@@ -162,8 +168,9 @@ impl FabricConn for ShmConn {
                 if !self.tx.try_send_inline(payload, 0).map_err(wire_err)? {
                     break;
                 }
-                // Copied into the ring: the buffer is free again at once.
-                done.free_buf(d.buf)?;
+                // Copied into the ring: the buffer is free again at once (`copies` said so, so
+                // the engine did not mark it held).
+                done.free_copied(d.buf)?;
             } else if !self.tx.try_send_buf(d.buf, d.len, 0).map_err(wire_err)? {
                 break;
             }
