@@ -242,7 +242,11 @@ impl Backend {
         self.counters
             .connections_opened
             .fetch_add(1, Ordering::Relaxed);
-        self.event(Event::Connected { conn: id, peer });
+        self.event(Event::Connected {
+            conn: id,
+            peer,
+            path: None,
+        });
         Ok(parts)
     }
 

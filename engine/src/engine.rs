@@ -32,6 +32,10 @@ pub enum Event {
         conn: u64,
         /// The endpoint.
         peer: String,
+        /// The path the fabric chose, where it chooses one: for `rdma`, the device, port, GID
+        /// index and GID type rdma_cm resolved (e.g. `device rxe0 port 1 gid index 1 (RoCE
+        /// v2)`); `None` for `shm`.
+        path: Option<String>,
     },
     /// The peer of a connection went away (closed it, or its process died).
     Disconnected {

@@ -170,9 +170,11 @@ impl RdmaBackend {
         ctx.counters
             .connections_opened
             .fetch_add(1, Ordering::Relaxed);
+        // Which device/port/GID rdma_cm chose: always in the Connected event; also printed on
+        // the control thread (never a poller) when SPINWIRE_RDMA_LOG is set.
+        let path = path.map(|p| p.to_string());
         if std::env::var_os("SPINWIRE_RDMA_LOG").is_some() {
-            // Control thread only, opt-in: which device/port/GID rdma_cm chose.
-            match path {
+            match &path {
                 Some(p) => eprintln!("spinwire rdma: connection {id} to {peer} via {p}"),
                 None => eprintln!("spinwire rdma: connection {id} to {peer}"),
             }
@@ -180,6 +182,7 @@ impl RdmaBackend {
         ctx.event(Event::Connected {
             conn: id,
             peer: endpoint,
+            path,
         });
         Ok(parts)
     }
