@@ -518,8 +518,13 @@ impl<'a> TxDone<'a> {
         if self.npending > 0 {
             // The free ring holds every buffer of the pool, so it cannot be full while these were
             // out (each was checked against the ownership bitmap above).
-            let n = self.free.push_slice(&self.pending[..self.npending]);
-            let all = n == self.npending;
+            // One buffer (a single small send per cycle, the latency case): a plain push, not
+            // the slice copy (two `memcpy` calls).
+            let all = if self.npending == 1 {
+                self.free.push(self.pending[0]).is_ok()
+            } else {
+                self.free.push_slice(&self.pending[..self.npending]) == self.npending
+            };
             self.npending = 0;
             if !all {
                 return Err(FabricError::Protocol(
