@@ -1,82 +1,161 @@
 #!/usr/bin/env bash
-# scripts/rdma-vm-bench.sh - run the `bench` CLI over --fabric rdma, next to
-# perftest, in ONE Soft-RoCE VM boot: a functional check of bench's RDMA path.
+# scripts/rdma-vm-bench.sh - bench --fabric rdma next to perftest, in ONE
+# Soft-RoCE VM boot, on the same rxe0 with the same CPU pinning, and the
+# bench/perftest ratios.
 #
-# usage: scripts/rdma-vm-bench.sh [SUBCOMMAND [BENCH_ARG...]]
-#   SUBCOMMAND   bench subcommand to run (default: lat)
-#   BENCH_ARG    replace the default run-length args (--iters 20000 --warmup 1000)
-# Example: scripts/rdma-vm-bench.sh rate --iters 100000
+# usage: scripts/rdma-vm-bench.sh
 #
-# Steps: scripts/setup-rdma; cargo build -p bench --features rdma --release;
-# then in the VM: perftest ib_send_lat and ib_write_bw on rxe0 (the reference
-# for what the emulated stack does), then a bench server
-# (--server rdma://$RXE_VM_IP:7471 --once) and a bench client against it.
-# Exit status: 0 if perftest, the bench server and the bench client all passed.
+# Steps: scripts/setup-rdma; cargo build --release -p bench --features rdma on
+# the host (never -C target-cpu=native: the emulated CPU has no AVX-512); then
+# one VM boot (scripts/rxe-vm) runs, server pinned to one vCPU and client to
+# another (taskset, the same for every pair):
+#   1. perftest ib_send_lat -F -s 8 -n LAT_ITERS           (latency, 8 B)
+#   2. perftest ib_send_bw  -F -s 64 -n RATE_ITERS         (64-B message rate)
+#   3. bench lat  --fabric rdma --size 8  --iters LAT_ITERS  (server + client)
+#   4. bench rate --fabric rdma --size 64 --iters RATE_ITERS (server + client)
+# and prints a table:
+#   latency  bench RTT/2 p50 vs ib_send_lat t_typical (one-way, us; lower is better)
+#   rate     bench msgs/s at the receiver vs ib_send_bw MsgRate (Mpps; higher is better)
+#   ratio    bench / perftest
+# Exit status: 0 if every step passed and every figure was parsed; else 1
+# (the failing step is named), or rxe-vm's 124/125.
 #
-# The numbers are EMULATION numbers (TCG, Soft-RoCE in the guest kernel): use
-# them to compare bench with perftest on the same stack, never as a
-# performance claim. Knobs: RXE_VM_* (scripts/rxe-vm); RXE_VM_SMP defaults to 3
-# here (two busy-polling processes plus rxe's softirq work).
+# The numbers are EMULATION numbers (TCG, Soft-RoCE in the guest kernel): only
+# the ratios mean something, never the absolute figures.
+#
+# Knobs (environment):
+#   RDMA_BENCH_LAT_ITERS=5000    round trips for ib_send_lat and bench lat
+#   RDMA_BENCH_RATE_ITERS=50000  messages for ib_send_bw and bench rate
+#   RDMA_BENCH_CORES=1,2         server vCPU, client vCPU (default 1,2 with 3+
+#                                vCPUs: vCPU 0 is left to rxe's softirq work)
+#   every RXE_VM_* knob of scripts/rxe-vm; RXE_VM_SMP defaults to 3 here (two
+#   busy-polling processes plus the softirq work), RXE_VM_TIMEOUT to 900.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-sub=${1:-lat}
-[ $# -gt 0 ] && shift
-args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(--iters 20000 --warmup 1000)
+case "${1:-}" in
+  '') ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "rdma-vm-bench: no arguments expected (see --help)" >&2; exit 2 ;;
+esac
+
+lat_iters=${RDMA_BENCH_LAT_ITERS:-5000}
+rate_iters=${RDMA_BENCH_RATE_ITERS:-50000}
+smp=${RXE_VM_SMP:-3}
+if [ -n "${RDMA_BENCH_CORES:-}" ]; then
+  cores=$RDMA_BENCH_CORES
+elif [ "$smp" -ge 3 ]; then
+  cores=1,2
+else
+  cores=0,1
+fi
+[[ $cores =~ ^[0-9]+,[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_CORES must be SERVER,CLIENT (got $cores)" >&2; exit 2; }
+
+if [[ " ${RUSTFLAGS:-} ${CARGO_BUILD_RUSTFLAGS:-} ${CARGO_ENCODED_RUSTFLAGS:-} " == *target-cpu=native* ]]; then
+  echo "rdma-vm-bench: FAIL: target-cpu=native in RUSTFLAGS: bench would SIGILL in the VM" >&2
+  exit 1
+fi
 
 scripts/setup-rdma
-echo "rdma-vm-bench: building bench (cargo build -p bench --features rdma --release)"
-bench=$(cargo build -p bench --features rdma --release --message-format=json |
+echo "rdma-vm-bench: building bench (cargo build --release -p bench --features rdma)"
+bench=$(cargo build --release -p bench --features rdma --message-format=json |
   jq -r 'select(.reason == "compiler-artifact" and .executable != null
-                and (.target.kind | index("bin"))) | .executable' | tail -n 1)
-[ -x "$bench" ] || { echo "rdma-vm-bench: no bench executable was built" >&2; exit 1; }
+                and (.target.kind | index("bin"))) | .executable' | tail -n 1) ||
+  { echo "rdma-vm-bench: FAIL: building bench failed" >&2; exit 1; }
+[ -x "$bench" ] || { echo "rdma-vm-bench: FAIL: no bench executable was built" >&2; exit 1; }
 
-# The guest-side script: positional args are BENCH SUBCOMMAND BENCH_ARG...
+# The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE.
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
-bench=$1 sub=$2
-shift 2
-D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP EP=rdma://$RXE_VM_IP:7471
-fails=0
-pair() { # NAME SERVER_CMD... -- CLIENT_CMD...  (client retried until the server listens)
+bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5
+D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
+W=$(mktemp -d)
+fails=()
+echo "rdma-vm-bench: $(nproc) vCPUs; server on vCPU $sc, client on vCPU $cc; device $D"
+# pair NAME SERVER_CMD... -- CLIENT_CMD...: server in the background, client
+# retried until the server listens; client output in $W/NAME.client.
+pair() {
   local name=$1 s=() c=() spid src crc=1 _
   shift
   while [ "$1" != -- ]; do s+=("$1"); shift; done
   shift
   c=("$@")
   echo "rdma-vm-bench: ==> $name"
-  timeout -s KILL 180 "${s[@]}" >/tmp/server.out 2>&1 &
+  echo "rdma-vm-bench:     server: taskset -c $sc ${s[*]}"
+  echo "rdma-vm-bench:     client: taskset -c $cc ${c[*]}"
+  timeout -s KILL 240 taskset -c "$sc" "${s[@]}" >"$W/$name.server" 2>&1 &
   spid=$!
-  sleep 0.5
+  sleep 1
   for _ in $(seq 20); do
-    timeout -s KILL 180 "${c[@]}" >/tmp/client.out 2>&1
+    timeout -s KILL 240 taskset -c "$cc" "${c[@]}" >"$W/$name.client" 2>&1
     crc=$?
     [ $crc -eq 0 ] && break
     kill -0 "$spid" 2>/dev/null || break # retry only while the server still waits
-    sleep 0.5
+    sleep 1
   done
   wait "$spid"
   src=$?
-  cat /tmp/client.out
+  cat "$W/$name.client"
   if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-    echo "rdma-vm-bench: $name FAILED (client exit $crc, server exit $src); server output:"
-    tail -n 30 /tmp/server.out
-    fails=$((fails + 1))
+    echo "rdma-vm-bench: FAIL: $name (client exit $crc, server exit $src); server output:"
+    tail -n 30 "$W/$name.server"
+    fails+=("$name")
   fi
 }
-pair "perftest ib_send_lat" ib_send_lat -d "$D" -x "$X" -F -- ib_send_lat -d "$D" -x "$X" -F "$IP"
-pair "perftest ib_write_bw" ib_write_bw -d "$D" -x "$X" -F -n 1000 -- ib_write_bw -d "$D" -x "$X" -F -n 1000 "$IP"
-# One vCPU each for the two busy-polling sides; with 3 or more vCPUs, vCPU 0
-# is left to rxe's softirq work (bench pins both sides to core 0 otherwise).
-if [ "$(nproc)" -ge 3 ]; then srv_core=1 cli_core=2; else srv_core=0 cli_core=1; fi
-pair "bench $sub --fabric rdma" \
-  "$bench" "$sub" --fabric rdma --server "$EP" --once --app-cores "$srv_core" "$@" -- \
-  "$bench" "$sub" --fabric rdma --client "$EP" --app-cores "$cli_core" "$@"
-echo "rdma-vm-bench: $fails failed (emulated numbers: not performance figures)"
-exit $fails
+# The first data row of perftest's result table (the line after the "#bytes" header).
+perf_row() { awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' "$1"; }
+
+pair send_lat ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" -- \
+  ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" "$IP"
+pair send_bw ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" -- \
+  ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" "$IP"
+common=(--fabric rdma --mode inline --idle spin)
+pair bench_lat "$bench" lat "${common[@]}" --size 8 --server "rdma://$IP:7471" --once --app-cores "$sc" \
+  --iters "$lat_iters" --warmup 500 -- \
+  "$bench" lat "${common[@]}" --size 8 --client "rdma://$IP:7471" --app-cores "$cc" \
+  --iters "$lat_iters" --warmup 500 --out "$W/lat"
+pair bench_rate "$bench" rate "${common[@]}" --size 64 --server "rdma://$IP:7472" --once --app-cores "$sc" \
+  --iters "$rate_iters" --warmup 5000 -- \
+  "$bench" rate "${common[@]}" --size 64 --client "rdma://$IP:7472" --app-cores "$cc" \
+  --iters "$rate_iters" --warmup 5000 --out "$W/rate"
+
+# perftest: ib_send_lat columns #bytes #iterations t_min t_max t_typical ...;
+# ib_send_bw columns #bytes #iterations BW-peak BW-average MsgRate[Mpps].
+p_lat=$(perf_row "$W/send_lat.client" | awk '{ print $5 }')
+p_mpps=$(perf_row "$W/send_bw.client" | awk '{ print $5 }')
+b_lat=$(jq -r '.points[0].half_rtt_ns.p50 // empty | . / 1000' "$W/lat/summary.json" 2>/dev/null)
+b_mpps=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate/summary.json" 2>/dev/null)
+num='^[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$'
+for v in p_lat p_mpps b_lat b_mpps; do
+  [[ ${!v} =~ $num ]] || { echo "rdma-vm-bench: FAIL: could not parse $v (got '${!v}')"; fails+=("parse $v"); }
+done
+echo
+echo "rdma-vm-bench: bench vs perftest on $D, same VM boot, server vCPU $sc / client vCPU $cc (EMULATION: only ratios matter)"
+awk -v pl="$p_lat" -v bl="$b_lat" -v pr="$p_mpps" -v br="$b_mpps" -v li="$lat_iters" -v ri="$rate_iters" 'BEGIN {
+  r = "%-34s %12s %12s %14s\n"
+  printf r, "figure", "perftest", "bench", "bench/perftest"
+  printf "%-34s %12.3f %12.3f %14.2f\n", "latency 8 B one-way, us (lower)", pl, bl, (pl > 0 ? bl / pl : 0)
+  printf "%-34s %12.4f %12.4f %14.2f\n", "rate 64 B, Mmsg/s (higher)", pr, br, (pr > 0 ? br / pr : 0)
+  printf "latency: ib_send_lat t_typical vs bench RTT/2 p50, %d round trips\n", li
+  printf "rate:    ib_send_bw MsgRate vs bench msgs/s at the receiver, %d messages\n", ri
+}'
+if [ ${#fails[@]} -gt 0 ]; then
+  echo "rdma-vm-bench: FAIL: ${fails[*]}"
+  exit 1
+fi
+echo "rdma-vm-bench: PASS"
 GUEST
 
-cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$sub" "${args[@]}")"
-RXE_VM_SMP=${RXE_VM_SMP:-3} RXE_VM_TIMES=1 "$ROOT/scripts/rxe-vm" "$cmd"
+cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}")"
+set +e
+RXE_VM_SMP=$smp RXE_VM_TIMES=1 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} "$ROOT/scripts/rxe-vm" "$cmd"
+rc=$?
+set -e
+case $rc in
+  0) ;;
+  124) echo "rdma-vm-bench: FAIL: the VM timed out" >&2 ;;
+  125) echo "rdma-vm-bench: FAIL: the VM could not be built, booted or set up (see above)" >&2 ;;
+  *) echo "rdma-vm-bench: FAIL: a step failed in the VM (exit $rc, see above)" >&2 ;;
+esac
+exit $rc
