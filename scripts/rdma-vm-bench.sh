@@ -21,7 +21,9 @@
 # (the failing step is named), or rxe-vm's 124/125.
 #
 # The numbers are EMULATION numbers (TCG, Soft-RoCE in the guest kernel): only
-# the ratios mean something, never the absolute figures.
+# the ratios mean something, never the absolute figures. Other jobs on the host
+# move single runs by up to 2x (both tools alike, but not always equally): run it
+# two or three times and compare the ratios.
 #
 # Knobs (environment):
 #   RDMA_BENCH_LAT_ITERS=5000    round trips for ib_send_lat and bench lat
