@@ -809,13 +809,18 @@ impl CmId {
     /// Sends the connection request (after [`CmId::create_qp`] and pre-posting receives).
     /// [`CmEventKind::Established`] or a failure event follows.
     ///
+    /// On iWARP devices whose driver connects the TCP stream inside this call (soft-iWARP),
+    /// a refused or unroutable connection fails here rather than through an event: a refused
+    /// one gives [`CmError::NoListener`], an unreachable one [`CmError::Unreachable`].
+    ///
     /// # Errors
-    /// [`CmError::Connect`].
+    /// [`CmError::NoListener`] (`ECONNREFUSED`), [`CmError::Unreachable`] (`ETIMEDOUT`,
+    /// `EHOSTUNREACH`, `ENETUNREACH`), [`CmError::Connect`] otherwise.
     pub fn connect(&self, opts: &ConnOptions, private_data: &[u8]) -> Result<(), CmError> {
         let mut p = Self::conn_param(opts, private_data, false);
         // SAFETY: valid id; private data outlives the call (copied by librdmacm).
         if unsafe { ffi::rdma_connect(self.raw.as_ptr(), &mut p) } != 0 {
-            return Err(CmError::Connect(errno_io()));
+            return Err(connect_errno_error(errno_io(), self.peer_addr()));
         }
         Ok(())
     }
@@ -972,6 +977,22 @@ impl CmId {
                 got: ev.kind.name(),
             }));
         }
+    }
+}
+
+/// Maps a synchronous `rdma_connect` failure to its typed error: iWARP drivers that connect
+/// the TCP stream inside `rdma_connect` (soft-iWARP) report a refused or unreachable peer
+/// through errno instead of a REJECTED/UNREACHABLE event.
+fn connect_errno_error(err: io::Error, peer: Option<SocketAddr>) -> CmError {
+    match (err.raw_os_error(), peer) {
+        (Some(libc::ECONNREFUSED), Some(addr)) => CmError::NoListener {
+            addr,
+            status: -libc::ECONNREFUSED,
+        },
+        (Some(e @ (libc::ETIMEDOUT | libc::EHOSTUNREACH | libc::ENETUNREACH)), Some(addr)) => {
+            CmError::Unreachable { addr, status: -e }
+        }
+        _ => CmError::Connect(err),
     }
 }
 
@@ -1337,6 +1358,26 @@ mod tests {
             Some(CmError::DeviceRemoval)
         ));
         assert!(event_error(&ev(CmEventKind::Established, 0, &[]), peer).is_none());
+    }
+
+    #[test]
+    fn synchronous_connect_failures_map_to_typed_errors() {
+        let peer: SocketAddr = "10.0.2.15:7471".parse().unwrap();
+        let errno = io::Error::from_raw_os_error;
+        let e = connect_errno_error(errno(libc::ECONNREFUSED), Some(peer));
+        assert!(matches!(e, CmError::NoListener { .. }), "{e:?}");
+        assert!(e.to_string().contains("no listener"), "{e}");
+        for code in [libc::ETIMEDOUT, libc::EHOSTUNREACH, libc::ENETUNREACH] {
+            let e = connect_errno_error(errno(code), Some(peer));
+            assert!(
+                matches!(e, CmError::Unreachable { status, .. } if status == -code),
+                "{e:?}"
+            );
+        }
+        let e = connect_errno_error(errno(libc::EINVAL), Some(peer));
+        assert!(matches!(e, CmError::Connect(_)), "{e:?}");
+        let e = connect_errno_error(errno(libc::ECONNREFUSED), None);
+        assert!(matches!(e, CmError::Connect(_)), "{e:?}");
     }
 
     #[test]

@@ -87,7 +87,10 @@ fn ping_pong_every_size_inline_and_pooled() {
     assert_eq!(client.max_message_size(), max);
     let mut connected = 0;
     while let Some(ev) = e.try_event() {
-        if matches!(ev, Event::Connected { .. }) {
+        if let Event::Connected { path, .. } = ev {
+            // rdma_cm's choice of device/port/GID is reported with the connection.
+            let path = path.expect("rdma Connected events carry the chosen path");
+            assert!(path.contains("gid index"), "{path}");
             connected += 1;
         }
     }
@@ -329,9 +332,70 @@ fn no_listener_and_bad_addresses_are_clear_errors() {
     );
     assert!(t0.elapsed() < Duration::from_secs(5));
 
+    // Peers that never answer. On soft-iWARP, rdma_connect connects a TCP stream inside the
+    // call: to a TCP listener whose accept queue is full the kernel's SYNs go unanswered
+    // (dropped) and the call blocks for as long as the kernel retries them; a TCP listener
+    // that accepts but never speaks MPA leaves the attempt waiting for the MPA reply. Connect
+    // must still return within its timeout (plus a bounded teardown margin), with a typed
+    // error. (On RoCE these TCP ports are irrelevant: nobody listens on the RDMA port.)
+    let _full = full_backlog_listener(&ip, 20098);
+    let mute = std::net::TcpListener::bind((ip.as_str(), 20097)).expect("tcp listener");
+    for (what, port) in [("full backlog", 20098), ("not an RDMA peer", 20097)] {
+        let t0 = Instant::now();
+        let err = e
+            .connect_timeout(&format!("rdma://{ip}:{port}"), Duration::from_secs(3))
+            .unwrap_err();
+        eprintln!("{what}: {err} after {:?}", t0.elapsed());
+        assert!(
+            matches!(err, Error::Connect { .. } | Error::Timeout),
+            "got {err:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(4), "{what}");
+    }
+    drop(mute);
+
     // Listening on an address no RDMA device owns.
     let err = e.listen("rdma://192.0.2.1:7471").unwrap_err();
     assert!(matches!(err, Error::Listen { .. }), "got {err:?}");
+}
+
+/// A TCP listener on `ip:port` whose accept queue is full, so that the kernel silently drops
+/// further SYNs to it (a peer that never answers). Returns the listening socket and the
+/// connections filling its queue; dropping them closes everything.
+fn full_backlog_listener(ip: &str, port: u16) -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
+    use std::os::fd::FromRawFd;
+    let addr: std::net::SocketAddrV4 = format!("{ip}:{port}").parse().expect("IPv4 address");
+    // SAFETY: plain socket call; the fd is owned by the TcpListener below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` is a fresh socket owned by nobody else.
+    let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    let sa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: valid socket and a sockaddr_in of `len` bytes.
+    let rc = unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), len) };
+    assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+    // SAFETY: valid bound socket. Backlog 0: the queue holds one connection.
+    let rc = unsafe { libc::listen(fd, 0) };
+    assert_eq!(rc, 0, "listen: {}", std::io::Error::last_os_error());
+    let mut fill = Vec::new();
+    for _ in 0..2 {
+        // The second one may already be dropped (queue full): bounded, error ignored.
+        if let Ok(s) = std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::V4(addr),
+            Duration::from_millis(300),
+        ) {
+            fill.push(s);
+        }
+    }
+    (listener, fill)
 }
 
 const CHILD_ENV: &str = "SPINWIRE_RDMA_CHILD_PORT";

@@ -3,7 +3,9 @@
 //! - [`verbs`]: the thin safe layer over libibverbs (the engine's only verbs FFI).
 //! - `setup` (control thread / connecting thread): rdma_cm connect and accept, per-device PD and
 //!   per-poller CQ, registered pools, QP creation on the context rdma_cm resolved, receive
-//!   pre-posting, the flow-control handshake in the private data.
+//!   pre-posting, the flow-control handshake in the private data. `rdma_connect` and the wait
+//!   for ESTABLISHED run on a short-lived helper thread, so a connect returns within its
+//!   timeout even where the kernel blocks in `rdma_connect` (soft-iWARP's TCP connect).
 //! - [`datapath`] (pollers): [`RdmaFabric`] polls each device's CQ in bursts and files the
 //!   completions with their connections; [`RdmaConn`] posts chained SEND_WITH_IMM batches
 //!   (plain SENDs with a header on iWARP; inline when they fit), re-posts receive buffers in
