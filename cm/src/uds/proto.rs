@@ -207,10 +207,17 @@ pub(super) fn decode(m: &[u8; MSG_LEN]) -> Result<Msg, UdsError> {
     })
 }
 
+/// Encodes a message with an arbitrary version and kind code.
+pub fn encode_raw(version: u16, kind: u16, reason: u16, params: &ConnParams) -> [u8; 64] {
+    let mut m = encode(Kind::Hello, reason, params);
+    m[4..6].copy_from_slice(&version.to_le_bytes());
+    m[6..8].copy_from_slice(&kind.to_le_bytes());
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::uds::testing;
 
     #[test]
     fn encode_decode_round_trip() {
@@ -233,9 +240,9 @@ mod tests {
         let mut m = encode(Kind::Hello, 0, &p);
         m[0] = b'X';
         assert!(matches!(decode(&m), Err(UdsError::BadMessage { .. })));
-        let m = testing::encode_raw(PROTOCOL_VERSION + 1, 1, 0, &p);
+        let m = encode_raw(PROTOCOL_VERSION + 1, 1, 0, &p);
         assert!(matches!(decode(&m), Err(UdsError::VersionMismatch { .. })));
-        let m = testing::encode_raw(PROTOCOL_VERSION, 99, 0, &p);
+        let m = encode_raw(PROTOCOL_VERSION, 99, 0, &p);
         assert!(matches!(decode(&m), Err(UdsError::BadMessage { .. })));
         let mut m = encode(Kind::Hello, 0, &p);
         m[63] = 1;

@@ -4,18 +4,10 @@ use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
-use super::proto::{encode, ConnParams, Kind};
+pub use super::proto::encode_raw;
 use super::stream::{UdsStream, MAX_RECV_FDS};
 use super::sys::{deadline, io_err};
 use super::UdsError;
-
-/// Encodes a message with an arbitrary version and kind code.
-pub fn encode_raw(version: u16, kind: u16, reason: u16, params: &ConnParams) -> [u8; 64] {
-    let mut m = encode(Kind::Hello, reason, params);
-    m[4..6].copy_from_slice(&version.to_le_bytes());
-    m[6..8].copy_from_slice(&kind.to_le_bytes());
-    m
-}
 
 /// Sends raw bytes with any number of fds attached (to exercise the receiver's checks).
 ///

@@ -37,7 +37,7 @@
 //! # Building and testing
 //!
 //! Building needs libibverbs-dev, librdmacm-dev and libclang-dev; on Debian 12 that is
-//! libclang 14 (rdma-sys 0.3's bindgen fails with libclang >= 16; `engine/build.rs` checks this
+//! libclang 14 (rdma-sys 0.3's bindgen fails with libclang >= 16; `cm/build.rs` checks this
 //! and names the missing package). The default build (no `rdma` feature) needs none of them.
 //!
 //! The tests (`engine/tests/rdma_*.rs`) need a real RDMA stack: `scripts/ci/rdma-vm.sh` builds
