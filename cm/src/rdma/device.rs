@@ -45,15 +45,16 @@ impl DeviceContext {
         Some(Self { raw, list })
     }
 
-    /// The raw `ibv_context`, for the verbs layer (PD/CQ/SRQ creation, device queries).
+    /// The raw `ibv_context` (never null), for the verbs layer (PD/CQ/SRQ creation, device
+    /// queries).
     ///
     /// # Safety
     /// The pointer is valid only while this `DeviceContext` lives. The caller must keep it
     /// alive for as long as it uses the pointer, or any object created on it (hold it inside
     /// the context wrapper that those objects keep alive), and must never close the context
     /// (`ibv_close_device`): it belongs to librdmacm.
-    pub unsafe fn as_ptr(&self) -> *mut ffi::ibv_context {
-        self.raw.as_ptr()
+    pub unsafe fn as_ptr(&self) -> NonNull<ffi::ibv_context> {
+        self.raw
     }
 }
 

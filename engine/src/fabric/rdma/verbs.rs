@@ -18,6 +18,7 @@
 //! libibverbs objects are thread safe (the providers lock internally), so the wrappers are
 //! `Send + Sync`; the engine still keeps each queue pair and completion queue on one poller.
 
+use std::any::Any;
 use std::ffi::CStr;
 use std::fmt;
 use std::io;
@@ -25,6 +26,7 @@ use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
+use cm::rdma::{CmError, CmId, DeviceContext};
 use rdma_sys as ffi;
 
 pub use ffi::{ibv_recv_wr as RecvWr, ibv_send_wr as SendWr, ibv_sge as Sge};
@@ -135,9 +137,9 @@ fn last_os_error() -> io::Error {
 enum ContextOwner {
     /// Opened by us with `ibv_open_device`; closed on drop.
     Opened,
-    /// Borrowed from librdmacm's device list (`rdma_get_devices`); the list is freed on drop,
-    /// which drops librdmacm's reference.
-    RdmaCm(NonNull<*mut ffi::ibv_context>),
+    /// librdmacm's context for a connection; the [`DeviceContext`] holds librdmacm's reference
+    /// and releases it on drop.
+    RdmaCm(DeviceContext),
 }
 
 /// An open RDMA device (`struct ibv_context`).
@@ -213,34 +215,25 @@ impl Context {
         result
     }
 
-    /// Wraps the context that librdmacm resolved for a connection (`rdma_cm_id.verbs`), so the
-    /// PD, CQs and MRs are created on the very device rdma_cm picked.
-    ///
-    /// Returns `None` if `raw` is null or not in librdmacm's device list.
-    ///
-    /// # Safety
-    /// `raw` must be null or a context obtained from librdmacm (`rdma_cm_id.verbs`).
-    pub unsafe fn from_rdma_cm(raw: *mut ffi::ibv_context) -> Option<Arc<Self>> {
-        let raw = NonNull::new(raw)?;
-        let mut n = 0;
-        // SAFETY: valid out pointer. The list holds a reference on every librdmacm context
-        // until rdma_free_devices.
-        let list = NonNull::new(unsafe { ffi::rdma_get_devices(&mut n) })?;
-        // SAFETY: the list has `n` entries.
-        let known =
-            (0..n.max(0) as usize).any(|i| unsafe { *list.as_ptr().add(i) } == raw.as_ptr());
-        if !known {
-            // SAFETY: list came from rdma_get_devices.
-            unsafe { ffi::rdma_free_devices(list.as_ptr()) };
-            return None;
-        }
-        Some(Arc::new(Self {
+    /// Wraps the context that librdmacm resolved for a connection
+    /// ([`CmId::device_context`]), so the PD, CQs and MRs are created on the very device
+    /// rdma_cm picked.
+    pub fn from_cm(dev: DeviceContext) -> Arc<Self> {
+        // SAFETY: `dev` is kept in `owner` for as long as this context lives, and every object
+        // created on it holds an `Arc` of this context; the context is never closed here.
+        let raw = unsafe { dev.as_ptr() };
+        Arc::new(Self {
             raw,
-            owner: ContextOwner::RdmaCm(list),
-        }))
+            owner: ContextOwner::RdmaCm(dev),
+        })
     }
 
-    /// The raw context pointer (for rdma_cm and comparisons).
+    /// Whether this is librdmacm's context `dev` (the device of a connection's id).
+    pub fn is_cm_device(&self, dev: &DeviceContext) -> bool {
+        matches!(&self.owner, ContextOwner::RdmaCm(d) if d == dev)
+    }
+
+    /// The raw context pointer (for the verbs calls of this module).
     pub fn as_ptr(&self) -> *mut ffi::ibv_context {
         self.raw.as_ptr()
     }
@@ -328,8 +321,8 @@ impl Drop for Context {
             ContextOwner::Opened => unsafe {
                 ffi::ibv_close_device(self.raw.as_ptr());
             },
-            // SAFETY: list came from rdma_get_devices.
-            ContextOwner::RdmaCm(list) => unsafe { ffi::rdma_free_devices(list.as_ptr()) },
+            // The DeviceContext releases librdmacm's reference when dropped.
+            ContextOwner::RdmaCm(_) => {}
         }
     }
 }
@@ -885,6 +878,71 @@ impl QueuePair {
         };
         qp.max_inline = qp.query_max_inline()?;
         Ok(qp)
+    }
+
+    /// Creates the RC queue pair of an rdma_cm id through rdma_cm (`rdma_create_qp`), with
+    /// `res`'s PD, CQs and SRQ and `sges` scatter/gather entries per send and per receive.
+    /// rdma_cm then drives its state transitions during connect/accept; wrap it with
+    /// [`QueuePair::from_cm_id`] once the id is shared. The id keeps `res` and `keep` until it
+    /// has destroyed the QP.
+    ///
+    /// # Errors
+    /// [`CmError::NoDevice`] if rdma_cm resolved no device for `id`; [`CmError::CreateQp`] if
+    /// `res` is not on the id's device context (`EINVAL`) or `rdma_create_qp` fails.
+    pub fn create_on_cm_id(
+        id: &mut CmId,
+        res: &QpResources,
+        cap: QpCapacity,
+        sges: u32,
+        keep: Box<dyn Any + Send + Sync>,
+    ) -> Result<(), CmError> {
+        let dev = id.device_context().ok_or(CmError::NoDevice)?;
+        let on_dev = |ctx: &Context| ctx.is_cm_device(&dev);
+        if !(on_dev(res.pd.context())
+            && on_dev(res.send_cq.context())
+            && on_dev(res.recv_cq.context())
+            && res.srq.as_ref().map_or(true, |s| on_dev(s.pd().context())))
+        {
+            return Err(CmError::CreateQp(io::Error::from_raw_os_error(
+                libc::EINVAL,
+            )));
+        }
+        let mut attr = res.init_attr(cap);
+        attr.cap.max_send_sge = sges;
+        attr.cap.max_recv_sge = sges;
+        let keep: Box<dyn Any + Send + Sync> = Box::new((res.clone(), keep));
+        // SAFETY: the PD, CQs and SRQ in `attr` are `res`'s, checked above to be on the id's
+        // device context, and `keep` (held by the id until its QP is destroyed) keeps them.
+        unsafe { id.create_qp(res.pd.as_ptr(), &mut attr, keep) }
+    }
+
+    /// Wraps the QP that [`QueuePair::create_on_cm_id`] created on `id` with `res`. The handle
+    /// holds the id, which destroys the QP when its last holder is gone.
+    ///
+    /// # Errors
+    /// [`VerbsError::QueryQp`] (`EINVAL`) if `id` has no QP or its QP was not created with
+    /// `res`'s PD, CQs and SRQ; [`VerbsError::QueryQp`] if reading back the inline size fails.
+    pub fn from_cm_id(id: &Arc<CmId>, res: QpResources) -> Result<Self, VerbsError> {
+        let invalid = || VerbsError::QueryQp(io::Error::from_raw_os_error(libc::EINVAL));
+        // SAFETY: the pointer is used only while `id` is alive: below, and then owned by the
+        // returned handle, which holds an `Arc` of the id (its `owner`).
+        let raw = NonNull::new(unsafe { id.qp_ptr() }).ok_or_else(invalid)?;
+        // SAFETY: a valid QP (the id is alive); only reads the object pointers it was created
+        // with.
+        let created_with_res = unsafe {
+            let q = raw.as_ptr();
+            (*q).pd == res.pd.as_ptr()
+                && (*q).send_cq == res.send_cq.as_ptr()
+                && (*q).recv_cq == res.recv_cq.as_ptr()
+                && (*q).srq == res.srq.as_ref().map_or(ptr::null_mut(), |s| s.as_ptr())
+        };
+        if !created_with_res {
+            return Err(invalid());
+        }
+        let owner: Box<dyn Send + Sync> = Box::new(Arc::clone(id));
+        // SAFETY: rdma_cm created this QP with `res` (checked above); `owner` keeps the id,
+        // which destroys the QP only when dropped, after this handle.
+        unsafe { Self::from_external(raw.as_ptr(), res, owner) }
     }
 
     fn query_max_inline(&self) -> Result<u32, VerbsError> {
