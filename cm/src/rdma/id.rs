@@ -460,7 +460,7 @@ impl CmId {
         Ok(())
     }
 
-    /// Rejects a connection request with optional private data (e.g. a [`CmRejectReason`]).
+    /// Rejects a connection request with optional private data (e.g. a [`CmRejectReason`](super::CmRejectReason)).
     ///
     /// # Errors
     /// [`CmError::Reject`].

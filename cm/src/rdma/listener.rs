@@ -72,12 +72,12 @@ impl CmListener {
     }
 }
 
-/// An incoming connection request: create the QP on [`CmId::verbs`], pre-post receives, then
+/// An incoming connection request: create the QP on [`CmId::device_context`], pre-post receives, then
 /// [`CmId::accept`], or [`CmId::reject`].
 #[derive(Debug)]
 pub struct ConnectRequest {
     /// The new connection's id (on its own event channel).
     pub id: CmId,
-    /// The peer's private data (validate with [`FlowParams::decode`]).
+    /// The peer's private data (validate with [`FlowParams::decode`](super::FlowParams::decode)).
     pub private_data: Vec<u8>,
 }

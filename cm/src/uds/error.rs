@@ -94,7 +94,7 @@ pub enum UdsError {
     /// The peer speaks another protocol version.
     #[error("protocol version mismatch: ours {ours}, peer {theirs}")]
     VersionMismatch {
-        /// [`PROTOCOL_VERSION`].
+        /// [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION).
         ours: u16,
         /// The peer's version.
         theirs: u16,

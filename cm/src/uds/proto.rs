@@ -92,7 +92,7 @@ pub struct ConnParams {
 /// A received hello.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
-    /// The connector's pid (as it claims; the kernel-verified one is in [`UdsStream::peer_cred`]).
+    /// The connector's pid (as it claims; the kernel-verified one is in [`UdsStream::peer_cred`](super::UdsStream::peer_cred)).
     pub pid: u32,
     /// The proposed params (not validated here).
     pub params: ConnParams,
