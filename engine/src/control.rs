@@ -23,16 +23,18 @@ use std::time::{Duration, Instant};
 
 use rings::{Consumer, Producer, PushError};
 
+use crate::clock::Clock;
 use crate::config::Config;
-use crate::conn::{conn_pair, ConnParts};
 use crate::endpoint::Endpoint;
-use crate::engine::{Clock, EngineCounters, Event};
 use crate::error::{Error, FabricError};
+use crate::event::Event;
 use crate::fabric::shm::setup::{Established, ShmListener};
 use crate::fabric::shm::wire::Segment;
 use crate::fabric::shm::{ShmConn, ShmFabric};
 use crate::fabric::Fabric;
+use crate::link::{conn_pair, ConnParts};
 use crate::poller::{Command, Notice};
+use crate::stats::EngineCounters;
 
 /// How often this side bumps its heartbeat word in each shm segment.
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(100);

@@ -1,88 +1,28 @@
 //! [`Engine`]: the handle that owns the control thread and the pollers.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rings::{Consumer, RingBuffer};
 
+use crate::clock::Clock;
 use crate::config::{Config, EngineBuilder};
 use crate::conn::{Connection, Listener};
 use crate::control::{self, Request};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
+use crate::event::Event;
 use crate::fabric::shm::ShmFabric;
-use crate::idle::Idler;
+use crate::idle::{IdleStrategy, Idler};
 use crate::poller::{Agents, InlineAgents, Poller};
-use crate::stats::{EngineStats, PollerCounters};
+use crate::stats::{EngineCounters, EngineStats, PollerCounters};
 
 /// Capacity of each control -> poller command ring.
 const COMMAND_RING: usize = 1024;
 /// Capacity of the control -> application event ring.
 const EVENT_RING: usize = 4096;
-
-/// A connection-level event, from [`Engine::try_event`].
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Event {
-    /// A connection was established (by `connect` or accepted by a listener).
-    Connected {
-        /// [`Connection::id`].
-        conn: u64,
-        /// The endpoint.
-        peer: String,
-        /// The path the fabric chose, where it chooses one: for `rdma`, the device, port, GID
-        /// index and GID type rdma_cm resolved (e.g. `device rxe0 port 1 gid index 1 (RoCE
-        /// v2)`); `None` for `shm`.
-        path: Option<String>,
-    },
-    /// The peer of a connection went away (closed it, or its process died).
-    Disconnected {
-        /// [`Connection::id`].
-        conn: u64,
-    },
-    /// A connection (or a listener, `conn: None`) failed.
-    Error {
-        /// [`Connection::id`], if the error belongs to a connection.
-        conn: Option<u64>,
-        /// What failed.
-        error: Error,
-    },
-}
-
-/// The engine's coarse clock: nanoseconds since start, advanced by the control thread, read by
-/// pollers without a syscall or vDSO call.
-#[derive(Debug)]
-pub(crate) struct Clock {
-    base: Instant,
-    now_ns: AtomicU64,
-}
-
-impl Clock {
-    pub(crate) fn new() -> Clock {
-        Clock {
-            base: Instant::now(),
-            now_ns: AtomicU64::new(0),
-        }
-    }
-    pub(crate) fn update(&self) {
-        let ns = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.now_ns.store(ns, Ordering::Relaxed);
-    }
-    #[inline]
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.now_ns.load(Ordering::Relaxed)
-    }
-}
-
-/// Engine-wide counters written by the control thread.
-#[derive(Debug, Default)]
-pub(crate) struct EngineCounters {
-    pub(crate) events_dropped: AtomicU64,
-    pub(crate) connections_opened: AtomicU64,
-    pub(crate) connections_closed: AtomicU64,
-}
 
 struct PollerThread {
     core: usize,
@@ -340,7 +280,7 @@ impl Engine {
         // Run-to-completion: keep the poller turning while we wait (other connections of this
         // engine may be served by this thread only).
         let deadline = Instant::now() + timeout;
-        let mut idler = Idler::new(crate::IdleStrategy::backoff());
+        let mut idler = Idler::new(IdleStrategy::backoff());
         loop {
             match rx.try_recv() {
                 Ok(v) => return Ok(v),
@@ -390,7 +330,7 @@ impl Engine {
     /// [`Error::Timeout`].
     pub fn event_timeout(&self, timeout: Duration) -> Result<Event, Error> {
         let deadline = Instant::now() + timeout;
-        let mut idler = Idler::new(crate::IdleStrategy::backoff());
+        let mut idler = Idler::new(IdleStrategy::backoff());
         loop {
             if let Some(e) = self.try_event() {
                 return Ok(e);
@@ -510,5 +450,18 @@ impl Drop for Inner {
             c.shutdown();
         }
         drop(stopped);
+    }
+}
+
+impl EngineBuilder {
+    /// Validates the configuration, starts the control thread and the poller threads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid knob, [`Error::BadCore`] for a core this process may not
+    /// use, [`Error::Thread`] when a thread cannot be started.
+    pub fn build(self) -> Result<Engine, Error> {
+        let cfg = self.validate()?;
+        Engine::start(cfg)
     }
 }

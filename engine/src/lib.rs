@@ -164,6 +164,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod clock;
 mod config;
 mod conn;
 mod control;
@@ -171,15 +172,19 @@ mod desc;
 mod endpoint;
 mod engine;
 mod error;
+mod event;
 pub mod fabric;
 mod idle;
+mod link;
 mod poller;
 mod stats;
 
-pub use config::{EngineBuilder, IdleStrategy, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE};
-pub use conn::{Connection, Listener, Message, SendBuf};
+pub use config::{EngineBuilder, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE};
+pub use conn::{Connection, Listener, Message, SendBuf, SendError};
 pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX};
 pub use endpoint::MAX_SHM_NAME;
-pub use engine::{Engine, Event};
-pub use error::{BoxError, Error, FabricError, SendError};
+pub use engine::Engine;
+pub use error::{BoxError, Error, FabricError};
+pub use event::Event;
+pub use idle::IdleStrategy;
 pub use stats::{ConnStats, EngineStats, PollerStats};

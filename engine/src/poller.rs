@@ -21,10 +21,10 @@ use std::sync::Arc;
 
 use rings::{Consumer, Producer};
 
-use crate::conn::ConnShared;
-use crate::desc::{PoolView, RxDesc, TxDesc};
+use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
+use crate::link::PollerConn;
 use crate::stats::PollerCounters;
 
 /// Most commands a poller takes per cycle.
@@ -54,29 +54,6 @@ pub(crate) enum Notice<C> {
         conn: Box<PollerConn<C>>,
         error: Option<FabricError>,
     },
-}
-
-/// The poller's half of one connection.
-pub(crate) struct PollerConn<C> {
-    pub(crate) id: u64,
-    pub(crate) fabric: C,
-    pub(crate) tx: Consumer<TxDesc>,
-    pub(crate) free: Producer<u32>,
-    pub(crate) rx: Producer<RxDesc>,
-    pub(crate) release: Consumer<u32>,
-    /// Send buffers held by the poller/fabric: bit `i` of word `i / 64`.
-    pub(crate) tx_owned: Box<[u64]>,
-    pub(crate) tx_pool: PoolView,
-    pub(crate) rx_pool: PoolView,
-    pub(crate) shared: Arc<ConnShared>,
-    pub(crate) credits_returned: u64,
-    /// The peer is gone: keep delivering what it sent, then retire (with `drain_reason`).
-    pub(crate) draining: bool,
-    pub(crate) drain_reason: Option<FabricError>,
-    /// The last receive pass found the fabric empty (it delivered less than the sink's room).
-    pub(crate) drained: bool,
-    /// Scratch for [`TxDone`]'s batched buffer returns.
-    pub(crate) free_scratch: [u32; crate::fabric::FREE_BATCH],
 }
 
 /// The poller side of a connection's send buffers: index and length checks.

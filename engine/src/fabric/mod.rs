@@ -80,7 +80,7 @@ use rings::Producer;
 
 use crate::desc::{RxDesc, TxDesc, BUF_INLINE, INLINE_MAX};
 use crate::error::FabricError;
-use crate::poller::PollerConn;
+use crate::link::{PollerConn, FREE_BATCH};
 
 pub use crate::desc::PoolView;
 
@@ -411,9 +411,6 @@ impl<'a> RxSink<'a> {
         self.bytes
     }
 }
-
-/// Freed buffers collected before one batched push into the application's free ring.
-pub(crate) const FREE_BATCH: usize = 32;
 
 /// Where a fabric reports freed send buffers and returned credits.
 ///

@@ -16,10 +16,11 @@ use rings::Producer;
 use super::datapath::{RdmaCommand, RdmaConn, RdmaFabric};
 use super::setup::{self, ConnStatus, Established, RdmaDevices, RdmaListener};
 use crate::config::Config;
-use crate::conn::{conn_pair, ConnParts, ConnShared};
-use crate::engine::{EngineCounters, Event};
 use crate::error::{Error, FabricError};
+use crate::event::Event;
+use crate::link::{conn_pair, ConnParts, ConnShared};
 use crate::poller::{Command, Notice};
+use crate::stats::EngineCounters;
 
 /// Most connections accepted per listener per control-loop turn.
 const ACCEPT_BURST: usize = 16;
