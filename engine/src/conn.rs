@@ -46,7 +46,8 @@ pub struct Connection {
     rx_pool: PoolView,
     depth: u64,
     batch: u32,
-    inline: bool,
+    /// Run-to-completion: this thread drives the poller inside `send`/`recv`.
+    run_to_completion: bool,
     idle: IdleStrategy,
     peer: String,
     _keep: Arc<dyn Any + Send + Sync>,
@@ -84,7 +85,7 @@ impl Connection {
             rx_pool: parts.rx_pool,
             depth: cfg.depth as u64,
             batch: cfg.batch as u32,
-            inline: cfg.run_to_completion(),
+            run_to_completion: cfg.run_to_completion(),
             idle: cfg.idle,
             peer: parts.peer,
             _keep: parts.keep,
@@ -126,8 +127,8 @@ impl Connection {
     }
 
     #[inline]
-    fn poll_inline(&self) -> usize {
-        if self.inline {
+    fn drive_poller(&self) -> usize {
+        if self.run_to_completion {
             self.engine.poll()
         } else {
             0
@@ -147,7 +148,7 @@ impl Connection {
         let idx = match self.take_buf() {
             Some(i) => i,
             None => {
-                self.poll_inline();
+                self.drive_poller();
                 match self.take_buf() {
                     Some(i) => i,
                     None => {
@@ -237,7 +238,7 @@ impl Connection {
             });
         }
         if !self.has_credit() {
-            self.poll_inline();
+            self.drive_poller();
             if !self.has_credit() {
                 self.app().would_block += 1;
                 return Err(SendError::WouldBlock(buf));
@@ -256,7 +257,7 @@ impl Connection {
         std::mem::forget(buf);
         app.held -= 1;
         app.sent += 1;
-        if self.inline {
+        if self.run_to_completion {
             app.unflushed += 1;
             if app.unflushed >= self.batch {
                 app.unflushed = 0;
@@ -307,7 +308,7 @@ impl Connection {
     /// Pushes queued sends out now. In run-to-completion mode this runs a poller cycle; with
     /// dedicated pollers it does nothing (they drain continuously).
     pub fn flush(&self) {
-        if self.inline {
+        if self.run_to_completion {
             self.app().unflushed = 0;
             self.engine.poll();
         }
@@ -325,7 +326,7 @@ impl Connection {
         if let Some(m) = self.pop_rx() {
             return Ok(Some(m));
         }
-        if self.poll_inline() > 0 {
+        if self.drive_poller() > 0 {
             if let Some(m) = self.pop_rx() {
                 return Ok(Some(m));
             }
@@ -362,8 +363,8 @@ impl Connection {
         let mut idler = Idler::new(self.idle);
         // Run-to-completion and busy-spinning: hold the poller for the whole wait (one ownership
         // CAS per wait, not per cycle). Other connections keep being served: by this thread.
-        let mut guard = if self.inline && self.idle == IdleStrategy::BusySpin {
-            self.engine.inline_guard()
+        let mut guard = if self.run_to_completion && self.idle == IdleStrategy::BusySpin {
+            self.engine.rtc_guard()
         } else {
             None
         };
@@ -431,7 +432,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if self.inline {
+        if self.run_to_completion {
             self.engine.poll();
         }
         self.shared.close();

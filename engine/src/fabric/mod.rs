@@ -70,6 +70,7 @@
 //! (`crate::control`), which owns the rdma_cm event channel fd (returned from
 //! `cm::control::Backend::fds`). All monomorphised: no `dyn` on the data path.
 
+pub(crate) mod control;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod shm;

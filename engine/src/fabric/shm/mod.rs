@@ -12,6 +12,7 @@
 //!   creation and attachment.
 //! * `datapath` (poller): [`ShmFabric`] / [`ShmConn`], the [`Fabric`](super::Fabric) implementation.
 
+pub(crate) mod control;
 mod datapath;
 pub(crate) mod setup;
 pub mod wire;
