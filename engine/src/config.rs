@@ -1,6 +1,6 @@
 //! Engine configuration: [`EngineBuilder`] and the validated [`Config`] it produces.
 //!
-//! [`EngineBuilder::build`] lives beside [`Engine`](crate::Engine) (it starts the engine), so
+//! [`EngineBuilder::build`] lives beside [`Engine`](crate::Engine)(crate::Engine) (it starts the engine), so
 //! this module stays below the engine.
 
 use std::time::Duration;
@@ -41,7 +41,7 @@ impl Config {
     }
 }
 
-/// Builds an [`Engine`]. Start with [`Engine::builder`].
+/// Builds an [`Engine`](crate::Engine). Start with [`Engine::builder`](crate::Engine::builder).
 ///
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
 /// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 32, inline threshold
@@ -82,8 +82,8 @@ impl EngineBuilder {
         self
     }
 
-    /// Run-to-completion (inline) mode: no poller thread; the application thread drives the poller
-    /// through [`Engine::poll`] and implicitly inside `send`, `try_recv` and `recv_timeout`.
+    /// Run-to-completion mode: no poller thread; the application thread drives the poller
+    /// through [`Engine::poll`](crate::Engine::poll) and implicitly inside `send`, `try_recv` and `recv_timeout`.
     pub fn run_to_completion(mut self) -> Self {
         self.cfg.pollers.clear();
         self
@@ -142,7 +142,7 @@ impl EngineBuilder {
         self
     }
 
-    /// Default timeout of [`Engine::connect`].
+    /// Default timeout of [`Engine::connect`](crate::Engine::connect).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.cfg.connect_timeout = timeout;
         self

@@ -680,7 +680,7 @@ pub enum SendError<'c> {
     Closed {
         /// The buffer.
         buf: SendBuf<'c>,
-        /// Why: [`Error::Disconnected`] or a [`FabricError`].
+        /// Why: [`Error::Disconnected`] or a [`FabricError`](crate::FabricError).
         error: Error,
     },
 }

@@ -61,25 +61,30 @@ impl Dispatcher {
         clock: Arc<Clock>,
         counters: Arc<EngineCounters>,
     ) -> Dispatcher {
-        // The fabrics. Adding a fabric adds its line here (and one in `crate::poller`'s agent
-        // set).
-        let mut fabrics: Vec<Box<dyn FabricControl>> = Vec::new();
-        fabrics.push(Box::new(crate::fabric::shm::control::ShmControl::new(
-            links.shm, &cfg,
-        )));
-        #[cfg(feature = "rdma")]
-        fabrics.push(Box::new(crate::fabric::rdma::control::RdmaControl::new(
-            links.rdma, &cfg,
-        )));
-        Dispatcher {
+        let mut d = Dispatcher {
             cfg,
             events,
             clock,
             counters,
             next_id: 1,
-            watched: vec![0; fabrics.len()],
-            fabrics,
-        }
+            fabrics: Vec::new(),
+            watched: Vec::new(),
+        };
+        // The fabrics. Adding a fabric adds its line here (and one in `crate::poller`'s agent
+        // set).
+        d.add(crate::fabric::shm::control::ShmControl::new(
+            links.shm, &d.cfg,
+        ));
+        #[cfg(feature = "rdma")]
+        d.add(crate::fabric::rdma::control::RdmaControl::new(
+            links.rdma, &d.cfg,
+        ));
+        d
+    }
+
+    fn add(&mut self, fabric: impl FabricControl + 'static) {
+        self.fabrics.push(Box::new(fabric));
+        self.watched.push(0);
     }
 
     /// The connecting sides of the fabrics, for application threads.

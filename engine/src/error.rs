@@ -96,7 +96,7 @@ pub enum Error {
     /// The connection failed on the data path (e.g. the peer wrote an invalid descriptor).
     #[error("connection failed: {0}")]
     Fabric(#[from] FabricError),
-    /// A [`SendBuf`] was sent on a connection other than the one it was allocated from.
+    /// A [`SendBuf`](crate::SendBuf) was sent on a connection other than the one it was allocated from.
     #[error("buffer belongs to another connection")]
     ForeignBuffer,
     /// The engine is shutting down or its control thread is gone.

@@ -2,13 +2,13 @@
 
 use crate::error::Error;
 
-/// A connection-level event, from [`Engine::try_event`].
+/// A connection-level event, from [`Engine::try_event`](crate::Engine::try_event).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Event {
     /// A connection was established (by `connect` or accepted by a listener).
     Connected {
-        /// [`Connection::id`].
+        /// [`Connection::id`](crate::Connection::id).
         conn: u64,
         /// The endpoint.
         peer: String,
@@ -19,12 +19,12 @@ pub enum Event {
     },
     /// The peer of a connection went away (closed it, or its process died).
     Disconnected {
-        /// [`Connection::id`].
+        /// [`Connection::id`](crate::Connection::id).
         conn: u64,
     },
     /// A connection (or a listener, `conn: None`) failed.
     Error {
-        /// [`Connection::id`], if the error belongs to a connection.
+        /// [`Connection::id`](crate::Connection::id), if the error belongs to a connection.
         conn: Option<u64>,
         /// What failed.
         error: Error,

@@ -15,6 +15,10 @@
 //!
 //! No locks, allocation, syscalls or logging: connection tables and notice backlogs are allocated
 //! up front; failures become counters, connection state and notices to the control thread.
+//!
+//! This module is also the floor between the control thread and the pollers: the [`Command`] and
+//! [`Notice`] rings and the control thread's end of them ([`PollerLink`]). The agent set
+//! ([`Agents`], declared by `agent_set!`, one line per fabric) is what one poller thread drives.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
