@@ -1,9 +1,12 @@
-//! Engine configuration: [`EngineBuilder`] and [`IdleStrategy`].
+//! Engine configuration: [`EngineBuilder`] and the validated [`Config`] it produces.
+//!
+//! [`EngineBuilder::build`] lives beside [`Engine`](crate::Engine)(crate::Engine) (it starts the engine), so
+//! this module stays below the engine.
 
 use std::time::Duration;
 
-use crate::engine::Engine;
 use crate::error::Error;
+use crate::idle::IdleStrategy;
 
 /// Largest buffer size: descriptors carry lengths as `u32`.
 pub const MAX_BUFFER_SIZE: usize = 1 << 30;
@@ -11,42 +14,6 @@ pub const MAX_BUFFER_SIZE: usize = 1 << 30;
 pub const MAX_BUFFERS: usize = 1 << 16;
 /// Largest send batch (items drained from a send ring and posted per doorbell).
 pub const MAX_BATCH: usize = 256;
-
-/// What a poller (or a waiting application thread) does when a cycle found no work.
-///
-/// Idle strategies are Aeron's: each idle cycle advances the strategy one step; any work resets it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum IdleStrategy {
-    /// Spin with a CPU relax hint (`pause`). Lowest latency; burns the core. The default.
-    #[default]
-    BusySpin,
-    /// Spin `spins` cycles, then `yield` `yields` times, then park for `min_park` doubling up to
-    /// `max_park` per idle cycle. Park is bounded, so a parked poller notices new work after at most
-    /// `max_park`.
-    Backoff {
-        /// Idle cycles spent spinning before yielding.
-        spins: u32,
-        /// Idle cycles spent yielding before parking.
-        yields: u32,
-        /// First park duration.
-        min_park: Duration,
-        /// Longest park duration (the bound on added latency once fully backed off).
-        max_park: Duration,
-    },
-}
-
-impl IdleStrategy {
-    /// Backoff with the defaults: 1000 spins, 100 yields, park 1 µs doubling up to 1 ms.
-    pub const fn backoff() -> IdleStrategy {
-        IdleStrategy::Backoff {
-            spins: 1000,
-            yields: 100,
-            min_park: Duration::from_micros(1),
-            max_park: Duration::from_millis(1),
-        }
-    }
-}
 
 /// A validated engine configuration (see [`EngineBuilder`] for each knob).
 #[derive(Debug, Clone)]
@@ -74,7 +41,7 @@ impl Config {
     }
 }
 
-/// Builds an [`Engine`]. Start with [`Engine::builder`].
+/// Builds an [`Engine`](crate::Engine). Start with [`Engine::builder`](crate::Engine::builder).
 ///
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
 /// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 32, inline threshold
@@ -115,8 +82,8 @@ impl EngineBuilder {
         self
     }
 
-    /// Run-to-completion (inline) mode: no poller thread; the application thread drives the poller
-    /// through [`Engine::poll`] and implicitly inside `send`, `try_recv` and `recv_timeout`.
+    /// Run-to-completion mode: no poller thread; the application thread drives the poller
+    /// through [`Engine::poll`](crate::Engine::poll) and implicitly inside `send`, `try_recv` and `recv_timeout`.
     pub fn run_to_completion(mut self) -> Self {
         self.cfg.pollers.clear();
         self
@@ -175,7 +142,7 @@ impl EngineBuilder {
         self
     }
 
-    /// Default timeout of [`Engine::connect`].
+    /// Default timeout of [`Engine::connect`](crate::Engine::connect).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.cfg.connect_timeout = timeout;
         self
@@ -193,18 +160,9 @@ impl EngineBuilder {
         self
     }
 
-    /// Validates the configuration, starts the control thread and the poller threads.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for an invalid knob, [`Error::BadCore`] for a core this process may not
-    /// use, [`Error::Thread`] when a thread cannot be started.
-    pub fn build(self) -> Result<Engine, Error> {
-        let cfg = self.validate()?;
-        Engine::start(cfg)
-    }
-
-    fn validate(self) -> Result<Config, Error> {
+    /// Checks every knob and returns the configuration [`build`](EngineBuilder::build) starts
+    /// the engine with.
+    pub(crate) fn validate(self) -> Result<Config, Error> {
         let mut c = self.cfg;
         if !c.depth_set {
             c.depth = c.buffers.clamp(1, 128);

@@ -1,180 +1,21 @@
-//! The application's handles: [`Connection`], [`SendBuf`], [`Message`], [`Listener`].
+//! The application's handles: [`Connection`], [`SendBuf`], [`Message`], [`Listener`], and
+//! [`SendError`], which hands a [`SendBuf`] back.
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
-use rings::{Consumer, Producer, RingBuffer};
-
-use crate::config::{Config, IdleStrategy};
 use crate::desc::{PoolView, RxDesc, TxDesc, BUF_INLINE};
 use crate::engine::Engine;
-use crate::error::{Error, FabricError, SendError};
-use crate::idle::Idler;
-use crate::poller::PollerConn;
-use crate::stats::{ConnCounters, ConnStats};
-
-const OPEN: u8 = 0;
-const DISCONNECTED: u8 = 1;
-const FAILED: u8 = 2;
-const CLOSED: u8 = 3;
-
-/// Why a connection stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Down {
-    Disconnected,
-    Failed(FabricError),
-    Closed,
-}
-
-/// State shared by the application side, the poller side and the control thread of a connection.
-#[derive(Debug)]
-pub(crate) struct ConnShared {
-    pub(crate) id: u64,
-    /// Credits returned so far (monotonic). Written by the poller only.
-    pub(crate) credits: CachePadded<AtomicU64>,
-    /// `OPEN`, or why not; the first reason wins.
-    state: CachePadded<AtomicU8>,
-    error: OnceLock<FabricError>,
-    pub(crate) counters: CachePadded<ConnCounters>,
-}
-
-impl ConnShared {
-    pub(crate) fn new(id: u64) -> ConnShared {
-        ConnShared {
-            id,
-            credits: CachePadded::new(AtomicU64::new(0)),
-            state: CachePadded::new(AtomicU8::new(OPEN)),
-            error: OnceLock::new(),
-            counters: CachePadded::default(),
-        }
-    }
-
-    /// The data path failed this connection.
-    pub(crate) fn fail(&self, e: FabricError) {
-        let _ = self.error.set(e);
-        let _ = self
-            .state
-            .compare_exchange(OPEN, FAILED, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    /// The peer went away.
-    pub(crate) fn disconnect(&self) {
-        let _ =
-            self.state
-                .compare_exchange(OPEN, DISCONNECTED, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    /// The application closed it.
-    pub(crate) fn close(&self) {
-        let _ = self
-            .state
-            .compare_exchange(OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    #[inline]
-    pub(crate) fn down(&self) -> Option<Down> {
-        match self.state.load(Ordering::Acquire) {
-            OPEN => None,
-            DISCONNECTED => Some(Down::Disconnected),
-            FAILED => Some(Down::Failed(
-                self.error.get().copied().unwrap_or(FabricError::PeerClosed),
-            )),
-            _ => Some(Down::Closed),
-        }
-    }
-}
-
-impl Down {
-    pub(crate) fn to_error(self) -> Error {
-        match self {
-            Down::Disconnected | Down::Closed => Error::Disconnected,
-            Down::Failed(e) => Error::Fabric(e),
-        }
-    }
-}
-
-/// The application's ring ends of a connection.
-pub(crate) struct AppRings {
-    tx: Producer<TxDesc>,
-    free: Consumer<u32>,
-    rx: Consumer<RxDesc>,
-    release: Producer<u32>,
-}
-
-/// Everything the control thread hands to the application for a new connection.
-pub(crate) struct ConnParts {
-    pub(crate) id: u64,
-    pub(crate) peer: String,
-    rings: AppRings,
-    tx_pool: PoolView,
-    rx_pool: PoolView,
-    keep: Arc<dyn Any + Send + Sync>,
-    pub(crate) shared: Arc<ConnShared>,
-}
-
-/// Builds both halves of a connection around a fabric connection.
-///
-/// `tx_pool` is where this side writes messages (`count` buffers); `rx_pool` is where received
-/// pooled messages are read; `keep` keeps the memory of both alive.
-pub(crate) fn conn_pair<C>(
-    id: u64,
-    peer: String,
-    fabric: C,
-    tx_pool: PoolView,
-    rx_pool: PoolView,
-    keep: Arc<dyn Any + Send + Sync>,
-    cfg: &Config,
-) -> (ConnParts, Box<PollerConn<C>>) {
-    let count = tx_pool.count() as usize;
-    let (tx_p, tx_c) = RingBuffer::<TxDesc>::new(count.max(1));
-    let (mut free_p, free_c) = RingBuffer::<u32>::new(count.max(1));
-    for i in 0..tx_pool.count() {
-        // Capacity >= count, so this cannot fail.
-        let _ = free_p.push(i);
-    }
-    let (rx_p, rx_c) = RingBuffer::<RxDesc>::new(cfg.depth.max(1));
-    let (rel_p, rel_c) = RingBuffer::<u32>::new((rx_pool.count() as usize).max(1));
-    let shared = Arc::new(ConnShared::new(id));
-    let poller = Box::new(PollerConn {
-        id,
-        fabric,
-        tx: tx_c,
-        free: free_p,
-        rx: rx_p,
-        release: rel_c,
-        tx_owned: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
-        tx_pool,
-        rx_pool,
-        shared: shared.clone(),
-        credits_returned: 0,
-        draining: false,
-        drain_reason: None,
-        drained: false,
-        free_scratch: [0; crate::fabric::FREE_BATCH],
-    });
-    let parts = ConnParts {
-        id,
-        peer,
-        rings: AppRings {
-            tx: tx_p,
-            free: free_c,
-            rx: rx_c,
-            release: rel_p,
-        },
-        tx_pool,
-        rx_pool,
-        keep,
-        shared,
-    };
-    (parts, poller)
-}
+use crate::error::Error;
+use crate::idle::{IdleStrategy, Idler};
+use crate::link::{AppRings, ConnParts, ConnShared};
+use crate::stats::ConnStats;
 
 struct AppSide {
     rings: AppRings,
@@ -205,7 +46,8 @@ pub struct Connection {
     rx_pool: PoolView,
     depth: u64,
     batch: u32,
-    inline: bool,
+    /// Run-to-completion: this thread drives the poller inside `send`/`recv`.
+    run_to_completion: bool,
     idle: IdleStrategy,
     peer: String,
     _keep: Arc<dyn Any + Send + Sync>,
@@ -243,7 +85,7 @@ impl Connection {
             rx_pool: parts.rx_pool,
             depth: cfg.depth as u64,
             batch: cfg.batch as u32,
-            inline: cfg.run_to_completion(),
+            run_to_completion: cfg.run_to_completion(),
             idle: cfg.idle,
             peer: parts.peer,
             _keep: parts.keep,
@@ -285,8 +127,8 @@ impl Connection {
     }
 
     #[inline]
-    fn poll_inline(&self) -> usize {
-        if self.inline {
+    fn drive_poller(&self) -> usize {
+        if self.run_to_completion {
             self.engine.poll()
         } else {
             0
@@ -306,7 +148,7 @@ impl Connection {
         let idx = match self.take_buf() {
             Some(i) => i,
             None => {
-                self.poll_inline();
+                self.drive_poller();
                 match self.take_buf() {
                     Some(i) => i,
                     None => {
@@ -396,7 +238,7 @@ impl Connection {
             });
         }
         if !self.has_credit() {
-            self.poll_inline();
+            self.drive_poller();
             if !self.has_credit() {
                 self.app().would_block += 1;
                 return Err(SendError::WouldBlock(buf));
@@ -415,7 +257,7 @@ impl Connection {
         std::mem::forget(buf);
         app.held -= 1;
         app.sent += 1;
-        if self.inline {
+        if self.run_to_completion {
             app.unflushed += 1;
             if app.unflushed >= self.batch {
                 app.unflushed = 0;
@@ -466,7 +308,7 @@ impl Connection {
     /// Pushes queued sends out now. In run-to-completion mode this runs a poller cycle; with
     /// dedicated pollers it does nothing (they drain continuously).
     pub fn flush(&self) {
-        if self.inline {
+        if self.run_to_completion {
             self.app().unflushed = 0;
             self.engine.poll();
         }
@@ -484,7 +326,7 @@ impl Connection {
         if let Some(m) = self.pop_rx() {
             return Ok(Some(m));
         }
-        if self.poll_inline() > 0 {
+        if self.drive_poller() > 0 {
             if let Some(m) = self.pop_rx() {
                 return Ok(Some(m));
             }
@@ -521,8 +363,8 @@ impl Connection {
         let mut idler = Idler::new(self.idle);
         // Run-to-completion and busy-spinning: hold the poller for the whole wait (one ownership
         // CAS per wait, not per cycle). Other connections keep being served: by this thread.
-        let mut guard = if self.inline && self.idle == IdleStrategy::BusySpin {
-            self.engine.inline_guard()
+        let mut guard = if self.run_to_completion && self.idle == IdleStrategy::BusySpin {
+            self.engine.rtc_guard()
         } else {
             None
         };
@@ -590,7 +432,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if self.inline {
+        if self.run_to_completion {
             self.engine.poll();
         }
         self.shared.close();
@@ -817,6 +659,66 @@ impl Drop for Listener {
         // Connections accepted by the control thread but never taken are closed here.
         while let Ok(parts) = self.accepts.try_recv() {
             drop(Connection::new(self.engine.clone(), parts));
+        }
+    }
+}
+
+/// [`Connection::send`](crate::Connection::send) failed; the buffer is handed back so it can be
+/// retried or dropped (dropping returns it to the pool).
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError<'c> {
+    /// No credits, or the send ring is full: retry later (after [`Engine::poll`](crate::Engine::poll)
+    /// in run-to-completion mode).
+    #[error("would block: no credits or send ring full")]
+    WouldBlock(SendBuf<'c>),
+    /// [`Connection::send_timeout`](crate::Connection::send_timeout) ran out.
+    #[error("send timed out")]
+    Timeout(SendBuf<'c>),
+    /// The connection is closed or failed.
+    #[error("connection closed: {error}")]
+    Closed {
+        /// The buffer.
+        buf: SendBuf<'c>,
+        /// Why: [`Error::Disconnected`] or a [`FabricError`](crate::FabricError).
+        error: Error,
+    },
+}
+
+impl<'c> SendError<'c> {
+    /// Takes the buffer back.
+    pub fn into_buf(self) -> SendBuf<'c> {
+        match self {
+            SendError::WouldBlock(b) | SendError::Timeout(b) => b,
+            SendError::Closed { buf, .. } => buf,
+        }
+    }
+
+    /// True for [`SendError::WouldBlock`].
+    pub fn is_would_block(&self) -> bool {
+        matches!(self, SendError::WouldBlock(_))
+    }
+}
+
+impl std::fmt::Debug for SendError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::WouldBlock(_) => f.pad("WouldBlock(..)"),
+            SendError::Timeout(_) => f.pad("Timeout(..)"),
+            SendError::Closed { error, .. } => {
+                f.debug_struct("Closed").field("error", error).finish()
+            }
+        }
+    }
+}
+
+impl From<SendError<'_>> for Error {
+    /// Drops the buffer (back to the pool) and keeps the reason.
+    fn from(e: SendError<'_>) -> Error {
+        match e {
+            SendError::WouldBlock(_) => Error::WouldBlock,
+            SendError::Timeout(_) => Error::Timeout,
+            SendError::Closed { error, .. } => error,
         }
     }
 }

@@ -5,6 +5,9 @@ use crate::error::Error;
 /// Longest `shm://` name (it becomes a Unix-socket name and a segment name).
 pub const MAX_SHM_NAME: usize = cm::uds::MAX_NAME_LEN;
 
+/// Whether the RDMA fabric is compiled in (feature `rdma`).
+const RDMA: bool = cfg!(feature = "rdma");
+
 /// A parsed endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Endpoint {
@@ -13,8 +16,9 @@ pub(crate) enum Endpoint {
         /// `[A-Za-z0-9._-]{1,64}`.
         name: String,
     },
-    /// RDMA (RC queue pairs through rdma_cm).
-    #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+    /// RDMA (RC queue pairs through rdma_cm). Only `fabric::rdma` reads the fields, so they are
+    /// unread in a build without it.
+    #[allow(dead_code)]
     Rdma {
         /// Host name or address.
         host: String,
@@ -24,6 +28,14 @@ pub(crate) enum Endpoint {
 }
 
 impl Endpoint {
+    /// The URL scheme, which names the fabric ([`Fabric::NAME`](crate::fabric::Fabric::NAME)).
+    pub(crate) fn scheme(&self) -> &'static str {
+        match self {
+            Endpoint::Shm { .. } => "shm",
+            Endpoint::Rdma { .. } => "rdma",
+        }
+    }
+
     /// Parses `shm://name` or `rdma://host:port`.
     ///
     /// # Errors
@@ -72,7 +84,7 @@ impl Endpoint {
                 let Ok(port) = port.parse::<u16>() else {
                     return Err(bad("rdma port must be a number in 0..=65535"));
                 };
-                if cfg!(feature = "rdma") {
+                if RDMA {
                     Ok(Endpoint::Rdma {
                         host: host.to_owned(),
                         port,
@@ -132,7 +144,7 @@ mod tests {
     #[test]
     fn rdma_needs_feature() {
         let r = Endpoint::parse("rdma://10.0.0.1:7471");
-        if cfg!(feature = "rdma") {
+        if RDMA {
             assert!(r.is_ok());
         } else {
             assert!(matches!(

@@ -1,88 +1,26 @@
 //! [`Engine`]: the handle that owns the control thread and the pollers.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rings::{Consumer, RingBuffer};
 
+use crate::clock::Clock;
 use crate::config::{Config, EngineBuilder};
 use crate::conn::{Connection, Listener};
 use crate::control::{self, Request};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::fabric::shm::ShmFabric;
-use crate::idle::Idler;
-use crate::poller::{Agents, InlineAgents, Poller};
-use crate::stats::{EngineStats, PollerCounters};
+use crate::event::Event;
+use crate::fabric::control::FabricConnect;
+use crate::idle::{IdleStrategy, Idler};
+use crate::poller::{Agents, RtcGuard, RunToCompletion};
+use crate::stats::{EngineCounters, EngineStats, PollerCounters};
 
-/// Capacity of each control -> poller command ring.
-const COMMAND_RING: usize = 1024;
 /// Capacity of the control -> application event ring.
 const EVENT_RING: usize = 4096;
-
-/// A connection-level event, from [`Engine::try_event`].
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Event {
-    /// A connection was established (by `connect` or accepted by a listener).
-    Connected {
-        /// [`Connection::id`].
-        conn: u64,
-        /// The endpoint.
-        peer: String,
-        /// The path the fabric chose, where it chooses one: for `rdma`, the device, port, GID
-        /// index and GID type rdma_cm resolved (e.g. `device rxe0 port 1 gid index 1 (RoCE
-        /// v2)`); `None` for `shm`.
-        path: Option<String>,
-    },
-    /// The peer of a connection went away (closed it, or its process died).
-    Disconnected {
-        /// [`Connection::id`].
-        conn: u64,
-    },
-    /// A connection (or a listener, `conn: None`) failed.
-    Error {
-        /// [`Connection::id`], if the error belongs to a connection.
-        conn: Option<u64>,
-        /// What failed.
-        error: Error,
-    },
-}
-
-/// The engine's coarse clock: nanoseconds since start, advanced by the control thread, read by
-/// pollers without a syscall or vDSO call.
-#[derive(Debug)]
-pub(crate) struct Clock {
-    base: Instant,
-    now_ns: AtomicU64,
-}
-
-impl Clock {
-    pub(crate) fn new() -> Clock {
-        Clock {
-            base: Instant::now(),
-            now_ns: AtomicU64::new(0),
-        }
-    }
-    pub(crate) fn update(&self) {
-        let ns = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.now_ns.store(ns, Ordering::Relaxed);
-    }
-    #[inline]
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.now_ns.load(Ordering::Relaxed)
-    }
-}
-
-/// Engine-wide counters written by the control thread.
-#[derive(Debug, Default)]
-pub(crate) struct EngineCounters {
-    pub(crate) events_dropped: AtomicU64,
-    pub(crate) connections_opened: AtomicU64,
-    pub(crate) connections_closed: AtomicU64,
-}
 
 struct PollerThread {
     core: usize,
@@ -95,14 +33,15 @@ struct Inner {
     cfg: Config,
     ctl: cm::control::ControlHandle<Request>,
     control: Option<cm::control::ControlThread<Request>>,
-    inline: Option<InlineAgents>,
-    inline_counters: Option<Arc<PollerCounters>>,
+    /// The run-to-completion poller (no poller threads), and its counters.
+    rtc: Option<RunToCompletion>,
+    rtc_counters: Option<Arc<PollerCounters>>,
     pollers: Vec<PollerThread>,
     events: Mutex<Consumer<Event>>,
     clock: Arc<Clock>,
     counters: Arc<EngineCounters>,
-    #[cfg(feature = "rdma")]
-    rdma_devices: Arc<crate::fabric::rdma::setup::RdmaDevices>,
+    /// Each fabric's connecting side.
+    connectors: Vec<Arc<dyn FabricConnect>>,
 }
 
 /// The spinwire engine: pollers, the control thread, and the connections made through it.
@@ -136,59 +75,13 @@ impl Engine {
         let counters = Arc::new(EngineCounters::default());
         let (ev_p, ev_c) = RingBuffer::<Event>::new(EVENT_RING);
         let n_pollers = cfg.pollers.len().max(1);
-        let mut links = Vec::with_capacity(n_pollers);
-        let mut agents = Vec::with_capacity(n_pollers);
-        let mut poller_counters = Vec::with_capacity(n_pollers);
-        #[cfg(feature = "rdma")]
-        let mut rdma_links = Vec::with_capacity(n_pollers);
-        for _ in 0..n_pollers {
-            let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
-            let (note_p, note_c) = RingBuffer::new(cfg.max_connections_per_poller + 64);
-            let pc = Arc::new(PollerCounters::default());
-            let shm = Poller::new(
-                ShmFabric,
-                cmd_c,
-                note_p,
-                pc.clone(),
-                cfg.max_connections_per_poller,
-                cfg.batch,
-            );
-            #[cfg(feature = "rdma")]
-            let rdma = {
-                let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
-                let (note_p, note_c) = RingBuffer::new(cfg.max_connections_per_poller + 64);
-                rdma_links.push(crate::fabric::rdma::control::RdmaPollerLink::new(
-                    cmd_p, note_c,
-                ));
-                Poller::new(
-                    crate::fabric::rdma::RdmaFabric::new(),
-                    cmd_c,
-                    note_p,
-                    pc.clone(),
-                    cfg.max_connections_per_poller,
-                    cfg.batch,
-                )
-            };
-            agents.push(Agents {
-                shm,
-                #[cfg(feature = "rdma")]
-                rdma,
-            });
-            links.push(control::PollerLink::new(cmd_p, note_c));
-            poller_counters.push(pc);
-        }
+        let mut poller_counters: Vec<Arc<PollerCounters>> =
+            (0..n_pollers).map(|_| Arc::default()).collect();
+        let (mut agents, links) =
+            Agents::build(&poller_counters, cfg.max_connections_per_poller, cfg.batch);
         let backend =
-            control::Backend::new(cfg.clone(), links, ev_p, clock.clone(), counters.clone());
-        #[cfg(feature = "rdma")]
-        let rdma_devices = Arc::new(crate::fabric::rdma::setup::RdmaDevices::new(
-            n_pollers,
-            cfg.max_connections_per_poller,
-        ));
-        #[cfg(feature = "rdma")]
-        let backend = backend.with_rdma(crate::fabric::rdma::control::RdmaBackend::new(
-            rdma_links,
-            rdma_devices.clone(),
-        ));
+            control::Dispatcher::new(cfg.clone(), links, ev_p, clock.clone(), counters.clone());
+        let connectors = backend.connectors();
         let control = cm::control::ControlThread::spawn(&format!("{}-control", cfg.name), backend)
             .map_err(|e| match e {
                 cm::control::ControlError::Spawn(source)
@@ -207,14 +100,13 @@ impl Engine {
             cfg: cfg.clone(),
             ctl,
             control: Some(control),
-            inline: None,
-            inline_counters: None,
+            rtc: None,
+            rtc_counters: None,
             pollers: Vec::new(),
             events: Mutex::new(ev_c),
             clock: clock.clone(),
             counters,
-            #[cfg(feature = "rdma")]
-            rdma_devices,
+            connectors,
         };
         if cfg.run_to_completion() {
             // `agents` holds exactly one set in run-to-completion mode (built above).
@@ -223,8 +115,8 @@ impl Engine {
                     "run-to-completion mode needs one poller agent set".into(),
                 ));
             };
-            inner.inline = Some(InlineAgents::new(a));
-            inner.inline_counters = poller_counters.pop();
+            inner.rtc = Some(RunToCompletion::new(a));
+            inner.rtc_counters = poller_counters.pop();
         } else {
             for ((core, a), pc) in cfg.pollers.iter().zip(agents).zip(poller_counters) {
                 // On failure `inner` drops here, stopping the threads started so far.
@@ -287,37 +179,23 @@ impl Engine {
     /// refused, handshake failed), [`Error::Setup`], [`Error::Timeout`], [`Error::Shutdown`].
     pub fn connect_timeout(&self, endpoint: &str, timeout: Duration) -> Result<Connection, Error> {
         let ep = Endpoint::parse(endpoint)?;
-        // The rendezvous runs on this (the calling) thread, bounded by `timeout`, so a slow peer
-        // never stalls the control thread; the control thread then registers the connection.
-        let est = match &ep {
-            Endpoint::Shm { name } => {
-                crate::fabric::shm::setup::connect(name, endpoint, &self.inner.cfg, timeout)?
-            }
-            #[cfg(feature = "rdma")]
-            Endpoint::Rdma { host, port } => {
-                let est = crate::fabric::rdma::setup::connect(
-                    host,
-                    *port,
-                    endpoint,
-                    &self.inner.cfg,
-                    &self.inner.rdma_devices,
-                    timeout,
-                )?;
-                let (reply, rx) = mpsc::sync_channel(1);
-                self.request(Request::RegisterRdma {
-                    est: Box::new(est),
-                    raw: endpoint.to_owned(),
-                    reply,
-                })?;
-                let parts = self.wait_reply(&rx, Duration::from_secs(10))??;
-                return Ok(Connection::new(self.clone(), parts));
-            }
-            #[cfg(not(feature = "rdma"))]
-            Endpoint::Rdma { .. } => return Err(Error::FabricNotCompiled { fabric: "rdma" }),
+        let Some(connector) = self
+            .inner
+            .connectors
+            .iter()
+            .find(|c| c.scheme() == ep.scheme())
+        else {
+            return Err(Error::FabricNotCompiled {
+                fabric: ep.scheme(),
+            });
         };
+        // The rendezvous runs on this (the calling) thread, bounded by `timeout`; the control
+        // thread then registers the connection with a poller.
+        let est = connector.connect(&ep, endpoint, &self.inner.cfg, timeout)?;
         let (reply, rx) = mpsc::sync_channel(1);
         self.request(Request::Register {
-            est: Box::new(est),
+            scheme: ep.scheme(),
+            est,
             raw: endpoint.to_owned(),
             reply,
         })?;
@@ -340,7 +218,7 @@ impl Engine {
         // Run-to-completion: keep the poller turning while we wait (other connections of this
         // engine may be served by this thread only).
         let deadline = Instant::now() + timeout;
-        let mut idler = Idler::new(crate::IdleStrategy::backoff());
+        let mut idler = Idler::new(IdleStrategy::backoff());
         loop {
             match rx.try_recv() {
                 Ok(v) => return Ok(v),
@@ -359,7 +237,7 @@ impl Engine {
     /// With dedicated pollers, or while another thread is running the cycle, it returns 0 at once.
     #[inline]
     pub fn poll(&self) -> usize {
-        match &self.inner.inline {
+        match &self.inner.rtc {
             Some(a) => a.try_poll(self.inner.clock.now_ns()),
             None => 0,
         }
@@ -367,8 +245,8 @@ impl Engine {
 
     /// Exclusive use of the run-to-completion poller, if this is one and nobody else has it.
     #[inline]
-    pub(crate) fn inline_guard(&self) -> Option<crate::poller::InlineGuard<'_>> {
-        self.inner.inline.as_ref().and_then(InlineAgents::try_lock)
+    pub(crate) fn rtc_guard(&self) -> Option<RtcGuard<'_>> {
+        self.inner.rtc.as_ref().and_then(RunToCompletion::try_lock)
     }
 
     /// The coarse clock.
@@ -390,7 +268,7 @@ impl Engine {
     /// [`Error::Timeout`].
     pub fn event_timeout(&self, timeout: Duration) -> Result<Event, Error> {
         let deadline = Instant::now() + timeout;
-        let mut idler = Idler::new(crate::IdleStrategy::backoff());
+        let mut idler = Idler::new(IdleStrategy::backoff());
         loop {
             if let Some(e) = self.try_event() {
                 return Ok(e);
@@ -406,7 +284,7 @@ impl Engine {
     /// A snapshot of the engine's counters.
     pub fn counters(&self) -> EngineStats {
         let mut pollers = Vec::new();
-        if let Some(c) = &self.inner.inline_counters {
+        if let Some(c) = &self.inner.rtc_counters {
             pollers.push(c.snapshot(None));
         }
         for p in &self.inner.pollers {
@@ -499,7 +377,7 @@ impl Drop for Inner {
             .iter_mut()
             .filter_map(PollerThread::stop)
             .collect();
-        if let Some(a) = self.inline.take() {
+        if let Some(a) = self.rtc.take() {
             stopped.push(a.into_inner());
         }
         for a in &mut stopped {
@@ -510,5 +388,18 @@ impl Drop for Inner {
             c.shutdown();
         }
         drop(stopped);
+    }
+}
+
+impl EngineBuilder {
+    /// Validates the configuration, starts the control thread and the poller threads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid knob, [`Error::BadCore`] for a core this process may not
+    /// use, [`Error::Thread`] when a thread cannot be started.
+    pub fn build(self) -> Result<Engine, Error> {
+        let cfg = self.validate()?;
+        Engine::start(cfg)
     }
 }

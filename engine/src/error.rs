@@ -2,8 +2,6 @@
 
 use std::io;
 
-use crate::conn::SendBuf;
-
 /// A boxed error from a lower layer (control plane, rendezvous, verbs).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -98,7 +96,7 @@ pub enum Error {
     /// The connection failed on the data path (e.g. the peer wrote an invalid descriptor).
     #[error("connection failed: {0}")]
     Fabric(#[from] FabricError),
-    /// A [`SendBuf`] was sent on a connection other than the one it was allocated from.
+    /// A [`SendBuf`](crate::SendBuf) was sent on a connection other than the one it was allocated from.
     #[error("buffer belongs to another connection")]
     ForeignBuffer,
     /// The engine is shutting down or its control thread is gone.
@@ -119,64 +117,4 @@ pub enum FabricError {
     /// The fabric reported an error completion / OS error (errno).
     #[error("fabric I/O error (errno {0})")]
     Io(i32),
-}
-
-/// [`Connection::send`](crate::Connection::send) failed; the buffer is handed back so it can be
-/// retried or dropped (dropping returns it to the pool).
-#[derive(thiserror::Error)]
-#[non_exhaustive]
-pub enum SendError<'c> {
-    /// No credits, or the send ring is full: retry later (after [`Engine::poll`](crate::Engine::poll)
-    /// in run-to-completion mode).
-    #[error("would block: no credits or send ring full")]
-    WouldBlock(SendBuf<'c>),
-    /// [`Connection::send_timeout`](crate::Connection::send_timeout) ran out.
-    #[error("send timed out")]
-    Timeout(SendBuf<'c>),
-    /// The connection is closed or failed.
-    #[error("connection closed: {error}")]
-    Closed {
-        /// The buffer.
-        buf: SendBuf<'c>,
-        /// Why: [`Error::Disconnected`] or a [`FabricError`].
-        error: Error,
-    },
-}
-
-impl<'c> SendError<'c> {
-    /// Takes the buffer back.
-    pub fn into_buf(self) -> SendBuf<'c> {
-        match self {
-            SendError::WouldBlock(b) | SendError::Timeout(b) => b,
-            SendError::Closed { buf, .. } => buf,
-        }
-    }
-
-    /// True for [`SendError::WouldBlock`].
-    pub fn is_would_block(&self) -> bool {
-        matches!(self, SendError::WouldBlock(_))
-    }
-}
-
-impl std::fmt::Debug for SendError<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SendError::WouldBlock(_) => f.pad("WouldBlock(..)"),
-            SendError::Timeout(_) => f.pad("Timeout(..)"),
-            SendError::Closed { error, .. } => {
-                f.debug_struct("Closed").field("error", error).finish()
-            }
-        }
-    }
-}
-
-impl From<SendError<'_>> for Error {
-    /// Drops the buffer (back to the pool) and keeps the reason.
-    fn from(e: SendError<'_>) -> Error {
-        match e {
-            SendError::WouldBlock(_) => Error::WouldBlock,
-            SendError::Timeout(_) => Error::Timeout,
-            SendError::Closed { error, .. } => error,
-        }
-    }
 }

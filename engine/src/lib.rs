@@ -57,11 +57,17 @@
 //!   on the control thread. Events ([`Event::Connected`], [`Event::Disconnected`],
 //!   [`Event::Error`]) reach the application through an event ring ([`Engine::try_event`]).
 //!   `connect` runs its rendezvous on the calling thread (bounded by its timeout) and then hands the
-//!   connection to the control thread, so a slow peer never stalls the control thread.
+//!   connection to the control thread, so a slow peer being connected to does not stall the
+//!   control thread. Accepting does run on the control thread: shm runs its handshake steps there
+//!   (up to 250 ms each) and RDMA waits there up to 2 s for ESTABLISHED, so a slow or stalled
+//!   peer that is being accepted delays the control thread's other work (other accepts, hang-up
+//!   detection, teardown) by up to that long; the data path is not affected.
 //! * **Fabrics** plug in below the poller through the [`fabric::Fabric`] / [`fabric::FabricConn`]
 //!   traits: the poller is generic and monomorphised (no `dyn` on the data path), and each fabric
 //!   keeps setup code (`fabric/<name>/setup.rs`) apart from hot-path code
-//!   (`fabric/<name>/datapath.rs`). See [`fabric`] for the seam.
+//!   (`fabric/<name>/datapath.rs`) and from its half of the control thread
+//!   (`fabric/<name>/control.rs`, behind the same control seam for every fabric). See [`fabric`]
+//!   for the seams and for adding a fabric.
 //!
 //! # Threading
 //!
@@ -164,6 +170,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod clock;
 mod config;
 mod conn;
 mod control;
@@ -171,15 +178,19 @@ mod desc;
 mod endpoint;
 mod engine;
 mod error;
+mod event;
 pub mod fabric;
 mod idle;
+mod link;
 mod poller;
 mod stats;
 
-pub use config::{EngineBuilder, IdleStrategy, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE};
-pub use conn::{Connection, Listener, Message, SendBuf};
+pub use config::{EngineBuilder, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE};
+pub use conn::{Connection, Listener, Message, SendBuf, SendError};
 pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX};
 pub use endpoint::MAX_SHM_NAME;
-pub use engine::{Engine, Event};
-pub use error::{BoxError, Error, FabricError, SendError};
+pub use engine::Engine;
+pub use error::{BoxError, Error, FabricError};
+pub use event::Event;
+pub use idle::IdleStrategy;
 pub use stats::{ConnStats, EngineStats, PollerStats};

@@ -2,7 +2,7 @@
 //!
 //! A [`Poller<F>`] is an Aeron-style agent: [`Poller::do_work`] runs one cycle and returns how much
 //! work it did; the thread driving it (a dedicated pinned poller thread, or an application thread
-//! in run-to-completion mode, see [`InlineAgents`]) applies its idle strategy when that is zero.
+//! in run-to-completion mode, see [`RunToCompletion`]) applies its idle strategy when that is zero.
 //! Both modes run exactly this code.
 //!
 //! One cycle:
@@ -15,18 +15,25 @@
 //!
 //! No locks, allocation, syscalls or logging: connection tables and notice backlogs are allocated
 //! up front; failures become counters, connection state and notices to the control thread.
+//!
+//! This module is also the floor between the control thread and the pollers: the [`Command`] and
+//! [`Notice`] rings and the control thread's end of them ([`PollerLink`]). The agent set
+//! ([`Agents`], declared by `agent_set!`, one line per fabric) is what one poller thread drives.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rings::{Consumer, Producer};
+use rings::{Consumer, Producer, PushError, RingBuffer};
 
-use crate::conn::ConnShared;
-use crate::desc::{PoolView, RxDesc, TxDesc};
+use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
+use crate::link::PollerConn;
 use crate::stats::PollerCounters;
 
+/// Capacity of each control -> poller command ring.
+pub(crate) const COMMAND_RING: usize = 1024;
 /// Most commands a poller takes per cycle.
 pub(crate) const COMMAND_BUDGET: usize = 8;
 /// A poller runs the per-connection liveness check every this many cycles.
@@ -56,27 +63,47 @@ pub(crate) enum Notice<C> {
     },
 }
 
-/// The poller's half of one connection.
-pub(crate) struct PollerConn<C> {
-    pub(crate) id: u64,
-    pub(crate) fabric: C,
-    pub(crate) tx: Consumer<TxDesc>,
-    pub(crate) free: Producer<u32>,
-    pub(crate) rx: Producer<RxDesc>,
-    pub(crate) release: Consumer<u32>,
-    /// Send buffers held by the poller/fabric: bit `i` of word `i / 64`.
-    pub(crate) tx_owned: Box<[u64]>,
-    pub(crate) tx_pool: PoolView,
-    pub(crate) rx_pool: PoolView,
-    pub(crate) shared: Arc<ConnShared>,
-    pub(crate) credits_returned: u64,
-    /// The peer is gone: keep delivering what it sent, then retire (with `drain_reason`).
-    pub(crate) draining: bool,
-    pub(crate) drain_reason: Option<FabricError>,
-    /// The last receive pass found the fabric empty (it delivered less than the sink's room).
-    pub(crate) drained: bool,
-    /// Scratch for [`TxDone`]'s batched buffer returns.
-    pub(crate) free_scratch: [u32; crate::fabric::FREE_BATCH],
+/// The control thread's end of one poller's rings for fabric `F`.
+pub(crate) struct PollerLink<F: Fabric> {
+    commands: Producer<Command<F>>,
+    pub(crate) notices: Consumer<Notice<F::Conn>>,
+    /// Commands that did not fit the ring yet (the poller is behind), oldest first.
+    pending: VecDeque<Command<F>>,
+    /// Connections this poller owns (used to pick the least-loaded poller).
+    pub(crate) load: usize,
+}
+
+impl<F: Fabric> PollerLink<F> {
+    pub(crate) fn new(commands: Producer<Command<F>>, notices: Consumer<Notice<F::Conn>>) -> Self {
+        PollerLink {
+            commands,
+            notices,
+            pending: VecDeque::new(),
+            load: 0,
+        }
+    }
+
+    /// Queues `cmd` for the poller, keeping order behind commands still pending.
+    pub(crate) fn send(&mut self, cmd: Command<F>) {
+        if !self.pending.is_empty() {
+            self.pending.push_back(cmd);
+            self.flush();
+            return;
+        }
+        if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
+            self.pending.push_back(cmd);
+        }
+    }
+
+    /// Pushes pending commands until the ring is full again.
+    pub(crate) fn flush(&mut self) {
+        while let Some(cmd) = self.pending.pop_front() {
+            if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
+                self.pending.push_front(cmd);
+                break;
+            }
+        }
+    }
 }
 
 /// The poller side of a connection's send buffers: index and length checks.
@@ -267,6 +294,20 @@ impl<F: Fabric> Poller<F> {
         }
     }
 
+    /// A poller and the control thread's end of its rings ([`COMMAND_RING`] commands, a notice
+    /// for every connection slot plus slack).
+    pub(crate) fn with_link(
+        fabric: F,
+        counters: Arc<PollerCounters>,
+        max_conns: usize,
+        batch: usize,
+    ) -> (Poller<F>, PollerLink<F>) {
+        let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
+        let (note_p, note_c) = RingBuffer::new(max_conns + 64);
+        let poller = Poller::new(fabric, cmd_c, note_p, counters, max_conns, batch);
+        (poller, PollerLink::new(cmd_p, note_c))
+    }
+
     /// One cycle; returns the work done (0: idle). `now_ns` is the engine's coarse clock.
     #[inline]
     pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
@@ -442,47 +483,90 @@ impl<F: Fabric> Poller<F> {
     }
 }
 
-/// Everything one poller thread drives: one [`Poller`] per compiled-in fabric. A fabric added to
-/// the engine (RDMA) adds its `Poller<..>` field here.
-pub(crate) struct Agents {
-    pub(crate) shm: Poller<crate::fabric::shm::ShmFabric>,
-    #[cfg(feature = "rdma")]
-    pub(crate) rdma: Poller<crate::fabric::rdma::RdmaFabric>,
+/// Declares the agent set: one [`Poller`] per compiled-in fabric, driven together by one poller
+/// thread (or by the application threads in run-to-completion mode), and the control thread's
+/// ends of their rings ([`AgentLinks`]). Each fabric is one line; its attributes (`cfg`) apply to
+/// every use of it.
+macro_rules! agent_set {
+    ($($(#[$attr:meta])* $name:ident: $fabric:ty = $make:expr,)*) => {
+        /// Everything one poller thread drives: one [`Poller`] per compiled-in fabric.
+        pub(crate) struct Agents {
+            $($(#[$attr])* $name: Poller<$fabric>,)*
+        }
+
+        /// The control thread's ends of every poller's rings, one `Vec` per fabric (index =
+        /// poller), taken apart by the control dispatcher.
+        pub(crate) struct AgentLinks {
+            $($(#[$attr])* pub(crate) $name: Vec<PollerLink<$fabric>>,)*
+        }
+
+        impl Agents {
+            /// One agent set per entry of `counters` (the pollers' counters, shared by the
+            /// fabrics of one poller), and the control thread's ends of their rings.
+            pub(crate) fn build(
+                counters: &[Arc<PollerCounters>],
+                max_conns: usize,
+                batch: usize,
+            ) -> (Vec<Agents>, AgentLinks) {
+                let mut links = AgentLinks {
+                    $($(#[$attr])* $name: Vec::with_capacity(counters.len()),)*
+                };
+                let agents = counters
+                    .iter()
+                    .map(|pc| Agents {
+                        $($(#[$attr])* $name: {
+                            let (poller, link) = Poller::with_link($make, pc.clone(), max_conns, batch);
+                            links.$name.push(link);
+                            poller
+                        },)*
+                    })
+                    .collect();
+                (agents, links)
+            }
+
+            /// One cycle of every agent.
+            #[inline]
+            pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
+                let mut work = 0;
+                $($(#[$attr])* {
+                    work += self.$name.do_work(now_ns);
+                })*
+                work
+            }
+
+            /// Retires every connection of every agent (engine shutdown).
+            pub(crate) fn retire_all(&mut self) {
+                $($(#[$attr])* {
+                    self.$name.retire_all();
+                })*
+            }
+        }
+    };
 }
 
-impl Agents {
-    /// One cycle of every agent.
-    #[inline]
-    pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
-        let work = self.shm.do_work(now_ns);
-        #[cfg(feature = "rdma")]
-        let work = work + self.rdma.do_work(now_ns);
-        work
-    }
-
-    pub(crate) fn retire_all(&mut self) {
-        self.shm.retire_all();
-        #[cfg(feature = "rdma")]
-        self.rdma.retire_all();
-    }
+// The agent set. Adding a fabric adds its line here (and one in `crate::control`'s dispatcher).
+agent_set! {
+    shm: crate::fabric::shm::ShmFabric = crate::fabric::shm::ShmFabric,
+    #[cfg(feature = "rdma")]
+    rdma: crate::fabric::rdma::RdmaFabric = crate::fabric::rdma::RdmaFabric::new(),
 }
 
 /// The run-to-completion poller: the same [`Agents`], driven by whichever application thread
 /// calls [`Engine::poll`](crate::Engine::poll) (explicitly or inside `send`/`recv`). A
 /// non-blocking ownership flag keeps it single-threaded: a thread that finds it taken does not
 /// wait (the owner is doing the work for everyone).
-pub(crate) struct InlineAgents {
+pub(crate) struct RunToCompletion {
     busy: AtomicBool,
     agents: std::cell::UnsafeCell<Agents>,
 }
 
 // SAFETY: `agents` is only accessed while `busy` is held (acquired with an Acquire CAS, released
 // with a Release store), so at most one thread touches it at a time; `Agents` is `Send`.
-unsafe impl Sync for InlineAgents {}
+unsafe impl Sync for RunToCompletion {}
 
-impl InlineAgents {
-    pub(crate) fn new(agents: Agents) -> InlineAgents {
-        InlineAgents {
+impl RunToCompletion {
+    pub(crate) fn new(agents: Agents) -> RunToCompletion {
+        RunToCompletion {
             busy: AtomicBool::new(false),
             agents: std::cell::UnsafeCell::new(agents),
         }
@@ -501,14 +585,14 @@ impl InlineAgents {
     /// compare-and-swap; a waiting loop holds the guard across many cycles so it pays that (a full
     /// barrier on x86: measured at a large share of a run-to-completion cycle) once per wait.
     #[inline]
-    pub(crate) fn try_lock(&self) -> Option<InlineGuard<'_>> {
+    pub(crate) fn try_lock(&self) -> Option<RtcGuard<'_>> {
         if self.busy.load(Ordering::Relaxed) {
             return None;
         }
         self.busy
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| InlineGuard {
+            .map(|_| RtcGuard {
                 owner: self,
                 _not_send: std::marker::PhantomData,
             })
@@ -521,12 +605,12 @@ impl InlineAgents {
 }
 
 /// Exclusive use of the run-to-completion poller; released on drop.
-pub(crate) struct InlineGuard<'a> {
-    owner: &'a InlineAgents,
+pub(crate) struct RtcGuard<'a> {
+    owner: &'a RunToCompletion,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
-impl InlineGuard<'_> {
+impl RtcGuard<'_> {
     /// One cycle.
     #[inline]
     pub(crate) fn poll(&mut self, now_ns: u64) -> usize {
@@ -535,7 +619,7 @@ impl InlineGuard<'_> {
     }
 }
 
-impl Drop for InlineGuard<'_> {
+impl Drop for RtcGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         self.owner.busy.store(false, Ordering::Release);

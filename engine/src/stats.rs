@@ -149,3 +149,11 @@ pub struct ConnStats {
     /// (shm: once half the window is out), so an idle connection may show a small remainder.
     pub in_flight: u64,
 }
+
+/// Engine-wide counters written by the control thread.
+#[derive(Debug, Default)]
+pub(crate) struct EngineCounters {
+    pub(crate) events_dropped: AtomicU64,
+    pub(crate) connections_opened: AtomicU64,
+    pub(crate) connections_closed: AtomicU64,
+}

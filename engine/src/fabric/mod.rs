@@ -5,9 +5,10 @@
 //! * **setup** (`fabric/<name>/setup.rs`): runs on the control thread. It performs rendezvous
 //!   (shm: a Unix-socket hello plus memfd passing; RDMA: rdma_cm), creates the per-connection
 //!   resources (shm: the segment; RDMA: the queue pair and the registered pool memory regions) and
-//!   produces a [`FabricConn`] plus the application's views of the pools ([`PoolView`]). The engine's
-//!   control backend (`crate::control`) then hands the connection to a poller through its command
-//!   ring. Setup code may block (bounded) and make syscalls.
+//!   produces a [`FabricConn`] plus the application's views of the pools ([`PoolView`]). The
+//!   fabric's control half (`fabric/<name>/control.rs`, see [the control seam](#the-control-seam))
+//!   then hands the connection to a poller through its command ring. Setup code may block
+//!   (bounded) and make syscalls.
 //! * **datapath** (`fabric/<name>/datapath.rs`): the [`Fabric`] and [`FabricConn`] implementations
 //!   that a poller drives every cycle. No syscalls (except the RDMA doorbell
 //!   write, which is an MMIO store, not a syscall), no locks, no allocation, no logging: count
@@ -62,14 +63,37 @@
 //! buffer. Receive buffers go the other way: [`RxSink::push_pooled`] lends one to the application,
 //! and its index comes back to [`FabricConn::release_rx`] when the `Message` is dropped.
 //!
-//! # Adding a fabric (RDMA)
+//! # The control seam
 //!
-//! Implement [`Fabric`] + [`FabricConn`] in `fabric/rdma/datapath.rs`, the setup in
-//! `fabric/rdma/setup.rs`, add a `Poller<RdmaFabric>` to the engine's per-thread agent set
-//! (`crate::poller::Agents`) and a setup branch to the engine's control backend
-//! (`crate::control`), which owns the rdma_cm event channel fd (returned from
-//! `cm::control::Backend::fds`). All monomorphised: no `dyn` on the data path.
+//! The control thread's half of a fabric implements `FabricControl` (`fabric/control.rs`, crate
+//! private): listen, install a connection, close one, the descriptors to watch and what to do
+//! when they are ready, a periodic tick (draining the pollers' notices) and shutdown; its
+//! `FabricConnect` runs `connect` on the application's thread. The shared pieces live beside the
+//! trait: a context with `emit()` for events, the generic listener and connection records, the
+//! least-loaded poller choice, and one teardown model (a close is begun with a poller command
+//! and finished when the poller retires the connection or the fabric's grace period ends). The
+//! engine's control backend (`crate::control`) only dispatches: by endpoint scheme
+//! ([`Fabric::NAME`]) for requests, to every fabric for the control loop. The control side may
+//! use `dyn` (it is not the data path); the poller never does.
+//!
+//! # Adding a fabric (e.g. the planned kernel-TCP one)
+//!
+//! 1. One directory, `fabric/<name>/`: `datapath.rs` implements [`Fabric`] + [`FabricConn`]
+//!    (`NAME` = the URL scheme), `setup.rs` the rendezvous and resource creation, `control.rs`
+//!    the control half (`FabricControl` on a `Registry`, plus a `FabricConnect`), `mod.rs` the
+//!    module docs; declare it here (`mod <name>;`, behind its cargo feature if it has one).
+//! 2. One line in the poller's agent set (`agent_set!` in `crate::poller`):
+//!    `<name>: <Name>Fabric = <Name>Fabric::new(),` (with its `#[cfg]` if feature-gated). That
+//!    gives every poller thread a `Poller<<Name>Fabric>` and the control thread its rings.
+//! 3. One line in the dispatcher (`Dispatcher::new` in `crate::control`) that boxes the
+//!    fabric's control half with `links.<name>`.
+//! 4. The endpoint syntax of the new scheme in `crate::endpoint` (`Endpoint::parse`,
+//!    `Endpoint::scheme`).
+//!
+//! Nothing else changes: the poller, the handles and the dispatcher are fabric-agnostic, and the
+//! data path stays monomorphised (no `dyn`).
 
+pub(crate) mod control;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod shm;
@@ -80,7 +104,7 @@ use rings::Producer;
 
 use crate::desc::{RxDesc, TxDesc, BUF_INLINE, INLINE_MAX};
 use crate::error::FabricError;
-use crate::poller::PollerConn;
+use crate::link::{PollerConn, FREE_BATCH};
 
 pub use crate::desc::PoolView;
 
@@ -411,9 +435,6 @@ impl<'a> RxSink<'a> {
         self.bytes
     }
 }
-
-/// Freed buffers collected before one batched push into the application's free ring.
-pub(crate) const FREE_BATCH: usize = 32;
 
 /// Where a fabric reports freed send buffers and returned credits.
 ///

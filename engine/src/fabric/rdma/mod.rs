@@ -12,8 +12,10 @@
 //!   chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
 //!   traffic, in explicit credit messages.
 //!
-//! - `control` (control thread): rdma_cm listeners, each connection's event channel
-//!   (DISCONNECTED, DEVICE_REMOVAL), hand-over to the poller that owns the connection's CQ.
+//! - `control` (control thread): the fabric's control half behind the engine's control seam
+//!   (see [`crate::fabric`]): rdma_cm listeners, each connection's event channel
+//!   (DISCONNECTED, DEVICE_REMOVAL), the device table, hand-over to the poller that owns the
+//!   connection's CQ, and the connecting side run on application threads.
 //!
 //! # Using it
 //!

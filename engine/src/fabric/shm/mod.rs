@@ -11,7 +11,10 @@
 //! * `setup` (control thread / connecting thread): rendezvous, parameter negotiation, segment
 //!   creation and attachment.
 //! * `datapath` (poller): [`ShmFabric`] / [`ShmConn`], the [`Fabric`](super::Fabric) implementation.
+//! * `control` (control thread): the fabric's control half behind the engine's control seam (see
+//!   [`crate::fabric`]): listeners, hang-up detection, heartbeats, teardown.
 
+pub(crate) mod control;
 mod datapath;
 pub(crate) mod setup;
 pub mod wire;

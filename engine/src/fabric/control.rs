@@ -1,0 +1,485 @@
+//! The control-thread seam: [`FabricControl`], the half of a fabric that runs on the control
+//! thread, and the pieces every fabric's control half shares.
+//!
+//! The engine's control backend (`crate::control`) is a dispatcher: it routes each request to
+//! the fabric named by the endpoint's scheme and fans the control loop's calls (`fds`,
+//! `on_ready`, `tick`, shutdown) out to every compiled-in fabric. Each fabric implements
+//! [`FabricControl`] in `fabric/<name>/control.rs` on top of a [`Registry`], which holds what is
+//! common to all of them:
+//!
+//! * the control thread's ends of the fabric's poller rings ([`PollerLink`]) and the
+//!   least-loaded poller choice ([`Registry::least_loaded`]);
+//! * listener records ([`ListenerRec`]) and the bounded accept burst ([`ACCEPT_BURST`]);
+//! * connection records ([`ConnRec`]) with **one teardown model**: closing a connection marks it
+//!   closing, counts it closed and sends its poller a command (`Remove`, or shm's `PeerGone`);
+//!   its setup side ([`SetupSide::finish`]: shm's bye, RDMA's disconnect) is released when the
+//!   poller's `Retired` notice comes back, or when the fabric's grace period for that close has
+//!   run out (zero: at once; `None`: only on the notice);
+//! * the handling of `Retired` notices (a failure or disconnect the control thread did not ask
+//!   for is reported once as an [`Event`]) and the [`Ctx`] with [`Ctx::emit`], which counts an
+//!   event dropped when the application does not drain the event ring.
+//!
+//! Setup may block, bounded: shm's accept runs its handshake steps (up to
+//! `ACCEPT_STEP_TIMEOUT`, 250 ms each) and RDMA's accept waits up to 2 s for ESTABLISHED, both on
+//! the control thread, so a slow or stalled peer that is being accepted delays every other
+//! connection's control work by that much.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use rings::Producer;
+
+use crate::config::Config;
+use crate::desc::PoolView;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, FabricError};
+use crate::event::Event;
+use crate::fabric::Fabric;
+use crate::link::{conn_pair, ConnParts, ConnShared};
+use crate::poller::{Command, Notice, PollerLink};
+use crate::stats::EngineCounters;
+
+/// Most connections accepted per listener per control-loop turn.
+pub(crate) const ACCEPT_BURST: usize = 16;
+
+/// What a connecting thread's setup produced (a fabric's own `Established` type, boxed), on its
+/// way to that fabric's [`FabricControl::install`].
+pub(crate) type Established = Box<dyn Any + Send>;
+
+/// The half of a fabric that runs on the control thread. Called only by the dispatcher
+/// (`crate::control`), on the control thread; may block, bounded.
+pub(crate) trait FabricControl: Send {
+    /// The endpoint scheme this fabric serves (`"shm"`, `"rdma"`): its [`Fabric::NAME`].
+    fn scheme(&self) -> &'static str;
+
+    /// The connecting side, for application threads (connect runs on the calling thread).
+    fn connector(&self) -> Arc<dyn FabricConnect>;
+
+    /// Binds a listener on `endpoint` (of this fabric's scheme).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Listen`] and the fabric's setup errors.
+    fn listen(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        endpoint: &Endpoint,
+        raw: &str,
+    ) -> Result<(u64, mpsc::Receiver<ConnParts>), Error>;
+
+    /// Drops listener `id`; false if it is not one of this fabric's.
+    fn unlisten(&mut self, id: u64) -> bool;
+
+    /// Registers a connection set up by a connecting thread ([`FabricConnect::connect`]) with a
+    /// poller.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Setup`] when no poller can take it (or `est` is not this fabric's).
+    fn install(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        est: Established,
+        raw: String,
+    ) -> Result<ConnParts, Error>;
+
+    /// Closes connection `id` (the application dropped it); false if it is not this fabric's.
+    fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool;
+
+    /// Appends the descriptors to watch (listeners, connections).
+    fn fds(&mut self, fds: &mut Vec<libc::pollfd>);
+
+    /// Handles readiness of exactly the descriptors this fabric appended in [`fds`](Self::fds).
+    fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]);
+
+    /// Periodic work: drains the pollers' notices (see [`Registry::on_notice`]), finishes
+    /// closes whose grace ran out, heartbeats. Returns whether any connection needs the next
+    /// tick soon.
+    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool;
+
+    /// Closes everything (engine shutdown; the pollers are stopped and have retired every
+    /// connection).
+    fn shutdown(&mut self, ctx: &mut Ctx<'_>);
+}
+
+/// The connecting side of a fabric: runs on application threads, bounded by the timeout.
+pub(crate) trait FabricConnect: Send + Sync {
+    /// The endpoint scheme this fabric serves.
+    fn scheme(&self) -> &'static str;
+
+    /// Performs the rendezvous and creates the connection's resources; the result goes to the
+    /// control thread's [`FabricControl::install`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Connect`], [`Error::Setup`], [`Error::Timeout`].
+    fn connect(
+        &self,
+        endpoint: &Endpoint,
+        raw: &str,
+        cfg: &Config,
+        timeout: Duration,
+    ) -> Result<Established, Error>;
+}
+
+/// What a fabric's control half needs from the dispatcher for one call.
+pub(crate) struct Ctx<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) next_id: &'a mut u64,
+    pub(crate) events: &'a mut Producer<Event>,
+    pub(crate) counters: &'a EngineCounters,
+}
+
+impl Ctx<'_> {
+    /// Emits an event, or counts it dropped when the application's event ring is full.
+    pub(crate) fn emit(&mut self, e: Event) {
+        if self.events.push(e).is_err() {
+            self.counters.events_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A fresh engine-wide id (connections and listeners of every fabric share the space).
+    pub(crate) fn next_id(&mut self) -> u64 {
+        let id = *self.next_id;
+        *self.next_id += 1;
+        id
+    }
+}
+
+/// The setup-side resources of one connection, released when its poller has let go.
+pub(crate) trait SetupSide: Send {
+    /// Releases them (shm: the segment's closed mark and the bye; RDMA: the disconnect).
+    fn finish(&mut self);
+}
+
+/// One listener of a fabric.
+pub(crate) struct ListenerRec<L> {
+    pub(crate) id: u64,
+    pub(crate) raw: String,
+    pub(crate) listener: L,
+    accepts: mpsc::Sender<ConnParts>,
+}
+
+/// One connection's setup side.
+pub(crate) struct ConnRec<R> {
+    pub(crate) poller: usize,
+    pub(crate) shared: Arc<ConnShared>,
+    /// Still registered with its poller (no `Retired` notice yet).
+    live: bool,
+    /// Closing since then: finished on the `Retired` notice or when `grace` has passed.
+    closing: Option<Instant>,
+    grace: Option<Duration>,
+    pub(crate) setup: R,
+}
+
+impl<R> ConnRec<R> {
+    /// A close has begun (by the application, the peer or a failure).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.is_some()
+    }
+}
+
+/// An established connection, ready to be split and handed to poller `poller`.
+pub(crate) struct NewConn<C, R> {
+    pub(crate) poller: usize,
+    pub(crate) conn: C,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) keep: Arc<dyn Any + Send + Sync>,
+    pub(crate) setup: R,
+    /// What the fabric chose, for [`Event::Connected`].
+    pub(crate) path: Option<String>,
+}
+
+/// A watched descriptor, in [`Registry::watch`] order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Watched {
+    Listener(u64),
+    Conn(u64),
+}
+
+/// The records every fabric's control half keeps: listeners, connections and poller links.
+pub(crate) struct Registry<F: Fabric, L, R> {
+    pub(crate) links: Vec<PollerLink<F>>,
+    pub(crate) listeners: Vec<ListenerRec<L>>,
+    pub(crate) conns: HashMap<u64, ConnRec<R>>,
+    watched: Vec<Watched>,
+}
+
+impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
+    pub(crate) fn new(links: Vec<PollerLink<F>>) -> Self {
+        Registry {
+            links,
+            listeners: Vec::new(),
+            conns: HashMap::new(),
+            watched: Vec::new(),
+        }
+    }
+
+    /// Records a bound listener; returns its id and the receiving end of its accepts.
+    pub(crate) fn add_listener(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        raw: &str,
+        listener: L,
+    ) -> (u64, mpsc::Receiver<ConnParts>) {
+        let id = ctx.next_id();
+        let (tx, rx) = mpsc::channel();
+        self.listeners.push(ListenerRec {
+            id,
+            raw: raw.to_owned(),
+            listener,
+            accepts: tx,
+        });
+        (id, rx)
+    }
+
+    /// Drops listener `id`; false if there is none.
+    pub(crate) fn unlisten(&mut self, id: u64) -> bool {
+        let before = self.listeners.len();
+        self.listeners.retain(|l| l.id != id);
+        before != self.listeners.len()
+    }
+
+    /// The least-loaded poller below `max` connections.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Setup`] when every poller is at its connection limit.
+    pub(crate) fn least_loaded(&self, max: usize) -> Result<usize, Error> {
+        self.links
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.load < max)
+            .min_by_key(|(_, p)| p.load)
+            .map(|(i, _)| i)
+            .ok_or_else(|| Error::Setup("every poller is at its connection limit".to_owned()))
+    }
+
+    /// Splits an established connection, hands the poller half to its poller (after `attach`,
+    /// a command for the poller's fabric state, if any) and emits [`Event::Connected`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Setup`] when `new.poller` is not a poller of this fabric.
+    pub(crate) fn register(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        new: NewConn<F::Conn, R>,
+        peer: String,
+        attach: Option<F::Command>,
+    ) -> Result<ConnParts, Error> {
+        let pi = new.poller;
+        if pi >= self.links.len() {
+            return Err(Error::Setup(format!("{}: no poller {pi}", F::NAME)));
+        }
+        let id = ctx.next_id();
+        let (parts, poller_half) = conn_pair(
+            id,
+            peer.clone(),
+            new.conn,
+            new.tx_pool,
+            new.rx_pool,
+            new.keep,
+            ctx.cfg,
+        );
+        let link = &mut self.links[pi];
+        if let Some(cmd) = attach {
+            link.send(Command::Fabric(cmd));
+        }
+        link.send(Command::Add(poller_half));
+        link.load += 1;
+        self.conns.insert(
+            id,
+            ConnRec {
+                poller: pi,
+                shared: parts.shared.clone(),
+                live: true,
+                closing: None,
+                grace: None,
+                setup: new.setup,
+            },
+        );
+        ctx.counters
+            .connections_opened
+            .fetch_add(1, Ordering::Relaxed);
+        ctx.emit(Event::Connected {
+            conn: id,
+            peer,
+            path: new.path,
+        });
+        Ok(parts)
+    }
+
+    /// Hands an accepted connection to listener `lid`'s application side; returns the id back
+    /// when nobody will take it (the listener is gone), for the caller to close.
+    pub(crate) fn hand_over(&mut self, lid: u64, parts: ConnParts) -> Option<u64> {
+        let id = parts.id;
+        let sent = self
+            .listeners
+            .iter()
+            .find(|l| l.id == lid)
+            .map(|l| l.accepts.send(parts).is_ok());
+        (sent != Some(true)).then_some(id)
+    }
+
+    /// Begins closing connection `id`: marks it closing, counts it closed and, while its poller
+    /// still serves it, sends `cmd`; the setup side is finished when the poller lets go or after
+    /// `grace` (`Some(ZERO)`: now; `None`: only when the poller lets go). False if `id` is not
+    /// a connection of this fabric; closing twice does nothing.
+    pub(crate) fn close(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: u64,
+        cmd: Command<F>,
+        grace: Option<Duration>,
+    ) -> bool {
+        let Some(rec) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        if rec.closing.is_some() {
+            return true;
+        }
+        rec.closing = Some(Instant::now());
+        rec.grace = grace;
+        ctx.counters
+            .connections_closed
+            .fetch_add(1, Ordering::Relaxed);
+        if rec.live {
+            self.links[rec.poller].send(cmd);
+            if grace == Some(Duration::ZERO) {
+                self.finish(id);
+            }
+        } else {
+            self.finish(id);
+        }
+        true
+    }
+
+    /// Releases the setup side of connection `id` and forgets it.
+    pub(crate) fn finish(&mut self, id: u64) {
+        if let Some(mut rec) = self.conns.remove(&id) {
+            rec.setup.finish();
+        }
+    }
+
+    /// Handles a poller's `Retired` notice: a close the control thread began is finished; a
+    /// connection the poller gave up on by itself is reported ([`Event::Disconnected`] for a
+    /// clean close by the peer, [`Event::Error`] for a failure; a failure is reported even
+    /// while closing, since a poller retires a connection once) and closed.
+    pub(crate) fn on_notice(&mut self, ctx: &mut Ctx<'_>, pi: usize, n: Notice<F::Conn>) {
+        let Notice::Retired { conn, error } = n;
+        let id = conn.id;
+        if let Some(p) = self.links.get_mut(pi) {
+            p.load = p.load.saturating_sub(1);
+        }
+        if let Some(rec) = self.conns.get_mut(&id) {
+            rec.live = false;
+            let closing = rec.closing.is_some();
+            match error {
+                Some(FabricError::PeerClosed) => {
+                    rec.shared.disconnect();
+                    if !closing {
+                        ctx.emit(Event::Disconnected { conn: id });
+                    }
+                }
+                Some(e) => ctx.emit(Event::Error {
+                    conn: Some(id),
+                    error: Error::Fabric(e),
+                }),
+                None => {}
+            }
+            if closing {
+                self.finish(id);
+            } else {
+                // Not live any more: no command is sent, the setup side is finished now.
+                self.close(ctx, id, Command::Remove(id), Some(Duration::ZERO));
+            }
+        }
+        // The poller half (rings, fabric handles) is released here, on the control thread.
+        drop(conn);
+    }
+
+    /// Drains every poller's notices, then finishes closes whose grace has run out.
+    pub(crate) fn drain(&mut self, ctx: &mut Ctx<'_>) {
+        for pi in 0..self.links.len() {
+            self.links[pi].flush();
+            while let Ok(n) = self.links[pi].notices.pop() {
+                self.on_notice(ctx, pi, n);
+            }
+        }
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| match (c.closing, c.grace) {
+                (Some(since), Some(grace)) => now.duration_since(since) >= grace,
+                _ => false,
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in late {
+            self.finish(id);
+        }
+    }
+
+    /// Appends the listeners' descriptors and those `conn_fd` gives for connections (`None`:
+    /// not watched), remembering which is which for [`ready`](Self::ready).
+    pub(crate) fn watch(
+        &mut self,
+        fds: &mut Vec<libc::pollfd>,
+        listener_fd: impl Fn(&L) -> RawFd,
+        conn_fd: impl Fn(&ConnRec<R>) -> Option<(RawFd, libc::c_short)>,
+    ) {
+        self.watched.clear();
+        for l in &self.listeners {
+            fds.push(libc::pollfd {
+                fd: listener_fd(&l.listener),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            self.watched.push(Watched::Listener(l.id));
+        }
+        for (&id, c) in &self.conns {
+            if let Some((fd, events)) = conn_fd(c) {
+                fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                });
+                self.watched.push(Watched::Conn(id));
+            }
+        }
+    }
+
+    /// The watched records whose descriptors are ready, among those [`watch`](Self::watch)
+    /// appended.
+    pub(crate) fn ready(&self, fds: &[libc::pollfd]) -> Vec<Watched> {
+        fds.iter()
+            .zip(self.watched.iter())
+            .filter(|(p, _)| p.revents != 0)
+            .map(|(_, w)| *w)
+            .collect()
+    }
+
+    /// Closes everything (engine shutdown): the pollers have stopped and retired every
+    /// connection, so their notices finish most; `close` is the fabric's command for the rest,
+    /// and whatever is still left is finished at the end.
+    pub(crate) fn shutdown(&mut self, ctx: &mut Ctx<'_>, grace: Option<Duration>) {
+        self.drain(ctx);
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.close(ctx, id, Command::Remove(id), grace);
+        }
+        self.listeners.clear();
+        self.drain(ctx);
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.finish(id);
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The link between a connection's three parties: the application's handle, its poller and the
+//! control thread.
+//!
+//! [`ConnShared`] is the state all three see (credits, up/down state, counters); [`conn_pair`]
+//! builds the rings between the application and the poller and splits a fabric connection into
+//! the application's [`ConnParts`] and the poller's [`PollerConn`]. This module is the floor the
+//! handles (`conn`), the pollers (`poller`), the fabric seam (`fabric`) and the control thread
+//! (`control`, `fabric::*::control`) stand on; it imports none of them.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_utils::CachePadded;
+use rings::{Consumer, Producer, RingBuffer};
+
+use crate::config::Config;
+use crate::desc::{PoolView, RxDesc, TxDesc};
+use crate::error::{Error, FabricError};
+use crate::stats::ConnCounters;
+
+/// Freed buffers collected before one batched push into the application's free ring.
+pub(crate) const FREE_BATCH: usize = 32;
+
+const OPEN: u8 = 0;
+const DISCONNECTED: u8 = 1;
+const FAILED: u8 = 2;
+const CLOSED: u8 = 3;
+
+/// Why a connection stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Down {
+    Disconnected,
+    Failed(FabricError),
+    Closed,
+}
+
+/// State shared by the application side, the poller side and the control thread of a connection.
+#[derive(Debug)]
+pub(crate) struct ConnShared {
+    pub(crate) id: u64,
+    /// Credits returned so far (monotonic). Written by the poller only.
+    pub(crate) credits: CachePadded<AtomicU64>,
+    /// `OPEN`, or why not; the first reason wins.
+    state: CachePadded<AtomicU8>,
+    error: OnceLock<FabricError>,
+    pub(crate) counters: CachePadded<ConnCounters>,
+}
+
+impl ConnShared {
+    pub(crate) fn new(id: u64) -> ConnShared {
+        ConnShared {
+            id,
+            credits: CachePadded::new(AtomicU64::new(0)),
+            state: CachePadded::new(AtomicU8::new(OPEN)),
+            error: OnceLock::new(),
+            counters: CachePadded::default(),
+        }
+    }
+
+    /// The data path failed this connection.
+    pub(crate) fn fail(&self, e: FabricError) {
+        let _ = self.error.set(e);
+        let _ = self
+            .state
+            .compare_exchange(OPEN, FAILED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The peer went away.
+    pub(crate) fn disconnect(&self) {
+        let _ =
+            self.state
+                .compare_exchange(OPEN, DISCONNECTED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The application closed it.
+    pub(crate) fn close(&self) {
+        let _ = self
+            .state
+            .compare_exchange(OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    #[inline]
+    pub(crate) fn down(&self) -> Option<Down> {
+        match self.state.load(Ordering::Acquire) {
+            OPEN => None,
+            DISCONNECTED => Some(Down::Disconnected),
+            FAILED => Some(Down::Failed(
+                self.error.get().copied().unwrap_or(FabricError::PeerClosed),
+            )),
+            _ => Some(Down::Closed),
+        }
+    }
+}
+
+impl Down {
+    pub(crate) fn to_error(self) -> Error {
+        match self {
+            Down::Disconnected | Down::Closed => Error::Disconnected,
+            Down::Failed(e) => Error::Fabric(e),
+        }
+    }
+}
+
+/// The application's ring ends of a connection.
+pub(crate) struct AppRings {
+    pub(crate) tx: Producer<TxDesc>,
+    pub(crate) free: Consumer<u32>,
+    pub(crate) rx: Consumer<RxDesc>,
+    pub(crate) release: Producer<u32>,
+}
+
+/// Everything the control thread hands to the application for a new connection.
+pub(crate) struct ConnParts {
+    pub(crate) id: u64,
+    pub(crate) peer: String,
+    pub(crate) rings: AppRings,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) keep: Arc<dyn Any + Send + Sync>,
+    pub(crate) shared: Arc<ConnShared>,
+}
+
+/// Builds both halves of a connection around a fabric connection.
+///
+/// `tx_pool` is where this side writes messages (`count` buffers); `rx_pool` is where received
+/// pooled messages are read; `keep` keeps the memory of both alive.
+pub(crate) fn conn_pair<C>(
+    id: u64,
+    peer: String,
+    fabric: C,
+    tx_pool: PoolView,
+    rx_pool: PoolView,
+    keep: Arc<dyn Any + Send + Sync>,
+    cfg: &Config,
+) -> (ConnParts, Box<PollerConn<C>>) {
+    let count = tx_pool.count() as usize;
+    let (tx_p, tx_c) = RingBuffer::<TxDesc>::new(count.max(1));
+    let (mut free_p, free_c) = RingBuffer::<u32>::new(count.max(1));
+    for i in 0..tx_pool.count() {
+        // Capacity >= count, so this cannot fail.
+        let _ = free_p.push(i);
+    }
+    let (rx_p, rx_c) = RingBuffer::<RxDesc>::new(cfg.depth.max(1));
+    let (rel_p, rel_c) = RingBuffer::<u32>::new((rx_pool.count() as usize).max(1));
+    let shared = Arc::new(ConnShared::new(id));
+    let poller = Box::new(PollerConn {
+        id,
+        fabric,
+        tx: tx_c,
+        free: free_p,
+        rx: rx_p,
+        release: rel_c,
+        tx_owned: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
+        tx_pool,
+        rx_pool,
+        shared: shared.clone(),
+        credits_returned: 0,
+        draining: false,
+        drain_reason: None,
+        drained: false,
+        free_scratch: [0; FREE_BATCH],
+    });
+    let parts = ConnParts {
+        id,
+        peer,
+        rings: AppRings {
+            tx: tx_p,
+            free: free_c,
+            rx: rx_c,
+            release: rel_p,
+        },
+        tx_pool,
+        rx_pool,
+        keep,
+        shared,
+    };
+    (parts, poller)
+}
+
+/// The poller's half of one connection.
+pub(crate) struct PollerConn<C> {
+    pub(crate) id: u64,
+    pub(crate) fabric: C,
+    pub(crate) tx: Consumer<TxDesc>,
+    pub(crate) free: Producer<u32>,
+    pub(crate) rx: Producer<RxDesc>,
+    pub(crate) release: Consumer<u32>,
+    /// Send buffers held by the poller/fabric: bit `i` of word `i / 64`.
+    pub(crate) tx_owned: Box<[u64]>,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) shared: Arc<ConnShared>,
+    pub(crate) credits_returned: u64,
+    /// The peer is gone: keep delivering what it sent, then retire (with `drain_reason`).
+    pub(crate) draining: bool,
+    pub(crate) drain_reason: Option<FabricError>,
+    /// The last receive pass found the fabric empty (it delivered less than the sink's room).
+    pub(crate) drained: bool,
+    /// Scratch for `fabric::TxDone`'s batched buffer returns.
+    pub(crate) free_scratch: [u32; FREE_BATCH],
+}
