@@ -52,6 +52,7 @@ pub fn command(test: &str) -> Command {
 ///
 /// If `var` is unset or not UTF-8: the role was run without its parent (run the parent test
 /// named in the role's `#[ignore]` reason instead).
+#[track_caller]
 pub fn env(var: &str) -> String {
     match std::env::var(var) {
         Ok(v) => v,
