@@ -31,6 +31,10 @@
 //! roles would run without their parent and fail.
 
 use std::process::{Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use crate::process::{lines, wait_timeout, KillOnDrop};
 
 /// The command that runs role `test` (an `#[ignore]`d test of the running test binary) in a
 /// child process: `<this test binary> --ignored --exact <test> --nocapture --test-threads=1`,
@@ -61,4 +65,46 @@ pub fn env(var: &str) -> String {
              #[ignore] reason with its environment set; run that test (or set {var}) instead"
         ),
     }
+}
+
+/// Runs the role that `cmd` (from [`command`], with its environment added) starts, to the end
+/// and within `limit`, and checks that it *ran* and passed: libtest must report exactly one test
+/// passed, so a misspelt role name (which runs nothing and exits 0) fails too. Its stdout and
+/// stderr are captured and shown on failure.
+///
+/// # Panics
+///
+/// If the role cannot be started, fails, runs no test, or is still running after `limit` (then
+/// it is killed).
+pub fn run(mut cmd: Command, limit: Duration) {
+    let mut child = KillOnDrop(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the child role"),
+    );
+    let out = lines(child.stdout.take().expect("piped stdout"));
+    let err = lines(child.stderr.take().expect("piped stderr"));
+    let status = wait_timeout(&mut child, limit);
+    // The readers end at end of file, which follows the exit.
+    let collect = |rx: Receiver<String>| -> String {
+        let mut all = String::new();
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    };
+    let Some(status) = status else {
+        panic!("child role did not finish within {limit:?}");
+    };
+    let (stdout, stderr) = (collect(out), collect(err));
+    assert!(
+        status.success(),
+        "child role failed ({status})\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "child role ran no test (wrong name?)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
 }
