@@ -363,7 +363,8 @@ fn runtime_dir_override_is_checked() {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
         let mut cmd = role::command("child_runtime_dir_checks");
-        cmd.env(DIR_CHILD_ENV, expect).env(uds::RUNTIME_DIR_ENV, &dir);
+        cmd.env(DIR_CHILD_ENV, expect)
+            .env(uds::RUNTIME_DIR_ENV, &dir);
         role::run(cmd, Duration::from_secs(30));
     }
     std::fs::remove_dir_all(&base).unwrap();

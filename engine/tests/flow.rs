@@ -76,12 +76,7 @@ fn flood_into_slow_receiver_run_to_completion() {
 fn flood_into_slow_receiver_dedicated_pollers() {
     let _g = serial();
     let cores = cores();
-    let mk = |core: usize| {
-        poller_builder(&[core], 512, 32)
-            .depth(16)
-            .build()
-            .unwrap()
-    };
+    let mk = |core: usize| poller_builder(&[core], 512, 32).depth(16).build().unwrap();
     flood(mk(cores[0]), mk(cores[cores.len() - 1]), "flood-ded");
 }
 

@@ -817,7 +817,9 @@ impl Sending {
         let (len, inline) = expected_len(seq, p);
         if inline {
             data::fill(&mut self.scratch[..len], seq as u32);
-            return tx.try_send_inline(&self.scratch[..len], seq as u32).unwrap();
+            return tx
+                .try_send_inline(&self.scratch[..len], seq as u32)
+                .unwrap();
         }
         if self.free.is_empty() {
             let k = tx.reclaim(&mut self.reclaimed).unwrap();

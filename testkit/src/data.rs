@@ -86,7 +86,11 @@ pub struct XorShift(u64);
 impl XorShift {
     /// A generator seeded with `seed` (0 is replaced: the state must never be zero).
     pub fn new(seed: u64) -> Self {
-        XorShift(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed })
+        XorShift(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
     }
 
     /// The next 64 random bits.

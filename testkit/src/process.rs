@@ -87,7 +87,12 @@ pub fn lines(from: impl Read + Send + 'static) -> Receiver<String> {
 /// # Panics
 ///
 /// If no such line arrives within `limit`, or the stream ends first; the message names `what`.
-pub fn wait_for_line(lines: &Receiver<String>, needle: &str, limit: Duration, what: &str) -> String {
+pub fn wait_for_line(
+    lines: &Receiver<String>,
+    needle: &str,
+    limit: Duration,
+    what: &str,
+) -> String {
     let deadline = Instant::now() + limit;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

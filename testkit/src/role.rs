@@ -45,8 +45,14 @@ use crate::process::{lines, wait_timeout, KillOnDrop};
 /// If the path of the running executable cannot be read.
 pub fn command(test: &str) -> Command {
     let mut cmd = Command::new(std::env::current_exe().expect("path of the running test binary"));
-    cmd.args(["--ignored", "--exact", test, "--nocapture", "--test-threads=1"])
-        .stdin(Stdio::null());
+    cmd.args([
+        "--ignored",
+        "--exact",
+        test,
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .stdin(Stdio::null());
     cmd
 }
 
