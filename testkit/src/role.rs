@@ -3,7 +3,7 @@
 //! A role is an `#[ignore]`d test of the same test binary, so a plain `cargo test` lists it as
 //! *ignored*, never as a pass that did nothing. Its parent test starts it explicitly with
 //! [`command`] (the running test binary with `--ignored --exact <role>`) and hands it what it
-//! needs through environment variables, which the role reads with [`env`]. A role run by hand
+//! needs through environment variables, which the role reads with [`env()`]. A role run by hand
 //! without its variables fails loudly instead of passing.
 //!
 //! ```no_run
