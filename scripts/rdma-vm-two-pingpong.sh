@@ -9,12 +9,14 @@
 #  1. scripts/setup-rdma; build the rdma_engine test binary on the host:
 #       cargo test -p spinwire --features rdma --release --no-run --test rdma_engine
 #  2. scripts/rxe-vm-two boots the two VMs; in them, from engine/:
-#       server VM (10.11.0.1): SPINWIRE_RDMA_SERVE_PORT=PORT rdma_engine --exact remote_echo_server
-#       client VM (10.11.0.2): SPINWIRE_RDMA_REMOTE=10.11.0.1:PORT rdma_engine --exact remote_ping_pong
-#     The client connects through rdma_cm (retrying until the server listens) and
-#     runs verified ping-pongs at every size from 1 B to 300 B; the server echoes
-#     them and checks the count. Each role must print its result line: a role
-#     that returned early (variable not seen) counts as a failure, not a pass.
+#       server VM (10.11.0.1): SPINWIRE_RDMA_SERVE_PORT=PORT rdma_engine --ignored --exact remote_echo_server
+#       client VM (10.11.0.2): SPINWIRE_RDMA_REMOTE=10.11.0.1:PORT rdma_engine --ignored --exact remote_ping_pong
+#     The roles are #[ignore]d tests (a plain run lists them as ignored) and fail
+#     without their variable. The client connects through rdma_cm (retrying until
+#     the server listens) and runs verified ping-pongs at every size from 1 B to
+#     300 B; the server echoes them and checks the count. Each role must also
+#     print its result line: a run that did not reach the role (a wrong name
+#     runs no test and exits 0) counts as a failure, not a pass.
 # Exit status: 0 if both roles passed; else the first failure's status (1 for a
 # test failure or a missing result line, 124/125 as in scripts/rxe-vm).
 #
@@ -55,10 +57,10 @@ bin=$(jq -r 'select(.reason == "compiler-artifact" and .profile.test and .execut
 [ -x "$bin" ] || { echo "rdma-vm-two-pingpong: FAIL: no rdma_engine test executable was built" >&2; exit 1; }
 echo "rdma-vm-two-pingpong: $bin (built in $((SECONDS - t0)) s)"
 
-# role TEST MARKER: run one test with its output shown; pass only if it passed
-# AND printed MARKER (proof that it ran its role instead of returning early).
+# role TEST MARKER: run one ignored test with its output shown; pass only if it
+# passed AND printed MARKER (proof that it ran its role, not zero tests).
 # shellcheck disable=SC2016 # expanded in the guest
-role='out=$(mktemp); "$0" --exact "$1" --nocapture --test-threads=1 2>&1 | tee "$out"; rc=${PIPESTATUS[0]}
+role='out=$(mktemp); "$0" --ignored --exact "$1" --nocapture --test-threads=1 2>&1 | tee "$out"; rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || exit "$rc"
 grep -q -- "$2" "$out" || { echo "rdma-vm-two-pingpong: FAIL: $1 passed without running its role (no \"$2\")"; exit 1; }'
 q() { printf '%q ' "$@"; }

@@ -5,20 +5,13 @@
 //! (the `SERIAL` guard), so a 2-core machine is never oversubscribed by busy-spinning; every
 //! child process is bounded by a timeout and killed on failure.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use spinwire_testkit::process::{lines, wait_for_line, wait_timeout, KillOnDrop};
+use spinwire_testkit::serial;
 
 fn out_dir(name: &str) -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -26,18 +19,9 @@ fn out_dir(name: &str) -> PathBuf {
     d
 }
 
-/// A child process killed when dropped (so a failing assertion never leaks one).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(args: &[&str]) -> Guard {
-    Guard(
+/// Starts the bench binary (killed when dropped, so a failing assertion never leaks one).
+fn spawn(args: &[&str]) -> KillOnDrop {
+    KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_bench"))
             .args(args)
             .stdin(Stdio::null())
@@ -49,35 +33,28 @@ fn spawn(args: &[&str]) -> Guard {
 }
 
 /// Waits for the child with a bound; kills it (and fails) past `limit`.
-fn wait(mut g: Guard, limit: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        match g.0.try_wait().expect("try_wait") {
-            Some(_) => break,
-            None if start.elapsed() > limit => {
-                let _ = g.0.kill();
-                let out = read_rest(&mut g);
-                panic!(
-                    "bench did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
+fn wait(mut g: KillOnDrop, limit: Duration) -> Output {
+    if wait_timeout(&mut g, limit).is_none() {
+        let _ = g.kill();
+        let out = read_rest(&mut g);
+        panic!(
+            "bench did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     read_rest(&mut g)
 }
 
-fn read_rest(g: &mut Guard) -> Output {
+fn read_rest(g: &mut KillOnDrop) -> Output {
     use std::io::Read;
-    let status = g.0.wait().expect("wait");
+    let status = g.wait().expect("wait");
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    if let Some(mut s) = g.0.stdout.take() {
+    if let Some(mut s) = g.stdout.take() {
         let _ = s.read_to_end(&mut stdout);
     }
-    if let Some(mut s) = g.0.stderr.take() {
+    if let Some(mut s) = g.stderr.take() {
         let _ = s.read_to_end(&mut stderr);
     }
     Output {
@@ -288,14 +265,7 @@ fn server_and_client_as_two_processes() {
         &c1,
     ]);
     // Wait (bounded) for the server to say it listens.
-    let stdout = server.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let line = rx
+    let line = lines(server.stdout.take().unwrap())
         .recv_timeout(Duration::from_secs(30))
         .expect("server never said it listens");
     assert!(line.contains("listening on"), "{line}");
@@ -386,23 +356,14 @@ fn ctrl_c_mid_sweep_writes_what_was_measured() {
         dir.to_str().unwrap(),
     ]);
     // Progress lines go to stderr when it is not a terminal; interrupt after the second point.
-    let stderr = child.0.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("no progress from the sweep");
-        if line.contains("[2/13]") {
-            break;
-        }
-    }
-    let pid = child.0.id().to_string();
+    let progress = lines(child.stderr.take().unwrap());
+    wait_for_line(
+        &progress,
+        "[2/13]",
+        Duration::from_secs(60),
+        "no progress from the sweep",
+    );
+    let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])
         .status()

@@ -5,10 +5,12 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileTypeExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cm::uds::{self, testing, ConnParams, HandshakeRefusal, UdsError, UdsListener, UdsStream};
+use spinwire_testkit::process::KillOnDrop;
+use spinwire_testkit::role;
 
 const T: Duration = Duration::from_secs(5);
 const CHILD_ENV: &str = "CM_UDS_TEST_CHILD_NAME";
@@ -285,13 +287,12 @@ fn unexpected_message_after_handshake_is_bad_message() {
     assert!(matches!(s.poll_hangup(), Err(UdsError::BadMessage { .. })));
 }
 
-/// Not a test on its own: the body of the child process spawned by
-/// `hangup_seen_after_child_is_sigkilled` (does nothing unless the env var is set).
+/// Child role of `hangup_seen_after_child_is_sigkilled`: connects to the listener named in
+/// `CHILD_ENV`, says hello, then waits to be killed (bounded).
 #[test]
+#[ignore = "child role: run by hangup_seen_after_child_is_sigkilled"]
 fn child_connects_and_waits() {
-    let Ok(n) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let n = role::env(CHILD_ENV);
     let mut c = uds::connect(&n, T).unwrap();
     c.send_hello(&params(), T).unwrap();
     // Wait to be killed (bounded, in case the parent dies first).
@@ -302,13 +303,14 @@ fn child_connects_and_waits() {
 fn hangup_seen_after_child_is_sigkilled() {
     let n = name("kill");
     let l = UdsListener::bind(&n).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_connects_and_waits", "--nocapture"])
-        .env(CHILD_ENV, &n)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        role::command("child_connects_and_waits")
+            .env(CHILD_ENV, &n)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut s = l.accept_timeout(Duration::from_secs(20)).unwrap();
     assert_eq!(s.peer_cred().pid as u32, child.id());
     s.recv_hello(Duration::from_secs(20)).unwrap();
@@ -329,13 +331,12 @@ fn hangup_seen_after_child_is_sigkilled() {
 
 const DIR_CHILD_ENV: &str = "CM_UDS_TEST_EXPECT_INSECURE";
 
-/// Not a test on its own: runs in a child process with `SPINWIRE_RUNTIME_DIR` overridden by
-/// `runtime_dir_override_is_checked`.
+/// Child role of `runtime_dir_override_is_checked`: runs with `SPINWIRE_RUNTIME_DIR`
+/// overridden and `DIR_CHILD_ENV` saying whether that directory is "insecure" or "private".
 #[test]
+#[ignore = "child role: run by runtime_dir_override_is_checked"]
 fn child_runtime_dir_checks() {
-    let Ok(expect) = std::env::var(DIR_CHILD_ENV) else {
-        return;
-    };
+    let expect = role::env(DIR_CHILD_ENV);
     let n = name("dir");
     if expect == "insecure" {
         let e = UdsListener::bind(&n).unwrap_err();
@@ -343,6 +344,7 @@ fn child_runtime_dir_checks() {
         let e = uds::connect(&n, T).unwrap_err();
         assert!(matches!(e, UdsError::InsecureRuntimeDir { .. }), "{e:?}");
     } else {
+        assert_eq!(expect, "private", "{DIR_CHILD_ENV}");
         let l = UdsListener::bind(&n).unwrap();
         let dir = std::env::var_os(uds::RUNTIME_DIR_ENV).unwrap();
         assert!(l.path().starts_with(&dir));
@@ -360,14 +362,10 @@ fn runtime_dir_override_is_checked() {
         let dir = base.join(expect);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_runtime_dir_checks", "--nocapture"])
-            .env(DIR_CHILD_ENV, expect)
-            .env(uds::RUNTIME_DIR_ENV, &dir)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "{expect}: {status:?}");
+        let mut cmd = role::command("child_runtime_dir_checks");
+        cmd.env(DIR_CHILD_ENV, expect)
+            .env(uds::RUNTIME_DIR_ENV, &dir);
+        role::run(cmd, Duration::from_secs(30));
     }
     std::fs::remove_dir_all(&base).unwrap();
 }

@@ -2,32 +2,18 @@
 //! fails with a typed error (and an event), never a panic or a hang, and the engine keeps serving
 //! other connections. (Wire-level fuzzing of every field lives with the wire format's tests.)
 
-mod common;
-
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use cm::uds::{self, ConnParams};
-use common::*;
 use spinwire::fabric::shm::wire::{Dir, Params, Segment};
 use spinwire::{Error, Event, FabricError};
+use spinwire_testkit::data::XorShift;
+use spinwire_testkit::engine::*;
+use spinwire_testkit::{serial, WAIT};
 
 const BUF: usize = 4096;
 const COUNT: u32 = 16;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// Connects to `ep` as a raw peer (side B) with the wire API and returns its segment handle.
 fn hostile_connect(ep: &str) -> (Segment, uds::UdsStream) {
@@ -55,7 +41,7 @@ fn hostile_connect(ep: &str) -> (Segment, uds::UdsStream) {
 }
 
 /// Writes `len` random bytes at `off` (byte-wise atomic stores: the engine reads concurrently).
-fn scribble(seg: &Segment, rng: &mut Rng, off: usize, len: usize) {
+fn scribble(seg: &Segment, rng: &mut XorShift, off: usize, len: usize) {
     let end = (off + len).min(seg.len());
     for o in off..end {
         // SAFETY: `o < seg.len()`: inside the live mapping; atomic byte stores, as the engine
@@ -71,7 +57,7 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
     let engine = inline_engine(BUF, COUNT as usize);
     let ep = endpoint("corrupt");
     let listener = engine.listen(&ep).unwrap();
-    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    let mut rng = XorShift::new(0x5eed_1234_abcd_ef01);
     let mut failed = 0;
     let rounds = 60;
     for round in 0..rounds {
@@ -86,8 +72,8 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
         match round % 4 {
             0 => scribble(&seg, &mut rng, incoming.desc_slots, 64),
             1 => {
-                let off = incoming.desc_slots + rng.below(slots_len);
-                let len = 1 + rng.below(slots_len);
+                let off = incoming.desc_slots + rng.index(slots_len);
+                let len = 1 + rng.index(slots_len);
                 scribble(&seg, &mut rng, off, len);
                 scribble(&seg, &mut rng, incoming.desc_slots, 8);
             }
@@ -151,7 +137,7 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
 
     // The engine still serves healthy connections.
     let other = inline_engine(BUF, COUNT as usize);
-    let (s, c) = pair(&engine, &other, "after-corrupt");
+    let (s, c) = pair(&engine, &other, &endpoint("after-corrupt"));
     for seq in 0..100 {
         send_msg(&c, seq, 1 + seq as usize * 13);
         recv_msg(&s, seq, 1 + seq as usize * 13);

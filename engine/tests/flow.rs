@@ -2,19 +2,19 @@
 //! sender sees back-pressure; pool exhaustion, oversized messages and bad endpoints get typed
 //! errors.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
-use spinwire::{Engine, Error, IdleStrategy, SendError};
+use spinwire::{Engine, Error, SendError};
+use spinwire_testkit::data::fill;
+use spinwire_testkit::engine::*;
+use spinwire_testkit::{cores, serial, WAIT};
 
 const N: u32 = 20_000;
 
 fn flood(server_engine: Engine, client_engine: Engine, tag: &str) {
-    let (s, c) = pair(&server_engine, &client_engine, tag);
+    let (s, c) = pair(&server_engine, &client_engine, &endpoint(tag));
     let done = Arc::new(AtomicBool::new(false));
     let done2 = done.clone();
     // The slow receiver: sleeps now and then, verifies order and content of everything.
@@ -75,24 +75,16 @@ fn flood_into_slow_receiver_run_to_completion() {
 #[test]
 fn flood_into_slow_receiver_dedicated_pollers() {
     let _g = serial();
-    let cores = core_affinity::get_core_ids().unwrap();
-    let mk = |core: usize| {
-        Engine::builder()
-            .pollers(&[core])
-            .idle(IdleStrategy::backoff())
-            .pool(512, 32)
-            .depth(16)
-            .build()
-            .unwrap()
-    };
-    flood(mk(cores[0].id), mk(cores[cores.len() - 1].id), "flood-ded");
+    let cores = cores();
+    let mk = |core: usize| poller_builder(&[core], 512, 32).depth(16).build().unwrap();
+    flood(mk(cores[0]), mk(cores[cores.len() - 1]), "flood-ded");
 }
 
 #[test]
 fn send_timeout_times_out_without_credits() {
     let _g = serial();
     let e = inline_engine(256, 8);
-    let (s, c) = pair(&e, &e, "credits");
+    let (s, c) = pair(&e, &e, &endpoint("credits"));
     // depth = 8: eight messages fit, the ninth has no credit while the receiver takes nothing.
     // (The receiver's poller still runs: its receive ring holds the window; nothing is consumed.)
     let mut sent = 0;
@@ -118,7 +110,7 @@ fn send_timeout_times_out_without_credits() {
 fn pool_exhaustion_is_typed() {
     let _g = serial();
     let e = inline_engine(256, 4);
-    let (_s, c) = pair(&e, &e, "pool");
+    let (_s, c) = pair(&e, &e, &endpoint("pool"));
     let held: Vec<_> = (0..4).map(|_| c.alloc().expect("four buffers")).collect();
     assert!(matches!(c.alloc(), Err(Error::PoolExhausted { count: 4 })));
     let msg = c.alloc().unwrap_err().to_string();
@@ -135,7 +127,7 @@ fn pool_exhaustion_is_typed() {
 fn oversized_messages_are_rejected_with_the_limit() {
     let _g = serial();
     let e = inline_engine(1024, 4);
-    let (_s, c) = pair(&e, &e, "big");
+    let (_s, c) = pair(&e, &e, &endpoint("big"));
     let max = c.max_message_size();
     assert_eq!(max, 1024);
     let mut b = c.alloc().unwrap();
@@ -226,7 +218,7 @@ fn mismatched_pools_are_refused() {
 }
 
 fn close_delivers_queued(server_engine: Engine, client_engine: Engine, tag: &str) {
-    let (s, c) = pair(&server_engine, &client_engine, tag);
+    let (s, c) = pair(&server_engine, &client_engine, &endpoint(tag));
     for seq in 0..20 {
         let mut b = c.alloc_timeout(WAIT).unwrap();
         b.set_len(100).unwrap();
@@ -246,12 +238,6 @@ fn close_delivers_queued(server_engine: Engine, client_engine: Engine, tag: &str
 fn close_delivers_queued_messages_then_disconnects() {
     let _g = serial();
     close_delivers_queued(inline_engine(512, 32), inline_engine(512, 32), "close-rtc");
-    let core = core_affinity::get_core_ids().unwrap()[0].id;
-    let ded = Engine::builder()
-        .pollers(&[core])
-        .idle(IdleStrategy::backoff())
-        .pool(512, 32)
-        .build()
-        .unwrap();
+    let ded = poller_engine(cores()[0], 512, 32);
     close_delivers_queued(inline_engine(512, 32), ded, "close-ded");
 }

@@ -1,24 +1,18 @@
 //! Many connections on one poller, and connections spread over several pollers.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
 use spinwire::{Connection, Engine, IdleStrategy};
+use spinwire_testkit::engine::{endpoint, inline_engine, poller_builder, recv_msg, send_msg};
+use spinwire_testkit::{cores, pin, serial, WAIT};
 
 const CONNS: usize = 16;
 const ROUNDS: u32 = 50;
 
 fn many_connections(cores: &[usize]) -> Vec<spinwire::PollerStats> {
-    let server = Engine::builder()
-        .pollers(cores)
-        .idle(IdleStrategy::backoff())
-        .pool(1024, 8)
-        .build()
-        .unwrap();
+    let server = poller_builder(cores, 1024, 8).build().unwrap();
     let client = inline_engine(1024, 8);
     let ep = endpoint(&format!("many{}", cores.len()));
     let listener = server.listen(&ep).unwrap();
@@ -77,8 +71,7 @@ fn many_connections(cores: &[usize]) -> Vec<spinwire::PollerStats> {
 #[test]
 fn many_connections_on_one_poller() {
     let _g = serial();
-    let core = core_affinity::get_core_ids().unwrap()[0].id;
-    let stats = many_connections(&[core]);
+    let stats = many_connections(&[cores()[0]]);
     assert_eq!(stats.len(), 1);
     assert_eq!(stats[0].connections, CONNS as u64);
     assert_eq!(stats[0].rx_msgs, u64::from(ROUNDS) * CONNS as u64);
@@ -87,11 +80,7 @@ fn many_connections_on_one_poller() {
 #[test]
 fn connections_spread_over_several_pollers() {
     let _g = serial();
-    let cores: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let cores = cores();
     if cores.len() < 2 {
         eprintln!("skipped: needs two cores");
         return;
@@ -111,11 +100,7 @@ fn connections_spread_over_several_pollers() {
 #[test]
 fn pollers_may_use_cores_the_building_thread_is_not_pinned_to() {
     let _g = serial();
-    let cores: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let cores = cores();
     if cores.len() < 2 {
         eprintln!("skipped: needs two cores");
         return;
@@ -123,9 +108,7 @@ fn pollers_may_use_cores_the_building_thread_is_not_pinned_to() {
     let (first, last) = (cores[0], cores[cores.len() - 1]);
     // Build from a thread pinned to `first`; the poller goes to `last`.
     let engine = std::thread::spawn(move || {
-        assert!(core_affinity::set_for_current(core_affinity::CoreId {
-            id: first
-        }));
+        pin(first);
         Engine::builder()
             .pollers(&[last])
             .idle(IdleStrategy::backoff())

@@ -2,32 +2,27 @@
 //!
 //! Run inside the RDMA VM (`RXE_VM_IP` set), one test at a time:
 //! `cargo test -p spinwire --features rdma --release --test rdma_engine -- --test-threads=1`.
-//! Outside the VM (no `RXE_VM_IP`) every test prints why and returns. Pollers back off when
-//! idle (the VM has 2 vCPUs); iteration counts are small (the VM is 10-50x slower than native).
+//! Outside the VM (no `RXE_VM_IP`) every test prints why and returns. The child-process and
+//! two-host roles are `#[ignore]`d tests, run by their parent test (`child_server`) or by
+//! `scripts/rdma-vm-two-pingpong.sh` (`remote_*`) with `--ignored --exact`; run by hand without
+//! their variables they fail. Pollers back off when idle (the VM has 2 vCPUs); iteration counts
+//! are small (the VM is 10-50x slower than native).
 #![cfg(feature = "rdma")]
 
 use std::time::{Duration, Instant};
 
 use spinwire::fabric::rdma;
-use spinwire::{Connection, Engine, Error, Event, IdleStrategy, SendError};
+use spinwire::{Connection, Engine, Error, Event, SendError};
+use spinwire_testkit::data::payload;
+use spinwire_testkit::engine::{pair, poller_builder, rtc_builder, send_bytes};
+use spinwire_testkit::process::{lines, wait_for_line, KillOnDrop};
+use spinwire_testkit::rdma::vm_ip;
+use spinwire_testkit::role;
 
 const T: Duration = Duration::from_secs(10);
 
-fn vm_ip() -> Option<String> {
-    match std::env::var("RXE_VM_IP") {
-        Ok(ip) => Some(ip),
-        Err(_) => {
-            eprintln!("skipped: RXE_VM_IP unset (not inside the RDMA VM)");
-            None
-        }
-    }
-}
-
 fn engine(buffer_size: usize, buffers: usize) -> Engine {
-    Engine::builder()
-        .run_to_completion()
-        .idle(IdleStrategy::backoff())
-        .pool(buffer_size, buffers)
+    rtc_builder(buffer_size, buffers)
         .depth(buffers)
         .batch(16)
         .signal_every(8)
@@ -37,43 +32,13 @@ fn engine(buffer_size: usize, buffers: usize) -> Engine {
 }
 
 fn engine_with_pollers(buffer_size: usize, buffers: usize) -> Engine {
-    Engine::builder()
-        .pollers(&[1])
-        .idle(IdleStrategy::backoff())
-        .pool(buffer_size, buffers)
+    poller_builder(&[1], buffer_size, buffers)
         .depth(buffers)
         .batch(16)
         .signal_every(8)
         .connect_timeout(T)
         .build()
         .expect("engine")
-}
-
-fn payload(len: usize, seed: u64) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u64)
-                .wrapping_mul(0x9E37_79B9)
-                .wrapping_add(seed.wrapping_mul(31)) as u8
-        })
-        .collect()
-}
-
-fn send_bytes(c: &Connection, data: &[u8]) {
-    let mut b = c.alloc_timeout(T).expect("alloc");
-    b.copy_from(data).expect("copy");
-    c.send_timeout(b, T)
-        .map_err(|e| e.to_string())
-        .expect("send");
-    c.flush();
-}
-
-/// Connects a client and accepts it, both on `e`.
-fn pair(e: &Engine, ep: &str) -> (Connection, Connection) {
-    let l = e.listen(ep).expect("listen");
-    let client = e.connect(ep).expect("connect");
-    let server = l.accept_timeout(T).expect("accept");
-    (client, server)
 }
 
 #[test]
@@ -83,7 +48,7 @@ fn ping_pong_every_size_inline_and_pooled() {
     let max = 300;
     let e = engine(max, 16);
     let ep = format!("rdma://{ip}:20001");
-    let (client, server) = pair(&e, &ep);
+    let (server, client) = pair(&e, &e, &ep);
     assert_eq!(client.max_message_size(), max);
     let mut connected = 0;
     while let Some(ev) = e.try_event() {
@@ -121,7 +86,7 @@ fn ping_pong_with_a_dedicated_poller_thread() {
     let Some(ip) = vm_ip() else { return };
     let e = engine_with_pollers(1024, 32);
     let ep = format!("rdma://{ip}:20002");
-    let (client, server) = pair(&e, &ep);
+    let (server, client) = pair(&e, &e, &ep);
     for i in 0..200u64 {
         let p = payload(1 + (i as usize * 37) % 1024, i);
         send_bytes(&client, &p);
@@ -147,7 +112,7 @@ fn flood_into_slow_receiver(ip: &str, port: u16) {
     let before = rdma::stats();
     let e = engine(256, 16);
     let ep = format!("rdma://{ip}:{port}");
-    let (client, server) = pair(&e, &ep);
+    let (server, client) = pair(&e, &e, &ep);
     let total = 3000u64;
     let mut sent = 0u64;
     let mut received = 0u64;
@@ -400,14 +365,13 @@ fn full_backlog_listener(ip: &str, port: u16) -> (std::net::TcpListener, Vec<std
 
 const CHILD_ENV: &str = "SPINWIRE_RDMA_CHILD_PORT";
 
-/// The child half of `peer_killed_with_sigkill_*`: accepts one connection, echoes one message,
-/// then waits to be killed. Does nothing unless started by that test.
+/// Child role of `peer_killed_with_sigkill_*`: listens on the port in `CHILD_ENV`, accepts one
+/// connection, echoes one message, then waits to be killed (bounded).
 #[test]
+#[ignore = "child role: run by peer_killed_with_sigkill_gives_survivor_a_disconnect_without_hang"]
 fn child_server() {
-    let Ok(port) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let ip = std::env::var("RXE_VM_IP").expect("RXE_VM_IP");
+    let port = role::env(CHILD_ENV);
+    let ip = role::env("RXE_VM_IP");
     let e = engine(256, 8);
     let l = e
         .listen(&format!("rdma://{ip}:{port}"))
@@ -426,30 +390,20 @@ fn child_server() {
 
 #[test]
 fn peer_killed_with_sigkill_gives_survivor_a_disconnect_without_hang() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
     let Some(ip) = vm_ip() else { return };
     let port = 20007;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_server", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, port.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn child");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.contains("CHILD READY") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("child ready");
+    let mut child = KillOnDrop(
+        role::command("child_server")
+            .env(CHILD_ENV, port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn child"),
+    );
+    let out = lines(child.stdout.take().unwrap());
+    wait_for_line(&out, "CHILD READY", Duration::from_secs(30), "child ready");
     let e = engine(256, 8);
     // A second, in-process connection on the same poller must survive the peer's death.
-    let (other_c, other_s) = pair(&e, &format!("rdma://{ip}:{}", port + 1));
+    let (other_s, other_c) = pair(&e, &e, &format!("rdma://{ip}:{}", port + 1));
     let c = e
         .connect(&format!("rdma://{ip}:{port}"))
         .expect("connect to child");
@@ -497,10 +451,7 @@ fn srq_unsupported() -> bool {
 }
 
 fn srq_engine(buffer_size: usize, buffers: usize, srq_buffers: usize) -> Engine {
-    Engine::builder()
-        .run_to_completion()
-        .idle(IdleStrategy::backoff())
-        .pool(buffer_size, buffers)
+    rtc_builder(buffer_size, buffers)
         .depth(buffers)
         .batch(16)
         .signal_every(8)
@@ -590,7 +541,7 @@ fn srq_one_way_flood_into_slow_receiver() {
     let before = rdma::stats();
     let e = srq_engine(256, 16, 64);
     let ep = format!("rdma://{ip}:20011");
-    let (client, server) = pair(&e, &ep);
+    let (server, client) = pair(&e, &e, &ep);
     let total = 1500u64;
     let (mut sent, mut received, mut would_block) = (0u64, 0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -629,19 +580,19 @@ fn srq_one_way_flood_into_slow_receiver() {
     assert_eq!(after.completion_errors, before.completion_errors);
 }
 
-// ---- Two-host roles (scripts/rxe-vm-two): each does nothing unless its variable is set.
-//   server VM: SPINWIRE_RDMA_SERVE_PORT=7500 rdma_engine --exact remote_echo_server
-//   client VM: SPINWIRE_RDMA_REMOTE=$RXE_VM_PEER_IP:7500 rdma_engine --exact remote_ping_pong
+// ---- Two-host roles (scripts/rdma-vm-two-pingpong.sh, in two VMs of scripts/rxe-vm-two):
+// ignored in a plain run; each fails without its variable.
+//   server VM: SPINWIRE_RDMA_SERVE_PORT=7500 rdma_engine --ignored --exact remote_echo_server
+//   client VM: SPINWIRE_RDMA_REMOTE=$RXE_VM_PEER_IP:7500 rdma_engine --ignored --exact remote_ping_pong
 
 const REMOTE_MAX: usize = 300;
 
 /// Two-host server role: echoes every message of one connection until the peer disconnects.
 #[test]
+#[ignore = "two-host role: run by scripts/rdma-vm-two-pingpong.sh"]
 fn remote_echo_server() {
-    let Ok(port) = std::env::var("SPINWIRE_RDMA_SERVE_PORT") else {
-        return;
-    };
-    let ip = std::env::var("RXE_VM_IP").expect("RXE_VM_IP");
+    let port = role::env("SPINWIRE_RDMA_SERVE_PORT");
+    let ip = role::env("RXE_VM_IP");
     let e = engine(REMOTE_MAX, 16);
     let l = e.listen(&format!("rdma://{ip}:{port}")).expect("listen");
     let s = l.accept_timeout(Duration::from_secs(120)).expect("accept");
@@ -664,10 +615,9 @@ fn remote_echo_server() {
 
 /// Two-host client role: verified ping-pong at every size from 1 B to the maximum.
 #[test]
+#[ignore = "two-host role: run by scripts/rdma-vm-two-pingpong.sh"]
 fn remote_ping_pong() {
-    let Ok(remote) = std::env::var("SPINWIRE_RDMA_REMOTE") else {
-        return;
-    };
+    let remote = role::env("SPINWIRE_RDMA_REMOTE");
     let e = engine(REMOTE_MAX, 16);
     let ep = format!("rdma://{remote}");
     // The server VM boots on its own schedule: retry until it listens.
@@ -721,10 +671,7 @@ fn ping_pong_verified_sizes_over_header_path_on_iwarp() {
     );
     let before = rdma::stats();
     let max = 1000;
-    let e = Engine::builder()
-        .run_to_completion()
-        .idle(IdleStrategy::backoff())
-        .pool(max, 16)
+    let e = rtc_builder(max, 16)
         .depth(16)
         .batch(16)
         .signal_every(4)
@@ -733,7 +680,7 @@ fn ping_pong_verified_sizes_over_header_path_on_iwarp() {
         .build()
         .expect("engine");
     let ep = format!("rdma://{ip}:20021");
-    let (client, server) = pair(&e, &ep);
+    let (server, client) = pair(&e, &e, &ep);
     // The header has its own slot: the application keeps the whole buffer.
     assert_eq!(client.max_message_size(), max);
     assert_eq!(server.max_message_size(), max);
@@ -801,10 +748,7 @@ fn srq_on_iwarp_is_refused_with_a_clear_error() {
         eprintln!("skipped: needs siw (device {dev} is not iWARP; SRQ works there)");
         return;
     }
-    let e = Engine::builder()
-        .run_to_completion()
-        .idle(IdleStrategy::backoff())
-        .pool(256, 8)
+    let e = rtc_builder(256, 8)
         .depth(8)
         .rdma_srq(64)
         .connect_timeout(T)
@@ -826,7 +770,7 @@ fn two_way_flood_with_few_buffers_never_deadlocks() {
     // other at once is the case that would deadlock without that reserve.
     let e = engine(128, 4);
     let ep = format!("rdma://{ip}:20012");
-    let (a, b) = pair(&e, &ep);
+    let (b, a) = pair(&e, &e, &ep);
     let total = 800u64;
     let mut sent = [0u64; 2];
     let mut got = [0u64; 2];

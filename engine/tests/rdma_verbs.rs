@@ -15,19 +15,15 @@ use spinwire::fabric::rdma::verbs::{
     self, Access, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCapacity,
     QpResources, QueuePair, Sge, WcSlot,
 };
+use spinwire_testkit::data::payload;
+use spinwire_testkit::rdma;
 
 const BUF: usize = 4096;
 const NBUF: usize = 16;
 const STEP: Duration = Duration::from_secs(10);
 
 fn vm_ip() -> Option<IpAddr> {
-    match std::env::var("RXE_VM_IP") {
-        Ok(ip) => Some(ip.parse().expect("RXE_VM_IP is not an IP address")),
-        Err(_) => {
-            eprintln!("skipped: RXE_VM_IP unset (not inside the RDMA VM)");
-            None
-        }
-    }
+    rdma::vm_ip().map(|ip| ip.parse().expect("RXE_VM_IP is not an IP address"))
 }
 
 /// One side of a connection: resources on the context rdma_cm resolved.
@@ -135,12 +131,6 @@ fn params() -> FlowParams {
     }
 }
 
-fn payload(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seed) as u8)
-        .collect()
-}
-
 #[test]
 fn connect_send_recv_with_verified_payloads() {
     let Some(ip) = vm_ip() else { return };
@@ -186,7 +176,7 @@ fn connect_send_recv_with_verified_payloads() {
             let data = unsafe { std::slice::from_raw_parts(side.rx.as_ptr().add(slot * BUF), len) };
             assert_eq!(
                 data,
-                payload(len, n as u32).as_slice(),
+                payload(len, n as u64).as_slice(),
                 "payload {n} ({len} B)"
             );
             let echo = data.to_vec();
@@ -234,7 +224,7 @@ fn connect_send_recv_with_verified_payloads() {
     }
 
     for (n, &len) in sizes.iter().enumerate() {
-        let p = payload(len, n as u32);
+        let p = payload(len, n as u64);
         send(&mut side, 1, &p, n as u32);
         // Send completion and echo may come in either order.
         let mut got_send = false;

@@ -4,21 +4,16 @@
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use spinwire::fabric::shm::wire::layout::{hdr, slot, CONT_SLOT_INLINE, FIRST_SLOT_INLINE};
 use spinwire::fabric::shm::wire::ring::{CONT_BIT, INLINE_BUF};
 use spinwire::fabric::shm::wire::{
-    Dir, Field, Params, RxDesc, RxPayload, RxRing, Segment, Side, TxRing, WireError,
+    Dir, Field, Params, RxPayload, RxRing, Segment, Side, TxRing, WireError,
 };
-
-/// Spinning tests run one at a time: the machine has two cores shared with other work.
-static SPIN: Mutex<()> = Mutex::new(());
-
-fn spin_guard() -> std::sync::MutexGuard<'static, ()> {
-    SPIN.lock().unwrap_or_else(|e| e.into_inner())
-}
+use spinwire_testkit::data::{self, XorShift};
+use spinwire_testkit::process::{wait_timeout, KillOnDrop};
+use spinwire_testkit::{role, serial};
 
 fn params() -> Params {
     Params {
@@ -599,21 +594,6 @@ fn hostile_release_head_and_overflow_are_corrupt() {
 // ---------------------------------------------------------------------------------------------
 // Hostile peer: seeded fuzz
 
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Checks a result: Ok, or a Corrupt error (the only error an honest caller can get from a
 /// hostile peer). Returns whether the connection must be failed.
 fn check<T>(r: Result<T, WireError>) -> (Option<T>, bool) {
@@ -639,7 +619,7 @@ fn hostile_value(rng: &mut XorShift, p: &Params) -> u64 {
 }
 
 fn fuzz_one(seed: u64, steps: u32) -> (u32, u32) {
-    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = XorShift::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let p = Params {
         buffer_size: 64 << rng.below(3),
         buffer_count: 1 + rng.below(8) as u32,
@@ -787,8 +767,8 @@ fn fuzz_hostile_segment_never_panics_or_hangs() {
 // ---------------------------------------------------------------------------------------------
 // Stress with verified payloads
 
-/// Deterministic message `seq`: its length, whether it goes inline, and its bytes
-/// (seq in the first 8 bytes, an FNV-1a checksum of the rest in the last 4).
+/// Deterministic message `seq`: its length and whether it goes inline. Its bytes are the
+/// testkit's frame `seq` (sequence number, pattern, FNV-1a checksum: every byte checked).
 fn expected_len(seq: u64, p: &Params) -> (usize, bool) {
     let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x ^= x >> 29;
@@ -797,29 +777,11 @@ fn expected_len(seq: u64, p: &Params) -> (usize, bool) {
     (12 + ((x >> 8) % (max - 11)) as usize, inline)
 }
 
-fn fnv(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
-fn fill(seq: u64, buf: &mut [u8]) {
-    let n = buf.len();
-    buf[..8].copy_from_slice(&seq.to_le_bytes());
-    for (i, b) in buf[8..n - 4].iter_mut().enumerate() {
-        *b = (seq as u8).wrapping_mul(31).wrapping_add(i as u8);
-    }
-    let c = fnv(&buf[..n - 4]);
-    buf[n - 4..].copy_from_slice(&c.to_le_bytes());
-}
-
+/// Checks that `data`, received inline or not (`inline`), is message `seq`.
 fn verify(seq: u64, data: &[u8], p: &Params, inline: bool) {
     let (len, want_inline) = expected_len(seq, p);
     assert_eq!(inline, want_inline, "seq {seq}");
-    assert_eq!(data.len(), len, "seq {seq}");
-    assert_eq!(u64::from_le_bytes(data[..8].try_into().unwrap()), seq);
-    let c = u32::from_le_bytes(data[len - 4..].try_into().unwrap());
-    assert_eq!(fnv(&data[..len - 4]), c, "checksum of seq {seq}");
+    data::verify(data, seq as u32, len);
 }
 
 /// Backoff for test spin loops: spin a little, then yield (never oversubscribes for long).
@@ -833,36 +795,75 @@ fn backoff(idle: &mut u32, deadline: Instant, what: &str) {
     assert!(Instant::now() < deadline, "{what}: timed out");
 }
 
+/// The sending side of a stress run: its free buffers and scratch space.
+struct Sending {
+    free: Vec<u32>,
+    reclaimed: Vec<u32>,
+    scratch: Vec<u8>,
+}
+
+impl Sending {
+    fn new(p: &Params) -> Self {
+        Sending {
+            free: (0..p.buffer_count).collect(),
+            reclaimed: vec![0u32; p.buffer_count as usize],
+            scratch: vec![0u8; p.inline_max as usize],
+        }
+    }
+
+    /// Tries once to send message `seq` (inline or in a buffer, reclaiming buffers when none is
+    /// free); whether it went.
+    fn try_send(&mut self, tx: &mut TxRing, p: &Params, seq: u64) -> bool {
+        let (len, inline) = expected_len(seq, p);
+        if inline {
+            data::fill(&mut self.scratch[..len], seq as u32);
+            return tx
+                .try_send_inline(&self.scratch[..len], seq as u32)
+                .unwrap();
+        }
+        if self.free.is_empty() {
+            let k = tx.reclaim(&mut self.reclaimed).unwrap();
+            self.free.extend_from_slice(&self.reclaimed[..k]);
+        }
+        let Some(i) = self.free.pop() else {
+            return false;
+        };
+        data::fill(&mut tx.buffer_mut(i).unwrap()[..len], seq as u32);
+        let ok = tx.try_send_buf(i, len as u32, seq as u32).unwrap();
+        if !ok {
+            self.free.push(i);
+        }
+        ok
+    }
+}
+
+/// Polls `rx` once; if a message is there, checks that it is message `seq` (releasing its
+/// buffer, not yet published) and returns true.
+fn try_recv(rx: &mut RxRing, out: &mut [u8], p: &Params, seq: u64) -> bool {
+    let Some(d) = rx.poll().unwrap() else {
+        return false;
+    };
+    assert_eq!(d.aux(), seq as u32);
+    match d.payload() {
+        RxPayload::Inline { .. } => {
+            let k = rx.copy_inline(&d, out).unwrap();
+            verify(seq, &out[..k], p, true);
+        }
+        RxPayload::Buffer { index } => {
+            verify(seq, rx.buffer(index, d.len()).unwrap(), p, false);
+            rx.release(index).unwrap();
+        }
+    }
+    true
+}
+
 /// Sends messages `0..n` from `tx`, verifying nothing; reclaims buffers as needed.
 fn sender(tx: &mut TxRing, p: &Params, n: u64, deadline: Instant) {
-    let mut free: Vec<u32> = (0..p.buffer_count).collect();
-    let mut reclaimed = vec![0u32; p.buffer_count as usize];
-    let mut scratch = vec![0u8; p.inline_max as usize];
+    let mut sending = Sending::new(p);
     let mut idle = 0;
     let mut seq = 0;
     while seq < n {
-        let (len, inline) = expected_len(seq, p);
-        let sent = if inline {
-            fill(seq, &mut scratch[..len]);
-            tx.try_send_inline(&scratch[..len], seq as u32).unwrap()
-        } else {
-            if free.is_empty() {
-                let k = tx.reclaim(&mut reclaimed).unwrap();
-                free.extend_from_slice(&reclaimed[..k]);
-            }
-            match free.pop() {
-                Some(i) => {
-                    fill(seq, &mut tx.buffer_mut(i).unwrap()[..len]);
-                    let ok = tx.try_send_buf(i, len as u32, seq as u32).unwrap();
-                    if !ok {
-                        free.push(i);
-                    }
-                    ok
-                }
-                None => false,
-            }
-        };
-        if sent {
+        if sending.try_send(tx, p, seq) {
             seq += 1;
             idle = 0;
         } else {
@@ -876,34 +877,18 @@ fn receiver(rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
     let mut out = vec![0u8; p.inline_max as usize];
     let mut idle = 0;
     let mut seq = 0;
-    let mut desc: Option<RxDesc>;
     while seq < n {
-        desc = rx.poll().unwrap();
-        match desc {
-            Some(d) => {
-                assert_eq!(d.aux(), seq as u32);
-                match d.payload() {
-                    RxPayload::Inline { .. } => {
-                        let k = rx.copy_inline(&d, &mut out).unwrap();
-                        verify(seq, &out[..k], p, true);
-                    }
-                    RxPayload::Buffer { index } => {
-                        verify(seq, rx.buffer(index, d.len()).unwrap(), p, false);
-                        rx.release(index).unwrap();
-                    }
-                }
-                seq += 1;
-                idle = 0;
-                if seq % 8 == 0 {
-                    rx.commit();
-                    rx.publish_releases();
-                }
-            }
-            None => {
+        if try_recv(rx, &mut out, p, seq) {
+            seq += 1;
+            idle = 0;
+            if seq % 8 == 0 {
                 rx.commit();
                 rx.publish_releases();
-                backoff(&mut idle, deadline, "receiver");
             }
+        } else {
+            rx.commit();
+            rx.publish_releases();
+            backoff(&mut idle, deadline, "receiver");
         }
     }
     rx.commit();
@@ -914,52 +899,16 @@ fn receiver(rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
 /// Both directions at once on one thread: interleaves non-blocking send and receive steps until
 /// `n` messages went each way, verifying every received payload.
 fn duplex(tx: &mut TxRing, rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
-    let mut free: Vec<u32> = (0..p.buffer_count).collect();
-    let mut reclaimed = vec![0u32; p.buffer_count as usize];
-    let mut scratch = vec![0u8; p.inline_max as usize];
+    let mut sending = Sending::new(p);
     let mut out = vec![0u8; p.inline_max as usize];
     let (mut sent, mut got, mut idle) = (0u64, 0u64, 0u32);
     while sent < n || got < n {
         let mut progress = false;
-        if sent < n {
-            let (len, inline) = expected_len(sent, p);
-            let ok = if inline {
-                fill(sent, &mut scratch[..len]);
-                tx.try_send_inline(&scratch[..len], sent as u32).unwrap()
-            } else {
-                if free.is_empty() {
-                    let k = tx.reclaim(&mut reclaimed).unwrap();
-                    free.extend_from_slice(&reclaimed[..k]);
-                }
-                match free.pop() {
-                    Some(i) => {
-                        fill(sent, &mut tx.buffer_mut(i).unwrap()[..len]);
-                        let ok = tx.try_send_buf(i, len as u32, sent as u32).unwrap();
-                        if !ok {
-                            free.push(i);
-                        }
-                        ok
-                    }
-                    None => false,
-                }
-            };
-            if ok {
-                sent += 1;
-                progress = true;
-            }
+        if sent < n && sending.try_send(tx, p, sent) {
+            sent += 1;
+            progress = true;
         }
-        if let Some(d) = rx.poll().unwrap() {
-            assert_eq!(d.aux(), got as u32);
-            match d.payload() {
-                RxPayload::Inline { .. } => {
-                    let k = rx.copy_inline(&d, &mut out).unwrap();
-                    verify(got, &out[..k], p, true);
-                }
-                RxPayload::Buffer { index } => {
-                    verify(got, rx.buffer(index, d.len()).unwrap(), p, false);
-                    rx.release(index).unwrap();
-                }
-            }
+        if try_recv(rx, &mut out, p, got) {
             got += 1;
             progress = true;
         }
@@ -979,7 +928,7 @@ fn duplex(tx: &mut TxRing, rx: &mut RxRing, p: &Params, n: u64, deadline: Instan
 
 #[test]
 fn two_thread_duplex_stress_verified_payloads() {
-    let _g = spin_guard();
+    let _g = serial();
     let p = Params {
         buffer_size: 256,
         buffer_count: 4,
@@ -1011,7 +960,7 @@ fn stress_count() -> u64 {
 
 #[test]
 fn two_thread_stress_verified_payloads() {
-    let _g = spin_guard();
+    let _g = serial();
     let p = Params {
         buffer_size: 512,
         buffer_count: 8,
@@ -1040,7 +989,7 @@ fn two_thread_stress_verified_payloads() {
 
 #[test]
 fn two_thread_ping_pong_both_directions() {
-    let _g = spin_guard();
+    let _g = serial();
     let p = params();
     let Pair {
         a: _a,
@@ -1126,12 +1075,13 @@ fn conn_params(p: &Params) -> cm::uds::ConnParams {
     }
 }
 
-/// Not a test on its own: the child process of `two_process_stress_over_uds_rendezvous`.
+/// Child role of `two_process_stress_over_uds_rendezvous`: attaches to the parent's segment
+/// through the rendezvous named in `CHILD_ENV`, receives and verifies every message, and
+/// reports success in-band.
 #[test]
+#[ignore = "child role: run by two_process_stress_over_uds_rendezvous"]
 fn child_receiver_process() {
-    let Ok(name) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let name = role::env(CHILD_ENV);
     let p = proc_params();
     let mut c = cm::uds::connect(&name, T).unwrap();
     c.send_hello(&conn_params(&p), T).unwrap();
@@ -1154,15 +1104,16 @@ fn child_receiver_process() {
 
 #[test]
 fn two_process_stress_over_uds_rendezvous() {
-    let _g = spin_guard();
+    let _g = serial();
     let p = proc_params();
     let name = format!("shm-wire-test-{}", std::process::id());
     let l = cm::uds::UdsListener::bind(&name).unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_receiver_process", "--nocapture"])
-        .env(CHILD_ENV, &name)
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        role::command("child_receiver_process")
+            .env(CHILD_ENV, &name)
+            .spawn()
+            .unwrap(),
+    );
     let mut s = l.accept_timeout(T).unwrap();
     let hello = s.recv_hello(T).unwrap();
     assert_eq!(hello.params, conn_params(&p));
@@ -1187,7 +1138,7 @@ fn two_process_stress_over_uds_rendezvous() {
     let k = rx.copy_inline(&d, &mut out).unwrap();
     assert_eq!(&out[..k], b"verified");
     drop(s); // hang up: the child exits
-    let status = child.wait().unwrap();
+    let status = wait_timeout(&mut child, T).expect("child exits after the hang-up");
     assert!(status.success(), "child failed: {status:?}");
     assert!(
         seg.is_peer_closed(),
@@ -1197,13 +1148,12 @@ fn two_process_stress_over_uds_rendezvous() {
 
 const KILL_CHILD_ENV: &str = "SHM_WIRE_TEST_KILL_CHILD_NAME";
 
-/// Not a test on its own: the child process of `sigkilled_peer_is_seen_and_segment_stays_valid`
-/// (attaches, sends one message, then waits to be killed).
+/// Child role of `sigkilled_peer_is_seen_and_segment_stays_valid`: attaches through the
+/// rendezvous named in `KILL_CHILD_ENV`, sends one message, then waits to be killed (bounded).
 #[test]
+#[ignore = "child role: run by sigkilled_peer_is_seen_and_segment_stays_valid"]
 fn child_attach_and_wait() {
-    let Ok(name) = std::env::var(KILL_CHILD_ENV) else {
-        return;
-    };
+    let name = role::env(KILL_CHILD_ENV);
     let p = proc_params();
     let mut c = cm::uds::connect(&name, T).unwrap();
     c.send_hello(&conn_params(&p), T).unwrap();
@@ -1220,11 +1170,12 @@ fn sigkilled_peer_is_seen_and_segment_stays_valid() {
     let p = proc_params();
     let name = format!("shm-wire-kill-{}", std::process::id());
     let l = cm::uds::UdsListener::bind(&name).unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_attach_and_wait", "--nocapture"])
-        .env(KILL_CHILD_ENV, &name)
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        role::command("child_attach_and_wait")
+            .env(KILL_CHILD_ENV, &name)
+            .spawn()
+            .unwrap(),
+    );
     let mut s = l.accept_timeout(T).unwrap();
     let hello = s.recv_hello(T).unwrap();
     let (seg, fd) = Segment::create(&p).unwrap();

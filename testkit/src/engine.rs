@@ -1,0 +1,152 @@
+//! The engine through its public API: builders with test-friendly defaults (backoff idling, so
+//! that tests never hog a core), connected pairs, and send/receive of verified frames
+//! ([`crate::data::fill`] / [`crate::data::verify`]). Feature `engine`.
+
+use spinwire::{Connection, Engine, EngineBuilder, Error, IdleStrategy, SendError};
+
+use crate::data::{fill, verify};
+use crate::WAIT;
+
+/// The environment variable that hands a child role (see [`crate::role`]) the endpoint it
+/// connects to.
+pub const ENDPOINT_ENV: &str = "SPINWIRE_TEST_ENDPOINT";
+
+/// A unique shm endpoint for this process and `tag`: `shm://t-<tag>-<pid>`.
+pub fn endpoint(tag: &str) -> String {
+    format!("shm://t-{tag}-{}", std::process::id())
+}
+
+/// A run-to-completion builder (no poller thread: the calling thread drives the engine) with
+/// the backoff idle strategy and `buffers` buffers of `buffer_size` bytes per connection.
+pub fn rtc_builder(buffer_size: usize, buffers: usize) -> EngineBuilder {
+    Engine::builder()
+        .run_to_completion()
+        .idle(IdleStrategy::backoff())
+        .pool(buffer_size, buffers)
+}
+
+/// A builder with one dedicated poller per core of `cores`, the backoff idle strategy and
+/// `buffers` buffers of `buffer_size` bytes per connection.
+pub fn poller_builder(cores: &[usize], buffer_size: usize, buffers: usize) -> EngineBuilder {
+    Engine::builder()
+        .pollers(cores)
+        .idle(IdleStrategy::backoff())
+        .pool(buffer_size, buffers)
+}
+
+/// A run-to-completion engine for shm tests: [`rtc_builder`], ring depth `min(buffers, 32)`,
+/// batches of 8.
+///
+/// # Panics
+///
+/// If the engine cannot be built.
+pub fn inline_engine(buffer_size: usize, buffers: usize) -> Engine {
+    rtc_builder(buffer_size, buffers)
+        .depth(buffers.min(32))
+        .batch(8)
+        .build()
+        .expect("engine")
+}
+
+/// An engine with one dedicated poller on `core`: [`poller_builder`] with the engine's other
+/// defaults.
+///
+/// # Panics
+///
+/// If the engine cannot be built.
+pub fn poller_engine(core: usize, buffer_size: usize, buffers: usize) -> Engine {
+    poller_builder(&[core], buffer_size, buffers)
+        .build()
+        .expect("engine")
+}
+
+/// A connected pair `(server, client)`: `server_engine` listens on `endpoint`,
+/// `client_engine` connects, and the listener accepts (within [`WAIT`]). The two engines may be
+/// the same. The listener is dropped once the pair is connected.
+///
+/// # Panics
+///
+/// If listening, connecting or accepting fails.
+pub fn pair(
+    server_engine: &Engine,
+    client_engine: &Engine,
+    endpoint: &str,
+) -> (Connection, Connection) {
+    let l = server_engine.listen(endpoint).expect("listen");
+    let c = client_engine.connect(endpoint).expect("connect");
+    let s = l.accept_timeout(WAIT).expect("accept");
+    (s, c)
+}
+
+/// Sends `data` as one message, waiting (within [`WAIT`]) for a buffer and credits, and
+/// flushes.
+///
+/// # Panics
+///
+/// If no buffer or credit comes within [`WAIT`], `data` does not fit a buffer, or the
+/// connection fails.
+pub fn send_bytes(conn: &Connection, data: &[u8]) {
+    let mut b = conn.alloc_timeout(WAIT).expect("alloc");
+    b.copy_from(data).expect("copy");
+    if let Err(e) = conn.send_timeout(b, WAIT) {
+        panic!("send: {e}");
+    }
+    conn.flush();
+}
+
+/// Sends frame `seq` of `len` bytes ([`fill`]), waiting (within [`WAIT`]) for a buffer and
+/// credits, and flushes.
+///
+/// # Panics
+///
+/// As [`send_bytes`].
+pub fn send_msg(conn: &Connection, seq: u32, len: usize) {
+    let mut b = conn.alloc_timeout(WAIT).expect("alloc");
+    b.set_len(len).expect("len");
+    fill(&mut b, seq);
+    if let Err(e) = conn.send_timeout(b, WAIT) {
+        panic!("send {seq}: {e:?}");
+    }
+    conn.flush();
+}
+
+/// Receives (within [`WAIT`]) and [`verify`]s frame `seq` of `len` bytes.
+///
+/// # Panics
+///
+/// If nothing arrives within [`WAIT`], the connection fails, or the message differs.
+pub fn recv_msg(conn: &Connection, seq: u32, len: usize) {
+    let m = conn
+        .recv_timeout(WAIT)
+        .unwrap_or_else(|e| panic!("recv {seq}: {e}"));
+    verify(&m, seq, len);
+}
+
+/// Echoes every message back until the connection closes or [`WAIT`] passes without traffic;
+/// returns how many it echoed.
+///
+/// # Panics
+///
+/// On any other receive or send error.
+pub fn echo_until_closed(conn: &Connection) -> u64 {
+    let mut n = 0;
+    loop {
+        let m = match conn.recv_timeout(WAIT) {
+            Ok(m) => m,
+            Err(Error::Disconnected) | Err(Error::Timeout) => return n,
+            Err(e) => panic!("echo: {e}"),
+        };
+        let mut b = conn.alloc_timeout(WAIT).expect("alloc");
+        b.copy_from(&m).expect("copy");
+        drop(m);
+        loop {
+            match conn.send_timeout(b, WAIT) {
+                Ok(()) => break,
+                Err(SendError::Timeout(back)) => b = back,
+                Err(e) => panic!("echo send: {e:?}"),
+            }
+        }
+        conn.flush();
+        n += 1;
+    }
+}
