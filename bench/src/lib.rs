@@ -46,6 +46,7 @@ pub mod machine;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod sys;
 
 pub use error::BenchError;
 pub use run::main_with_args;

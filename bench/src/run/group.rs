@@ -11,7 +11,7 @@ use crate::cli::{Fabric, Mode};
 use crate::error::BenchError;
 use crate::floor;
 use crate::machine::pin_current;
-use crate::report::{Measured, Point, Report};
+use crate::report::{console, Measured, Point, Report};
 
 impl Plan {
     ///
@@ -152,15 +152,14 @@ impl Plan {
                         None => Arc::new(engine::build(g)?),
                     };
                     let mut conn = engine::connect(&engine, &endpoint, g.connect_timeout)?;
-                    for &(test, size) in &points {
+                    for &point in &points {
                         if stop_requested() {
                             return Err(BenchError::Interrupted);
                         }
                         let m = self.measure_point(
                             &mut conn,
                             g,
-                            test,
-                            size,
+                            point,
                             base_offset + t_base.elapsed(),
                         )?;
                         if tx.send(m).is_err() {
@@ -189,6 +188,9 @@ impl Plan {
                 } else {
                     pb.set_message(line);
                 }
+                if m.point.rate_warning {
+                    pb.suspend(|| eprintln!("bench: {}", console::shortfall_warning(&m.point)));
+                }
                 report.push(m);
             }
             let client_res = client
@@ -210,6 +212,14 @@ impl Plan {
 }
 
 fn progress_line(p: &Point) -> String {
+    if let Some(l) = &p.latency_ns {
+        return format!(
+            "{} p99 {:.2} us, achieved {:.3} M msgs/s",
+            p.label,
+            l.p99 / 1e3,
+            p.achieved_rate.unwrap_or(0.0) / 1e6
+        );
+    }
     match (&p.rtt_ns, p.msgs_per_sec) {
         (Some(r), _) => format!("{} p50 {:.2} us", p.label, r.p50 / 1e3),
         (None, Some(m)) => format!("{} {:.2} M msgs/s", p.label, m / 1e6),

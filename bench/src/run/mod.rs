@@ -4,10 +4,13 @@
 pub mod conn;
 mod engine;
 mod group;
+mod intervals;
+mod load;
 mod measure;
 mod plan;
 pub mod proto;
 mod server;
+mod wire;
 
 pub use plan::{EngineCfg, Plan};
 
@@ -17,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, FloorArgs, TestKind, Unit};
+use crate::cli::{Cli, Command, FloorArgs, OpenLoopArgs, TestKind, Unit};
 use crate::error::BenchError;
 use crate::floor;
 use crate::machine::{available_cores, check_cores};
@@ -95,9 +98,26 @@ fn install_ctrlc() {
 fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
     match cmd {
         Command::Floor(a) => run_floor(a, command),
+        Command::Compare(a) => crate::report::compare::run(&a).map(|()| false),
+        Command::Load(a) => {
+            let plan = Plan::new(
+                a.common,
+                a.open_loop,
+                Vec::new(),
+                vec![TestKind::Load],
+                vec![a.size],
+                None,
+                None,
+                false,
+                false,
+            )?;
+            plan.execute(command)
+        }
         Command::Lat(a) => {
             let plan = Plan::new(
                 a.common,
+                OpenLoopArgs::default(),
+                Vec::new(),
                 vec![TestKind::Lat],
                 vec![a.size],
                 None,
@@ -110,6 +130,8 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
         Command::Rate(a) => {
             let plan = Plan::new(
                 a.common,
+                OpenLoopArgs::default(),
+                Vec::new(),
                 vec![TestKind::Rate],
                 vec![a.size],
                 None,
@@ -123,7 +145,7 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
             if a.tests.is_empty() {
                 return Err(BenchError::invalid(
                     "--tests",
-                    "name at least one of lat, rate",
+                    "name at least one of lat, rate, load",
                 ));
             }
             let buffer_size = a.common.buffer_size;
@@ -139,9 +161,15 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
                 a.sizes.clone()
             };
             let cross = a.cross.map(|k| (k, a.values.clone()));
+            let mut tests = a.tests;
+            if !a.rates.is_empty() && !tests.contains(&TestKind::Load) {
+                tests.push(TestKind::Load);
+            }
             let plan = Plan::new(
                 a.common,
-                a.tests,
+                a.open_loop,
+                a.rates,
+                tests,
                 sizes,
                 cross,
                 a.rate_iters,

@@ -3,9 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::proto::CONTROL_MAX;
+use super::proto::{CONTROL_MAX, LOAD_MIN_SIZE};
 use super::Role;
-use crate::cli::{CommonArgs, CrossKnob, Fabric, Idle, Mode, TestKind, Unit};
+use crate::cli::{
+    CommonArgs, CrossKnob, Fabric, Idle, LatencyKind, Mode, OpenLoopArgs, TestKind, Unit,
+};
 use crate::error::BenchError;
 use crate::machine::{available_cores, check_cores};
 
@@ -59,8 +61,18 @@ pub struct Plan {
     pub duration: Option<Duration>,
     /// Warm-up iterations per point.
     pub warmup: u64,
-    /// Offered load (0: unlimited).
+    /// Offered load (0: unlimited) of lat and rate points.
     pub rate: u64,
+    /// Offered loads of the load points (at least one when `tests` has load).
+    pub load_rates: Vec<u64>,
+    /// Load: messages sharing one intended send time.
+    pub burst: u64,
+    /// Load: who records the latency.
+    pub latency: LatencyKind,
+    /// Test aid: the server stalls once for this long (zero: never)...
+    pub stall: Duration,
+    /// ...after receiving this many messages of a point.
+    pub stall_after: u64,
     /// Interval-log period.
     pub interval: Duration,
     /// Measure the floor first.
@@ -78,13 +90,17 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Validates the flags of `lat`, `rate` or `sweep` into a plan.
+    /// Validates the flags of `lat`, `rate`, `load` or `sweep` into a plan. `load_rates` are
+    /// the offered rates of load points (`sweep --rates`; empty: `--rate`).
     ///
     /// # Errors
     /// [`BenchError::InvalidArg`], [`BenchError::UnknownCore`], [`BenchError::BadEndpoint`] or
     /// [`BenchError::FabricNotCompiled`] naming what is wrong.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         c: CommonArgs,
+        open_loop: OpenLoopArgs,
+        load_rates: Vec<u64>,
         tests: Vec<TestKind>,
         sizes: Vec<usize>,
         cross: Option<(CrossKnob, Vec<usize>)>,
@@ -143,6 +159,41 @@ impl Plan {
         if sizes.is_empty() {
             return Err(BenchError::invalid("--sizes", "no sizes to measure"));
         }
+        let load_rates = if load_rates.is_empty() && c.rate > 0 {
+            vec![c.rate]
+        } else {
+            load_rates
+        };
+        if tests.contains(&TestKind::Load) {
+            if load_rates.is_empty() {
+                return Err(BenchError::invalid(
+                    "--rate",
+                    "load needs an offered rate: --rate N (or sweep --rates A,B,...)",
+                ));
+            }
+            if load_rates.contains(&0) {
+                return Err(BenchError::invalid(
+                    "--rates",
+                    "offered rates must be above 0",
+                ));
+            }
+            if open_loop.burst == 0 {
+                return Err(BenchError::invalid("--burst", "must be at least 1"));
+            }
+            if let Some(&s) = sizes.iter().find(|&&s| s < LOAD_MIN_SIZE) {
+                return Err(BenchError::invalid(
+                    "--size",
+                    format!(
+                        "{s} bytes is too small for load: a message carries its sequence number and intended send time (at least {LOAD_MIN_SIZE} bytes)"
+                    ),
+                ));
+            }
+        }
+        // One-way needs one clock at both ends: one host. shm always is; rdma may not be.
+        let latency = open_loop.latency.unwrap_or(match (&role, c.fabric) {
+            (Role::Client(_), Fabric::Rdma) => LatencyKind::RoundTrip,
+            _ => LatencyKind::OneWay,
+        });
         for &s in &sizes {
             if s == 0 {
                 return Err(BenchError::invalid("--size", "must be at least 1 byte"));
@@ -297,6 +348,11 @@ impl Plan {
             duration: c.duration,
             warmup: c.warmup,
             rate: c.rate,
+            load_rates,
+            burst: open_loop.burst,
+            latency,
+            stall: Duration::from_millis(c.stall_once_ms),
+            stall_after: c.stall_after,
             interval: c.interval,
             floor: floor && app_cores[0] != app_cores[1],
             progress,
@@ -307,12 +363,19 @@ impl Plan {
         })
     }
 
-    /// Points per group: every size crossed with every test.
-    pub(super) fn points(&self) -> Vec<(TestKind, usize)> {
-        self.sizes
-            .iter()
-            .flat_map(|&s| self.tests.iter().map(move |&t| (t, s)))
-            .collect()
+    /// Points per group: every size crossed with every test (load: with every offered rate),
+    /// as (test, size, offered rate).
+    pub(super) fn points(&self) -> Vec<(TestKind, usize, u64)> {
+        let mut out = Vec::new();
+        for &s in &self.sizes {
+            for &t in &self.tests {
+                match t {
+                    TestKind::Load => out.extend(self.load_rates.iter().map(|&r| (t, s, r))),
+                    _ => out.push((t, s, self.rate)),
+                }
+            }
+        }
+        out
     }
 }
 
