@@ -20,7 +20,7 @@ use hdrhistogram::Histogram;
 
 use super::conn::{BenchConn, Waiter};
 use super::intervals::{to_log, Intervals, RawInterval};
-use super::proto::{
+use super::session::{
     bad_data, expect_ready, expect_result, payload, recv_blocking, send_blocking, PointSpec, Stall,
 };
 use super::wire::{

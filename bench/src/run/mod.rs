@@ -10,6 +10,7 @@ mod measure;
 mod plan;
 pub mod proto;
 mod server;
+mod session;
 mod wire;
 
 pub use plan::{EngineCfg, Plan};
