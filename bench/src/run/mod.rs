@@ -11,7 +11,7 @@ mod plan;
 pub mod proto;
 mod server;
 mod session;
-mod wire;
+pub mod wire;
 
 pub use plan::{EngineCfg, Plan};
 
