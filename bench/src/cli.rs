@@ -13,9 +13,23 @@ pub const DEFAULT_SERVER_ENDPOINT: &str = "shm://spinwire-bench";
 
 /// spinwire benchmark: latency, message rate and bandwidth, with HdrHistogram jitter reports.
 ///
-/// Runs ping-pong latency (`lat`), one-way streaming rate (`rate`), sweeps over message sizes
-/// (`sweep`) and the machine's own floor (`floor`: bare cache-line ping-pong between two pinned
-/// threads). Without `--server` or `--client` both sides run in this process (loopback).
+/// Runs ping-pong latency (`lat`), one-way streaming rate (`rate`), open-loop latency under a
+/// fixed offered load (`load`), sweeps over message sizes and offered rates (`sweep`), the
+/// machine's own floor (`floor`: bare cache-line ping-pong between two pinned threads), and
+/// compares two runs (`compare`). Without `--server` or `--client` both sides run in this
+/// process (loopback).
+///
+/// Why open loop: a ping-pong (`lat`) sends the next message only after the previous reply, so
+/// a stall delays the messages that should have been sent during it, and they are never
+/// measured (coordinated omission). `load` sends at `--rate` no matter what comes back; each
+/// message carries the time it was meant to be sent, and its latency counts from then. A stall
+/// shows as the tail it really causes. In a latency-vs-load plot (`sweep --rates`), p50, p99
+/// and p99.9 stay flat at low load and bend up ("hockey stick") as the offered rate nears what
+/// the transport sustains; the bend, not the unloaded ping-pong, is the usable capacity.
+///
+/// CPU use: every report gives user and system seconds and voluntary / involuntary context
+/// switches of each side's busy app thread; involuntary switches mean a side was descheduled,
+/// user + system close to the elapsed time means it was saturated.
 ///
 /// Threads: in loopback `--mode inline` (the default) runs one app thread per side, pinned to the
 /// two `--app-cores`, each driving its own engine: two busy threads in all, which fits a 2-core
@@ -39,8 +53,19 @@ pub enum Command {
     /// and Gb/s measured at the receiver.
     Rate(RateArgs),
     /// Runs `lat` and/or `rate` over message sizes (powers of two up to `--max-size`, or
-    /// `--sizes`), optionally crossed with one other knob; measures `floor` first.
+    /// `--sizes`), optionally crossed with one other knob, and `load` over `--rates`; measures
+    /// `floor` first.
     Sweep(SweepArgs),
+    /// Open-loop latency under a fixed offered load: the client sends `--rate` msgs/s (in bursts
+    /// of `--burst`) without waiting for replies; each message carries its intended send time
+    /// and a sequence number, and its latency is arrival (one-way) or echo arrival (round trip)
+    /// minus the intended send time. Reports offered vs achieved rate and warns when the
+    /// achieved rate fell more than 1 % short.
+    Load(LoadArgs),
+    /// Compares two `summary.json` files point by point (matched by label): prints each figure
+    /// side by side with the ratio B/A, flags differences beyond `--threshold`, and exits 1 when
+    /// a figure regressed beyond `--fail-above` (latency up, rate down).
+    Compare(CompareArgs),
     /// The machine's floor on the chosen `--app-cores`: bare cache-line ping-pong RTT and a
     /// minimal SPSC streaming rate between two pinned threads.
     Floor(FloorArgs),
@@ -156,15 +181,19 @@ pub struct CommonArgs {
         help_heading = "Run length"
     )]
     pub warmup: u64,
-    /// Fixed offered load in messages per second (0 = as fast as possible). lat records with
-    /// HdrHistogram's expected-interval correction for coordinated omission.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 0,
-        help_heading = "Run length"
-    )]
+    /// Fixed offered load in messages per second (0 = as fast as possible; k/m/g suffixes are
+    /// decimal: 1m = 1000000). lat paces its closed loop and records with HdrHistogram's
+    /// expected-interval correction; `load` measures open loop at this rate.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = parse_rate,
+          help_heading = "Run length")]
     pub rate: u64,
+    /// Test aid: the server's receiving side sleeps this many milliseconds, once per point,
+    /// after `--stall-after` messages (a synthetic stall, to see how lat and load record it).
+    #[arg(long, value_name = "MS", default_value_t = 0, hide = true)]
+    pub stall_once_ms: u64,
+    /// Test aid: messages (warm-up included) the server receives before `--stall-once-ms`.
+    #[arg(long, value_name = "N", default_value_t = 1000, hide = true)]
+    pub stall_after: u64,
 
     /// Threading mode. `inline` needs one core per side; `dedicated` adds the poller cores.
     #[arg(long, value_enum, default_value_t = Mode::Inline, help_heading = "Threads")]
@@ -290,6 +319,86 @@ pub struct RateArgs {
     pub floor: bool,
 }
 
+/// How `load` measures latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LatencyKind {
+    /// The receiver records arrival minus intended send time. Needs both ends on one host (one
+    /// monotonic clock): loopback, or shm.
+    OneWay,
+    /// The server echoes; the client records echo arrival minus intended send time. Works
+    /// across hosts.
+    RoundTrip,
+}
+
+impl LatencyKind {
+    /// Name, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LatencyKind::OneWay => "one-way",
+            LatencyKind::RoundTrip => "round-trip",
+        }
+    }
+}
+
+/// Open-loop knobs of `load` (and of a sweep's load points).
+#[derive(Debug, Clone, Args)]
+pub struct OpenLoopArgs {
+    /// Messages sharing one intended send time: the client sends N back to back every
+    /// N / --rate seconds.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Open loop"
+    )]
+    pub burst: u64,
+    /// `one-way` or `round-trip` [default: one-way in loopback and on shm, round-trip for an
+    /// rdma client, whose server may be on another host with another clock].
+    #[arg(long, value_enum, value_name = "KIND", help_heading = "Open loop")]
+    pub latency: Option<LatencyKind>,
+}
+
+impl Default for OpenLoopArgs {
+    fn default() -> Self {
+        Self {
+            burst: 1,
+            latency: None,
+        }
+    }
+}
+
+/// `bench load`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub open_loop: OpenLoopArgs,
+    /// Message size in bytes (at least 24: tag, sequence number, intended send time).
+    #[arg(long, value_name = "BYTES", default_value_t = 64, value_parser = parse_size,
+          help_heading = "Run length")]
+    pub size: usize,
+}
+
+/// `bench compare`.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// The baseline summary.json (or a directory holding one).
+    pub a: PathBuf,
+    /// The summary.json to compare against it.
+    pub b: PathBuf,
+    /// Flag (`!`) a figure whose ratio B/A differs from 1 by more than this, e.g. `5%` or `0.05`.
+    #[arg(long, value_name = "PCT", default_value = "5%", value_parser = parse_fraction)]
+    pub threshold: f64,
+    /// Exit 1 when a figure regressed by more than this (latency higher, rate lower), e.g.
+    /// `10%`; without it compare only reports.
+    #[arg(long, value_name = "PCT", value_parser = parse_fraction)]
+    pub fail_above: Option<f64>,
+}
+
 /// Which test(s) a sweep runs at each point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -298,6 +407,8 @@ pub enum TestKind {
     Lat,
     /// One-way message rate.
     Rate,
+    /// Open-loop latency at a fixed offered load.
+    Load,
 }
 
 impl TestKind {
@@ -306,6 +417,7 @@ impl TestKind {
         match self {
             TestKind::Lat => "lat",
             TestKind::Rate => "rate",
+            TestKind::Load => "load",
         }
     }
 }
@@ -347,6 +459,14 @@ pub struct SweepArgs {
     #[arg(long, value_name = "BYTES", value_parser = parse_size, conflicts_with = "sizes",
           help_heading = "Sweep")]
     pub max_size: Option<usize>,
+    /// Offered rates for open-loop `load` points, e.g. `100k,500k,1m` (adds `load` to
+    /// --tests); writes latency-vs-load.svg (p50, p99, p99.9 against the offered rate).
+    #[arg(long, value_name = "RATES", value_delimiter = ',', value_parser = parse_rate,
+          help_heading = "Sweep")]
+    pub rates: Vec<u64>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub open_loop: OpenLoopArgs,
     /// Tests to run at each point.
     #[arg(
         long,
@@ -438,6 +558,53 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("size `{s}` is too large"))
+}
+
+/// Parses a message rate with an optional decimal suffix: `500`, `100k`, `1m`, `2.5m`, `1g`.
+///
+/// # Errors
+/// A message naming the bad input when it is not a non-negative number with a known suffix.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a rate in msgs/s (e.g. 500, 100k, 1m)"))?;
+    let mult = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" => 1e0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        other => {
+            return Err(format!(
+                "unknown rate suffix `{other}` in `{s}` (use k, m or g)"
+            ))
+        }
+    };
+    let r = (v * mult).round();
+    if !r.is_finite() || r > 1e12 {
+        return Err(format!("rate `{s}` is too large"));
+    }
+    Ok(r as u64)
+}
+
+/// Parses a fraction: `5%` (= 0.05) or `0.05`.
+///
+/// # Errors
+/// A message naming the bad input when it is not a non-negative number.
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, scale) = match t.strip_suffix('%') {
+        Some(n) => (n, 100.0),
+        None => (t, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v / scale),
+        _ => Err(format!("`{s}` is not a fraction (e.g. 5% or 0.05)")),
+    }
 }
 
 /// Parses a duration: `2s`, `500ms`, `100us`, `1m`, or plain (fractional) seconds.

@@ -80,6 +80,23 @@ pub enum BenchError {
     /// A thread of ours panicked (a bug: please report it).
     #[error("internal error: the {0} thread panicked")]
     ThreadPanicked(&'static str),
+    /// A file given to `bench compare` is not a summary.json.
+    #[error("{path}: not a bench summary.json")]
+    BadSummary {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `bench compare` found figures worse than `--fail-above` allows.
+    #[error("{count} figure(s) regressed by more than {:.1} %", limit * 100.0)]
+    Regression {
+        /// How many figures regressed.
+        count: usize,
+        /// The `--fail-above` fraction.
+        limit: f64,
+    },
     /// Ctrl-C arrived before anything was measured.
     #[error("interrupted")]
     Interrupted,

@@ -7,6 +7,9 @@
 //! cargo run --release -p bench -- lat --size 64 --floor           # one latency point, with ratios
 //! cargo run --release -p bench -- rate --size 4k --duration 2s    # one rate point
 //! cargo run --release -p bench -- floor                           # the machine's own floor
+//! cargo run --release -p bench -- load --size 64 --rate 1m          # open-loop latency at 1 M msgs/s
+//! cargo run --release -p bench -- sweep --sizes 64 --rates 100k,500k,1m,2m --out target/load
+//! cargo run --release -p bench -- compare base/summary.json new/summary.json --fail-above 10%
 //! bench lat --server shm://pp --once   &   bench sweep --client shm://pp   # two processes
 //! ```
 //!
@@ -15,18 +18,22 @@
 //! * [`cli`]: the clap definitions of every subcommand and knob.
 //! * [`floor`]: the machine's own floor (cache-line ping-pong, SPSC streaming).
 //! * [`run`]: validation of the flags into a [`run::Plan`], the benchmark protocol
-//!   ([`run::proto`], written once over the [`run::conn::BenchConn`] trait), and the runs:
-//!   loopback in one process, or `--server` / `--client` in two.
+//!   ([`run::proto`], written once over the [`run::conn::BenchConn`] trait; the open-loop load
+//!   test in `run/load.rs`, message layouts in `run/wire.rs`), and the runs: loopback in one
+//!   process, or `--server` / `--client` in two.
 //! * [`report`]: the console table and the files `--out DIR` writes (`.hgrm`, `.hlog`,
 //!   `summary.json`, `summary.csv`, SVG plots).
 //! * [`stats`]: histograms (all sized up front: recording never allocates) and figures.
+//! * [`sys`]: the only `unsafe` (libc): the host-wide monotonic clock that timestamps load
+//!   messages, and per-thread CPU use (`getrusage(RUSAGE_THREAD)`).
+//! * [`report::compare`]: `bench compare A B`.
 //!
 //! # Threads
 //!
 //! A loopback run has one app thread per side, pinned to `--app-cores` (client first); in
 //! `--mode inline` each drives its own engine, in `--mode dedicated` they share one whose
 //! pollers are pinned to `--poller-cores`. Measurement loops read the clock once per round trip
-//! and never allocate, lock or log; results travel to the main thread (progress bar, report)
+//! (load: once per message on each side) and never allocate, lock or log; results travel to the main thread (progress bar, report)
 //! over a channel between points.
 //!
 //! ```
@@ -46,6 +53,7 @@ pub mod machine;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod sys;
 
 pub use error::BenchError;
 pub use run::main_with_args;

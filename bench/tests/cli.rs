@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use spinwire_bench::cli::{
-    parse_duration, parse_size, Cli, Command as Sub, CrossKnob, Mode, TestKind,
+    parse_duration, parse_fraction, parse_rate, parse_size, Cli, Command as Sub, CrossKnob,
+    LatencyKind, Mode, TestKind,
 };
 
 #[test]
@@ -30,6 +31,49 @@ fn sizes_and_durations_parse() {
     assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
     assert!(parse_duration("-1s").is_err());
     assert!(parse_duration("2h").is_err());
+    assert_eq!(parse_rate("500"), Ok(500));
+    assert_eq!(parse_rate("100k"), Ok(100_000));
+    assert_eq!(parse_rate("1m"), Ok(1_000_000));
+    assert_eq!(parse_rate("2.5M"), Ok(2_500_000));
+    assert!(parse_rate("1x").unwrap_err().contains("suffix"));
+    assert!(parse_rate("-1").is_err());
+    assert_eq!(parse_fraction("5%"), Ok(0.05));
+    assert_eq!(parse_fraction("0.1"), Ok(0.1));
+    assert!(parse_fraction("ten").is_err());
+}
+
+#[test]
+fn load_and_compare_flags_parse() {
+    let cli = Cli::try_parse_from([
+        "bench",
+        "load",
+        "--rate",
+        "1m",
+        "--burst",
+        "8",
+        "--latency",
+        "round-trip",
+    ])
+    .unwrap();
+    let Sub::Load(l) = cli.command else {
+        panic!("not load")
+    };
+    assert_eq!(l.common.rate, 1_000_000);
+    assert_eq!(l.open_loop.burst, 8);
+    assert_eq!(l.open_loop.latency, Some(LatencyKind::RoundTrip));
+    assert_eq!(l.size, 64);
+    let cli = Cli::try_parse_from(["bench", "sweep", "--rates", "1m,5m,10m"]).unwrap();
+    let Sub::Sweep(s) = cli.command else {
+        panic!("not sweep")
+    };
+    assert_eq!(s.rates, vec![1_000_000, 5_000_000, 10_000_000]);
+    let cli =
+        Cli::try_parse_from(["bench", "compare", "a.json", "b", "--fail-above", "10%"]).unwrap();
+    let Sub::Compare(c) = cli.command else {
+        panic!("not compare")
+    };
+    assert_eq!(c.fail_above, Some(0.1));
+    assert_eq!(c.threshold, 0.05);
 }
 
 #[test]
@@ -136,6 +180,24 @@ fn help_explains_every_knob() {
     ] {
         assert!(help.contains(flag), "lat --help lacks {flag}");
     }
+    let out = bench(&["load", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--rate", "--burst", "--latency", "--size", "--out"] {
+        assert!(help.contains(flag), "load --help lacks {flag}");
+    }
+    let out = bench(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for word in [
+        "open loop",
+        "coordinated omission",
+        "hockey stick",
+        "compare",
+    ] {
+        assert!(help.contains(word), "bench --help lacks `{word}`");
+    }
+    let out = bench(&["compare", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--fail-above") && help.contains("--threshold"));
     let out = bench(&["sweep", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     for flag in [
@@ -145,6 +207,7 @@ fn help_explains_every_knob() {
         "--cross",
         "--values",
         "--no-floor",
+        "--rates",
     ] {
         assert!(help.contains(flag), "sweep --help lacks {flag}");
     }
@@ -164,6 +227,24 @@ fn bad_values_are_rejected_before_measuring() {
         "larger than --buffer-size",
     );
     fails(&["sweep", "--sizes", "0"], 1, "at least 1 byte");
+    fails(&["load"], 1, "load needs an offered rate");
+    fails(
+        &["load", "--rate", "1k", "--size", "8"],
+        1,
+        "at least 24 bytes",
+    );
+    fails(&["load", "--rate", "1k", "--burst", "0"], 1, "--burst");
+    fails(
+        &["sweep", "--tests", "load"],
+        1,
+        "load needs an offered rate",
+    );
+    fails(&["sweep", "--rates", "0,1k"], 1, "above 0");
+    fails(
+        &["compare", "/nonexistent/a.json", "/nonexistent/b.json"],
+        1,
+        "/nonexistent/a.json",
+    );
     fails(
         &["lat", "--iters", "0"],
         1,

@@ -1,5 +1,6 @@
 //! End-to-end runs of the built `bench` binary: the floor, loopback sweeps on shm, dedicated
-//! mode, a server and a client as two processes, an unreachable server, and Ctrl-C mid-sweep.
+//! mode, a server and a client as two processes, an unreachable server, Ctrl-C mid-sweep, and
+//! the open-loop load test (a synthetic stall, an offered rate above capacity, a rate sweep).
 //!
 //! Each test spins at most two threads (plus a backed-off poller) and they run one at a time
 //! (the `SERIAL` guard), so a 2-core machine is never oversubscribed by busy-spinning; every
@@ -180,6 +181,9 @@ fn loopback_sweep_on_shm_writes_every_report() {
         assert_eq!(p["idle"], "backoff");
         assert_eq!(p["size_bytes"], size);
         assert_eq!(p["buffer_size"], 4096);
+        // Both sides' app-thread CPU use over the point.
+        assert!(p["cpu"]["client"]["user_s"].is_number(), "{p}");
+        assert!(p["cpu"]["server"]["involuntary_csw"].is_u64(), "{p}");
         // Engine counters over the point: at least the measured messages went out.
         let sent = p["counters"]["sent"].as_u64().unwrap();
         assert!(sent >= p["iters"].as_u64().unwrap(), "{p}");
@@ -277,11 +281,13 @@ fn server_and_client_as_two_processes() {
             "--client",
             &ep,
             "--sizes",
-            "16,512",
+            "32,512",
             "--iters",
             "1000",
             "--rate-iters",
             "20000",
+            "--rates",
+            "5k",
             "--warmup",
             "50",
             "--idle",
@@ -296,11 +302,18 @@ fn server_and_client_as_two_processes() {
     );
     let s = summary(&dir);
     let points = s["points"].as_array().unwrap();
-    assert_eq!(points.len(), 4);
+    // lat, rate and a one-way load point (the server records; one host, one clock) per size.
+    assert_eq!(points.len(), 6);
     for p in points {
         assert_eq!(p["role"], "client");
+        assert!(p["cpu"]["server"]["user_s"].is_number(), "{p}");
         match p["test"].as_str().unwrap() {
             "lat" => check_lat(p),
+            "load" => {
+                assert_eq!(p["latency_kind"], "one-way");
+                assert_eq!(p["iters"], 1000);
+                assert!(p["latency_ns"]["p50"].as_f64().unwrap() > 0.0, "{p}");
+            }
             _ => check_rate(p),
         }
     }
@@ -441,4 +454,217 @@ fn lat_with_floor_prints_ratios() {
     assert!(stdout.contains("Latency (ns)"), "{stdout}");
     assert!(stdout.contains("x floor"), "{stdout}");
     assert!(stdout.contains("cache-line RTT p50"), "{stdout}");
+}
+
+/// Every latency recorded in a point's `.hlog`, merged.
+fn hlog_total(path: &Path) -> hdrhistogram::Histogram<u64> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    use hdrhistogram::serialization::Deserializer;
+    let text = std::fs::read(path).expect("hlog");
+    let mut de = Deserializer::new();
+    let mut total = spinwire_bench::stats::new_latency_histogram();
+    for e in IntervalLogIterator::new(&text) {
+        if let Ok(LogEntry::Interval(i)) = e {
+            let bytes = base64_decode(i.encoded_histogram());
+            let h: hdrhistogram::Histogram<u64> = de.deserialize(&mut bytes.as_slice()).unwrap();
+            total.add(&h).unwrap();
+        }
+    }
+    total
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = s
+        .bytes()
+        .filter(|&c| c != b'=' && !c.is_ascii_whitespace())
+        .collect();
+    let mut out = Vec::new();
+    for chunk in clean.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= u32::from(val(c)) << (18 - 6 * i);
+        }
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+/// A 50 ms stall of the receiver, once: the closed loop (lat) records it as one slow round
+/// trip, the open loop (load) as the tail of every message meant to be sent during it.
+#[test]
+fn open_loop_shows_a_stall_that_closed_loop_records_once() {
+    let _s = serial();
+    let stall = ["--stall-once-ms", "50", "--stall-after", "1000"];
+    let closed = out_dir("e2e-stall-closed");
+    let mut args = vec![
+        "lat",
+        "--iters",
+        "3000",
+        "--warmup",
+        "200",
+        "--idle",
+        "backoff",
+        "--size",
+        "64",
+        "--out",
+        closed.to_str().unwrap(),
+    ];
+    args.extend(stall);
+    run_ok(&args, Duration::from_secs(60));
+    let open = out_dir("e2e-stall-open");
+    // 20k msgs/s: about 1000 messages are meant to go during the stall; those in its first
+    // 10 ms wait 40..50 ms.
+    let mut args = vec![
+        "load",
+        "--rate",
+        "20k",
+        "--iters",
+        "3000",
+        "--warmup",
+        "200",
+        "--idle",
+        "backoff",
+        "--out",
+        open.to_str().unwrap(),
+    ];
+    args.extend(stall);
+    run_ok(&args, Duration::from_secs(60));
+
+    const FORTY_MS: u64 = 40_000_000;
+    let closed_h = hlog_total(&closed.join("lat-shm-inline-64B.hlog"));
+    let open_h = hlog_total(&open.join("load-shm-inline-64B-20000mps.hlog"));
+    assert_eq!(closed_h.len(), 3000);
+    assert_eq!(open_h.len(), 3000);
+    let slow = |h: &hdrhistogram::Histogram<u64>| h.count_between(FORTY_MS, u64::MAX >> 2);
+    assert!(slow(&closed_h) >= 1, "the closed loop saw the stall once");
+    assert!(
+        slow(&closed_h) <= 2,
+        "closed loop: {} slow",
+        slow(&closed_h)
+    );
+    assert!(
+        slow(&open_h) >= 100,
+        "open loop: only {} slow",
+        slow(&open_h)
+    );
+    let s = summary(&open);
+    let p = &s["points"][0];
+    assert_eq!(p["test"], "load");
+    assert_eq!(p["latency_kind"], "one-way");
+    assert!(
+        p["latency_ns"]["p99"].as_f64().unwrap() >= FORTY_MS as f64,
+        "{p}"
+    );
+    for side in ["client", "server"] {
+        let c = &p["cpu"][side];
+        assert!(
+            c["user_s"].as_f64().unwrap() + c["system_s"].as_f64().unwrap() > 0.0,
+            "{p}"
+        );
+        assert!(
+            c["voluntary_csw"].is_u64() && c["involuntary_csw"].is_u64(),
+            "{p}"
+        );
+    }
+    // The server slept 50 ms: at least one voluntary switch on its side.
+    assert!(p["cpu"]["server"]["voluntary_csw"].as_u64().unwrap() >= 1);
+}
+
+/// An offered rate no 2-core machine reaches: the achieved rate falls short, the run warns
+/// and says so in the JSON (round-trip latency here, the other recording path).
+#[test]
+fn offered_rate_above_capacity_warns() {
+    let _s = serial();
+    let dir = out_dir("e2e-overload");
+    let out = run_ok(
+        &[
+            "load",
+            "--rate",
+            "1g",
+            "--burst",
+            "4",
+            "--latency",
+            "round-trip",
+            "--iters",
+            "20000",
+            "--warmup",
+            "100",
+            "--idle",
+            "backoff",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stderr.contains("WARNING") && stderr.contains("below the offered"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("WARNING"), "{stdout}");
+    let s = summary(&dir);
+    let p = &s["points"][0];
+    assert_eq!(p["latency_kind"], "round-trip");
+    assert_eq!(p["burst"], 4);
+    assert_eq!(p["offered_rate"], 1_000_000_000u64);
+    assert_eq!(p["rate_warning"], true);
+    let achieved = p["achieved_rate"].as_f64().unwrap();
+    assert!(achieved > 0.0 && achieved < 0.99e9, "{p}");
+    assert!(p["rate_shortfall"].as_f64().unwrap() > 0.01, "{p}");
+    assert_eq!(p["iters"], 20000);
+}
+
+/// `sweep --rates`: one load point per offered rate, and the latency-vs-load plot.
+#[test]
+fn sweep_over_offered_rates_plots_latency_vs_load() {
+    let _s = serial();
+    let dir = out_dir("e2e-rates");
+    let out = run_ok(
+        &[
+            "sweep",
+            "--sizes",
+            "64",
+            "--tests",
+            "load",
+            "--rates",
+            "2k,10k",
+            "--iters",
+            "1000",
+            "--warmup",
+            "50",
+            "--idle",
+            "backoff",
+            "--no-floor",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Open-loop load") && stdout.contains("knee 64B"),
+        "{stdout}"
+    );
+    let s = summary(&dir);
+    let rates: Vec<u64> = s["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["offered_rate"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rates, [2000, 10000]);
+    let svg = std::fs::read_to_string(dir.join("latency-vs-load.svg")).unwrap();
+    assert!(
+        svg.contains("64B p99.9") && svg.contains("offered rate"),
+        "{svg}"
+    );
 }

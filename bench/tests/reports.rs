@@ -65,6 +65,13 @@ fn point(test: &str, size: u64) -> Point {
         rtt_x_floor: None,
         msgs_per_sec_x_floor: None,
         counters: None,
+        latency_ns: None,
+        latency_kind: None,
+        burst: None,
+        achieved_rate: None,
+        rate_shortfall: None,
+        rate_warning: false,
+        cpu: None,
         knobs: knobs(),
     }
 }

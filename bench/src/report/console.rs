@@ -44,6 +44,25 @@ fn ratio_row(out: &mut String, r: &LatencySummary) {
     out.push('\n');
 }
 
+fn p_cross(points: &[Point]) -> String {
+    points
+        .iter()
+        .find_map(|p| p.cross.clone())
+        .unwrap_or_default()
+}
+
+/// The warning printed for a load point whose achieved rate fell short of the offered one.
+pub fn shortfall_warning(p: &Point) -> String {
+    format!(
+        "WARNING: {}: achieved {:.0} msgs/s is {:.1} % below the offered {} msgs/s: the sender could \
+         not keep up, so this point measures a growing backlog, not the transport at that rate",
+        p.label,
+        p.achieved_rate.unwrap_or(0.0),
+        p.rate_shortfall.unwrap_or(0.0) * 100.0,
+        p.knobs.offered_rate
+    )
+}
+
 /// Renders the latency and rate tables of `report`, with ratios to the floor when measured.
 pub fn render(report: &Report, unit: Unit) -> String {
     let mut out = String::new();
@@ -167,6 +186,95 @@ pub fn render(report: &Report, unit: Unit) -> String {
                     .unwrap_or_default(),
                 p.iters,
             );
+        }
+    }
+    let load: Vec<&Point> = report
+        .measured
+        .iter()
+        .map(|m| &m.point)
+        .filter(|p| p.latency_ns.is_some())
+        .collect();
+    if !load.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nOpen-loop load (latency from intended send time, {})",
+            unit_name(unit)
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:<10} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10} {:>10}",
+            "point", "latency", "offered/s", "achieved/s", "short", "p50", "p99", "p99.9", "max"
+        );
+        for p in &load {
+            let Some(l) = p.latency_ns else { continue };
+            let _ = writeln!(
+                out,
+                "{:<16} {:<10} {:>12} {:>12.0} {:>7.2}% {:>10} {:>10} {:>10} {:>10}",
+                format!("{} @{}", point_name(p), p.knobs.offered_rate),
+                p.latency_kind.as_deref().unwrap_or(""),
+                p.knobs.offered_rate,
+                p.achieved_rate.unwrap_or(0.0),
+                p.rate_shortfall.unwrap_or(0.0) * 100.0,
+                lat_cell(l.p50, unit),
+                lat_cell(l.p99, unit),
+                lat_cell(l.p99_9, unit),
+                lat_cell(l.max, unit),
+            );
+        }
+        for p in load.iter().filter(|p| p.rate_warning) {
+            let _ = writeln!(out, "{}", shortfall_warning(p));
+        }
+        let points: Vec<Point> = load.iter().map(|p| (*p).clone()).collect();
+        for (size, cross, knee) in crate::report::knees(&points) {
+            let what = match cross {
+                Some(v) => format!("{size}B ({}={v})", p_cross(&points)),
+                None => format!("{size}B"),
+            };
+            let _ = match knee {
+                Some(r) => writeln!(
+                    out,
+                    "knee {what}: p99 first exceeds twice its lowest-load value at {r} msgs/s offered"
+                ),
+                None => writeln!(out, "knee {what}: none in the offered range (p99 stays within 2x)"),
+            };
+        }
+    }
+    let cpu: Vec<&Point> = report
+        .measured
+        .iter()
+        .map(|m| &m.point)
+        .filter(|p| p.cpu.is_some())
+        .collect();
+    if !cpu.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nCPU per side (app threads; ivcsw: descheduled, user+sys near elapsed: saturated)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<28} {:<7} {:>10} {:>10} {:>10} {:>8} {:>8}",
+            "point", "side", "elapsed s", "user s", "sys s", "vcsw", "ivcsw"
+        );
+        for p in cpu {
+            let c = p.cpu.unwrap_or_default();
+            for (side, t) in [("client", Some(c.client)), ("server", c.server)] {
+                let Some(t) = t else { continue };
+                let _ = writeln!(
+                    out,
+                    "{:<28} {:<7} {:>10.3} {:>10.3} {:>10.3} {:>8} {:>8}",
+                    if side == "client" {
+                        p.label.as_str()
+                    } else {
+                        ""
+                    },
+                    side,
+                    p.elapsed_s,
+                    t.user_s,
+                    t.system_s,
+                    t.voluntary_csw,
+                    t.involuntary_csw
+                );
+            }
         }
     }
     if report.interrupted {

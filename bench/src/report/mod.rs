@@ -7,9 +7,14 @@
 //! | `<label>.hlog` | HdrHistogram interval log of RTT in nanoseconds, one histogram per `--interval` ([`hlog`]) |
 //! | `summary.json` | [`Summary`]: `machine`, `floor` and one entry of `points` per measured point |
 //! | `summary.csv` | one row per point, columns [`CSV_COLUMNS`] |
-//! | `latency-percentiles.svg` | RTT percentile distribution, log "nines" x-axis, every lat point and the floor overlaid |
+//! | `latency-percentiles.svg` | latency percentile distribution, log "nines" x-axis, every lat and load point and the floor overlaid |
 //! | `rate-vs-size.svg`, `bandwidth-vs-size.svg`, `latency-vs-size.svg` | sweeps over more than one size |
+//! | `latency-vs-load.svg` | load points over more than one offered rate: p50, p99, p99.9 against the offered rate (the "hockey stick") |
+//!
+//! A load point's `.hgrm` / `.hlog` hold its open-loop latency (from intended send time), not
+//! an RTT.
 
+pub mod compare;
 pub mod console;
 pub mod hgrm;
 pub mod hlog;
@@ -28,10 +33,15 @@ use crate::error::BenchError;
 use crate::floor::FloorResult;
 use crate::machine::Machine;
 use crate::stats::{LatencySummary, RateSummary};
+use crate::sys::CpuUse;
 
 /// Version of the `summary.json` layout. Fields are only ever added; a removal or change of
 /// meaning bumps this.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// A load point warns when its achieved rate falls short of the offered one by more than this
+/// fraction.
+pub const SHORTFALL_WARN: f64 = 0.01;
 
 /// The knobs a point ran with (flattened into each point of `summary.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,7 +64,8 @@ pub struct Knobs {
     pub poller_cores: Vec<usize>,
     /// App-thread cores: client, then server.
     pub app_cores: Vec<usize>,
-    /// `--rate`: offered load in msgs/s, 0 for unlimited.
+    /// Offered load in msgs/s (`--rate`, or the sweep's `--rates` entry of a load point), 0 for
+    /// unlimited.
     pub offered_rate: u64,
 }
 
@@ -100,7 +111,7 @@ impl Counters {
 /// One measured point: a row of `summary.csv`, an entry of `points` in `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Point {
-    /// `lat`, `rate` or `floor`.
+    /// `lat`, `rate`, `load` or `floor`.
     pub test: String,
     /// Unique name of the point; also the stem of its `.hgrm` / `.hlog` files.
     pub label: String,
@@ -143,6 +154,29 @@ pub struct Point {
     /// Engine counters over the point (null for the floor).
     #[serde(default)]
     pub counters: Option<Counters>,
+    /// Load: open-loop latency of each message from its intended send time, nanoseconds (null
+    /// for other tests).
+    #[serde(default)]
+    pub latency_ns: Option<LatencySummary>,
+    /// Load: `one-way` (receiver's clock) or `round-trip` (echo, client's clock).
+    #[serde(default)]
+    pub latency_kind: Option<String>,
+    /// Load: messages sharing one intended send time (`--burst`).
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Load: the rate the sender achieved over the measured messages, msgs/s.
+    #[serde(default)]
+    pub achieved_rate: Option<f64>,
+    /// Load: `1 - achieved_rate / offered_rate`; above 0 the sender fell short.
+    #[serde(default)]
+    pub rate_shortfall: Option<f64>,
+    /// Load: the shortfall exceeded [`SHORTFALL_WARN`] (1 %): the offered rate was not met.
+    #[serde(default)]
+    pub rate_warning: bool,
+    /// User / system seconds and context switches of the client's and the server's app
+    /// thread over the point (null for the floor).
+    #[serde(default)]
+    pub cpu: Option<CpuUse>,
     /// Every knob.
     #[serde(flatten)]
     pub knobs: Knobs,
@@ -189,9 +223,9 @@ pub struct Summary {
 pub struct Measured {
     /// Figures and knobs.
     pub point: Point,
-    /// RTT histogram (lat points).
+    /// Latency histogram: RTT of lat points, open-loop latency of load points.
     pub rtt: Option<Histogram<u64>>,
-    /// RTT per `--interval` (lat points).
+    /// The same per `--interval`.
     pub intervals: Vec<hlog::Interval>,
 }
 
@@ -325,14 +359,17 @@ impl Report {
             plots.push((
                 "latency-percentiles.svg".to_string(),
                 svg::Plot {
-                    title: "RTT percentile distribution".into(),
+                    title: "Latency percentile distribution".into(),
                     x_label: "percentile".into(),
-                    y_label: "RTT (us)".into(),
+                    y_label: "RTT, or open-loop latency of load points (us)".into(),
                     x_axis: svg::Axis::Nines,
                     y_axis: svg::Axis::Log10,
                     series: pct,
                 },
             ));
+        }
+        if let Some(p) = self.load_plot() {
+            plots.push(("latency-vs-load.svg".into(), p));
         }
         let sizes: std::collections::BTreeSet<u64> = self
             .measured
@@ -413,6 +450,82 @@ impl Report {
     }
 }
 
+/// Picks one figure of a latency summary.
+type Figure = fn(&LatencySummary) -> f64;
+
+impl Report {
+    /// The latency-vs-load plot: p50, p99 and p99.9 of every load series (one per size and
+    /// crossed value) against the offered rate, when some series has two or more rates.
+    fn load_plot(&self) -> Option<svg::Plot> {
+        let mut by: BTreeMap<(u64, Option<u64>), Vec<&Point>> = BTreeMap::new();
+        for p in self.measured.iter().map(|m| &m.point) {
+            if p.test == "load" && p.latency_ns.is_some() {
+                by.entry((p.size_bytes, p.cross_value)).or_default().push(p);
+            }
+        }
+        if !by.values().any(|v| v.len() >= 2) {
+            return None;
+        }
+        let mut series = Vec::new();
+        for ((size, cross), mut pts) in by {
+            pts.sort_by_key(|p| p.knobs.offered_rate);
+            let name = |what: &str| match (cross, pts[0].cross.as_deref()) {
+                (Some(v), Some(k)) => format!("{size}B {k}={v} {what}"),
+                _ => format!("{size}B {what}"),
+            };
+            let figs: [(&str, Figure); 3] = [
+                ("p50", |l| l.p50),
+                ("p99", |l| l.p99),
+                ("p99.9", |l| l.p99_9),
+            ];
+            for (what, f) in figs {
+                series.push(svg::Series {
+                    name: name(what),
+                    points: pts
+                        .iter()
+                        .filter_map(|p| {
+                            Some((p.knobs.offered_rate as f64, f(&p.latency_ns?) / 1e3))
+                        })
+                        .collect(),
+                });
+            }
+        }
+        Some(svg::Plot {
+            title: "Open-loop latency vs offered load".into(),
+            x_label: "offered rate (msgs/s)".into(),
+            y_label: "latency from intended send time (us)".into(),
+            x_axis: svg::Axis::Log10,
+            y_axis: svg::Axis::Log10,
+            series,
+        })
+    }
+}
+
+/// Where latency bends up with load: the lowest offered rate at which p99 exceeds twice its
+/// value at the lowest offered rate, per load series (size, crossed value). `None` for a series
+/// that never bends (or has fewer than two rates).
+pub fn knees(points: &[Point]) -> Vec<(u64, Option<u64>, Option<u64>)> {
+    let mut by: BTreeMap<(u64, Option<u64>), Vec<&Point>> = BTreeMap::new();
+    for p in points {
+        if p.test == "load" && p.latency_ns.is_some() {
+            by.entry((p.size_bytes, p.cross_value)).or_default().push(p);
+        }
+    }
+    by.into_iter()
+        .filter(|(_, v)| v.len() >= 2)
+        .map(|((size, cross), mut v)| {
+            v.sort_by_key(|p| p.knobs.offered_rate);
+            let p99 = |p: &Point| p.latency_ns.map_or(0.0, |l| l.p99);
+            let base = p99(v[0]);
+            let knee = v
+                .iter()
+                .find(|p| p99(p) > 2.0 * base)
+                .map(|p| p.knobs.offered_rate);
+            (size, cross, knee)
+        })
+        .collect()
+}
+
 /// Percentile-distribution points (quantile, microseconds) of `h`.
 fn percentile_series(name: &str, h: &Histogram<u64>) -> svg::Series {
     svg::Series {
@@ -473,6 +586,28 @@ pub const CSV_COLUMNS: &[&str] = &[
     "tx_batches",
     "busy_cycles",
     "empty_cycles",
+    "latency_kind",
+    "burst",
+    "achieved_rate",
+    "rate_shortfall",
+    "rate_warning",
+    "latency_min_ns",
+    "latency_p50_ns",
+    "latency_p90_ns",
+    "latency_p99_ns",
+    "latency_p99_9_ns",
+    "latency_p99_99_ns",
+    "latency_max_ns",
+    "latency_mean_ns",
+    "latency_stdev_ns",
+    "client_user_s",
+    "client_system_s",
+    "client_voluntary_csw",
+    "client_involuntary_csw",
+    "server_user_s",
+    "server_system_s",
+    "server_voluntary_csw",
+    "server_involuntary_csw",
 ];
 
 /// Renders `points` as CSV with a header row ([`CSV_COLUMNS`]); empty cells for nulls, core
@@ -549,7 +684,24 @@ pub fn csv(points: &[Point]) -> String {
             opt(c.map(|c| c.tx_batches)),
             opt(c.map(|c| c.busy_cycles)),
             opt(c.map(|c| c.empty_cycles)),
+            opt(p.latency_kind.clone()),
+            opt(p.burst),
+            opt(p.achieved_rate),
+            opt(p.rate_shortfall),
+            p.rate_warning.to_string(),
         ]);
+        let lat = p.latency_ns.map(|r| r.as_array());
+        row.extend((0..9).map(|i| opt(lat.map(|a| a[i]))));
+        let client = p.cpu.map(|c| c.client);
+        let server = p.cpu.and_then(|c| c.server);
+        for t in [client, server] {
+            row.extend([
+                opt(t.map(|t| t.user_s)),
+                opt(t.map(|t| t.system_s)),
+                opt(t.map(|t| t.voluntary_csw)),
+                opt(t.map(|t| t.involuntary_csw)),
+            ]);
+        }
         debug_assert_eq!(row.len(), CSV_COLUMNS.len());
         let line: Vec<String> = row.iter().map(|s| field(s)).collect();
         out.push_str(&line.join(","));
@@ -592,6 +744,13 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             rtt_x_floor: None,
             msgs_per_sec_x_floor: None,
             counters: None,
+            latency_ns: None,
+            latency_kind: None,
+            burst: None,
+            achieved_rate: None,
+            rate_shortfall: None,
+            rate_warning: false,
+            cpu: None,
             knobs: Knobs {
                 idle: "spin".into(),
                 batch: 1,

@@ -1,16 +1,16 @@
 //! The benchmark protocol, spoken over one connection by a client and a server.
 //!
-//! Every message's first byte is its tag. Payload messages (`DATA`) are exactly the requested
-//! size; control messages are at most [`CONTROL_MAX`] bytes, so `--buffer-size` must be at least
-//! that. Per point:
+//! Message layouts are in [`super::wire`]. Per point:
 //!
 //! ```text
 //! client                         server
 //! HELLO {test, size, ...}  --->
 //!                          <---  READY {ok, max}
-//! DATA x (warmup + iters)  --->  (lat: each echoed back; rate: counted)
+//! DATA x (warmup + iters)  --->  (lat, round-trip load: each echoed back; rate: counted;
+//!                                 one-way load: latency recorded on arrival)
 //! END                      --->
-//!                          <---  RESULT {msgs, bytes, elapsed_ns}
+//!                          <---  RESULT {msgs, bytes, elapsed_ns, server CPU}
+//!                          <---  (one-way load) INTERVAL + CHUNKs, per interval histogram
 //! ... next point ...
 //! BYE                      --->  (server waits for the next client)
 //! ```
@@ -22,100 +22,19 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::conn::{BenchConn, Waiter};
-use crate::cli::{Idle, TestKind};
+use super::intervals::Intervals;
+pub use super::session::PointSpec;
+use super::session::{
+    bad_data, expect_ready, expect_result, payload, recv_blocking, send_blocking, Stall,
+};
+use super::wire::{Hello, ServerResult, TAG_BYE, TAG_DATA, TAG_END, TAG_READY};
+pub use super::wire::{CONTROL_MAX, LOAD_MIN_SIZE};
+use crate::cli::{Idle, LatencyKind, TestKind};
 use crate::error::BenchError;
 use crate::floor::duration_ns;
 use crate::report::hlog::Interval;
 use crate::stats::{new_latency_histogram, RateSummary};
-
-/// Tag of payload messages.
-pub const TAG_DATA: u8 = 0x00;
-const TAG_HELLO: u8 = 0xB1;
-const TAG_READY: u8 = 0xB2;
-const TAG_END: u8 = 0xB3;
-const TAG_RESULT: u8 = 0xB4;
-const TAG_BYE: u8 = 0xB5;
-/// Largest control message, bytes.
-pub const CONTROL_MAX: usize = 48;
-/// Most interval histograms one lat point keeps (each is ~200 KiB, allocated before
-/// measuring); later intervals fold into the last one.
-pub const MAX_INTERVALS: usize = 256;
-
-/// What the client asks the server to do for one point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hello {
-    /// lat or rate.
-    pub test: TestKind,
-    /// Payload bytes.
-    pub size: u64,
-    /// Unmeasured messages first.
-    pub warmup: u64,
-}
-
-impl Hello {
-    fn encode(&self) -> [u8; 24] {
-        let mut b = [0u8; 24];
-        b[0] = TAG_HELLO;
-        b[1] = match self.test {
-            TestKind::Lat => 1,
-            TestKind::Rate => 2,
-        };
-        b[8..16].copy_from_slice(&self.size.to_le_bytes());
-        b[16..24].copy_from_slice(&self.warmup.to_le_bytes());
-        b
-    }
-
-    fn decode(m: &[u8]) -> Result<Self, BenchError> {
-        if m.len() != 24 || m[0] != TAG_HELLO {
-            return Err(BenchError::Protocol(format!(
-                "expected a HELLO message, got {} bytes with tag {:#04x}",
-                m.len(),
-                m.first().copied().unwrap_or(0)
-            )));
-        }
-        let test = match m[1] {
-            1 => TestKind::Lat,
-            2 => TestKind::Rate,
-            t => {
-                return Err(BenchError::Protocol(format!(
-                    "unknown test id {t} in HELLO"
-                )))
-            }
-        };
-        Ok(Self {
-            test,
-            size: u64_at(m, 8),
-            warmup: u64_at(m, 16),
-        })
-    }
-}
-
-fn u64_at(m: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&m[at..at + 8]);
-    u64::from_le_bytes(b)
-}
-
-/// Parameters of one client-side point.
-#[derive(Debug, Clone)]
-pub struct PointSpec {
-    /// Payload bytes.
-    pub size: usize,
-    /// Measured iterations (ignored when `duration` is set).
-    pub iters: u64,
-    /// Measure for this long instead.
-    pub duration: Option<Duration>,
-    /// Unmeasured iterations first.
-    pub warmup: u64,
-    /// Offered load, msgs/s (0: unlimited).
-    pub rate: u64,
-    /// Interval-log period.
-    pub interval: Duration,
-    /// Wait strategy.
-    pub idle: Idle,
-    /// Longest wait for the peer without progress.
-    pub timeout: Duration,
-}
+use crate::sys::ThreadCpu;
 
 /// What a lat point measured on the client.
 #[derive(Debug, Clone)]
@@ -128,139 +47,16 @@ pub struct LatOutcome {
     pub count: u64,
     /// Wall time of the measured part.
     pub elapsed: Duration,
+    /// The server thread's CPU use over the point.
+    pub server_cpu: ThreadCpu,
 }
 
-fn send_blocking<C: BenchConn>(conn: &mut C, msg: &[u8], w: &mut Waiter) -> Result<(), BenchError> {
-    while !conn.try_send_with(msg.len(), |b| b.copy_from_slice(msg))? {
-        w.idle()?;
-    }
-    conn.flush();
-    w.reset();
-    Ok(())
-}
-
-fn recv_blocking<C: BenchConn>(conn: &mut C, w: &mut Waiter) -> Result<Vec<u8>, BenchError> {
-    loop {
-        if let Some(m) = conn.try_recv_with(|m| m.to_vec())? {
-            w.reset();
-            return Ok(m);
-        }
-        w.idle()?;
-    }
-}
-
-fn expect_ready<C: BenchConn>(conn: &mut C, w: &mut Waiter) -> Result<(), BenchError> {
-    let m = recv_blocking(conn, w)?;
-    match m.first() {
-        Some(&TAG_READY) if m.len() >= 2 && m[1] == 1 => Ok(()),
-        Some(&TAG_READY) if m.len() >= 2 => Err(BenchError::Protocol(format!(
-            "server refused the point: {}",
-            String::from_utf8_lossy(&m[2..])
-        ))),
-        _ => Err(BenchError::Protocol(format!(
-            "expected READY, got {} bytes with tag {:#04x}",
-            m.len(),
-            m.first().copied().unwrap_or(0)
-        ))),
-    }
-}
-
-fn expect_result<C: BenchConn>(conn: &mut C, w: &mut Waiter) -> Result<RateSummary, BenchError> {
-    let m = recv_blocking(conn, w)?;
-    if m.len() != 32 || m[0] != TAG_RESULT {
-        return Err(BenchError::Protocol(format!(
-            "expected RESULT, got {} bytes with tag {:#04x}",
-            m.len(),
-            m.first().copied().unwrap_or(0)
-        )));
-    }
-    Ok(RateSummary {
-        msgs: u64_at(&m, 8),
-        bytes: u64_at(&m, 16),
-        elapsed_ns: u64_at(&m, 24),
-    })
-}
+/// What a rate point measured: the receiver's figures and its CPU use.
+pub type RateOutcome = ServerResult;
 
 /// Expected interval between sends at `rate` msgs/s (0: unpaced).
 fn expected_interval_ns(rate: u64) -> u64 {
     1_000_000_000u64.checked_div(rate).map_or(0, |i| i.max(1))
-}
-
-/// A payload template: `size` bytes, tag first, a recognisable pattern after.
-fn payload(size: usize) -> Vec<u8> {
-    let mut p: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-    if let Some(b) = p.first_mut() {
-        *b = TAG_DATA;
-    }
-    p
-}
-
-/// Interval histograms, all allocated before measuring.
-struct Intervals {
-    pool: Vec<Histogram<u64>>,
-    /// Start of each interval in use; capacity reserved up front (pushing never allocates).
-    starts: Vec<Instant>,
-    period: Duration,
-    next: Instant,
-}
-
-impl Intervals {
-    fn new(period: Duration, expected: Option<Duration>) -> Self {
-        let n = expected
-            .map(|d| (d.as_secs_f64() / period.as_secs_f64()).ceil() as usize + 2)
-            .unwrap_or(64)
-            .clamp(1, MAX_INTERVALS);
-        let now = Instant::now();
-        Self {
-            pool: (0..n).map(|_| new_latency_histogram()).collect(),
-            starts: Vec::with_capacity(n),
-            period,
-            next: now + period,
-        }
-    }
-
-    fn begin(&mut self, now: Instant) {
-        self.starts.clear();
-        self.starts.push(now);
-        self.next = now + self.period;
-    }
-
-    #[inline]
-    fn record(&mut self, v: u64, interval_ns: u64, now: Instant) {
-        if now >= self.next && self.starts.len() < self.pool.len() {
-            // After a stall longer than a period, the new interval starts at the boundary
-            // just before `now` (the skipped time has no samples).
-            while now >= self.next {
-                self.next += self.period;
-            }
-            self.starts.push(self.next - self.period);
-        }
-        let h = &mut self.pool[self.starts.len() - 1];
-        if interval_ns > 0 {
-            let _ = h.record_correct(v.min(crate::stats::HIGHEST_NS), interval_ns);
-        } else {
-            h.saturating_record(v);
-        }
-    }
-
-    /// The intervals, timed relative to `origin`, which lies `base_offset` after the log's base.
-    fn finish(self, origin: Instant, base_offset: Duration, end: Instant) -> Vec<Interval> {
-        let n = self.starts.len();
-        self.pool
-            .into_iter()
-            .take(n)
-            .enumerate()
-            .map(|(i, hist)| {
-                let t = self.starts[i];
-                let next = self.starts.get(i + 1).copied().unwrap_or(end);
-                Interval {
-                    start: base_offset + t.saturating_duration_since(origin),
-                    length: next.saturating_duration_since(t),
-                    hist,
-                }
-            })
-            .collect()
-    }
 }
 
 /// Client side of a lat point: `warmup` + `iters` round trips (or `duration`), recording each
@@ -277,12 +73,7 @@ pub fn client_lat<C: BenchConn>(
 ) -> Result<LatOutcome, BenchError> {
     let origin = Instant::now();
     let mut w = Waiter::new(spec.idle, spec.timeout, "the server");
-    let hello = Hello {
-        test: TestKind::Lat,
-        size: spec.size as u64,
-        warmup: spec.warmup,
-    };
-    send_blocking(conn, &hello.encode(), &mut w)?;
+    send_blocking(conn, &spec.hello(TestKind::Lat).encode(), &mut w)?;
     expect_ready(conn, &mut w)?;
 
     let template = payload(spec.size);
@@ -298,7 +89,7 @@ pub fn client_lat<C: BenchConn>(
     loop {
         if i == spec.warmup {
             measure_start = t_send;
-            intervals.begin(t_send);
+            intervals.begin(duration_ns(t_send - origin));
             deadline = spec.duration.map(|d| t_send + d);
         }
         if i >= spec.warmup {
@@ -347,7 +138,7 @@ pub fn client_lat<C: BenchConn>(
             } else {
                 rtt.saturating_record(v);
             }
-            intervals.record(v, interval_ns, t_now);
+            intervals.record(v, interval_ns, duration_ns(t_now - origin));
             measured += 1;
         }
         i += 1;
@@ -356,18 +147,19 @@ pub fn client_lat<C: BenchConn>(
     let end = t_send;
     send_blocking(conn, &[TAG_END], &mut w)?;
     let res = expect_result(conn, &mut w)?;
-    if res.msgs != spec.warmup + measured {
+    if res.rate.msgs != spec.warmup + measured {
         return Err(BenchError::Protocol(format!(
             "server echoed {} messages, client sent {}",
-            res.msgs,
+            res.rate.msgs,
             spec.warmup + measured
         )));
     }
     Ok(LatOutcome {
         rtt,
-        intervals: intervals.finish(origin, base_offset, end),
+        intervals: intervals.finish(0, base_offset, duration_ns(end - origin)),
         count: measured,
         elapsed: end - measure_start,
+        server_cpu: res.cpu,
     })
 }
 
@@ -380,14 +172,9 @@ pub fn client_lat<C: BenchConn>(
 pub fn client_rate<C: BenchConn>(
     conn: &mut C,
     spec: &PointSpec,
-) -> Result<RateSummary, BenchError> {
+) -> Result<RateOutcome, BenchError> {
     let mut w = Waiter::new(spec.idle, spec.timeout, "send credits from the server");
-    let hello = Hello {
-        test: TestKind::Rate,
-        size: spec.size as u64,
-        warmup: spec.warmup,
-    };
-    send_blocking(conn, &hello.encode(), &mut w)?;
+    send_blocking(conn, &spec.hello(TestKind::Rate).encode(), &mut w)?;
     expect_ready(conn, &mut w)?;
 
     let template = payload(spec.size);
@@ -432,7 +219,7 @@ pub fn client_rate<C: BenchConn>(
     conn.flush();
     send_blocking(conn, &[TAG_END], &mut w)?;
     let res = expect_result(conn, &mut w)?;
-    if res.msgs == 0 || res.elapsed_ns == 0 {
+    if res.rate.msgs == 0 || res.rate.elapsed_ns == 0 {
         return Err(BenchError::Protocol(
             "the server measured no messages (raise --iters or --duration)".into(),
         ));
@@ -486,33 +273,36 @@ pub fn serve<C: BenchConn>(
         }
         send_blocking(conn, &[TAG_READY, 1], &mut w)?;
         let size = hello.size as usize;
-        let res = match hello.test {
-            TestKind::Lat => serve_lat(conn, &mut w, size)?,
-            TestKind::Rate => serve_rate(conn, &mut w, size, hello.warmup)?,
+        let stall = Stall::new(&hello);
+        let cpu0 = ThreadCpu::now();
+        let (rate, shipped) = match (hello.test, hello.latency) {
+            (TestKind::Lat, _) | (TestKind::Load, LatencyKind::RoundTrip) => {
+                (serve_lat(conn, &mut w, size, stall)?, None)
+            }
+            (TestKind::Rate, _) => (serve_rate(conn, &mut w, size, hello.warmup, stall)?, None),
+            (TestKind::Load, LatencyKind::OneWay) => {
+                let (rate, raw) = super::load::serve_one_way(conn, &mut w, &hello, stall)?;
+                (rate, Some(raw))
+            }
         };
-        let mut reply = [0u8; 32];
-        reply[0] = TAG_RESULT;
-        reply[8..16].copy_from_slice(&res.msgs.to_le_bytes());
-        reply[16..24].copy_from_slice(&res.bytes.to_le_bytes());
-        reply[24..32].copy_from_slice(&res.elapsed_ns.to_le_bytes());
-        send_blocking(conn, &reply, &mut w)?;
+        let cpu = ThreadCpu::now().since(&cpu0);
+        send_blocking(conn, &ServerResult { rate, cpu }.encode(), &mut w)?;
+        if let Some(raw) = shipped {
+            super::load::ship_intervals(conn, &mut w, &raw)?;
+        }
     }
-}
-
-fn bad_data(size: usize, len: usize, tag: u8) -> BenchError {
-    BenchError::Protocol(format!(
-        "expected {size}-byte DATA or END, got {len} bytes with tag {tag:#04x}"
-    ))
 }
 
 fn serve_lat<C: BenchConn>(
     conn: &mut C,
     w: &mut Waiter,
     size: usize,
+    mut stall: Stall,
 ) -> Result<RateSummary, BenchError> {
     let mut echoed = 0u64;
     let start = Instant::now();
     loop {
+        stall.check(echoed);
         match conn.try_echo(size, TAG_DATA, w)? {
             Some((len, TAG_DATA)) if len == size => {
                 echoed += 1;
@@ -535,6 +325,7 @@ fn serve_rate<C: BenchConn>(
     w: &mut Waiter,
     size: usize,
     warmup: u64,
+    mut stall: Stall,
 ) -> Result<RateSummary, BenchError> {
     // The clock starts when message number `reference` arrives (the last warm-up message, or
     // the first message without warm-up) and stops when END arrives; only messages after the
@@ -546,6 +337,7 @@ fn serve_rate<C: BenchConn>(
     loop {
         match conn.try_recv_with(|m| (m.len(), m.first().copied().unwrap_or(0xFF)))? {
             Some((len, TAG_DATA)) if len == size => {
+                stall.check(count);
                 if count == reference {
                     t0 = Some(Instant::now());
                 }
@@ -640,21 +432,11 @@ mod tests {
             interval: Duration::from_millis(1),
             idle: Idle::Backoff,
             timeout: Duration::from_secs(20),
+            burst: 1,
+            latency: LatencyKind::OneWay,
+            stall: Duration::ZERO,
+            stall_after: 0,
         }
-    }
-
-    #[test]
-    fn hello_round_trips_and_rejects_garbage() {
-        let h = Hello {
-            test: TestKind::Rate,
-            size: 4096,
-            warmup: 7,
-        };
-        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
-        assert!(Hello::decode(&[TAG_HELLO; 3]).is_err());
-        let mut bad = h.encode();
-        bad[1] = 9;
-        assert!(Hello::decode(&bad).is_err());
     }
 
     #[test]
@@ -670,9 +452,9 @@ mod tests {
         assert_eq!(in_intervals, 500);
         let rate = client_rate(&mut client, &spec(200)).unwrap();
         // The reference message is the last warm-up one: everything after it counts.
-        assert_eq!(rate.msgs, 500);
-        assert_eq!(rate.bytes, 500 * 200);
-        assert!(rate.elapsed_ns > 0);
+        assert_eq!(rate.rate.msgs, 500);
+        assert_eq!(rate.rate.bytes, 500 * 200);
+        assert!(rate.rate.elapsed_ns > 0);
         // A size over the server's limit is refused with a reason, and the session goes on.
         let err = client_lat(&mut client, &spec(300), Duration::ZERO);
         assert!(

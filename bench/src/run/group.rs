@@ -1,0 +1,241 @@
+//! Running a client-side [`Plan`]: the floor first, then each group of points, loopback (both
+//! sides in this process, two pinned app threads) or `--client`.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use super::{engine, finish, proto, stop_requested, EngineCfg, Plan, Role, STOP};
+use crate::cli::{Fabric, Mode};
+use crate::error::BenchError;
+use crate::floor;
+use crate::machine::pin_current;
+use crate::report::{console, Measured, Point, Report};
+
+impl Plan {
+    ///
+    /// # Errors
+    /// Whatever stopped it; the points measured before are still printed and written.
+    pub fn execute(self, command: Vec<String>) -> Result<bool, BenchError> {
+        if let Role::Server(ep) = &self.role {
+            return self.serve(ep.clone());
+        }
+        let mut report = Report::new(command);
+        if self.floor {
+            let iters = self.iters.clamp(1_000, 200_000);
+            match floor::measure(self.app_cores, iters, self.warmup.min(iters), &STOP) {
+                Ok(f) => report.floor = Some(f),
+                Err(BenchError::Interrupted) => {
+                    report.interrupted = true;
+                    finish(&report, self.unit, self.out.as_deref())?;
+                    return Ok(true);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let total = (self.groups.len() * self.points().len()) as u64;
+        let pb = if self.progress && std::io::stderr().is_terminal() {
+            let pb = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+            ) {
+                pb.set_style(style);
+            }
+            pb
+        } else {
+            let pb = indicatif::ProgressBar::hidden();
+            pb.set_length(total);
+            pb
+        };
+        let mut result = Ok(());
+        for g in &self.groups {
+            if stop_requested() {
+                break;
+            }
+            result = self.run_group(g, &mut report, &pb);
+            if result.is_err() {
+                break;
+            }
+        }
+        pb.finish_and_clear();
+        let interrupted = stop_requested() || matches!(result, Err(BenchError::Interrupted));
+        report.interrupted = interrupted;
+        match result {
+            Ok(()) | Err(BenchError::Interrupted) => {
+                finish(&report, self.unit, self.out.as_deref())?;
+                Ok(interrupted)
+            }
+            Err(e) => {
+                if !report.measured.is_empty() {
+                    finish(&report, self.unit, self.out.as_deref())?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One group: sets up the engines and connection, runs every point, tears down.
+    pub(super) fn run_group(
+        &self,
+        g: &EngineCfg,
+        report: &mut Report,
+        pb: &indicatif::ProgressBar,
+    ) -> Result<(), BenchError> {
+        let (tx, rx) = mpsc::channel::<Measured>();
+        let base_offset = report.started.elapsed().unwrap_or_default();
+        let t_base = Instant::now();
+        let points = self.points();
+        let abort = Arc::new(AtomicBool::new(false));
+        let (client_res, server_res) = std::thread::scope(|s| {
+            let (ready_tx, ready_rx) = mpsc::channel::<Result<(), BenchError>>();
+            let endpoint = match &self.role {
+                Role::Client(ep) => ep.clone(),
+                _ => loopback_endpoint(self.fabric),
+            };
+            let shared = if g.mode == Mode::Dedicated && self.role == Role::Loopback {
+                Some(engine::build(g).map(Arc::new))
+            } else {
+                None
+            };
+            let shared = match shared.transpose() {
+                Ok(e) => e,
+                Err(e) => return (Err(e), Ok(())),
+            };
+            let server_ready = ready_tx.clone();
+            let server = (self.role == Role::Loopback).then(|| {
+                let ready_tx = server_ready;
+                let ep = endpoint.clone();
+                let shared = shared.clone();
+                let abort = Arc::clone(&abort);
+                let core = self.app_cores[1];
+                let timeout = self.stall_timeout;
+                let connect_timeout = g.connect_timeout;
+                std::thread::Builder::new()
+                    .name("bench-server".into())
+                    .spawn_scoped(s, move || {
+                        engine::loopback_server(
+                            g,
+                            shared,
+                            &ep,
+                            core,
+                            connect_timeout,
+                            timeout,
+                            &abort,
+                            ready_tx,
+                        )
+                    })
+            });
+            let server = match server.transpose() {
+                Ok(sv) => sv,
+                Err(e) => return (Err(BenchError::io("thread spawn", e)), Ok(())),
+            };
+            if server.is_none() {
+                let _ = ready_tx.send(Ok(()));
+            }
+            let client = std::thread::Builder::new()
+                .name("bench-client".into())
+                .spawn_scoped(s, move || -> Result<(), BenchError> {
+                    match ready_rx.recv_timeout(g.connect_timeout + Duration::from_secs(5)) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => {
+                            return Err(BenchError::Timeout {
+                                what: "the loopback server to listen",
+                                secs: g.connect_timeout.as_secs_f64() + 5.0,
+                            })
+                        }
+                    }
+                    pin_current(self.app_cores[0])?;
+                    let engine = match &shared {
+                        Some(e) => Arc::clone(e),
+                        None => Arc::new(engine::build(g)?),
+                    };
+                    let mut conn = engine::connect(&engine, &endpoint, g.connect_timeout)?;
+                    for &point in &points {
+                        if stop_requested() {
+                            return Err(BenchError::Interrupted);
+                        }
+                        let m = self.measure_point(
+                            &mut conn,
+                            g,
+                            point,
+                            base_offset + t_base.elapsed(),
+                        )?;
+                        if tx.send(m).is_err() {
+                            break;
+                        }
+                    }
+                    proto::client_bye(&mut conn, g.idle, self.stall_timeout)
+                });
+            let client = match client {
+                Ok(c) => c,
+                Err(e) => {
+                    abort.store(true, Ordering::Relaxed);
+                    return (Err(BenchError::io("thread spawn", e)), Ok(()));
+                }
+            };
+            for m in rx {
+                pb.inc(1);
+                let line = progress_line(&m.point);
+                if self.progress && pb.is_hidden() {
+                    // No terminal to draw a bar on (CI, a pipe): one plain line per point.
+                    eprintln!(
+                        "bench: [{}/{}] {line}",
+                        pb.position(),
+                        pb.length().unwrap_or(0)
+                    );
+                } else {
+                    pb.set_message(line);
+                }
+                if m.point.rate_warning {
+                    pb.suspend(|| eprintln!("bench: {}", console::shortfall_warning(&m.point)));
+                }
+                report.push(m);
+            }
+            let client_res = client
+                .join()
+                .unwrap_or(Err(BenchError::ThreadPanicked("client")));
+            if client_res.is_err() {
+                abort.store(true, Ordering::Relaxed);
+            }
+            let server_res = server.map_or(Ok(()), |h| {
+                h.join()
+                    .unwrap_or(Err(BenchError::ThreadPanicked("server")))
+            });
+            (client_res, server_res)
+        });
+        // The client's error explains more than the server's (which usually follows from it).
+        client_res?;
+        server_res
+    }
+}
+
+fn progress_line(p: &Point) -> String {
+    if let Some(l) = &p.latency_ns {
+        return format!(
+            "{} p99 {:.2} us, achieved {:.3} M msgs/s",
+            p.label,
+            l.p99 / 1e3,
+            p.achieved_rate.unwrap_or(0.0) / 1e6
+        );
+    }
+    match (&p.rtt_ns, p.msgs_per_sec) {
+        (Some(r), _) => format!("{} p50 {:.2} us", p.label, r.p50 / 1e3),
+        (None, Some(m)) => format!("{} {:.2} M msgs/s", p.label, m / 1e6),
+        _ => p.label.clone(),
+    }
+}
+
+/// A private endpoint for a loopback group.
+fn loopback_endpoint(fabric: Fabric) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    match fabric {
+        Fabric::Shm => format!("shm://spinwire-bench-{}-{n}", std::process::id()),
+        Fabric::Rdma => format!(
+            "rdma://127.0.0.1:{}",
+            20_000 + (std::process::id() % 20_000) as u64 + n
+        ),
+    }
+}

@@ -1,0 +1,157 @@
+//! One client-side point: runs the protocol for it and turns the outcome into a report
+//! [`Point`], with both sides' CPU use.
+
+use std::time::Duration;
+
+use super::proto::{self, PointSpec};
+use super::{conn, load, EngineCfg, Plan};
+use crate::cli::TestKind;
+use crate::error::BenchError;
+use crate::report::{Knobs, Measured, Point, SHORTFALL_WARN};
+use crate::stats::LatencySummary;
+use crate::sys::{CpuUse, ThreadCpu};
+
+impl Plan {
+    /// Measures one `test` point of `size` bytes at offered `rate` (0: unlimited) on `conn`.
+    pub(super) fn measure_point<C: conn::BenchConn>(
+        &self,
+        conn: &mut C,
+        g: &EngineCfg,
+        (test, size, rate): (TestKind, usize, u64),
+        base_offset: Duration,
+    ) -> Result<Measured, BenchError> {
+        let spec = PointSpec {
+            size,
+            iters: match test {
+                TestKind::Lat | TestKind::Load => self.iters,
+                TestKind::Rate => self.rate_iters,
+            },
+            duration: self.duration,
+            warmup: self.warmup,
+            rate,
+            interval: self.interval,
+            idle: g.idle,
+            timeout: self.stall_timeout,
+            burst: self.burst,
+            latency: self.latency,
+            stall: self.stall,
+            stall_after: self.stall_after,
+        };
+        let mut label = format!(
+            "{}-{}-{}-{}B",
+            test.as_str(),
+            self.fabric.as_str(),
+            g.mode.as_str(),
+            size
+        );
+        if test == TestKind::Load {
+            label.push_str(&format!("-{rate}mps"));
+        }
+        if let Some((k, v)) = g.cross {
+            label.push_str(&format!("-{}{}", k.as_str(), v));
+        }
+        let mut point = Point {
+            test: test.as_str().into(),
+            label,
+            fabric: self.fabric.as_str().into(),
+            mode: g.mode.as_str().into(),
+            role: self.role.as_str().into(),
+            size_bytes: size as u64,
+            iters: 0,
+            warmup: self.warmup,
+            duration_s: self.duration.map(|d| d.as_secs_f64()),
+            elapsed_s: 0.0,
+            rtt_ns: None,
+            half_rtt_ns: None,
+            msgs_per_sec: None,
+            mb_per_sec: None,
+            gbit_per_sec: None,
+            co_corrected: false,
+            cross: g.cross.map(|(k, _)| k.as_str().to_string()),
+            cross_value: g.cross.map(|(_, v)| v as u64),
+            rtt_x_floor: None,
+            msgs_per_sec_x_floor: None,
+            counters: None,
+            latency_ns: None,
+            latency_kind: None,
+            burst: None,
+            achieved_rate: None,
+            rate_shortfall: None,
+            rate_warning: false,
+            cpu: None,
+            knobs: Knobs {
+                idle: g.idle.as_str().into(),
+                batch: g.batch,
+                depth: g.depth,
+                inline_threshold: g.inline_threshold,
+                signal_every: g.signal_every,
+                buffers: g.buffers,
+                buffer_size: g.buffer_size,
+                poller_cores: g.pollers.clone(),
+                app_cores: self.app_cores.to_vec(),
+                offered_rate: rate,
+            },
+        };
+        let before = conn.counters();
+        let counters = |conn: &C| Some(conn.counters()?.since(&before?));
+        let cpu0 = ThreadCpu::now();
+        let cpu = |server: ThreadCpu| {
+            Some(CpuUse {
+                client: ThreadCpu::now().since(&cpu0),
+                server: Some(server),
+            })
+        };
+        match test {
+            TestKind::Lat => {
+                let out = proto::client_lat(conn, &spec, base_offset)?;
+                point.cpu = cpu(out.server_cpu);
+                point.counters = counters(conn);
+                let rtt = LatencySummary::from_histogram(&out.rtt);
+                point.iters = out.count;
+                point.elapsed_s = out.elapsed.as_secs_f64();
+                point.rtt_ns = rtt;
+                point.half_rtt_ns = rtt.map(|r| r.scaled(0.5));
+                point.co_corrected = rate > 0;
+                Ok(Measured {
+                    point,
+                    rtt: Some(out.rtt),
+                    intervals: out.intervals,
+                })
+            }
+            TestKind::Rate => {
+                let r = proto::client_rate(conn, &spec)?;
+                point.cpu = cpu(r.cpu);
+                point.counters = counters(conn);
+                point.iters = r.rate.msgs;
+                point.elapsed_s = r.rate.elapsed_ns as f64 / 1e9;
+                point.msgs_per_sec = Some(r.rate.msgs_per_sec());
+                point.mb_per_sec = Some(r.rate.mb_per_sec());
+                point.gbit_per_sec = Some(r.rate.gbit_per_sec());
+                Ok(Measured {
+                    point,
+                    rtt: None,
+                    intervals: Vec::new(),
+                })
+            }
+            TestKind::Load => {
+                let out = load::client_load(conn, &spec, base_offset)?;
+                point.cpu = cpu(out.server_cpu);
+                point.counters = counters(conn);
+                point.iters = out.count;
+                point.elapsed_s = out.elapsed.as_secs_f64();
+                point.latency_ns = LatencySummary::from_histogram(&out.latency);
+                point.latency_kind = Some(self.latency.as_str().into());
+                point.burst = Some(self.burst);
+                point.achieved_rate = Some(out.achieved_rate);
+                let shortfall = 1.0 - out.achieved_rate / out.offered_rate;
+                point.rate_shortfall = Some(shortfall);
+                point.rate_warning = shortfall > SHORTFALL_WARN;
+                Ok(Measured {
+                    point,
+                    rtt: Some(out.latency),
+                    intervals: out.intervals,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The few OS calls `bench` makes itself (all of its `unsafe` lives here): the host-wide
+//! monotonic clock that timestamps open-loop messages, and per-thread CPU use.
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: one clock for every thread and process on this host, so a
+/// timestamp written by a sender in one process can be subtracted from one read by a receiver
+/// in another (one-way latency). It means nothing on another host.
+#[inline]
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux, and
+    // clock_gettime writes only through the pointer it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// CPU use of one thread over an interval (`getrusage(RUSAGE_THREAD)`), as written to
+/// `summary.json` (`cpu.client`, `cpu.server`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadCpu {
+    /// Seconds spent in user mode.
+    pub user_s: f64,
+    /// Seconds spent in the kernel.
+    pub system_s: f64,
+    /// Voluntary context switches (the thread blocked or slept).
+    pub voluntary_csw: u64,
+    /// Involuntary context switches (the scheduler took the core away: descheduled).
+    pub involuntary_csw: u64,
+}
+
+impl ThreadCpu {
+    /// The calling thread's totals so far (zeros where the OS cannot tell).
+    pub fn now() -> Self {
+        // SAFETY: rusage is plain old data; all-zero bytes are a valid value.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage; RUSAGE_THREAD asks for the calling
+        // thread only, and getrusage writes only through the pointer it is given.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        if rc != 0 {
+            return Self::default();
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Self {
+            user_s: secs(ru.ru_utime),
+            system_s: secs(ru.ru_stime),
+            voluntary_csw: ru.ru_nvcsw as u64,
+            involuntary_csw: ru.ru_nivcsw as u64,
+        }
+    }
+
+    /// `self - before`, field by field (saturating at zero).
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            user_s: (self.user_s - before.user_s).max(0.0),
+            system_s: (self.system_s - before.system_s).max(0.0),
+            voluntary_csw: self.voluntary_csw.saturating_sub(before.voluntary_csw),
+            involuntary_csw: self.involuntary_csw.saturating_sub(before.involuntary_csw),
+        }
+    }
+
+    /// Encodes as 32 bytes (user and system time in nanoseconds, then the two switch counts),
+    /// for the protocol's RESULT message.
+    pub fn encode(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[0..8].copy_from_slice(&((self.user_s * 1e9) as u64).to_le_bytes());
+        b[8..16].copy_from_slice(&((self.system_s * 1e9) as u64).to_le_bytes());
+        b[16..24].copy_from_slice(&self.voluntary_csw.to_le_bytes());
+        b[24..32].copy_from_slice(&self.involuntary_csw.to_le_bytes());
+        b
+    }
+
+    /// Decodes [`Self::encode`]'s bytes.
+    pub fn decode(b: &[u8; 32]) -> Self {
+        let at = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(x)
+        };
+        Self {
+            user_s: at(0) as f64 / 1e9,
+            system_s: at(8) as f64 / 1e9,
+            voluntary_csw: at(16),
+            involuntary_csw: at(24),
+        }
+    }
+}
+
+/// CPU use of both sides' app threads over one point.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUse {
+    /// The client's measuring thread (the sender; in round-trip load, also the receiver).
+    pub client: ThreadCpu,
+    /// The server's thread (echoer, counter, or one-way receiver), as it reported it.
+    pub server: Option<ThreadCpu>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_moves_and_cpu_counts() {
+        let a = mono_ns();
+        let c0 = ThreadCpu::now();
+        let mut x = 0u64;
+        while mono_ns() < a + 20_000_000 {
+            x = x.wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let d = ThreadCpu::now().since(&c0);
+        assert!(d.user_s + d.system_s > 0.0, "{d:?}");
+        assert_eq!(
+            ThreadCpu::decode(&d.encode()).voluntary_csw,
+            d.voluntary_csw
+        );
+        let r = ThreadCpu::decode(&d.encode());
+        assert!((r.user_s - d.user_s).abs() < 1e-6);
+    }
+}
