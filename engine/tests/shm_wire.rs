@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use spinwire::fabric::shm::wire::layout::{hdr, slot, CONT_SLOT_INLINE, FIRST_SLOT_INLINE};
 use spinwire::fabric::shm::wire::ring::{CONT_BIT, INLINE_BUF};
 use spinwire::fabric::shm::wire::{
-    Dir, Field, Params, RxDesc, RxPayload, RxRing, Segment, Side, TxRing, WireError,
+    Dir, Field, Params, RxPayload, RxRecord, RxRing, Segment, Side, TxRing, WireError,
 };
 
 /// Spinning tests run one at a time: the machine has two cores shared with other work.
@@ -876,7 +876,7 @@ fn receiver(rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
     let mut out = vec![0u8; p.inline_max as usize];
     let mut idle = 0;
     let mut seq = 0;
-    let mut desc: Option<RxDesc>;
+    let mut desc: Option<RxRecord>;
     while seq < n {
         desc = rx.poll().unwrap();
         match desc {
