@@ -46,9 +46,15 @@
 //! soft-iWARP: `RXE_VM_RDMA=siw scripts/rxe-vm '<rdma_engine test binary> --test-threads=1
 //! iwarp'` (CI runs rxe only; there the iWARP-only tests print `skipped: needs siw`).
 
+// Layers (rustfmt sorts the lines): `verbs`, `wr_id`, `header` and `counters` use none of the
+// others; `datapath` uses only those; `setup` and `control` (the control plane) sit on top.
 pub(crate) mod control;
+mod counters;
 pub mod datapath;
+mod header;
 pub(crate) mod setup;
 pub mod verbs;
+mod wr_id;
 
-pub use datapath::{stats, RdmaCommand, RdmaConn, RdmaFabric, RdmaStats};
+pub use counters::{stats, RdmaStats};
+pub use datapath::{RdmaCommand, RdmaConn, RdmaFabric};

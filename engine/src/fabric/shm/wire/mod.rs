@@ -59,7 +59,7 @@
 //! # Ok::<(), spinwire::fabric::shm::wire::WireError>(())
 //! ```
 
-// Module order is the dependency order: each file uses only the ones above it.
+// Dependency order (rustfmt sorts the lines): error, layout < mapping < ring < tx, rx < segment.
 mod error;
 pub mod layout;
 mod mapping;
