@@ -48,6 +48,11 @@
 //! * A completion error fails only its connection ([`FabricError::Io`] with the `ibv_wc_status`
 //!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
 //!   the other connections keep running.
+//!
+//! [`FabricConn`]: crate::fabric::FabricConn
+//! [`FabricConn::post_send`]: crate::fabric::FabricConn::post_send
+//! [`FabricError::Io`]: crate::FabricError::Io
+//! [`FabricError::PeerClosed`]: crate::FabricError::PeerClosed
 
 use std::sync::Arc;
 
