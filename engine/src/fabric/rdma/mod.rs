@@ -1,13 +1,18 @@
 //! RDMA fabric (feature `rdma`): RC queue pairs over verbs, connected through rdma_cm.
 //!
-//! - [`verbs`]: the thin safe layer over libibverbs (the engine's only verbs FFI).
+//! - [`verbs`]: the thin safe layer over libibverbs (the engine's only verbs FFI), one file per
+//!   verbs object.
+//! - `wr_id` (the `wr_id` encoding and connection generations), `header` (the credit word in the
+//!   immediate data or, on iWARP, a header slot) and `counters` ([`RdmaStats`]): small pieces
+//!   below the data path, shared with setup.
 //! - `setup` (control thread / connecting thread): rdma_cm connect and accept, per-device PD and
 //!   per-poller CQ, registered pools, QP creation on the context rdma_cm resolved, receive
 //!   pre-posting, the flow-control handshake in the private data. `rdma_connect` and the wait
 //!   for ESTABLISHED run on a short-lived helper thread, so a connect returns within its
 //!   timeout even where the kernel blocks in `rdma_connect` (soft-iWARP's TCP connect).
-//! - [`datapath`] (pollers): [`RdmaFabric`] polls each device's CQ in bursts and files the
-//!   completions with their connections; [`RdmaConn`] posts chained SEND_WITH_IMM batches
+//! - [`datapath`] (pollers; `datapath/`: `mod` for the poller, `conn` and `conn/iwarp` for a
+//!   connection, `chain` for chained receive posting): [`RdmaFabric`] polls each device's CQ in
+//!   bursts and files the completions with their connections; [`RdmaConn`] posts chained SEND_WITH_IMM batches
 //!   (plain SENDs with a header on iWARP; inline when they fit), re-posts receive buffers in
 //!   chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
 //!   traffic, in explicit credit messages.
