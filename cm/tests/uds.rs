@@ -8,7 +8,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cm::uds::{self, testing, ConnParams, RejectReason, UdsError, UdsListener, UdsStream};
+use cm::uds::{self, testing, ConnParams, HandshakeRefusal, UdsError, UdsListener, UdsStream};
 
 const T: Duration = Duration::from_secs(5);
 const CHILD_ENV: &str = "CM_UDS_TEST_CHILD_NAME";
@@ -161,13 +161,13 @@ fn params_rejected_with_reason() {
     let (_l, mut c, mut s) = pair(&name("reject"));
     c.send_hello(&params(), T).unwrap();
     let _ = s.recv_hello(T).unwrap();
-    s.send_reject(RejectReason::ParamsMismatch, T).unwrap();
+    s.send_reject(HandshakeRefusal::ParamsMismatch, T).unwrap();
     let e = c.recv_offer(T).unwrap_err();
     assert!(
         matches!(
             e,
             UdsError::Rejected {
-                reason: RejectReason::ParamsMismatch
+                reason: HandshakeRefusal::ParamsMismatch
             }
         ),
         "{e:?}"
@@ -182,13 +182,13 @@ fn connector_abort_is_reported() {
     let (_r, w) = pipe();
     s.send_accept(&params(), w.as_fd(), T).unwrap();
     let _offer = c.recv_offer(T).unwrap();
-    c.send_abort(RejectReason::SegmentFailed, T).unwrap();
+    c.send_abort(HandshakeRefusal::SegmentFailed, T).unwrap();
     let e = s.recv_ready(T).unwrap_err();
     assert!(
         matches!(
             e,
             UdsError::Aborted {
-                reason: RejectReason::SegmentFailed
+                reason: HandshakeRefusal::SegmentFailed
             }
         ),
         "{e:?}"
@@ -211,7 +211,7 @@ fn version_mismatch_is_rejected() {
         matches!(
             e,
             Err(UdsError::Rejected {
-                reason: RejectReason::VersionMismatch
+                reason: HandshakeRefusal::VersionMismatch
             })
         ),
         "{e:?}"

@@ -42,8 +42,7 @@ struct Side {
 /// Creates PD/CQ/MRs on the id's context and the QP through rdma_cm, then pre-posts all
 /// receives (before connect/accept, as iWARP requires).
 fn build_side(mut id: CmId) -> Side {
-    // SAFETY: verbs() comes from rdma_cm.
-    let ctx = unsafe { Context::from_rdma_cm(id.verbs()) }.expect("rdma_cm context");
+    let ctx = Context::from_cm(id.device_context().expect("rdma_cm context"));
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let cq = CompletionQueue::new(&ctx, 64).unwrap();
     let rx = MemoryRegion::new(&pd, BUF * NBUF, Access::LOCAL_WRITE).unwrap();
@@ -59,12 +58,9 @@ fn build_side(mut id: CmId) -> Side {
         max_recv_wr: NBUF as u32,
         max_inline_data: 64,
     };
-    let mut attr = res.init_attr(cap);
-    // SAFETY: pd/cq are on id.verbs()'s context and kept alive by the boxed clone.
-    unsafe { id.create_qp(pd.as_ptr(), &mut attr, Box::new(res.clone())) }.unwrap();
+    QueuePair::create_on_cm_id(&mut id, &res, cap, 1, Box::new(())).unwrap();
     let id = Arc::new(id);
-    // SAFETY: the QP was just created by rdma_cm with `res`; the Arc<CmId> owner destroys it.
-    let qp = unsafe { QueuePair::from_external(id.qp(), res, Box::new(Arc::clone(&id))) }.unwrap();
+    let qp = QueuePair::from_cm_id(&id, res).unwrap();
     assert!(
         qp.max_inline_data() >= 64,
         "inline read back: {}",
@@ -149,7 +145,7 @@ fn payload(len: usize, seed: u32) -> Vec<u8> {
 fn connect_send_recv_with_verified_payloads() {
     let Some(ip) = vm_ip() else { return };
     let opts = ConnOptions::default();
-    let listener = rcm::RdmaListener::bind(SocketAddr::new(ip, 0), 8).unwrap();
+    let listener = rcm::CmListener::bind(SocketAddr::new(ip, 0), 8).unwrap();
     let addr = listener.local_addr().unwrap();
     assert_ne!(addr.port(), 0);
     let sizes: Vec<usize> = (1..=BUF)
@@ -170,7 +166,7 @@ fn connect_send_recv_with_verified_payloads() {
         side.id
             .wait_for(CmEventKind::Established, Instant::now() + STEP, peer_addr)
             .unwrap();
-        side.id.tune_qp(&opts).unwrap();
+        side.qp.set_min_rnr_timer(opts.min_rnr_timer).unwrap();
         eprintln!("server: {}", side.id.path_info().unwrap());
         // Echo every message back, verified. The previous echo's send completion may arrive
         // after the next message (the client can see the echo first).
@@ -223,7 +219,7 @@ fn connect_send_recv_with_verified_payloads() {
         .wait_for(CmEventKind::Established, deadline, addr)
         .unwrap();
     assert_eq!(FlowParams::decode(&ev.private_data).unwrap(), params());
-    side.id.tune_qp(&opts).unwrap();
+    side.qp.set_min_rnr_timer(opts.min_rnr_timer).unwrap();
     let info = side.id.path_info().unwrap();
     eprintln!("client: {info}");
     if let Ok(dev) = std::env::var("RXE_VM_DEV") {
@@ -340,7 +336,7 @@ fn unreachable_and_bad_addresses_are_typed_errors_fast() {
     assert!(matches!(err, CmError::Resolve { .. }), "got {err:?}");
 
     // Binding to an address that no local RDMA device owns.
-    let err = rcm::RdmaListener::bind(SocketAddr::from(([192, 0, 2, 1], 7471)), 1).unwrap_err();
+    let err = rcm::CmListener::bind(SocketAddr::from(([192, 0, 2, 1], 7471)), 1).unwrap_err();
     assert!(matches!(err, CmError::Bind { .. }), "got {err:?}");
 }
 
@@ -348,7 +344,7 @@ fn unreachable_and_bad_addresses_are_typed_errors_fast() {
 fn rejected_connection_carries_reason() {
     let Some(ip) = vm_ip() else { return };
     let opts = ConnOptions::default();
-    let listener = rcm::RdmaListener::bind(SocketAddr::new(ip, 0), 8).unwrap();
+    let listener = rcm::CmListener::bind(SocketAddr::new(ip, 0), 8).unwrap();
     let addr = listener.local_addr().unwrap();
     let server = thread::spawn(move || {
         let req = listener
@@ -359,7 +355,7 @@ fn rejected_connection_carries_reason() {
         let err = FlowParams::decode(&req.private_data).unwrap_err();
         eprintln!("server rejects: {err}");
         req.id
-            .reject(&rcm::RejectReason::BadParams.encode())
+            .reject(&rcm::CmRejectReason::BadParams.encode())
             .unwrap();
     });
     let deadline = Instant::now() + STEP;
@@ -374,8 +370,8 @@ fn rejected_connection_carries_reason() {
         .unwrap_err();
     match err {
         CmError::Rejected { private_data, .. } => assert_eq!(
-            rcm::RejectReason::decode(&private_data),
-            Some(rcm::RejectReason::BadParams)
+            rcm::CmRejectReason::decode(&private_data),
+            Some(rcm::CmRejectReason::BadParams)
         ),
         other => panic!("expected Rejected, got {other:?}"),
     }

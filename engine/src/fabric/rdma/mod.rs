@@ -12,9 +12,9 @@
 //!   timeout even where the kernel blocks in `rdma_connect` (soft-iWARP's TCP connect).
 //! - [`datapath`] (pollers; `datapath/`: `mod` for the poller, `conn` and `conn/iwarp` for a
 //!   connection, `chain` for chained receive posting): [`RdmaFabric`] polls each device's CQ in
-//!   bursts and files the completions with their connections; [`RdmaConn`] posts chained SEND_WITH_IMM batches
-//!   (plain SENDs with a header on iWARP; inline when they fit), re-posts receive buffers in
-//!   chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
+//!   bursts and files the completions with their connections; [`RdmaConn`] posts chained
+//!   SEND_WITH_IMM batches (plain SENDs with a header on iWARP; inline when they fit), re-posts
+//!   receive buffers in chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
 //!   traffic, in explicit credit messages.
 //!
 //! - `control` (control thread): rdma_cm listeners, each connection's event channel
@@ -42,7 +42,7 @@
 //! # Building and testing
 //!
 //! Building needs libibverbs-dev, librdmacm-dev and libclang-dev; on Debian 12 that is
-//! libclang 14 (rdma-sys 0.3's bindgen fails with libclang >= 16; `engine/build.rs` checks this
+//! libclang 14 (rdma-sys 0.3's bindgen fails with libclang >= 16; `cm/build.rs` checks this
 //! and names the missing package). The default build (no `rdma` feature) needs none of them.
 //!
 //! The tests (`engine/tests/rdma_*.rs`) need a real RDMA stack: `scripts/ci/rdma-vm.sh` builds

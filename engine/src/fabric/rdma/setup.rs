@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cm::rdma::{
-    self as rcm, CmError, CmEvent, CmEventKind, CmId, ConnOptions, FlowParams, PathInfo,
-    RejectReason,
+    self as rcm, CmError, CmEvent, CmEventKind, CmId, CmRejectReason, ConnOptions, FlowParams,
+    PathInfo,
 };
 
 use super::counters::{poller_counters, PollerRdmaCounters};
@@ -246,17 +246,17 @@ impl RdmaDevices {
         entries: u32,
         srq: Option<(u32, u32, u32)>,
     ) -> Result<Resources, Error> {
-        let raw = id.verbs();
+        let dev = id
+            .device_context()
+            .ok_or_else(|| Error::Setup("rdma_cm resolved no known device".into()))?;
         let mut devices = self
             .devices
             .lock()
             .map_err(|_| Error::Setup("rdma device table poisoned".into()))?;
-        let idx = match devices.iter().position(|d| d.ctx.as_ptr() == raw) {
+        let idx = match devices.iter().position(|d| d.ctx.is_cm_device(&dev)) {
             Some(i) => i,
             None => {
-                // SAFETY: `raw` comes from rdma_cm (`rdma_cm_id.verbs`).
-                let ctx = unsafe { Context::from_rdma_cm(raw) }
-                    .ok_or_else(|| Error::Setup("rdma_cm resolved no known device".into()))?;
+                let ctx = Context::from_cm(dev);
                 let limits = ctx
                     .query_device()
                     .map_err(|e| setup_err("query device", e))?;
@@ -470,7 +470,7 @@ struct Pending {
 /// receive buffer (or, with an SRQ, reserves credits on the poller's pre-posted SRQ), before
 /// connect/accept.
 fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending, Error> {
-    if id.verbs().is_null() {
+    if !id.has_device() {
         return Err(Error::Setup(
             "rdma_cm resolved no device for this connection".into(),
         ));
@@ -541,16 +541,10 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
             max_recv_wr: sz.buffers,
             max_inline_data,
         };
-        let mut attr = qres.init_attr(cap);
-        if res.iwarp {
-            // Header + payload: two scatter/gather entries per send and per receive.
-            attr.cap.max_send_sge = 2;
-            attr.cap.max_recv_sge = 2;
-        }
-        let keep: Box<dyn Any + Send + Sync> = Box::new((qres.clone(), Arc::clone(&held)));
-        // SAFETY: the PD, CQ and SRQ are on `id.verbs()`'s context (the device entry was looked
-        // up by that pointer) and `keep` holds them until the QP is destroyed.
-        created = unsafe { id.create_qp(res.pd.as_ptr(), &mut attr, keep) };
+        // iWARP: header + payload, two scatter/gather entries per send and per receive.
+        let sges = if res.iwarp { 2 } else { 1 };
+        created =
+            QueuePair::create_on_cm_id(&mut id, &qres, cap, sges, Box::new(Arc::clone(&held)));
         if created.is_ok() {
             break;
         }
@@ -558,11 +552,8 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
     drop(held);
     created.map_err(|e| setup_err("create QP", e))?;
     let id = Arc::new(id);
-    let owner: Box<dyn Send + Sync> = Box::new(Arc::clone(&id));
-    // SAFETY: rdma_cm created this QP with `qres`; the Arc<CmId> owner destroys it only when
-    // the last handle goes.
-    let qp = unsafe { QueuePair::from_external(id.qp(), qres, owner) }
-        .map_err(|e| setup_err("query QP", e))?;
+    // The QP holds the Arc<CmId>, which destroys it only when the last handle goes.
+    let qp = QueuePair::from_cm_id(&id, qres).map_err(|e| setup_err("query QP", e))?;
     // On iWARP the header is part of every inline send.
     let inline_room = match pools.hdr {
         Some(_) => qp.max_inline_data().checked_sub(HDR_LEN),
@@ -644,7 +635,8 @@ fn finish(
     opts: &ConnOptions,
     peer_addr: String,
 ) -> Result<Established, Error> {
-    p.id.tune_qp(opts).map_err(|e| setup_err("tune QP", e))?;
+    p.qp.set_min_rnr_timer(opts.min_rnr_timer)
+        .map_err(|e| setup_err("tune QP", e))?;
     let path = p.id.path_info();
     let sz = p.sizing;
     if peer.credits < MIN_CREDITS {
@@ -855,7 +847,7 @@ fn connect_bounded(
 
 /// A listening RDMA endpoint (on the control thread).
 pub(crate) struct RdmaListener {
-    inner: rcm::RdmaListener,
+    inner: rcm::CmListener,
     endpoint: String,
 }
 
@@ -875,7 +867,7 @@ impl RdmaListener {
             source: Box::new(e),
         };
         let addr = rcm::resolve_host(host, port).map_err(lerr)?;
-        let inner = rcm::RdmaListener::bind(addr, 128).map_err(lerr)?;
+        let inner = rcm::CmListener::bind(addr, 128).map_err(lerr)?;
         inner.id().channel().set_nonblocking(true).map_err(lerr)?;
         Ok(Self {
             inner,
@@ -906,12 +898,12 @@ impl RdmaListener {
         let peer = match FlowParams::decode(&req.private_data) {
             Ok(p) => p,
             Err(e) => {
-                let _ = req.id.reject(&RejectReason::BadParams.encode());
+                let _ = req.id.reject(&CmRejectReason::BadParams.encode());
                 return Err(setup_err("connect request with invalid parameters", e));
             }
         };
         if peer.buffer_size as usize != cfg.buffer_size || peer.credits < MIN_CREDITS {
-            let _ = req.id.reject(&RejectReason::BadParams.encode());
+            let _ = req.id.reject(&CmRejectReason::BadParams.encode());
             return Err(Error::Setup(format!(
                 "rdma connect request with {}-byte buffers and {} credits rejected: this \
                  listener uses {}-byte buffers and needs at least {MIN_CREDITS} credits",

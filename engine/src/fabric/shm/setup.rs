@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cm::uds::{self, ConnParams, RejectReason, UdsListener, UdsStream};
+use cm::uds::{self, ConnParams, HandshakeRefusal, UdsListener, UdsStream};
 
 use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
@@ -149,13 +149,13 @@ pub(crate) fn connect(
     let offer = stream.recv_offer(left()).map_err(cerr)?;
     let theirs = from_conn_params(&offer.params);
     if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
-        let _ = stream.send_abort(RejectReason::ParamsInvalid, left());
+        let _ = stream.send_abort(HandshakeRefusal::ParamsInvalid, left());
         return Err(Error::Setup(format!(
             "listener offered invalid shm parameters {theirs:?}"
         )));
     }
     if theirs.buffer_size != ours.buffer_size || theirs.buffer_count != ours.buffer_count {
-        let _ = stream.send_abort(RejectReason::ParamsMismatch, left());
+        let _ = stream.send_abort(HandshakeRefusal::ParamsMismatch, left());
         return Err(Error::Setup(format!(
             "listener offered shm parameters {theirs:?}, we need {ours:?}"
         )));
@@ -163,7 +163,7 @@ pub(crate) fn connect(
     let segment = match Segment::attach(offer.segment.as_fd(), &theirs) {
         Ok(s) => s,
         Err(e) => {
-            let _ = stream.send_abort(RejectReason::SegmentFailed, left());
+            let _ = stream.send_abort(HandshakeRefusal::SegmentFailed, left());
             return Err(setup_err("attaching the shm segment", e));
         }
     };
@@ -204,7 +204,7 @@ impl ShmListener {
         let hello = stream.recv_hello(t).map_err(lerr)?;
         let theirs = from_conn_params(&hello.params);
         if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
-            let _ = stream.send_reject(RejectReason::ParamsInvalid, t);
+            let _ = stream.send_reject(HandshakeRefusal::ParamsInvalid, t);
             return Err(Error::Setup(format!(
                 "connector proposed invalid shm parameters {theirs:?}"
             )));
@@ -212,7 +212,7 @@ impl ShmListener {
         if theirs.buffer_size != self.params.buffer_size
             || theirs.buffer_count != self.params.buffer_count
         {
-            let _ = stream.send_reject(RejectReason::ParamsMismatch, t);
+            let _ = stream.send_reject(HandshakeRefusal::ParamsMismatch, t);
             return Err(Error::Setup(format!(
                 "connector proposed shm parameters {theirs:?}, this listener needs {:?}",
                 self.params
@@ -222,7 +222,7 @@ impl ShmListener {
         let (segment, fd) = match Segment::create(&theirs) {
             Ok(v) => v,
             Err(e) => {
-                let _ = stream.send_reject(RejectReason::SegmentFailed, t);
+                let _ = stream.send_reject(HandshakeRefusal::SegmentFailed, t);
                 return Err(setup_err("creating the shm segment", e));
             }
         };

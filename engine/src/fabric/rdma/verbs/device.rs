@@ -8,6 +8,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use cm::rdma::DeviceContext;
 use rdma_sys as ffi;
 
 use super::error::{last_os_error, VerbsError};
@@ -16,9 +17,9 @@ use super::error::{last_os_error, VerbsError};
 enum ContextOwner {
     /// Opened by us with `ibv_open_device`; closed on drop.
     Opened,
-    /// Borrowed from librdmacm's device list (`rdma_get_devices`); the list is freed on drop,
-    /// which drops librdmacm's reference.
-    RdmaCm(NonNull<*mut ffi::ibv_context>),
+    /// librdmacm's context for a connection; the [`DeviceContext`] holds librdmacm's reference
+    /// and releases it on drop.
+    RdmaCm(DeviceContext),
 }
 
 /// An open RDMA device (`struct ibv_context`).
@@ -94,34 +95,25 @@ impl Context {
         result
     }
 
-    /// Wraps the context that librdmacm resolved for a connection (`rdma_cm_id.verbs`), so the
-    /// PD, CQs and MRs are created on the very device rdma_cm picked.
-    ///
-    /// Returns `None` if `raw` is null or not in librdmacm's device list.
-    ///
-    /// # Safety
-    /// `raw` must be null or a context obtained from librdmacm (`rdma_cm_id.verbs`).
-    pub unsafe fn from_rdma_cm(raw: *mut ffi::ibv_context) -> Option<Arc<Self>> {
-        let raw = NonNull::new(raw)?;
-        let mut n = 0;
-        // SAFETY: valid out pointer. The list holds a reference on every librdmacm context
-        // until rdma_free_devices.
-        let list = NonNull::new(unsafe { ffi::rdma_get_devices(&mut n) })?;
-        // SAFETY: the list has `n` entries.
-        let known =
-            (0..n.max(0) as usize).any(|i| unsafe { *list.as_ptr().add(i) } == raw.as_ptr());
-        if !known {
-            // SAFETY: list came from rdma_get_devices.
-            unsafe { ffi::rdma_free_devices(list.as_ptr()) };
-            return None;
-        }
-        Some(Arc::new(Self {
+    /// Wraps the context that librdmacm resolved for a connection
+    /// ([`CmId::device_context`]), so the PD, CQs and MRs are created on the very device
+    /// rdma_cm picked.
+    pub fn from_cm(dev: DeviceContext) -> Arc<Self> {
+        // SAFETY: `dev` is kept in `owner` for as long as this context lives, and every object
+        // created on it holds an `Arc` of this context; the context is never closed here.
+        let raw = unsafe { dev.as_ptr() };
+        Arc::new(Self {
             raw,
-            owner: ContextOwner::RdmaCm(list),
-        }))
+            owner: ContextOwner::RdmaCm(dev),
+        })
     }
 
-    /// The raw context pointer (for rdma_cm and comparisons).
+    /// Whether this is librdmacm's context `dev` (the device of a connection's id).
+    pub fn is_cm_device(&self, dev: &DeviceContext) -> bool {
+        matches!(&self.owner, ContextOwner::RdmaCm(d) if d == dev)
+    }
+
+    /// The raw context pointer (for the verbs calls of this module).
     pub fn as_ptr(&self) -> *mut ffi::ibv_context {
         self.raw.as_ptr()
     }
@@ -209,8 +201,8 @@ impl Drop for Context {
             ContextOwner::Opened => unsafe {
                 ffi::ibv_close_device(self.raw.as_ptr());
             },
-            // SAFETY: list came from rdma_get_devices.
-            ContextOwner::RdmaCm(list) => unsafe { ffi::rdma_free_devices(list.as_ptr()) },
+            // The DeviceContext releases librdmacm's reference when dropped.
+            ContextOwner::RdmaCm(_) => {}
         }
     }
 }

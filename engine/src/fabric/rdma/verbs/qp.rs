@@ -1,15 +1,17 @@
 //! Reliable-connected queue pairs ([`QueuePair`]) and the resources they are created with.
 
+use std::any::Any;
 use std::fmt;
 use std::io;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
+use cm::rdma::{CmError, CmId};
 use rdma_sys as ffi;
 
 use super::cq::CompletionQueue;
-use super::device::ProtectionDomain;
+use super::device::{Context, ProtectionDomain};
 use super::error::{last_os_error, post_result, PostError, VerbsError};
 use super::srq::SharedReceiveQueue;
 use super::wr::{RecvWr, SendWr};
@@ -146,6 +148,71 @@ impl QueuePair {
         };
         qp.max_inline = qp.query_max_inline()?;
         Ok(qp)
+    }
+
+    /// Creates the RC queue pair of an rdma_cm id through rdma_cm (`rdma_create_qp`), with
+    /// `res`'s PD, CQs and SRQ and `sges` scatter/gather entries per send and per receive.
+    /// rdma_cm then drives its state transitions during connect/accept; wrap it with
+    /// [`QueuePair::from_cm_id`] once the id is shared. The id keeps `res` and `keep` until it
+    /// has destroyed the QP.
+    ///
+    /// # Errors
+    /// [`CmError::NoDevice`] if rdma_cm resolved no device for `id`; [`CmError::CreateQp`] if
+    /// `res` is not on the id's device context (`EINVAL`) or `rdma_create_qp` fails.
+    pub fn create_on_cm_id(
+        id: &mut CmId,
+        res: &QpResources,
+        cap: QpCapacity,
+        sges: u32,
+        keep: Box<dyn Any + Send + Sync>,
+    ) -> Result<(), CmError> {
+        let dev = id.device_context().ok_or(CmError::NoDevice)?;
+        let on_dev = |ctx: &Context| ctx.is_cm_device(&dev);
+        if !(on_dev(res.pd.context())
+            && on_dev(res.send_cq.context())
+            && on_dev(res.recv_cq.context())
+            && res.srq.as_ref().map_or(true, |s| on_dev(s.pd().context())))
+        {
+            return Err(CmError::CreateQp(io::Error::from_raw_os_error(
+                libc::EINVAL,
+            )));
+        }
+        let mut attr = res.init_attr(cap);
+        attr.cap.max_send_sge = sges;
+        attr.cap.max_recv_sge = sges;
+        let keep: Box<dyn Any + Send + Sync> = Box::new((res.clone(), keep));
+        // SAFETY: the PD, CQs and SRQ in `attr` are `res`'s, checked above to be on the id's
+        // device context, and `keep` (held by the id until its QP is destroyed) keeps them.
+        unsafe { id.create_qp(res.pd.as_ptr(), &mut attr, keep) }
+    }
+
+    /// Wraps the QP that [`QueuePair::create_on_cm_id`] created on `id` with `res`. The handle
+    /// holds the id, which destroys the QP when its last holder is gone.
+    ///
+    /// # Errors
+    /// [`VerbsError::QueryQp`] (`EINVAL`) if `id` has no QP or its QP was not created with
+    /// `res`'s PD, CQs and SRQ; [`VerbsError::QueryQp`] if reading back the inline size fails.
+    pub fn from_cm_id(id: &Arc<CmId>, res: QpResources) -> Result<Self, VerbsError> {
+        let invalid = || VerbsError::QueryQp(io::Error::from_raw_os_error(libc::EINVAL));
+        // SAFETY: the pointer is used only while `id` is alive: below, and then owned by the
+        // returned handle, which holds an `Arc` of the id (its `owner`).
+        let raw = NonNull::new(unsafe { id.qp_ptr() }).ok_or_else(invalid)?;
+        // SAFETY: a valid QP (the id is alive); only reads the object pointers it was created
+        // with.
+        let created_with_res = unsafe {
+            let q = raw.as_ptr();
+            (*q).pd == res.pd.as_ptr()
+                && (*q).send_cq == res.send_cq.as_ptr()
+                && (*q).recv_cq == res.recv_cq.as_ptr()
+                && (*q).srq == res.srq.as_ref().map_or(ptr::null_mut(), |s| s.as_ptr())
+        };
+        if !created_with_res {
+            return Err(invalid());
+        }
+        let owner: Box<dyn Send + Sync> = Box::new(Arc::clone(id));
+        // SAFETY: rdma_cm created this QP with `res` (checked above); `owner` keeps the id,
+        // which destroys the QP only when dropped, after this handle.
+        unsafe { Self::from_external(raw.as_ptr(), res, owner) }
     }
 
     fn query_max_inline(&self) -> Result<u32, VerbsError> {

@@ -71,8 +71,9 @@ impl SharedReceiveQueue {
     /// # Safety
     /// `wr` must point to a valid, null-terminated chain of receive work requests whose
     /// scatter entries lie inside memory regions registered with
-    /// [`Access::LOCAL_WRITE`](super::Access::LOCAL_WRITE) on this SRQ's PD. Each buffer must stay valid and must not be read or written by the program until
-    /// its completion has been polled (or the SRQ destroyed).
+    /// [`Access::LOCAL_WRITE`](super::Access::LOCAL_WRITE) on this SRQ's PD. Each buffer must
+    /// stay valid and must not be read or written by the program until its completion has been
+    /// polled (or the SRQ destroyed).
     #[inline]
     pub unsafe fn post_recv(&self, wr: *mut RecvWr) -> Result<(), PostError> {
         let mut bad = ptr::null_mut();
