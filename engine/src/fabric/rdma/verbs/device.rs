@@ -96,8 +96,8 @@ impl Context {
     }
 
     /// Wraps the context that librdmacm resolved for a connection
-    /// ([`CmId::device_context`]), so the PD, CQs and MRs are created on the very device
-    /// rdma_cm picked.
+    /// ([`CmId::device_context`](cm::rdma::CmId::device_context)), so the PD, CQs and MRs are
+    /// created on the very device rdma_cm picked.
     pub fn from_cm(dev: DeviceContext) -> Arc<Self> {
         // SAFETY: `dev` is kept in `owner` for as long as this context lives, and every object
         // created on it holds an `Arc` of this context; the context is never closed here.
