@@ -80,7 +80,7 @@ fn rings(depth: u32) -> ((TxRing, RxRing), (TxRing, RxRing)) {
     (a.split().expect("split a"), b.split().expect("split b"))
 }
 
-fn poll_spin(rx: &mut RxRing) -> spinwire::fabric::shm::wire::RxDesc {
+fn poll_spin(rx: &mut RxRing) -> spinwire::fabric::shm::wire::RxRecord {
     loop {
         if let Some(d) = rx.poll().expect("poll") {
             return d;

@@ -1,15 +1,20 @@
 //! RDMA fabric (feature `rdma`): RC queue pairs over verbs, connected through rdma_cm.
 //!
-//! - [`verbs`]: the thin safe layer over libibverbs (the engine's only verbs FFI).
+//! - [`verbs`]: the thin safe layer over libibverbs (the engine's only verbs FFI), one file per
+//!   verbs object.
+//! - `wr_id` (the `wr_id` encoding and connection generations), `header` (the credit word in the
+//!   immediate data or, on iWARP, a header slot) and `counters` ([`RdmaStats`]): small pieces
+//!   below the data path, shared with setup.
 //! - `setup` (control thread / connecting thread): rdma_cm connect and accept, per-device PD and
 //!   per-poller CQ, registered pools, QP creation on the context rdma_cm resolved, receive
 //!   pre-posting, the flow-control handshake in the private data. `rdma_connect` and the wait
 //!   for ESTABLISHED run on a short-lived helper thread, so a connect returns within its
 //!   timeout even where the kernel blocks in `rdma_connect` (soft-iWARP's TCP connect).
-//! - [`datapath`] (pollers): [`RdmaFabric`] polls each device's CQ in bursts and files the
-//!   completions with their connections; [`RdmaConn`] posts chained SEND_WITH_IMM batches
-//!   (plain SENDs with a header on iWARP; inline when they fit), re-posts receive buffers in
-//!   chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
+//! - [`datapath`] (pollers; `datapath/`: `mod` for the poller, `conn` and `conn/iwarp` for a
+//!   connection, `chain` for chained receive posting): [`RdmaFabric`] polls each device's CQ in
+//!   bursts and files the completions with their connections; [`RdmaConn`] posts chained
+//!   SEND_WITH_IMM batches (plain SENDs with a header on iWARP; inline when they fit), re-posts
+//!   receive buffers in chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
 //!   traffic, in explicit credit messages.
 //!
 //! - `control` (control thread): the fabric's control half behind the engine's control seam
@@ -48,9 +53,15 @@
 //! soft-iWARP: `RXE_VM_RDMA=siw scripts/rxe-vm '<rdma_engine test binary> --test-threads=1
 //! iwarp'` (CI runs rxe only; there the iWARP-only tests print `skipped: needs siw`).
 
+// Layers (rustfmt sorts the lines): `verbs`, `wr_id`, `header` and `counters` use none of the
+// others; `datapath` uses only those; `setup` and `control` (the control plane) sit on top.
 pub(crate) mod control;
+mod counters;
 pub mod datapath;
+mod header;
 pub(crate) mod setup;
 pub mod verbs;
+mod wr_id;
 
-pub use datapath::{stats, RdmaCommand, RdmaConn, RdmaFabric, RdmaStats};
+pub use counters::{stats, RdmaStats};
+pub use datapath::{RdmaCommand, RdmaConn, RdmaFabric};

@@ -14,9 +14,9 @@ use cm::rdma::{
     PathInfo,
 };
 
-use super::datapath::{
-    poller_counters, HdrParts, PollerRdmaCounters, RdmaConn, RdmaConnParts, SrqShared, HDR_LEN,
-};
+use super::counters::{poller_counters, PollerRdmaCounters};
+use super::datapath::{RdmaConn, RdmaConnParts, SrqShared};
+use super::header::{HdrParts, HDR_LEN};
 use super::verbs::{
     self, Access, CompletionQueue, Context, DeviceLimits, MemoryRegion, ProtectionDomain,
     QpCapacity, QpResources, QueuePair, Sge, SharedReceiveQueue,
@@ -563,7 +563,7 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
         room.min(u32::try_from(cfg.inline_threshold.min(INLINE_MAX)).unwrap_or(0))
     });
     let hdr_inline = inline_room.is_some();
-    let gen = super::datapath::next_generation();
+    let gen = super::wr_id::next_generation();
     if let Some(rx) = &pools.rx {
         // Pre-post every receive (iWARP needs them before the connection is established;
         // RoCE/IB need them before the peer's first send anyway).
@@ -591,7 +591,7 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
             (0..sz.buffers).map(|_| verbs::recv_wr_zeroed()).collect();
         let n = wrs.len();
         for i in 0..n {
-            wrs[i].wr_id = super::datapath::recv_wr_id(gen, i as u32);
+            wrs[i].wr_id = super::wr_id::recv_wr_id(gen, i as u32);
             wrs[i].sg_list = &mut sges[i * per];
             wrs[i].num_sge = per as i32;
         }

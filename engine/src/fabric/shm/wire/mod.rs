@@ -5,6 +5,15 @@
 //! sides' state words, and for each direction a descriptor ring, a release ring and the sender's
 //! buffer pool. The layout is documented in [`layout`], the ring protocol in [`ring`].
 //!
+//! # Files
+//! Lower files never use higher ones:
+//! - `error`, [`layout`]: error types; offsets, sizes and parameter validation.
+//! - `mapping`: the `mmap` owner shared by every handle of a segment, and [`Side`].
+//! - [`ring`]: the protocol, its wire constants and the geometry both halves share.
+//! - `tx` ([`TxRing`]) and `rx` ([`RxRing`], [`RxRecord`]): the data-path halves.
+//! - `segment` ([`Segment`]): setup (create, attach, split) and liveness; the only file that
+//!   makes syscalls.
+//!
 //! # Trust model
 //! The peer is untrusted. Each side computes the layout from parameters it validated itself and
 //! never reads an offset from the segment. Every word read from the peer's side (sequence
@@ -50,12 +59,18 @@
 //! # Ok::<(), spinwire::fabric::shm::wire::WireError>(())
 //! ```
 
+// Dependency order (rustfmt sorts the lines): error, layout < mapping < ring < tx, rx < segment.
 mod error;
 pub mod layout;
+mod mapping;
 pub mod ring;
+mod rx;
 mod segment;
+mod tx;
 
 pub use error::{Field, WireError};
 pub use layout::{slots_for_inline, Dir, Layout, Params};
-pub use ring::{RxDesc, RxPayload, RxRing, TxRing};
-pub use segment::{PeerState, Segment, Side};
+pub use mapping::Side;
+pub use rx::{RxPayload, RxRecord, RxRing};
+pub use segment::{PeerState, Segment};
+pub use tx::TxRing;

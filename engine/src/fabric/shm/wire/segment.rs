@@ -4,54 +4,14 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::layout::{hdr, Dir, Layout, Params, SEGMENT_MAGIC, WIRE_VERSION};
-use super::ring::{RxRing, TxRing};
-use super::WireError;
-
-/// Which end of the segment this process is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Side {
-    /// The creator ([`Segment::create`]); by convention the listening side. Sends on A->B.
-    A,
-    /// The attacher ([`Segment::attach`]); by convention the connecting side. Sends on B->A.
-    B,
-}
-
-impl Side {
-    /// The other side.
-    #[inline]
-    pub const fn peer(self) -> Side {
-        match self {
-            Side::A => Side::B,
-            Side::B => Side::A,
-        }
-    }
-
-    /// The direction this side sends on.
-    #[inline]
-    pub const fn tx_dir(self) -> Dir {
-        match self {
-            Side::A => Dir::AToB,
-            Side::B => Dir::BToA,
-        }
-    }
-
-    /// The direction this side receives on.
-    #[inline]
-    pub const fn rx_dir(self) -> Dir {
-        self.peer().tx_dir()
-    }
-
-    const fn index(self) -> usize {
-        match self {
-            Side::A => 0,
-            Side::B => 1,
-        }
-    }
-}
+use super::error::WireError;
+use super::layout::{hdr, Layout, Params, SEGMENT_MAGIC, WIRE_VERSION};
+use super::mapping::{Mapping, Side};
+use super::rx::RxRing;
+use super::tx::TxRing;
 
 /// A snapshot of the peer's state words in the segment header.
 ///
@@ -67,81 +27,6 @@ pub struct PeerState {
     pub heartbeat: u64,
     /// The pid the peer wrote at attach time (diagnostics only).
     pub pid: u32,
-}
-
-/// The mapped memory; unmapped when the last [`Segment`], [`TxRing`] or [`RxRing`] drops.
-pub(crate) struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-    layout: Layout,
-    side: Side,
-    split: AtomicBool,
-    /// Whether this mapping holds its side's slot in the header, so that dropping it marks the
-    /// side closed. `false` while an attach is still being validated.
-    holds_side: bool,
-}
-
-// SAFETY: `Mapping` owns a MAP_SHARED mapping that stays valid until `Drop`; all concurrent
-// access to it goes through atomics or raw-pointer copies whose contracts are documented at the
-// use sites, so sharing the owner between threads adds no data race on Rust-owned memory.
-unsafe impl Send for Mapping {}
-// SAFETY: as above; `&Mapping` only exposes the base pointer, immutable layout data and atomics.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    #[inline]
-    pub(crate) fn base(&self) -> *mut u8 {
-        self.base.as_ptr()
-    }
-
-    #[inline]
-    pub(crate) fn layout(&self) -> &Layout {
-        &self.layout
-    }
-
-    #[inline]
-    pub(crate) fn side(&self) -> Side {
-        self.side
-    }
-
-    /// Pointer to an 8-aligned u64 word at `off`, as an atomic.
-    ///
-    /// Callers pass offsets from [`Layout`], which are multiples of 8 and `+ 8 <= len`.
-    #[inline]
-    pub(crate) fn atomic_u64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
-        // SAFETY: `off` comes from the locally computed layout (8-aligned, in bounds, checked in
-        // debug builds); the mapping is page aligned and lives as long as `self`. The memory is
-        // shared with the peer, which may write it concurrently: it is only accessed atomically.
-        unsafe { &*self.base().add(off).cast::<AtomicU64>() }
-    }
-
-    /// Pointer to a 4-aligned u32 word at `off`, as an atomic.
-    #[inline]
-    pub(crate) fn atomic_u32(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
-        // SAFETY: as in `atomic_u64`, for a 4-aligned in-bounds offset.
-        unsafe { &*self.base().add(off).cast::<AtomicU32>() }
-    }
-
-    fn state_off(&self, side: Side, field: usize) -> usize {
-        self.layout.side_state(side.index()) + field
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // Clean close: tell the peer (it may also see the control socket hang up).
-        if self.holds_side {
-            self.atomic_u32(self.state_off(self.side, hdr::ST_CLOSED))
-                .store(1, Ordering::Release);
-        }
-        // SAFETY: `base`/`len` are exactly what mmap returned; no reference into the mapping
-        // outlives `self` (every handle holds an `Arc<Mapping>`).
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.len);
-        }
-    }
 }
 
 fn os_err(step: &'static str, create: bool) -> WireError {

@@ -1,0 +1,117 @@
+//! RDMA data-path counters: the process-wide [`RdmaStats`] snapshot ([`stats`]), the atomic
+//! totals of rare events, and the per-poller counters the data path bumps without atomic
+//! read-modify-writes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::stats::Counter;
+
+/// Process-wide RDMA counters: rare events (errors, stale completions), plus the totals of
+/// pollers that are gone. Atomic read-modify-writes, so never bumped per message.
+#[derive(Debug, Default)]
+pub(super) struct RdmaCounters {
+    pub(super) rnr_errors: AtomicU64,
+    pub(super) completion_errors: AtomicU64,
+    pub(super) stale_completions: AtomicU64,
+    credit_messages: AtomicU64,
+    credit_stalls: AtomicU64,
+    inline_sends: AtomicU64,
+    pooled_sends: AtomicU64,
+}
+
+/// The process-wide totals.
+pub(super) static COUNTERS: RdmaCounters = RdmaCounters {
+    rnr_errors: AtomicU64::new(0),
+    completion_errors: AtomicU64::new(0),
+    stale_completions: AtomicU64::new(0),
+    credit_messages: AtomicU64::new(0),
+    credit_stalls: AtomicU64::new(0),
+    inline_sends: AtomicU64::new(0),
+    pooled_sends: AtomicU64::new(0),
+};
+
+/// Adds `n` to `c` (a relaxed read-modify-write: for rare events only).
+#[inline]
+pub(super) fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Per-poller data-path counters: written only by the thread driving that poller (plain
+/// relaxed load + store, no read-modify-write), read by [`stats`].
+#[derive(Debug, Default)]
+pub(crate) struct PollerRdmaCounters {
+    pub(super) credit_messages: Counter,
+    pub(super) credit_stalls: Counter,
+    pub(super) inline_sends: Counter,
+    pub(super) pooled_sends: Counter,
+}
+
+impl Drop for PollerRdmaCounters {
+    fn drop(&mut self) {
+        bump(&COUNTERS.credit_messages, self.credit_messages.get());
+        bump(&COUNTERS.credit_stalls, self.credit_stalls.get());
+        bump(&COUNTERS.inline_sends, self.inline_sends.get());
+        bump(&COUNTERS.pooled_sends, self.pooled_sends.get());
+    }
+}
+
+/// Live per-poller counters, for [`stats`].
+static LIVE: Mutex<Vec<Weak<PollerRdmaCounters>>> = Mutex::new(Vec::new());
+
+/// New counters for one poller (control path), registered for [`stats`].
+pub(crate) fn poller_counters() -> Arc<PollerRdmaCounters> {
+    let c = Arc::new(PollerRdmaCounters::default());
+    if let Ok(mut live) = LIVE.lock() {
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&c));
+    }
+    c
+}
+
+/// Snapshot of the process's RDMA data-path counters (all engines, live and gone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RdmaStats {
+    /// Completions with `IBV_WC_RNR_RETRY_EXC_ERR`. Must stay 0: the credits guarantee a posted
+    /// receive for every message, and `rnr_retry = 0` makes any RNR an error, never a stall.
+    pub rnr_errors: u64,
+    /// Error completions of any status (flushes after a disconnect included).
+    pub completion_errors: u64,
+    /// Explicit credit messages sent (one-way traffic returning credits).
+    pub credit_messages: u64,
+    /// Times a batch could not be posted in full for lack of peer credits or send-queue room
+    /// (back-pressure).
+    pub credit_stalls: u64,
+    /// Completions of connections no longer attached to their poller (ignored; shared receive
+    /// buffers among them are re-posted).
+    pub stale_completions: u64,
+    /// Messages sent with `IBV_SEND_INLINE`.
+    pub inline_sends: u64,
+    /// Messages sent from the registered pool (not inline).
+    pub pooled_sends: u64,
+}
+
+/// Snapshot of the process-wide RDMA counters. Control path (takes a lock); call it from
+/// monitoring code, not from a poller.
+pub fn stats() -> RdmaStats {
+    let c = &COUNTERS;
+    let mut s = RdmaStats {
+        rnr_errors: c.rnr_errors.load(Ordering::Relaxed),
+        completion_errors: c.completion_errors.load(Ordering::Relaxed),
+        credit_messages: c.credit_messages.load(Ordering::Relaxed),
+        credit_stalls: c.credit_stalls.load(Ordering::Relaxed),
+        stale_completions: c.stale_completions.load(Ordering::Relaxed),
+        inline_sends: c.inline_sends.load(Ordering::Relaxed),
+        pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
+    };
+    if let Ok(live) = LIVE.lock() {
+        for p in live.iter().filter_map(Weak::upgrade) {
+            s.credit_messages += p.credit_messages.get();
+            s.credit_stalls += p.credit_stalls.get();
+            s.inline_sends += p.inline_sends.get();
+            s.pooled_sends += p.pooled_sends.get();
+        }
+    }
+    s
+}

@@ -1,0 +1,96 @@
+//! Chained receive posting ([`post_recv_chains`], at most [`CHAIN`] work requests per call) and
+//! a poller's shared receive queue ([`SrqShared`]), which is posted that way.
+
+use std::sync::Arc;
+
+use crate::desc::PoolView;
+use crate::error::FabricError;
+use crate::fabric::rdma::verbs::{RecvWr, Sge, SharedReceiveQueue};
+use crate::fabric::rdma::wr_id::srq_wr_id;
+
+/// Most work requests chained per post call (bounded stack arrays).
+pub(super) const CHAIN: usize = 64;
+
+/// A poller's shared receive queue on one device and its registered pool.
+#[derive(Clone)]
+pub struct SrqShared {
+    pub(crate) srq: Arc<SharedReceiveQueue>,
+    pub(crate) pool: PoolView,
+    pub(crate) lkey: u32,
+    /// Keeps the pool's memory region alive.
+    pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for SrqShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SrqShared")
+            .field("buffers", &self.pool.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SrqShared {
+    /// Posts SRQ-pool buffers `bufs` as receives, one chain per [`CHAIN`].
+    pub(crate) fn post(&self, bufs: &[u32]) -> Result<(), FabricError> {
+        post_recv_chains(&self.pool, self.lkey, bufs, srq_wr_id, |head, _n| {
+            // SAFETY: `post_recv_chains` hands over a chain of initialised WRs pointing to
+            // SGEs that live until this call returns; each buffer is an SRQ-pool buffer (index
+            // checked) in its LOCAL_WRITE region, owned by the fabric until its completion is
+            // polled.
+            unsafe { self.srq.post_recv(head) }.map_err(|e| FabricError::Io(e.errno))
+        })
+    }
+}
+
+/// Posts `bufs` of `pool` as single-SGE receives, one chained `ibv_post_recv` (through `post`)
+/// per [`CHAIN`] buffers. Each index is checked against the pool first; `wr_id` names the
+/// buffer in its completion. `post` gets the head of an initialised chain of `n` WRs whose WRs
+/// and SGEs live on this stack frame until it returns.
+#[inline]
+pub(super) fn post_recv_chains(
+    pool: &PoolView,
+    lkey: u32,
+    bufs: &[u32],
+    wr_id: impl Fn(u32) -> u64,
+    mut post: impl FnMut(*mut RecvWr, u32) -> Result<(), FabricError>,
+) -> Result<(), FabricError> {
+    let size = u32::try_from(pool.buf_size()).unwrap_or(u32::MAX);
+    for chunk in bufs.chunks(CHAIN) {
+        let mut wrs = [const { std::mem::MaybeUninit::<RecvWr>::uninit() }; CHAIN];
+        let mut sges = [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; CHAIN];
+        let n = chunk.len();
+        for (i, &buf) in chunk.iter().enumerate() {
+            if buf >= pool.count() {
+                return Err(FabricError::Protocol(
+                    "released receive buffer out of range",
+                ));
+            }
+            sges[i] = Sge {
+                addr: pool.buf_ptr(buf).as_ptr() as u64,
+                length: size,
+                lkey,
+            };
+        }
+        let base = wrs.as_mut_ptr().cast::<RecvWr>();
+        for (i, &buf) in chunk.iter().enumerate() {
+            let next = if i + 1 < n {
+                // SAFETY: i + 1 < n <= CHAIN: in bounds of `wrs`.
+                unsafe { base.add(i + 1) }
+            } else {
+                std::ptr::null_mut()
+            };
+            wrs[i].write(RecvWr {
+                wr_id: wr_id(buf),
+                next,
+                sg_list: &mut sges[i],
+                num_sge: 1,
+            });
+        }
+        post(base, n as u32)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,663 @@
+//! Per connection: [`RdmaConn`] (one RC queue pair, its registered send and receive pools and
+//! its credit state) and the [`FabricConn`] implementation: chained sends, receive completions
+//! filed by the poller, re-posting of receive buffers in chains, credit returns. The iWARP
+//! header variants of posting live in `iwarp`.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use super::chain::{post_recv_chains, SrqShared, CHAIN};
+use crate::desc::{PoolView, TxDesc};
+use crate::error::FabricError;
+use crate::fabric::rdma::counters::{bump, PollerRdmaCounters, COUNTERS};
+use crate::fabric::rdma::header::{read_hdr, HdrParts, IMM_CREDITS_MAX, IMM_CREDIT_ONLY};
+use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge, WorkCompletion};
+use crate::fabric::rdma::wr_id::{recv_wr_id, WR_GEN_SHIFT, WR_RECV, WR_SRQ, WR_VALUE_MASK};
+use crate::fabric::{FabricConn, RxSink, TxDone};
+
+mod iwarp;
+
+/// A fixed-capacity FIFO (allocated at setup, never grown).
+struct Fifo<T: Copy> {
+    buf: Box<[T]>,
+    head: usize,
+    len: usize,
+}
+
+impl<T: Copy + Default> Fifo<T> {
+    fn new(cap: usize) -> Self {
+        Self {
+            buf: vec![T::default(); cap.max(1)].into_boxed_slice(),
+            head: 0,
+            len: 0,
+        }
+    }
+    #[inline]
+    fn push(&mut self, v: T) -> bool {
+        if self.len == self.buf.len() {
+            return false;
+        }
+        let i = (self.head + self.len) % self.buf.len();
+        self.buf[i] = v;
+        self.len += 1;
+        true
+    }
+    #[inline]
+    fn front(&self) -> Option<T> {
+        (self.len > 0).then(|| self.buf[self.head])
+    }
+    #[inline]
+    fn pop(&mut self) -> Option<T> {
+        let v = self.front()?;
+        self.head = (self.head + 1) % self.buf.len();
+        self.len -= 1;
+        Some(v)
+    }
+}
+
+/// One send to build.
+#[derive(Clone, Copy)]
+struct Outgoing {
+    addr: u64,
+    len: u32,
+    imm: u32,
+    inline: bool,
+    force_signal: bool,
+}
+
+/// Everything [`RdmaConn::new`] needs, produced by the setup code.
+pub(crate) struct RdmaConnParts {
+    /// The connected QP (its owner, the rdma_cm id, is kept alive inside).
+    pub(crate) qp: QueuePair,
+    /// The generation the pre-posted receives were tagged with ([`recv_wr_id`]).
+    pub(crate) gen: u16,
+    /// Send pool (registered, no remote access).
+    pub(crate) tx_pool: PoolView,
+    /// lkey of the send pool's memory region.
+    pub(crate) tx_lkey: u32,
+    /// Receive pool (registered with local write).
+    pub(crate) rx_pool: PoolView,
+    /// lkey of the receive pool's memory region.
+    pub(crate) rx_lkey: u32,
+    /// Receive buffers already posted (indices `0..posted`), before connecting.
+    pub(crate) rx_posted: u32,
+    /// The poller's shared receive queue (the receive pool is then its pool) and where to
+    /// report, when the connection is dropped, how many SRQ buffers it still held.
+    pub(crate) srq: Option<(SrqShared, Arc<AtomicU32>)>,
+    /// The counters of the poller that will serve the connection.
+    pub(crate) counters: Arc<PollerRdmaCounters>,
+    /// Credits the peer granted us (its posted receives), validated by setup.
+    pub(crate) peer_credits: u32,
+    /// Largest message the peer can receive (its buffer size), validated by setup.
+    pub(crate) peer_buffer_size: u32,
+    /// Messages up to this size are delivered inline to the application (copied into the
+    /// descriptor) and their receive buffer re-posted at once.
+    pub(crate) rx_inline_threshold: u32,
+    /// Messages up to this size are sent with `IBV_SEND_INLINE` (already capped by the QP's
+    /// actual inline size).
+    pub(crate) tx_inline_threshold: u32,
+    /// Signal one send in this many.
+    pub(crate) signal_every: u32,
+    /// Send queue depth of the QP.
+    pub(crate) sq_depth: u32,
+    /// iWARP (no immediate data): the header slots. `None` on RoCE/InfiniBand.
+    pub(crate) hdr: Option<HdrParts>,
+    /// Keeps the pools' memory regions alive.
+    pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for RdmaConnParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaConnParts")
+            .field("qp", &self.qp)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The data-path state of one RDMA connection.
+pub struct RdmaConn {
+    /// First field: dropped first, so the QP is gone before the pools' regions.
+    pub(super) qp: QueuePair,
+    /// `gen << WR_GEN_SHIFT`, or-ed into every wr_id.
+    tag: u64,
+    gen: u16,
+    // ---- send side
+    tx_pool: PoolView,
+    tx_lkey: u32,
+    tx_inline: u32,
+    peer_buffer_size: u32,
+    signal_every: u32,
+    unsignalled: u32,
+    sq_depth: u32,
+    sq_posted: u64,
+    sq_completed: u64,
+    /// Non-inline send buffers posted and not yet known complete: (sequence, buffer).
+    held: Fifo<(u64, u32)>,
+    /// Sends allowed before the peer runs out of posted receives.
+    peer_credits: u32,
+    /// Credits kept for explicit credit messages.
+    reserve: u32,
+    /// Messages sent whose credit has not come back (validates the peer's returns).
+    uncredited: u64,
+    /// Credit messages sent whose credits have not come back yet (not the engine's).
+    ctrl_outstanding: u64,
+    /// Credits to report to the engine at the next `reclaim`.
+    engine_credits: u64,
+    // ---- receive side
+    rx_pool: PoolView,
+    rx_lkey: u32,
+    rx_inline: u32,
+    /// Received, not yet delivered: (buffer, length, credit-only).
+    rx_pending: Fifo<(u32, u32, bool)>,
+    /// Receive buffers re-posted whose credits the peer has not been given yet.
+    owed: u32,
+    /// How many more messages the peer may send us, as far as we know (<= its actual credits).
+    peer_window: u32,
+    low_water: u32,
+    error: Option<FabricError>,
+    srq: Option<SrqShared>,
+    /// SRQ buffers this connection received into and has not re-posted yet.
+    srq_held: u32,
+    srq_held_out: Option<Arc<AtomicU32>>,
+    /// This connection's poller's counters (written only by that poller).
+    counters: Arc<PollerRdmaCounters>,
+    /// iWARP: credits travel in a header instead of immediate data (checked once per batch).
+    hdr: Option<HdrParts>,
+    _keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+// The raw pointers inside (PoolView, QueuePair) are Send already; RdmaConn is Send by its fields.
+
+impl std::fmt::Debug for RdmaConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaConn")
+            .field("qp", &self.qp)
+            .field("peer_credits", &self.peer_credits)
+            .field("owed", &self.owed)
+            .field("peer_window", &self.peer_window)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RdmaConn {
+    /// Builds the data-path state of an established connection (control thread).
+    pub(crate) fn new(p: RdmaConnParts) -> Self {
+        let gen = p.gen;
+        let reserve = u32::from(p.peer_credits >= 2);
+        Self {
+            qp: p.qp,
+            tag: u64::from(gen) << WR_GEN_SHIFT,
+            gen,
+            tx_pool: p.tx_pool,
+            tx_lkey: p.tx_lkey,
+            tx_inline: p.tx_inline_threshold,
+            peer_buffer_size: p.peer_buffer_size,
+            signal_every: p.signal_every.max(1),
+            unsignalled: 0,
+            sq_depth: p.sq_depth.max(2),
+            sq_posted: 0,
+            sq_completed: 0,
+            held: Fifo::new(p.tx_pool.count() as usize),
+            peer_credits: p.peer_credits,
+            reserve,
+            uncredited: 0,
+            ctrl_outstanding: 0,
+            engine_credits: 0,
+            rx_pool: p.rx_pool,
+            rx_lkey: p.rx_lkey,
+            rx_inline: p.rx_inline_threshold,
+            rx_pending: Fifo::new(p.rx_posted as usize),
+            owed: 0,
+            peer_window: p.rx_posted,
+            low_water: (p.rx_posted / 2).max(1),
+            error: None,
+            srq_held: 0,
+            srq_held_out: p.srq.as_ref().map(|(_, h)| Arc::clone(h)),
+            srq: p.srq.map(|(s, _)| s),
+            counters: p.counters,
+            hdr: p.hdr,
+            _keep: p.keep,
+        }
+    }
+
+    /// Whether `wr_id` belongs to this connection (its generation, or a shared SRQ buffer).
+    #[inline]
+    pub(super) fn owns(&self, wr_id: u64) -> bool {
+        if wr_id & WR_SRQ != 0 {
+            // Shared buffers: the QP number already identified the connection.
+            return self.srq.is_some();
+        }
+        (wr_id >> WR_GEN_SHIFT) as u16 == self.gen
+    }
+
+    /// Files one completion of this connection (called from
+    /// [`Fabric::poll_shared`](crate::fabric::Fabric::poll_shared)).
+    #[inline]
+    pub(super) fn on_completion(&mut self, wc: &WorkCompletion) {
+        let is_srq_recv = wc.wr_id() & WR_SRQ != 0;
+        if is_srq_recv {
+            self.srq_held += 1;
+        }
+        if !wc.is_ok() {
+            if is_srq_recv {
+                // The shared buffer must go back to the SRQ: queue it as a no-payload entry.
+                let buf = (wc.wr_id() & WR_VALUE_MASK) as u32;
+                if !self.rx_pending.push((buf, 0, true)) {
+                    self.error = Some(FabricError::Protocol("more receives completed than posted"));
+                }
+            }
+            bump(&COUNTERS.completion_errors, 1);
+            let status = wc.status();
+            if status == verbs::WC_RNR_RETRY_EXC_ERR {
+                bump(&COUNTERS.rnr_errors, 1);
+            }
+            if self.error.is_none() {
+                self.error = Some(if status == verbs::WC_WR_FLUSH_ERR {
+                    FabricError::PeerClosed
+                } else {
+                    FabricError::Io(status as i32)
+                });
+            }
+            return;
+        }
+        let value = wc.wr_id() & WR_VALUE_MASK;
+        if wc.wr_id() & WR_RECV != 0 {
+            // RoCE/IB: the word is the immediate; iWARP: the header the peer sent.
+            let (imm, len) = match &self.hdr {
+                None => match wc.imm() {
+                    Some(imm) => (imm, wc.byte_len()),
+                    None => {
+                        self.error = Some(FabricError::Protocol("receive without immediate"));
+                        return;
+                    }
+                },
+                Some(h) => match read_hdr(h, value as u32, wc.byte_len()) {
+                    Some(v) => v,
+                    None => {
+                        self.error = Some(FabricError::Protocol(
+                            "receive with a missing or malformed header",
+                        ));
+                        return;
+                    }
+                },
+            };
+            let credits = imm & IMM_CREDITS_MAX;
+            let credit_only = imm & IMM_CREDIT_ONLY != 0;
+            self.add_peer_credits(credits);
+            self.peer_window = self.peer_window.saturating_sub(1);
+            if !credit_only && len > self.rx_pool.buf_size() as u32 {
+                self.error = Some(FabricError::Protocol("oversized receive"));
+                return;
+            }
+            // Cannot overflow: at most `rx_posted` receives are outstanding.
+            if !self.rx_pending.push((value as u32, len, credit_only)) {
+                self.error = Some(FabricError::Protocol("more receives completed than posted"));
+            }
+        } else {
+            // A signalled send: it and every earlier send of this QP are complete. Rebuild the
+            // full sequence from the 46 bits carried.
+            let low = value;
+            let back = (self.sq_posted.wrapping_sub(1).wrapping_sub(low)) & WR_VALUE_MASK;
+            let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
+            self.sq_completed = self.sq_completed.max(seq + 1);
+        }
+    }
+
+    #[inline]
+    fn add_peer_credits(&mut self, credits: u32) {
+        if credits == 0 {
+            return;
+        }
+        // A peer can only return credits for messages we sent it.
+        if u64::from(credits) > self.uncredited {
+            self.error = Some(FabricError::Protocol(
+                "peer returned more credits than messages it received",
+            ));
+            return;
+        }
+        self.uncredited -= u64::from(credits);
+        self.peer_credits = self.peer_credits.saturating_add(credits);
+        // Credits first cover our own credit messages, then the engine's data messages.
+        let mut n = u64::from(credits);
+        let ctrl = n.min(self.ctrl_outstanding);
+        self.ctrl_outstanding -= ctrl;
+        n -= ctrl;
+        self.engine_credits += n;
+    }
+
+    /// Send-queue slots free.
+    #[inline]
+    fn sq_room(&self) -> u64 {
+        u64::from(self.sq_depth).saturating_sub(self.sq_posted - self.sq_completed)
+    }
+
+    /// Fills `wr`/`sge` for one send and assigns its sequence number.
+    #[inline]
+    fn fill_send(&mut self, wr: &mut SendWr, sge: &mut Sge, out: Outgoing) {
+        let Outgoing {
+            addr,
+            len,
+            imm,
+            inline,
+            force_signal,
+        } = out;
+        let lkey = self.tx_lkey;
+        let seq = self.sq_posted;
+        self.sq_posted += 1;
+        self.unsignalled += 1;
+        let signal = force_signal || self.unsignalled >= self.signal_every;
+        if signal {
+            self.unsignalled = 0;
+        }
+        *sge = Sge {
+            addr,
+            length: len,
+            lkey,
+        };
+        wr.wr_id = self.tag | (seq & WR_VALUE_MASK);
+        wr.next = std::ptr::null_mut();
+        wr.num_sge = i32::from(len > 0);
+        wr.opcode = verbs::WR_SEND_WITH_IMM;
+        wr.send_flags = (if signal { verbs::SEND_SIGNALED } else { 0 })
+            | (if inline { verbs::SEND_INLINE } else { 0 });
+        verbs::set_imm(wr, imm);
+    }
+
+    /// Takes the credits to piggyback on the next message.
+    #[inline]
+    fn take_owed(&mut self) -> u32 {
+        let n = self.owed.min(IMM_CREDITS_MAX);
+        self.owed -= n;
+        self.peer_window = self.peer_window.saturating_add(n);
+        n
+    }
+
+    /// Re-posts receive buffers `bufs`, one chain (one `ibv_post_recv`) per [`CHAIN`] buffers.
+    fn post_recvs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        if let Some(srq) = &self.srq {
+            srq.post(bufs)?;
+            let n = bufs.len() as u32;
+            self.srq_held = self.srq_held.saturating_sub(n);
+            self.owed += n;
+            return Ok(());
+        }
+        if let Some(h) = self.hdr {
+            return self.post_recvs_hdr(bufs, h);
+        }
+        let (qp, gen, owed) = (&self.qp, self.gen, &mut self.owed);
+        post_recv_chains(
+            &self.rx_pool,
+            self.rx_lkey,
+            bufs,
+            |buf| recv_wr_id(gen, buf),
+            |head, n| {
+                // SAFETY: `post_recv_chains` hands over a chain of initialised WRs pointing to
+                // SGEs that live until this call returns; each buffer is a receive-pool buffer
+                // (index checked) inside the region registered with LOCAL_WRITE, owned by the
+                // fabric until its completion is polled (the application released it, or it
+                // was never lent).
+                unsafe { qp.post_recv(head) }.map_err(|e| FabricError::Io(e.errno))?;
+                *owed += n;
+                Ok(())
+            },
+        )
+    }
+
+    /// The connection's error, once everything received before it has been delivered.
+    #[inline]
+    fn check(&self) -> Result<(), FabricError> {
+        match self.error {
+            Some(e) if self.rx_pending.len == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sends an explicit credit message when the peer is low on credits and we owe some.
+    fn maybe_send_credits(&mut self) -> Result<(), FabricError> {
+        if self.owed == 0
+            || self.peer_window > self.low_water
+            || self.peer_credits == 0
+            || self.sq_room() == 0
+        {
+            return Ok(());
+        }
+        let mut wr = verbs::send_wr_zeroed();
+        let mut sge = Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        let imm = IMM_CREDIT_ONLY | self.take_owed();
+        let out = Outgoing {
+            addr: 0,
+            len: 0,
+            imm,
+            inline: true,
+            force_signal: false,
+        };
+        let hdr = self.hdr;
+        let hdr_sge = hdr.map(|h| self.write_send_hdr(&h, imm));
+        self.fill_send(&mut wr, &mut sge, out);
+        wr.sg_list = std::ptr::null_mut();
+        if let (Some(h), Some(hs)) = (hdr, hdr_sge) {
+            // iWARP: a plain SEND of the header alone.
+            sge = hs;
+            wr.opcode = verbs::WR_SEND;
+            wr.num_sge = 1;
+            wr.sg_list = &mut sge;
+            if !h.inline {
+                wr.send_flags &= !verbs::SEND_INLINE;
+            }
+        }
+        self.peer_credits -= 1;
+        self.uncredited += 1;
+        self.ctrl_outstanding += 1;
+        // SAFETY: a zero-length inline send names no memory; on iWARP the one gather entry is
+        // the send's header slot (see `write_send_hdr`).
+        unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
+        self.counters.credit_messages.add(1);
+        Ok(())
+    }
+}
+
+impl FabricConn for RdmaConn {
+    #[inline]
+    fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        let mut delivered = 0;
+        let mut repost = [0u32; CHAIN];
+        let mut nrepost = 0;
+        while sink.room() > 0 && nrepost < CHAIN {
+            let Some((buf, len, credit_only)) = self.rx_pending.pop() else {
+                break;
+            };
+            if credit_only {
+                repost[nrepost] = buf;
+                nrepost += 1;
+                continue;
+            }
+            if len <= self.rx_inline {
+                // SAFETY: the receive completed, so the buffer holds `len` (<= buf_size, checked
+                // on completion) bytes written by the HCA and is ours until re-posted below.
+                let data = unsafe {
+                    std::slice::from_raw_parts(self.rx_pool.buf_ptr(buf).as_ptr(), len as usize)
+                };
+                sink.push_inline(data)?;
+                repost[nrepost] = buf;
+                nrepost += 1;
+            } else {
+                sink.push_pooled(buf, len)?;
+            }
+            delivered += 1;
+        }
+        // Shared buffers always go back to the SRQ (it outlives this connection's QP).
+        if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
+            self.post_recvs(&repost[..nrepost])?;
+        }
+        if delivered == 0 {
+            self.check()?;
+        }
+        Ok(delivered)
+    }
+
+    #[inline]
+    fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        self.check()?;
+        if self.error.is_some() {
+            return Ok(0); // failed: deliver what was received first
+        }
+        let credits = self.peer_credits.saturating_sub(self.reserve) as usize;
+        let room = self.sq_room().saturating_sub(1) as usize; // keep one for a credit message
+        let n = descs.len().min(credits).min(room).min(CHAIN);
+        if n < descs.len().min(CHAIN) {
+            self.counters.credit_stalls.add(1);
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        if let Some(h) = self.hdr {
+            return self.post_send_hdr(&descs[..n], done, h);
+        }
+        let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
+        let mut sges = [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; CHAIN];
+        let held_after =
+            self.held.len + descs[..n].iter().filter(|d| d.len > self.tx_inline).count();
+        let hoarding = held_after * 2 >= self.tx_pool.count() as usize;
+        for (i, d) in descs[..n].iter().enumerate() {
+            if d.len > self.peer_buffer_size {
+                return Err(FabricError::Protocol(
+                    "message larger than the peer's receive buffer",
+                ));
+            }
+            let inline = d.len <= self.tx_inline;
+            let imm = self.take_owed();
+            let addr = self.tx_pool.buf_ptr(d.buf).as_ptr() as u64;
+            let mut wr = verbs::send_wr_zeroed();
+            let last = i + 1 == n;
+            let out = Outgoing {
+                addr,
+                len: d.len,
+                imm,
+                inline,
+                force_signal: last && hoarding,
+            };
+            self.fill_send(&mut wr, &mut sges[i], out);
+            wrs[i].write(wr);
+            if !inline {
+                let ok = self.held.push((self.sq_posted - 1, d.buf));
+                debug_assert!(ok, "held FIFO sized to the pool");
+            }
+        }
+        for i in 0..n {
+            let sg: *mut Sge = &mut sges[i];
+            let next = if i + 1 < n {
+                wrs[i + 1].as_mut_ptr()
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: entry i was initialised in the loop above.
+            let w = unsafe { wrs[i].assume_init_mut() };
+            w.sg_list = if w.num_sge > 0 {
+                sg
+            } else {
+                std::ptr::null_mut()
+            };
+            w.next = next;
+        }
+        self.peer_credits -= n as u32;
+        self.uncredited += n as u64;
+        // SAFETY: `n` chained, initialised WRs whose scatter entries live in `sges` until the call
+        // returns. Inline payloads are copied by the call. Non-inline buffers are send-pool
+        // buffers (the poller validated the indices) in the pool's registered region; the engine
+        // marked them fabric-owned and they stay so (in `held`) until a later signalled
+        // completion frees them in `reclaim`.
+        let res = unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) };
+        if let Err(e) = res {
+            return Err(FabricError::Io(e.errno));
+        }
+        let mut inl = 0u64;
+        for d in &descs[..n] {
+            if d.len <= self.tx_inline {
+                done.free_buf(d.buf)?;
+                inl += 1;
+            }
+        }
+        self.counters.inline_sends.add(inl);
+        self.counters.pooled_sends.add(n as u64 - inl);
+        Ok(n)
+    }
+
+    #[inline]
+    fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        self.check()?;
+        if self.error.is_some() && self.srq.is_none() {
+            return Ok(()); // the QP is in error: nothing to re-post to
+        }
+        self.post_recvs(bufs)
+    }
+
+    #[inline]
+    fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        self.check()?;
+        let mut work = 0;
+        while let Some((seq, buf)) = self.held.front() {
+            if seq >= self.sq_completed {
+                break;
+            }
+            self.held.pop();
+            done.free_buf(buf)?;
+            work += 1;
+        }
+        if self.engine_credits > 0 {
+            done.credits(self.engine_credits);
+            work += 1;
+            self.engine_credits = 0;
+        }
+        Ok(work)
+    }
+
+    #[inline]
+    fn flush(&mut self) -> Result<(), FabricError> {
+        self.check()?;
+        if self.error.is_some() {
+            return Ok(());
+        }
+        // Sends were posted (one doorbell per batch) in `post_send`; what remains is returning
+        // credits when traffic is one-way.
+        self.maybe_send_credits()
+    }
+}
+
+impl Drop for RdmaConn {
+    fn drop(&mut self) {
+        // Runs on the control thread after the poller retired the connection. Shared buffers
+        // still queued here go back to the SRQ; the count the application still holds is
+        // reported so the SRQ's credit budget never counts them as posted.
+        if let Some(srq) = &self.srq {
+            let mut bufs = [0u32; CHAIN];
+            loop {
+                let mut n = 0;
+                while n < CHAIN {
+                    let Some((buf, _, _)) = self.rx_pending.pop() else {
+                        break;
+                    };
+                    bufs[n] = buf;
+                    n += 1;
+                }
+                if n == 0 {
+                    break;
+                }
+                if srq.post(&bufs[..n]).is_ok() {
+                    self.srq_held = self.srq_held.saturating_sub(n as u32);
+                }
+            }
+            if let Some(out) = &self.srq_held_out {
+                out.store(self.srq_held, Ordering::Release);
+            }
+        }
+    }
+}

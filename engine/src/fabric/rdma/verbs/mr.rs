@@ -1,0 +1,113 @@
+//! Registered memory: [`MemoryRegion`] and its [`Access`] rights.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_sys as ffi;
+
+use super::device::ProtectionDomain;
+use super::error::{last_os_error, VerbsError};
+
+/// Memory access rights of a [`MemoryRegion`]. Use the least that works: receive buffers need
+/// [`Access::LOCAL_WRITE`]; send-only buffers need nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access(u32);
+
+impl Access {
+    /// No rights beyond local read (send-only buffers).
+    pub const NONE: Self = Self(0);
+    /// The HCA may write into the region (receive buffers).
+    pub const LOCAL_WRITE: Self = Self(ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0);
+}
+
+/// A registered, page-aligned, zero-initialised memory region that owns its memory.
+pub struct MemoryRegion {
+    raw: NonNull<ffi::ibv_mr>,
+    addr: NonNull<u8>,
+    layout: std::alloc::Layout,
+    pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: the region's memory is owned by this object; access to the bytes goes through raw
+// pointers whose use is governed by the data path's ownership protocol.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: as above; `&MemoryRegion` only hands out raw pointers and keys.
+unsafe impl Sync for MemoryRegion {}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("len", &self.len())
+            .field("lkey", &self.lkey())
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Allocates `len` bytes (page aligned, zeroed) and registers them with `access`.
+    ///
+    /// # Errors
+    /// [`VerbsError::AllocMemory`], [`VerbsError::RegMr`].
+    pub fn new(pd: &Arc<ProtectionDomain>, len: usize, access: Access) -> Result<Self, VerbsError> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|_| VerbsError::AllocMemory { len })?;
+        // SAFETY: layout has non-zero size.
+        let addr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let addr = NonNull::new(addr).ok_or(VerbsError::AllocMemory { len })?;
+        // SAFETY: `addr..addr+len` is a live allocation owned by the returned object and
+        // freed only after ibv_dereg_mr in Drop.
+        let mr =
+            unsafe { ffi::ibv_reg_mr(pd.as_ptr(), addr.as_ptr().cast(), len, access.0 as i32) };
+        match NonNull::new(mr) {
+            Some(raw) => Ok(Self {
+                raw,
+                addr,
+                layout,
+                pd: Arc::clone(pd),
+            }),
+            None => {
+                let source = last_os_error();
+                // SAFETY: allocated above with `layout`, never registered.
+                unsafe { std::alloc::dealloc(addr.as_ptr(), layout) };
+                Err(VerbsError::RegMr { len, source })
+            }
+        }
+    }
+
+    /// Start of the region.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Whether the region is empty (never: at least one byte is allocated).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Local key for scatter/gather entries.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: valid MR.
+        unsafe { (*self.raw.as_ptr()).lkey }
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: registered by ibv_reg_mr; the memory is freed only after deregistration.
+        unsafe {
+            ffi::ibv_dereg_mr(self.raw.as_ptr());
+            std::alloc::dealloc(self.addr.as_ptr(), self.layout);
+        }
+    }
+}
