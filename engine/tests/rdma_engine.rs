@@ -324,6 +324,63 @@ fn no_listener_and_bad_addresses_are_clear_errors() {
     assert!(matches!(err, Error::Listen { .. }), "got {err:?}");
 }
 
+/// Connect requests that never complete cost the listener a pending entry each, not time: each
+/// comes from an rdma_cm id without a QP that never reads its event channel, so nothing sends
+/// the RTU and the listener never sees ESTABLISHED. A good client behind them still connects and
+/// is accepted at once (the old control thread waited 2 s for each: 16 s for these 8, past the
+/// good client's 10-s connect timeout), and each stalled accept fails after its 2-s timeout.
+#[test]
+fn stalled_connect_requests_do_not_delay_a_good_client() {
+    let Some(ip) = vm_ip() else { return };
+    const STALLED: usize = 8;
+    let e = engine(256, 8);
+    let port = 20096;
+    let ep = format!("rdma://{ip}:{port}");
+    let l = e.listen(&ep).expect("listen");
+    let addr: std::net::SocketAddr = format!("{ip}:{port}").parse().expect("address");
+    let opts = cm::rdma::ConnOptions::default();
+    let private = cm::rdma::FlowParams {
+        credits: 8,
+        buffer_size: 256,
+        inline_size: 0,
+    }
+    .encode();
+    let stalled: Vec<cm::rdma::CmId> = (0..STALLED)
+        .map(|_| {
+            let id = cm::rdma::resolve(addr, &opts, Instant::now() + T).expect("resolve");
+            id.connect(&opts, &private).expect("connect request");
+            id
+        })
+        .collect();
+    let t0 = Instant::now();
+    let c = e.connect(&ep).expect("good client connects");
+    let s = l.accept_timeout(T).expect("good client accepted");
+    let took = t0.elapsed();
+    eprintln!("good client behind {STALLED} stalled requests: connect + accept {took:?}");
+    // A functional bound (the VM is 10-50x slower than native): under one accept timeout.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    send_bytes(&c, b"ping");
+    assert_eq!(&*s.recv_timeout(T).expect("ping"), b"ping");
+    // Every stalled accept fails (reported as an error event) after its timeout.
+    let deadline = Instant::now() + T;
+    let mut failed = 0;
+    while failed < STALLED {
+        assert!(
+            Instant::now() < deadline,
+            "{failed} of {STALLED} stalled accepts expired"
+        );
+        match e.try_event() {
+            Some(Event::Error { conn: None, error }) => {
+                eprintln!("stalled accept: {error}");
+                failed += 1;
+            }
+            Some(_) => {}
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    drop(stalled);
+}
+
 /// A TCP listener on `ip:port` whose accept queue is full, so that the kernel silently drops
 /// further SYNs to it (a peer that never answers). Returns the listening socket and the
 /// connections filling its queue; dropping them closes everything.

@@ -59,7 +59,7 @@ pub(crate) struct RdmaControl {
     reg: Registry<RdmaFabric, RdmaListener, RdmaSetup>,
     /// Accepted requests waiting for ESTABLISHED, with their listener's id; their channels
     /// follow the registry's descriptors in the poll set, in this order.
-    accepting: Vec<(u64, PendingAccept)>,
+    accepting: Vec<(u64, Box<PendingAccept>)>,
     /// How many of `accepting` the last [`fds`](FabricControl::fds) appended.
     watched_accepting: usize,
     devices: Arc<RdmaDevices>,
@@ -146,7 +146,7 @@ impl RdmaControl {
 
     /// Reads the next event of a pending accept of listener `lid`; keeps it pending, or
     /// installs and hands over the connection, or reports its failure.
-    fn advance(&mut self, ctx: &mut Ctx<'_>, lid: u64, pa: PendingAccept) {
+    fn advance(&mut self, ctx: &mut Ctx<'_>, lid: u64, pa: Box<PendingAccept>) {
         let Some(raw) = self
             .reg
             .listeners
@@ -159,7 +159,7 @@ impl RdmaControl {
         };
         match pa.advance(ctx.cfg) {
             Ok(AcceptStep::Pending(pa)) => self.accepting.push((lid, pa)),
-            Ok(AcceptStep::Done(est)) => match self.install_est(ctx, est, raw) {
+            Ok(AcceptStep::Done(est)) => match self.install_est(ctx, *est, raw) {
                 Ok(parts) => {
                     if let Some(id) = self.reg.hand_over(lid, parts) {
                         self.drop_conn(ctx, id);

@@ -893,7 +893,7 @@ impl RdmaListener {
         devices: &RdmaDevices,
         busy: bool,
         now: Instant,
-    ) -> Result<Option<PendingAccept>, Error> {
+    ) -> Result<Option<Box<PendingAccept>>, Error> {
         let aerr = |what: &str, e: CmError| setup_err(what, e);
         let Some(req) = self
             .inner
@@ -944,14 +944,14 @@ impl RdmaListener {
             .id
             .peer_addr()
             .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-        Ok(Some(PendingAccept {
+        Ok(Some(Box::new(PendingAccept {
             pending,
             peer,
             peer_addr,
             addr,
             opts,
             deadline: now + ACCEPT_TIMEOUT,
-        }))
+        })))
     }
 }
 
@@ -972,9 +972,9 @@ pub(crate) struct PendingAccept {
 /// Where [`PendingAccept::advance`] left an accept.
 pub(crate) enum AcceptStep {
     /// No ESTABLISHED yet.
-    Pending(PendingAccept),
+    Pending(Box<PendingAccept>),
     /// Established: the connection is set up.
-    Done(Established),
+    Done(Box<Established>),
 }
 
 impl PendingAccept {
@@ -995,13 +995,19 @@ impl PendingAccept {
     ///
     /// The failure event's typed error (REJECTED, CONNECT_ERROR, DISCONNECTED, ...), or the
     /// setup's.
-    pub(crate) fn advance(self, cfg: &Config) -> Result<AcceptStep, Error> {
+    pub(crate) fn advance(self: Box<Self>, cfg: &Config) -> Result<AcceptStep, Error> {
         let what = "waiting for ESTABLISHED";
         match self.pending.id.channel().try_event() {
             Ok(None) => Ok(AcceptStep::Pending(self)),
             Ok(Some(ev)) if ev.kind == CmEventKind::Established => {
-                finish(self.pending, self.peer, cfg, &self.opts, self.peer_addr)
-                    .map(AcceptStep::Done)
+                let PendingAccept {
+                    pending,
+                    peer,
+                    peer_addr,
+                    opts,
+                    ..
+                } = *self;
+                finish(pending, peer, cfg, &opts, peer_addr).map(|e| AcceptStep::Done(Box::new(e)))
             }
             Ok(Some(ev)) => Err(setup_err(
                 what,

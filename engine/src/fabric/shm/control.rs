@@ -141,7 +141,7 @@ impl ShmControl {
         let raw = l.raw.clone();
         match step {
             Ok(Step::Pending(hs)) => self.handshakes.push((lid, hs)),
-            Ok(Step::Done(est)) => match self.install_est(ctx, est, raw) {
+            Ok(Step::Done(est)) => match self.install_est(ctx, *est, raw) {
                 Ok(parts) => {
                     if let Some(id) = self.reg.hand_over(lid, parts) {
                         // The listener is gone: nobody will take this connection.

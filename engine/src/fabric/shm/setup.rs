@@ -262,7 +262,7 @@ impl ShmListener {
             return Ok(Step::Pending(hs));
         };
         match hs.stream.recv_ready(nowait) {
-            Ok(()) => establish(segment, hs.stream, cfg).map(Step::Done),
+            Ok(()) => establish(segment, hs.stream, cfg).map(|e| Step::Done(Box::new(e))),
             Err(uds::UdsError::Timeout { .. }) => {
                 hs.segment = Some(segment);
                 Ok(Step::Pending(hs))
@@ -326,5 +326,5 @@ pub(crate) enum Step {
     /// Waiting for the peer's next message.
     Pending(Handshake),
     /// Done: the connection is set up.
-    Done(Established),
+    Done(Box<Established>),
 }
