@@ -57,11 +57,13 @@
 //!   on the control thread. Events ([`Event::Connected`], [`Event::Disconnected`],
 //!   [`Event::Error`]) reach the application through an event ring ([`Engine::try_event`]).
 //!   `connect` runs its rendezvous on the calling thread (bounded by its timeout) and then hands the
-//!   connection to the control thread, so a slow peer being connected to does not stall the
-//!   control thread. Accepting does run on the control thread: shm runs its handshake steps there
-//!   (up to 250 ms each) and RDMA waits there up to 2 s for ESTABLISHED, so a slow or stalled
-//!   peer that is being accepted delays the control thread's other work (other accepts, hang-up
-//!   detection, teardown) by up to that long; the data path is not affected.
+//!   connection to the control thread. Accepting runs on the control thread but never waits on
+//!   a peer: each accepted connection whose handshake is under way (shm: hello, offer, ready;
+//!   RDMA: waiting for ESTABLISHED) is an entry with a deadline, its socket or event channel in
+//!   the control thread's poll set; a step runs when the peer's message arrives, and an entry
+//!   whose peer is too slow (shm: 250 ms per step; RDMA: 2 s) is dropped, closing its socket.
+//!   So a slow or hostile peer costs one table entry, not time: it delays neither other
+//!   connects and accepts nor hang-up detection and teardown.
 //! * **Fabrics** plug in below the poller through the [`fabric::Fabric`] / [`fabric::FabricConn`]
 //!   traits: the poller is generic and monomorphised (no `dyn` on the data path), and each fabric
 //!   keeps setup code (`fabric/<name>/setup.rs`) apart from hot-path code

@@ -322,7 +322,10 @@ impl UdsStream {
     }
 
     /// Listener: receives the connector's hello. On a protocol-version mismatch it replies with a
-    /// `VersionMismatch` reject (best effort) and returns the error.
+    /// `VersionMismatch` reject (best effort, without waiting) and returns the error.
+    ///
+    /// With a zero `timeout` it never waits (as every receive step): [`UdsError::Timeout`] then
+    /// means the message has not arrived yet, for a caller that polls the socket itself.
     ///
     /// # Errors
     /// [`UdsError::VersionMismatch`], [`UdsError::BadMessage`] (bad magic, unexpected kind,
@@ -338,10 +341,9 @@ impl UdsStream {
                 reason: "expected hello",
             }),
             Err(e @ UdsError::VersionMismatch { .. }) => {
-                let _ = self.send_reject(
-                    HandshakeRefusal::VersionMismatch,
-                    Duration::from_millis(100),
-                );
+                // Best effort and without waiting: nothing was sent on this socket before, so
+                // the reply fits its send buffer (the listener's control thread never blocks).
+                let _ = self.send_reject(HandshakeRefusal::VersionMismatch, Duration::ZERO);
                 Err(e)
             }
             Err(e) => Err(e),

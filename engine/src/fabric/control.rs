@@ -19,10 +19,12 @@
 //!   for is reported once as an [`Event`]) and the [`Ctx`] with [`Ctx::emit`], which counts an
 //!   event dropped when the application does not drain the event ring.
 //!
-//! Setup may block, bounded: shm's accept runs its handshake steps (up to
-//! `ACCEPT_STEP_TIMEOUT`, 250 ms each) and RDMA's accept waits up to 2 s for ESTABLISHED, both on
-//! the control thread, so a slow or stalled peer that is being accepted delays every other
-//! connection's control work by that much.
+//! Nothing here waits on a peer. An accept whose handshake is under way (shm: the hello and the
+//! ready, `ACCEPT_STEP_TIMEOUT`, 250 ms, per step; RDMA: ESTABLISHED, up to 2 s) is an entry in
+//! its fabric's pending table, with a deadline: its descriptor is appended after the
+//! registry's in [`FabricControl::fds`], [`FabricControl::on_ready`] runs its next step when
+//! the peer's message arrives, and [`FabricControl::tick`] drops it when the deadline passes.
+//! So a stalled peer costs one entry, never control-thread time.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -51,7 +53,9 @@ pub(crate) const ACCEPT_BURST: usize = 16;
 pub(crate) type Established = Box<dyn Any + Send>;
 
 /// The half of a fabric that runs on the control thread. Called only by the dispatcher
-/// (`crate::control`), on the control thread; may block, bounded.
+/// (`crate::control`), on the control thread; must not wait on a peer (setup work such as
+/// creating a segment or registering memory is fine; a handshake step that needs the peer's
+/// answer waits in the poll set, see the module docs).
 pub(crate) trait FabricControl: Send {
     /// The endpoint scheme this fabric serves (`"shm"`, `"rdma"`): its [`Fabric::NAME`].
     fn scheme(&self) -> &'static str;

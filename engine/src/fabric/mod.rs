@@ -7,8 +7,10 @@
 //!   resources (shm: the segment; RDMA: the queue pair and the registered pool memory regions) and
 //!   produces a [`FabricConn`] plus the application's views of the pools ([`PoolView`]). The
 //!   fabric's control half (`fabric/<name>/control.rs`, see [the control seam](#the-control-seam))
-//!   then hands the connection to a poller through its command ring. Setup code may block
-//!   (bounded) and make syscalls.
+//!   then hands the connection to a poller through its command ring. Setup code makes syscalls;
+//!   on the control thread it never waits on a peer (a handshake step that needs the peer's
+//!   answer is a pending entry with a deadline, advanced when its descriptor is ready); on a
+//!   connecting thread it blocks, bounded by the connect timeout.
 //! * **datapath** (`fabric/<name>/datapath.rs`): the [`Fabric`] and [`FabricConn`] implementations
 //!   that a poller drives every cycle. No syscalls (except the RDMA doorbell
 //!   write, which is an MMIO store, not a syscall), no locks, no allocation, no logging: count
@@ -67,7 +69,8 @@
 //!
 //! The control thread's half of a fabric implements `FabricControl` (`fabric/control.rs`, crate
 //! private): listen, install a connection, close one, the descriptors to watch and what to do
-//! when they are ready, a periodic tick (draining the pollers' notices) and shutdown; its
+//! when they are ready (including those of handshakes in progress), a periodic tick (draining
+//! the pollers' notices, expiring handshakes past their deadline) and shutdown; its
 //! `FabricConnect` runs `connect` on the application's thread. The shared pieces live beside the
 //! trait: a context with `emit()` for events, the generic listener and connection records, the
 //! least-loaded poller choice, and one teardown model (a close is begun with a poller command

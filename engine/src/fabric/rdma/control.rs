@@ -8,14 +8,19 @@
 //! last service posts what the application queued) and disconnects once it has, or after
 //! [`CLOSE_GRACE`].
 //!
-//! Accepting waits on the control thread, up to `ACCEPT_TIMEOUT` (2 s), for ESTABLISHED;
-//! connecting runs on the calling thread.
+//! Accepting never waits on a peer: an accepted request becomes a [`PendingAccept`] entry whose
+//! id's event channel is in the poll set; its ESTABLISHED (or a failure event) finishes it, and
+//! [`tick`](FabricControl::tick) drops it (QP and id destroyed) after `ACCEPT_TIMEOUT` (2 s).
+//! At most [`MAX_PENDING_ACCEPTS`] are pending; beyond that requests are rejected at once.
+//! Connecting runs on the calling thread.
 
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::datapath::{RdmaCommand, RdmaFabric};
-use super::setup::{self, ConnStatus, Established, RdmaDevices, RdmaListener};
+use super::setup::{
+    self, AcceptStep, ConnStatus, Established, PendingAccept, RdmaDevices, RdmaListener,
+};
 use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, FabricError};
@@ -45,9 +50,18 @@ impl SetupSide for RdmaSetup {
     }
 }
 
+/// Most accepted requests waiting for ESTABLISHED at once (over every listener); beyond that a
+/// request is rejected at once. Bounds what stalled peers can hold.
+pub(crate) const MAX_PENDING_ACCEPTS: usize = 1024;
+
 /// The RDMA control state.
 pub(crate) struct RdmaControl {
     reg: Registry<RdmaFabric, RdmaListener, RdmaSetup>,
+    /// Accepted requests waiting for ESTABLISHED, with their listener's id; their channels
+    /// follow the registry's descriptors in the poll set, in this order.
+    accepting: Vec<(u64, Box<PendingAccept>)>,
+    /// How many of `accepting` the last [`fds`](FabricControl::fds) appended.
+    watched_accepting: usize,
     devices: Arc<RdmaDevices>,
 }
 
@@ -59,6 +73,8 @@ impl RdmaControl {
         ));
         Self {
             reg: Registry::new(links),
+            accepting: Vec::new(),
+            watched_accepting: 0,
             devices,
         }
     }
@@ -111,26 +127,47 @@ impl RdmaControl {
         Ok(parts)
     }
 
-    fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64) {
+    /// Takes up to [`ACCEPT_BURST`] connection requests off listener `lid` and accepts them
+    /// (nothing here waits for a peer: each becomes a [`PendingAccept`]).
+    fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64, now: Instant) {
         for _ in 0..ACCEPT_BURST {
             let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
                 return;
             };
-            match l.listener.try_accept(ctx.cfg, &self.devices) {
+            let busy = self.accepting.len() >= MAX_PENDING_ACCEPTS;
+            match l.listener.try_accept(ctx.cfg, &self.devices, busy, now) {
                 Ok(None) => return,
-                Ok(Some(est)) => {
-                    let raw = l.raw.clone();
-                    match self.install_est(ctx, est, raw) {
-                        Ok(parts) => {
-                            if let Some(id) = self.reg.hand_over(lid, parts) {
-                                self.drop_conn(ctx, id);
-                            }
-                        }
-                        Err(error) => ctx.emit(Event::Error { conn: None, error }),
+                // ESTABLISHED may be there already: try at once.
+                Ok(Some(pa)) => self.advance(ctx, lid, pa),
+                Err(error) => ctx.emit(Event::Error { conn: None, error }),
+            }
+        }
+    }
+
+    /// Reads the next event of a pending accept of listener `lid`; keeps it pending, or
+    /// installs and hands over the connection, or reports its failure.
+    fn advance(&mut self, ctx: &mut Ctx<'_>, lid: u64, pa: Box<PendingAccept>) {
+        let Some(raw) = self
+            .reg
+            .listeners
+            .iter()
+            .find(|l| l.id == lid)
+            .map(|l| l.raw.clone())
+        else {
+            // The listener is gone: dropping the accept destroys its QP and id.
+            return;
+        };
+        match pa.advance(ctx.cfg) {
+            Ok(AcceptStep::Pending(pa)) => self.accepting.push((lid, pa)),
+            Ok(AcceptStep::Done(est)) => match self.install_est(ctx, *est, raw) {
+                Ok(parts) => {
+                    if let Some(id) = self.reg.hand_over(lid, parts) {
+                        self.drop_conn(ctx, id);
                     }
                 }
                 Err(error) => ctx.emit(Event::Error { conn: None, error }),
-            }
+            },
+            Err(error) => ctx.emit(Event::Error { conn: None, error }),
         }
     }
 }
@@ -162,6 +199,8 @@ impl FabricControl for RdmaControl {
     }
 
     fn unlisten(&mut self, id: u64) -> bool {
+        // Its pending accepts go with it.
+        self.accepting.retain(|(lid, _)| *lid != id);
         self.reg.unlisten(id)
     }
 
@@ -188,12 +227,39 @@ impl FabricControl for RdmaControl {
         self.reg.watch(fds, RdmaListener::fd, |c| {
             Some((c.setup.id.channel().fd(), libc::POLLIN))
         });
+        for (_, pa) in &self.accepting {
+            fds.push(libc::pollfd {
+                fd: pa.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        self.watched_accepting = self.accepting.len();
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
+        // The pending accepts' channels come last, in `accepting` order (nothing changed the
+        // table since `fds`). Those with an event are advanced first.
+        let n = self
+            .watched_accepting
+            .min(fds.len())
+            .min(self.accepting.len());
+        let (fds, pa_fds) = fds.split_at(fds.len() - n);
+        if pa_fds.iter().any(|p| p.revents != 0) {
+            let mut all = std::mem::take(&mut self.accepting).into_iter();
+            for (p, (lid, pa)) in pa_fds.iter().zip(all.by_ref()) {
+                if p.revents != 0 {
+                    self.advance(ctx, lid, pa);
+                } else {
+                    self.accepting.push((lid, pa));
+                }
+            }
+            self.accepting.extend(all);
+        }
+        let now = Instant::now();
         for w in self.reg.ready(fds) {
             match w {
-                Watched::Listener(id) => self.accept_on(ctx, id),
+                Watched::Listener(id) => self.accept_on(ctx, id, now),
                 Watched::Conn(id) => {
                     let status = match self.reg.conns.get(&id) {
                         Some(c) => setup::poll_events(&c.setup.id),
@@ -227,12 +293,26 @@ impl FabricControl for RdmaControl {
         }
     }
 
-    fn tick(&mut self, ctx: &mut Ctx<'_>, _now: Instant) -> bool {
+    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
         self.reg.drain(ctx);
-        !self.reg.conns.is_empty()
+        // Accepts whose ESTABLISHED did not come in time fail (QP and id destroyed).
+        if self.accepting.iter().any(|(_, pa)| pa.deadline() <= now) {
+            let (late, keep) = std::mem::take(&mut self.accepting)
+                .into_iter()
+                .partition(|(_, pa)| pa.deadline() <= now);
+            self.accepting = keep;
+            for (_, pa) in late {
+                ctx.emit(Event::Error {
+                    conn: None,
+                    error: pa.timed_out(),
+                });
+            }
+        }
+        !self.reg.conns.is_empty() || !self.accepting.is_empty()
     }
 
     fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
+        self.accepting.clear();
         self.reg.shutdown(ctx, Some(CLOSE_GRACE));
     }
 }

@@ -1,7 +1,8 @@
 //! RDMA connection setup: rdma_cm connect/accept, per-device resources (PD, one CQ per poller),
 //! registered pools, QP creation on the context rdma_cm resolved, receive pre-posting and the
 //! flow-control handshake in the private data. Runs on the control thread (accept, events,
-//! teardown) or on the thread calling `connect`, never on a poller.
+//! teardown; an accept waiting for ESTABLISHED is a [`PendingAccept`] entry, never a wait) or on
+//! the thread calling `connect`, never on a poller.
 
 use std::any::Any;
 use std::os::fd::RawFd;
@@ -30,7 +31,8 @@ use crate::error::Error;
 /// bounce credit messages at each other.
 pub(crate) const MIN_CREDITS: u32 = 4;
 
-/// How long the listening side waits for ESTABLISHED after accepting (control thread).
+/// How long the listening side waits for ESTABLISHED after accepting. The control thread does
+/// not wait: the accepted id is a [`PendingAccept`] entry with this deadline.
 pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest CQ created per (device, poller).
 const MAX_CQ_ENTRIES: u32 = 1 << 16;
@@ -880,13 +882,18 @@ impl RdmaListener {
         self.inner.id().channel().fd()
     }
 
-    /// Accepts and sets up one pending connection request, if any. Waits at most
-    /// [`ACCEPT_TIMEOUT`] for ESTABLISHED.
+    /// Takes one pending connection request, if any: validates it, creates the QP and pools and
+    /// accepts it (`busy`: rejects it with [`CmRejectReason::NoResources`] instead). Does not
+    /// wait for ESTABLISHED: the returned [`PendingAccept`] is finished by
+    /// [`PendingAccept::advance`] when that event arrives on the id's own channel, and fails at
+    /// its deadline ([`ACCEPT_TIMEOUT`] from `now`).
     pub(crate) fn try_accept(
         &self,
         cfg: &Config,
         devices: &RdmaDevices,
-    ) -> Result<Option<Established>, Error> {
+        busy: bool,
+        now: Instant,
+    ) -> Result<Option<Box<PendingAccept>>, Error> {
         let aerr = |what: &str, e: CmError| setup_err(what, e);
         let Some(req) = self
             .inner
@@ -895,6 +902,12 @@ impl RdmaListener {
         else {
             return Ok(None);
         };
+        if busy {
+            let _ = req.id.reject(&CmRejectReason::NoResources.encode());
+            return Err(Error::Setup(
+                "rdma connect request rejected: too many accepts pending".into(),
+            ));
+        }
         let peer = match FlowParams::decode(&req.private_data) {
             Ok(p) => p,
             Err(e) => {
@@ -916,26 +929,106 @@ impl RdmaListener {
             .map_or_else(|| "?".to_owned(), |a| a.to_string());
         // On error, dropping the id rejects the request.
         let pending = prepare(req.id, devices, cfg)?;
-        let opts = ConnOptions::default();
-        pending
-            .id
-            .accept(&opts, &our_params(&pending).encode())
-            .map_err(|e| aerr("accept", e))?;
-        let deadline = Instant::now() + ACCEPT_TIMEOUT;
-        let addr = pending
-            .id
-            .peer_addr()
-            .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-        pending
-            .id
-            .wait_for(CmEventKind::Established, deadline, addr)
-            .map_err(|e| aerr("waiting for ESTABLISHED", e))?;
+        // The id's own channel (migrated by `get_request`): read without blocking from here on.
         pending
             .id
             .channel()
             .set_nonblocking(true)
             .map_err(|e| aerr("event channel", e))?;
-        finish(pending, peer, cfg, &opts, peer_addr).map(Some)
+        let opts = ConnOptions::default();
+        pending
+            .id
+            .accept(&opts, &our_params(&pending).encode())
+            .map_err(|e| aerr("accept", e))?;
+        let addr = pending
+            .id
+            .peer_addr()
+            .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+        Ok(Some(Box::new(PendingAccept {
+            pending,
+            peer,
+            peer_addr,
+            addr,
+            opts,
+            deadline: now + ACCEPT_TIMEOUT,
+        })))
+    }
+}
+
+/// An accepted connection request waiting for ESTABLISHED (listening side). The control thread
+/// watches [`fd`](Self::fd) (the id's own event channel), calls [`advance`](Self::advance) when
+/// it is readable and drops the entry at its [`deadline`](Self::deadline) (destroying the QP and
+/// the id). A peer that never completes costs this entry until then, never control-thread time.
+pub(crate) struct PendingAccept {
+    pending: Pending,
+    /// The peer's flow-control parameters from its request (validated).
+    peer: FlowParams,
+    peer_addr: String,
+    addr: std::net::SocketAddr,
+    opts: ConnOptions,
+    deadline: Instant,
+}
+
+/// Where [`PendingAccept::advance`] left an accept.
+pub(crate) enum AcceptStep {
+    /// No ESTABLISHED yet.
+    Pending(Box<PendingAccept>),
+    /// Established: the connection is set up.
+    Done(Box<Established>),
+}
+
+impl PendingAccept {
+    /// The event channel to watch for `POLLIN`.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.pending.id.channel().fd()
+    }
+
+    /// When the accept fails if ESTABLISHED has not arrived.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Reads the id's next event without waiting: ESTABLISHED finishes the setup, any other
+    /// event fails it, none leaves it pending.
+    ///
+    /// # Errors
+    ///
+    /// The failure event's typed error (REJECTED, CONNECT_ERROR, DISCONNECTED, ...), or the
+    /// setup's.
+    pub(crate) fn advance(self: Box<Self>, cfg: &Config) -> Result<AcceptStep, Error> {
+        let what = "waiting for ESTABLISHED";
+        match self.pending.id.channel().try_event() {
+            Ok(None) => Ok(AcceptStep::Pending(self)),
+            Ok(Some(ev)) if ev.kind == CmEventKind::Established => {
+                let PendingAccept {
+                    pending,
+                    peer,
+                    peer_addr,
+                    opts,
+                    ..
+                } = *self;
+                finish(pending, peer, cfg, &opts, peer_addr).map(|e| AcceptStep::Done(Box::new(e)))
+            }
+            Ok(Some(ev)) => Err(setup_err(
+                what,
+                rcm::event_error(&ev, self.addr).unwrap_or(CmError::UnexpectedEvent {
+                    expected: CmEventKind::Established.name(),
+                    got: ev.kind.name(),
+                }),
+            )),
+            Err(e) => Err(setup_err(what, e)),
+        }
+    }
+
+    /// The error for an accept whose ESTABLISHED did not come by the deadline.
+    pub(crate) fn timed_out(&self) -> Error {
+        setup_err(
+            "waiting for ESTABLISHED",
+            CmError::Timeout {
+                step: CmEventKind::Established.name(),
+                waited: ACCEPT_TIMEOUT,
+            },
+        )
     }
 }
 

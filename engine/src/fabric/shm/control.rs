@@ -7,8 +7,13 @@
 //! drop the connection (`PeerGone`). The segment's closed mark and the bye on the socket go out
 //! only once the poller has let go, after this side's last sends were posted.
 //!
-//! Accepting runs the handshake on the control thread (each step bounded by
-//! `ACCEPT_STEP_TIMEOUT`, 250 ms); connecting runs it on the calling thread ([`ShmConnect`]).
+//! Accepting never waits on a peer: each accepted socket becomes a pending [`Handshake`] entry
+//! whose socket is in the poll set; the control thread runs a step when its message arrives and
+//! [`tick`](FabricControl::tick) expires an entry whose step took longer than
+//! `ACCEPT_STEP_TIMEOUT` (250 ms), closing its socket. A client that connects and never finishes
+//! the handshake costs one entry (at most [`MAX_HANDSHAKES`]; beyond that new connections are
+//! refused as busy), not control-thread time. Connecting runs the handshake on the calling
+//! thread ([`ShmConnect`]), bounded by its timeout.
 
 use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use cm::uds::UdsStream;
 
-use super::setup::{self, Established, ShmListener};
+use super::setup::{self, Established, Handshake, ShmListener, Step};
 use super::wire::Segment;
 use super::ShmFabric;
 use crate::config::Config;
@@ -46,9 +51,18 @@ impl SetupSide for ShmSetup {
     }
 }
 
+/// Most accepted connections whose handshake is pending at once (over every listener); beyond
+/// that a new connection is refused (`Busy`) at once. Bounds what stalled clients can hold.
+pub(crate) const MAX_HANDSHAKES: usize = 1024;
+
 /// The shm control state.
 pub(crate) struct ShmControl {
     reg: Registry<ShmFabric, ShmListener, ShmSetup>,
+    /// Accepted connections whose handshake is under way, with their listener's id; their
+    /// sockets follow the registry's in the poll set, in this order.
+    handshakes: Vec<(u64, Handshake)>,
+    /// How many of `handshakes` the last [`fds`](FabricControl::fds) appended.
+    watched_handshakes: usize,
     /// Grace of a close by the application: with dedicated pollers, none (the poller's
     /// `Retired` notice finishes it, after its last service pass posted the queued sends); in
     /// run-to-completion mode zero (that poller turns only when the application polls, which it
@@ -61,6 +75,8 @@ impl ShmControl {
     pub(crate) fn new(links: Vec<PollerLink<ShmFabric>>, cfg: &Config) -> ShmControl {
         ShmControl {
             reg: Registry::new(links),
+            handshakes: Vec::new(),
+            watched_handshakes: 0,
             close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
             last_heartbeat: Instant::now(),
         }
@@ -94,28 +110,48 @@ impl ShmControl {
         self.reg.register(ctx, new, raw, None)
     }
 
-    fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64) {
+    /// Takes up to [`ACCEPT_BURST`] new connections off listener `lid` and starts their
+    /// handshakes (nothing here waits for a peer).
+    fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64, now: Instant) {
         for _ in 0..ACCEPT_BURST {
             let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
                 return;
             };
-            match l.listener.try_accept(ctx.cfg) {
+            match l.listener.try_accept(now) {
                 Ok(None) => return,
-                Ok(Some(est)) => {
-                    let raw = l.raw.clone();
-                    match self.install_est(ctx, est, raw) {
-                        Ok(parts) => {
-                            if let Some(id) = self.reg.hand_over(lid, parts) {
-                                // The listener is gone: nobody will take this connection.
-                                self.drop_conn(ctx, id);
-                            }
-                        }
-                        Err(error) => ctx.emit(Event::Error { conn: None, error }),
-                    }
+                Ok(Some(hs)) if self.handshakes.len() >= MAX_HANDSHAKES => hs.refuse_busy(),
+                Ok(Some(hs)) => {
+                    // The hello may be there already: try at once.
+                    self.advance(ctx, lid, hs, now);
                 }
-                // A failed handshake fails only that connection attempt.
+                // A failed accept fails only that connection attempt.
                 Err(error) => ctx.emit(Event::Error { conn: None, error }),
             }
+        }
+    }
+
+    /// Runs the steps of a pending handshake of listener `lid` whose input has arrived; keeps
+    /// it pending, or installs and hands over the connection, or reports its failure.
+    fn advance(&mut self, ctx: &mut Ctx<'_>, lid: u64, hs: Handshake, now: Instant) {
+        // The listener is gone: dropping the handshake closes its socket.
+        let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
+            return;
+        };
+        let step = l.listener.advance(hs, ctx.cfg, now);
+        let raw = l.raw.clone();
+        match step {
+            Ok(Step::Pending(hs)) => self.handshakes.push((lid, hs)),
+            Ok(Step::Done(est)) => match self.install_est(ctx, *est, raw) {
+                Ok(parts) => {
+                    if let Some(id) = self.reg.hand_over(lid, parts) {
+                        // The listener is gone: nobody will take this connection.
+                        self.drop_conn(ctx, id);
+                    }
+                }
+                Err(error) => ctx.emit(Event::Error { conn: None, error }),
+            },
+            // A failed handshake fails only that connection attempt.
+            Err(error) => ctx.emit(Event::Error { conn: None, error }),
         }
     }
 }
@@ -145,6 +181,8 @@ impl FabricControl for ShmControl {
     }
 
     fn unlisten(&mut self, id: u64) -> bool {
+        // Its pending handshakes go with it (their sockets close).
+        self.handshakes.retain(|(lid, _)| *lid != id);
         self.reg.unlisten(id)
     }
 
@@ -169,12 +207,39 @@ impl FabricControl for ShmControl {
         self.reg.watch(fds, ShmListener::fd, |c| {
             (!c.is_closing()).then(|| (c.setup.stream.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP))
         });
+        for (_, hs) in &self.handshakes {
+            fds.push(libc::pollfd {
+                fd: hs.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        self.watched_handshakes = self.handshakes.len();
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
+        let now = Instant::now();
+        // The pending handshakes' sockets come last, in `handshakes` order (nothing changed the
+        // table since `fds`). Those with input run their next step first.
+        let n = self
+            .watched_handshakes
+            .min(fds.len())
+            .min(self.handshakes.len());
+        let (fds, hs_fds) = fds.split_at(fds.len() - n);
+        if hs_fds.iter().any(|p| p.revents != 0) {
+            let mut all = std::mem::take(&mut self.handshakes).into_iter();
+            for (p, (lid, hs)) in hs_fds.iter().zip(all.by_ref()) {
+                if p.revents != 0 {
+                    self.advance(ctx, lid, hs, now);
+                } else {
+                    self.handshakes.push((lid, hs));
+                }
+            }
+            self.handshakes.extend(all);
+        }
         for w in self.reg.ready(fds) {
             match w {
-                Watched::Listener(id) => self.accept_on(ctx, id),
+                Watched::Listener(id) => self.accept_on(ctx, id, now),
                 Watched::Conn(id) => {
                     let gone = match self.reg.conns.get_mut(&id) {
                         Some(c) => !matches!(c.setup.stream.poll_hangup(), Ok(false)),
@@ -193,16 +258,31 @@ impl FabricControl for ShmControl {
 
     fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
         self.reg.drain(ctx);
+        // Handshakes whose step ran past its deadline fail (their sockets close).
+        if self.handshakes.iter().any(|(_, hs)| hs.deadline() <= now) {
+            let (late, keep) = std::mem::take(&mut self.handshakes)
+                .into_iter()
+                .partition(|(_, hs)| hs.deadline() <= now);
+            self.handshakes = keep;
+            for (_, hs) in late {
+                ctx.emit(Event::Error {
+                    conn: None,
+                    error: hs.timed_out(),
+                });
+            }
+        }
         if now.duration_since(self.last_heartbeat) >= HEARTBEAT_EVERY {
             self.last_heartbeat = now;
             for c in self.reg.conns.values() {
                 c.setup.segment.bump_heartbeat();
             }
         }
-        !self.reg.conns.is_empty()
+        // Pending handshakes need the next tick soon too (their deadlines).
+        !self.reg.conns.is_empty() || !self.handshakes.is_empty()
     }
 
     fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
+        self.handshakes.clear();
         self.reg.shutdown(ctx, self.close_grace);
     }
 }

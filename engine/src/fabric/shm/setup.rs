@@ -1,11 +1,12 @@
 //! shm connection setup: rendezvous over `cm::uds`, parameter negotiation, segment creation
-//! (listening side) and attachment (connecting side). Runs on the control thread (accepts) or on
-//! the thread calling `connect`, never on a poller.
+//! (listening side) and attachment (connecting side). Runs on the control thread (accepts, as a
+//! non-blocking state machine: [`Handshake`]) or on the thread calling `connect` (bounded by its
+//! timeout), never on a poller.
 
 use std::any::Any;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cm::uds::{self, ConnParams, HandshakeRefusal, UdsListener, UdsStream};
 
@@ -16,8 +17,9 @@ use crate::error::Error;
 use super::datapath::ShmConn;
 use super::wire::{self, slots_for_inline, Params, Segment};
 
-/// How long the listening side waits for each handshake step of an accepted connection (it runs
-/// on the control thread, which also watches every other connection for hang-ups).
+/// How long the listening side waits for each handshake step of an accepted connection (the
+/// hello after the accept, the ready after the offer). The control thread does not wait: the
+/// pending handshake is an entry with this deadline (see [`Handshake`]).
 pub(crate) const ACCEPT_STEP_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A fully set-up shm connection, before it is registered with the engine.
@@ -193,44 +195,136 @@ impl ShmListener {
         self.uds.as_raw_fd()
     }
 
-    /// Accepts and sets up one pending connection, if any. The handshake steps are bounded by
-    /// [`ACCEPT_STEP_TIMEOUT`] each.
-    pub(crate) fn try_accept(&self, cfg: &Config) -> Result<Option<Established>, Error> {
-        let lerr = |e: uds::UdsError| Error::Setup(format!("shm accept: {e}"));
-        let Some(mut stream) = self.uds.try_accept().map_err(lerr)? else {
+    /// Takes one pending connection off the listening socket, if any, and starts its handshake
+    /// (waiting for the hello until `now + ACCEPT_STEP_TIMEOUT`). Never waits.
+    pub(crate) fn try_accept(&self, now: Instant) -> Result<Option<Handshake>, Error> {
+        let Some(stream) = self.uds.try_accept().map_err(accept_err)? else {
             return Ok(None);
         };
-        let t = ACCEPT_STEP_TIMEOUT;
-        let hello = stream.recv_hello(t).map_err(lerr)?;
-        let theirs = from_conn_params(&hello.params);
-        if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
-            let _ = stream.send_reject(HandshakeRefusal::ParamsInvalid, t);
-            return Err(Error::Setup(format!(
-                "connector proposed invalid shm parameters {theirs:?}"
-            )));
-        }
-        if theirs.buffer_size != self.params.buffer_size
-            || theirs.buffer_count != self.params.buffer_count
-        {
-            let _ = stream.send_reject(HandshakeRefusal::ParamsMismatch, t);
-            return Err(Error::Setup(format!(
-                "connector proposed shm parameters {theirs:?}, this listener needs {:?}",
-                self.params
-            )));
-        }
-        // Ring depth and inline size: the connector's choice (both validated).
-        let (segment, fd) = match Segment::create(&theirs) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = stream.send_reject(HandshakeRefusal::SegmentFailed, t);
-                return Err(setup_err("creating the shm segment", e));
-            }
-        };
-        stream
-            .send_accept(&hello.params, fd.as_fd(), t)
-            .map_err(lerr)?;
-        drop(fd);
-        stream.recv_ready(t).map_err(lerr)?;
-        establish(segment, stream, cfg).map(Some)
+        Ok(Some(Handshake {
+            stream,
+            segment: None,
+            deadline: now + ACCEPT_STEP_TIMEOUT,
+        }))
     }
+
+    /// Runs the handshake steps of `hs` whose input has arrived (its socket was readable) and
+    /// returns where it stands. Never waits: replies go into the socket's empty send buffer
+    /// without blocking, and a message not there yet leaves the handshake pending.
+    ///
+    /// # Errors
+    ///
+    /// The handshake failed (the peer's socket is closed when `hs` is dropped with it).
+    pub(crate) fn advance(
+        &self,
+        mut hs: Handshake,
+        cfg: &Config,
+        now: Instant,
+    ) -> Result<Step, Error> {
+        let nowait = Duration::ZERO;
+        let Some(segment) = hs.segment.take() else {
+            let hello = match hs.stream.recv_hello(nowait) {
+                Ok(h) => h,
+                Err(uds::UdsError::Timeout { .. }) => return Ok(Step::Pending(hs)),
+                Err(e) => return Err(accept_err(e)),
+            };
+            let stream = &mut hs.stream;
+            let theirs = from_conn_params(&hello.params);
+            if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
+                let _ = stream.send_reject(HandshakeRefusal::ParamsInvalid, nowait);
+                return Err(Error::Setup(format!(
+                    "connector proposed invalid shm parameters {theirs:?}"
+                )));
+            }
+            if theirs.buffer_size != self.params.buffer_size
+                || theirs.buffer_count != self.params.buffer_count
+            {
+                let _ = stream.send_reject(HandshakeRefusal::ParamsMismatch, nowait);
+                return Err(Error::Setup(format!(
+                    "connector proposed shm parameters {theirs:?}, this listener needs {:?}",
+                    self.params
+                )));
+            }
+            // Ring depth and inline size: the connector's choice (both validated).
+            let (segment, fd) = match Segment::create(&theirs) {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = stream.send_reject(HandshakeRefusal::SegmentFailed, nowait);
+                    return Err(setup_err("creating the shm segment", e));
+                }
+            };
+            stream
+                .send_accept(&hello.params, fd.as_fd(), nowait)
+                .map_err(accept_err)?;
+            drop(fd);
+            hs.segment = Some(segment);
+            hs.deadline = now + ACCEPT_STEP_TIMEOUT;
+            return Ok(Step::Pending(hs));
+        };
+        match hs.stream.recv_ready(nowait) {
+            Ok(()) => establish(segment, hs.stream, cfg).map(|e| Step::Done(Box::new(e))),
+            Err(uds::UdsError::Timeout { .. }) => {
+                hs.segment = Some(segment);
+                Ok(Step::Pending(hs))
+            }
+            Err(e) => Err(accept_err(e)),
+        }
+    }
+}
+
+fn accept_err(e: uds::UdsError) -> Error {
+    Error::Setup(format!("shm accept: {e}"))
+}
+
+/// An accepted connection whose handshake is under way (listening side): a small state machine
+/// that the control thread advances ([`ShmListener::advance`]) when its socket is readable and
+/// expires at its deadline. A peer that stalls costs one such entry until then, never time.
+pub(crate) struct Handshake {
+    stream: UdsStream,
+    /// `None`: waiting for the hello; `Some`: the segment was offered, waiting for ready.
+    segment: Option<Segment>,
+    /// When the current step times out ([`ACCEPT_STEP_TIMEOUT`] after it began).
+    deadline: Instant,
+}
+
+impl Handshake {
+    /// The socket to watch for `POLLIN`.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// The current step's deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Refuses the connection without waiting (the table of pending handshakes is full): a
+    /// `Busy` reject, best effort; dropping `self` closes the socket.
+    pub(crate) fn refuse_busy(mut self) {
+        let _ = self
+            .stream
+            .send_reject(HandshakeRefusal::Busy, Duration::ZERO);
+    }
+
+    /// The error for a handshake whose step ran past its deadline (dropping `self` closes the
+    /// peer's socket).
+    pub(crate) fn timed_out(&self) -> Error {
+        let op = if self.segment.is_none() {
+            "recv hello"
+        } else {
+            "recv ready"
+        };
+        accept_err(uds::UdsError::Timeout {
+            op,
+            timeout: ACCEPT_STEP_TIMEOUT,
+        })
+    }
+}
+
+/// Where [`ShmListener::advance`] left a handshake.
+pub(crate) enum Step {
+    /// Waiting for the peer's next message.
+    Pending(Handshake),
+    /// Done: the connection is set up.
+    Done(Box<Established>),
 }
