@@ -12,7 +12,7 @@ use crate::config::{Config, EngineBuilder};
 use crate::conn::{Connection, Listener};
 use crate::control::{self, Request};
 use crate::endpoint::Endpoint;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::event::Event;
 use crate::fabric::control::FabricConnect;
 use crate::idle::{IdleStrategy, Idler};
@@ -111,9 +111,7 @@ impl Engine {
         if cfg.run_to_completion() {
             // `agents` holds exactly one set in run-to-completion mode (built above).
             let Some(a) = agents.pop() else {
-                return Err(Error::Config(
-                    "run-to-completion mode needs one poller agent set".into(),
-                ));
+                return Err(Error::Config(ConfigError::RunToCompletionAgents));
             };
             inner.rtc = Some(RunToCompletion::new(a));
             inner.rtc_counters = poller_counters.pop();

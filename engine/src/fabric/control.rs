@@ -36,7 +36,7 @@ use rings::Producer;
 use crate::config::Config;
 use crate::desc::PoolView;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, FabricError};
+use crate::error::{Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::Fabric;
 use crate::link::{conn_pair, ConnParts, ConnShared};
@@ -257,7 +257,7 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
             .filter(|(_, p)| p.load < max)
             .min_by_key(|(_, p)| p.load)
             .map(|(i, _)| i)
-            .ok_or_else(|| Error::Setup("every poller is at its connection limit".to_owned()))
+            .ok_or_else(|| Error::Setup(SetupError::PollersFull))
     }
 
     /// Splits an established connection, hands the poller half to its poller (after `attach`,
@@ -275,7 +275,10 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
     ) -> Result<ConnParts, Error> {
         let pi = new.poller;
         if pi >= self.links.len() {
-            return Err(Error::Setup(format!("{}: no poller {pi}", F::NAME)));
+            return Err(Error::Setup(SetupError::NoPoller {
+                fabric: F::NAME,
+                poller: pi,
+            }));
         }
         let id = ctx.next_id();
         let (parts, poller_half) = conn_pair(

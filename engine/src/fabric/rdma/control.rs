@@ -15,10 +15,11 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::datapath::{RdmaCommand, RdmaFabric};
+use super::error::RdmaSetupError;
 use super::setup::{self, ConnStatus, Established, RdmaDevices, RdmaListener};
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, FabricError};
+use crate::error::{Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::control::{
     self, Ctx, FabricConnect, FabricControl, NewConn, Registry, SetupSide, Watched, ACCEPT_BURST,
@@ -173,7 +174,7 @@ impl FabricControl for RdmaControl {
     ) -> Result<ConnParts, Error> {
         let est = est
             .downcast::<Established>()
-            .map_err(|_| Error::Setup("rdma: not an RDMA connection".to_owned()))?;
+            .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric: "rdma" }))?;
         self.install_est(ctx, *est, raw)
     }
 
@@ -217,7 +218,7 @@ impl FabricControl for RdmaControl {
                             }
                             ctx.emit(Event::Error {
                                 conn: Some(id),
-                                error: Error::Setup("rdma device removed".into()),
+                                error: RdmaSetupError::DeviceRemoved.into(),
                             });
                             self.drop_conn(ctx, id);
                         }

@@ -50,7 +50,9 @@
 
 pub(crate) mod control;
 pub mod datapath;
+mod error;
 pub(crate) mod setup;
 pub mod verbs;
 
 pub use datapath::{stats, RdmaCommand, RdmaConn, RdmaFabric, RdmaStats};
+pub use error::RdmaSetupError;

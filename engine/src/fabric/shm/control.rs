@@ -21,7 +21,7 @@ use super::wire::Segment;
 use super::ShmFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::Error;
+use crate::error::{Error, SetupError};
 use crate::event::Event;
 use crate::fabric::control::{
     self, Ctx, FabricConnect, FabricControl, NewConn, Registry, SetupSide, Watched, ACCEPT_BURST,
@@ -156,7 +156,7 @@ impl FabricControl for ShmControl {
     ) -> Result<ConnParts, Error> {
         let est = est
             .downcast::<Established>()
-            .map_err(|_| Error::Setup("shm: not an shm connection".to_owned()))?;
+            .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric: "shm" }))?;
         self.install_est(ctx, *est, raw)
     }
 
