@@ -12,7 +12,7 @@ use crate::config::{Config, EngineBuilder};
 use crate::conn::{Connection, Listener};
 use crate::control::{self, Request};
 use crate::endpoint::Endpoint;
-use crate::error::{ConfigError, Error};
+use crate::error::{Chain, ConfigError, Error};
 use crate::event::Event;
 use crate::fabric::control::FabricConnect;
 use crate::idle::{IdleStrategy, Idler};
@@ -151,7 +151,10 @@ impl Engine {
             raw: endpoint.to_owned(),
             reply,
         })?;
-        let (id, accepts) = self.wait_reply(&rx, Duration::from_secs(30))??;
+        let (id, accepts) = self
+            .wait_reply(&rx, Duration::from_secs(30))?
+            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "listen failed"))?;
+        tracing::info!(endpoint, listener = id, "listening");
         Ok(Listener::new(
             self.clone(),
             id,
@@ -189,7 +192,10 @@ impl Engine {
         };
         // The rendezvous runs on this (the calling) thread, bounded by `timeout`; the control
         // thread then registers the connection with a poller.
-        let est = connector.connect(&ep, endpoint, &self.inner.cfg, timeout)?;
+        tracing::info!(endpoint, ?timeout, "connecting");
+        let est = connector
+            .connect(&ep, endpoint, &self.inner.cfg, timeout)
+            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "connect failed"))?;
         let (reply, rx) = mpsc::sync_channel(1);
         self.request(Request::Register {
             scheme: ep.scheme(),

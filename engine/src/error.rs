@@ -249,3 +249,19 @@ impl From<ConfigError> for Error {
         Error::Config(e)
     }
 }
+
+/// Displays an error and its [`source`](std::error::Error::source) chain, `: `-separated (for
+/// control-plane log lines).
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}

@@ -376,6 +376,7 @@ impl UdsStream {
         reason: HandshakeRefusal,
         timeout: Duration,
     ) -> Result<(), UdsError> {
+        tracing::info!(?reason, "uds handshake rejected");
         self.send(
             &encode(Kind::Reject, reason.code(), &ConnParams::default()),
             None,
@@ -430,6 +431,7 @@ impl UdsStream {
         reason: HandshakeRefusal,
         timeout: Duration,
     ) -> Result<(), UdsError> {
+        tracing::info!(?reason, "uds handshake aborted");
         self.send(
             &encode(Kind::Abort, reason.code(), &ConnParams::default()),
             None,

@@ -36,7 +36,7 @@ use rings::Producer;
 use crate::config::Config;
 use crate::desc::PoolView;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, FabricError, SetupError};
+use crate::error::{Chain, Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::Fabric;
 use crate::link::{conn_pair, ConnParts, ConnShared};
@@ -136,7 +136,17 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Emits an event, or counts it dropped when the application's event ring is full.
+    /// Every event is also logged here (`tracing`, control thread only).
     pub(crate) fn emit(&mut self, e: Event) {
+        match &e {
+            Event::Connected { conn, peer, path } => {
+                tracing::info!(conn, peer = %peer, path = path.as_deref(), "connection established");
+            }
+            Event::Disconnected { conn } => tracing::info!(conn, "connection disconnected"),
+            Event::Error { conn, error } => {
+                tracing::warn!(conn = *conn, error = %Chain(error), "connection error");
+            }
+        }
         if self.events.push(e).is_err() {
             self.counters.events_dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -386,6 +396,11 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
             match error {
                 Some(FabricError::PeerClosed) => {
                     rec.shared.disconnect();
+                    tracing::debug!(
+                        conn = id,
+                        cause = "the poller saw the peer close",
+                        "disconnect"
+                    );
                     if !closing {
                         ctx.emit(Event::Disconnected { conn: id });
                     }

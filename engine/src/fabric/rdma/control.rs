@@ -84,8 +84,8 @@ impl RdmaControl {
             peer,
             ..
         } = est;
-        // Which device/port/GID rdma_cm chose: always in the Connected event; also printed on
-        // the control thread (never a poller) when SPINWIRE_RDMA_LOG is set.
+        // Which device/port/GID rdma_cm chose: in the Connected event, and logged on the
+        // control thread (never a poller).
         let path = path.map(|p| p.to_string());
         let new = NewConn {
             poller: poller.index(),
@@ -102,13 +102,7 @@ impl RdmaControl {
         let parts = self
             .reg
             .register(ctx, new, endpoint, Some(RdmaCommand::AttachCq(cq, srq)))?;
-        if std::env::var_os("SPINWIRE_RDMA_LOG").is_some() {
-            let id = parts.id;
-            match &path {
-                Some(p) => eprintln!("spinwire rdma: connection {id} to {peer} via {p}"),
-                None => eprintln!("spinwire rdma: connection {id} to {peer}"),
-            }
-        }
+        tracing::info!(conn = parts.id, peer = %peer, path = path.as_deref(), "rdma path chosen");
         Ok(parts)
     }
 
@@ -209,6 +203,11 @@ impl FabricControl for RdmaControl {
                                 Some(c) => c.shared.disconnect(),
                                 None => continue,
                             }
+                            tracing::debug!(
+                                conn = id,
+                                cause = "rdma_cm DISCONNECTED",
+                                "disconnect"
+                            );
                             ctx.emit(Event::Disconnected { conn: id });
                             self.drop_conn(ctx, id);
                         }

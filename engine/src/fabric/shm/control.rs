@@ -183,6 +183,11 @@ impl FabricControl for ShmControl {
                     if gone {
                         // The poller delivers what the peer sent before, then marks it
                         // disconnected for the application (within microseconds).
+                        tracing::debug!(
+                            conn = id,
+                            cause = "rendezvous socket hung up",
+                            "disconnect"
+                        );
                         ctx.emit(Event::Disconnected { conn: id });
                         self.reg.close(ctx, id, Command::PeerGone(id), None);
                     }
