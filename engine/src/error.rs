@@ -130,7 +130,7 @@ pub enum FabricError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// [`buffer_size`](crate::EngineBuilder::buffer_size) out of range.
+    /// The buffer size of [`pool`](crate::EngineBuilder::pool) out of range.
     #[error("buffer size {value} must be in 1..={max}")]
     BufferSize {
         /// The value given.
@@ -138,7 +138,7 @@ pub enum ConfigError {
         /// [`MAX_BUFFER_SIZE`](crate::MAX_BUFFER_SIZE).
         max: usize,
     },
-    /// [`buffers`](crate::EngineBuilder::buffers) out of range.
+    /// The buffer count of [`pool`](crate::EngineBuilder::pool) out of range.
     #[error("buffers per connection {value} must be in 1..={max}")]
     Buffers {
         /// The value given.
