@@ -41,6 +41,11 @@ pub struct Cli {
     /// What to measure.
     #[command(subcommand)]
     pub command: Command,
+    /// Log the engine's control-plane events to stderr (listen, connect, accept, reject,
+    /// disconnect, RDMA path): `-v` info, `-vv` debug, `-vvv` trace. `RUST_LOG` (e.g.
+    /// `RUST_LOG=spinwire=debug`) overrides the level.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 /// The subcommands.

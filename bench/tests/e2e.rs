@@ -668,3 +668,18 @@ fn sweep_over_offered_rates_plots_latency_vs_load() {
         "{svg}"
     );
 }
+
+#[test]
+fn verbose_logs_control_plane_events() {
+    let _s = serial();
+    let out = run_ok(
+        &[
+            "-v", "lat", "--iters", "200", "--warmup", "10", "--idle", "backoff",
+        ],
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("listening"), "{stderr}");
+    assert!(stderr.contains("connection established"), "{stderr}");
+    assert!(stderr.contains("shm://"), "{stderr}");
+}

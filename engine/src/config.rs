@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::idle::IdleStrategy;
 
 /// Largest buffer size: descriptors carry lengths as `u32`.
@@ -168,55 +168,54 @@ impl EngineBuilder {
             c.depth = c.buffers.clamp(1, 128);
         }
         if c.buffer_size == 0 || c.buffer_size > MAX_BUFFER_SIZE {
-            return Err(Error::Config(format!(
-                "buffer size {} must be in 1..={MAX_BUFFER_SIZE}",
-                c.buffer_size
-            )));
+            return Err(Error::Config(ConfigError::BufferSize {
+                value: c.buffer_size,
+                max: MAX_BUFFER_SIZE,
+            }));
         }
         if c.buffers == 0 || c.buffers > MAX_BUFFERS {
-            return Err(Error::Config(format!(
-                "buffers per connection {} must be in 1..={MAX_BUFFERS}",
-                c.buffers
-            )));
+            return Err(Error::Config(ConfigError::Buffers {
+                value: c.buffers,
+                max: MAX_BUFFERS,
+            }));
         }
         if c.depth == 0 || c.depth > c.buffers {
-            return Err(Error::Config(format!(
-                "depth {} must be in 1..=buffers ({})",
-                c.depth, c.buffers
-            )));
+            return Err(Error::Config(ConfigError::Depth {
+                value: c.depth,
+                buffers: c.buffers,
+            }));
         }
         if c.batch == 0 || c.batch > MAX_BATCH {
-            return Err(Error::Config(format!(
-                "batch {} must be in 1..={MAX_BATCH}",
-                c.batch
-            )));
+            return Err(Error::Config(ConfigError::Batch {
+                value: c.batch,
+                max: MAX_BATCH,
+            }));
         }
         if c.signal_every == 0 {
-            return Err(Error::Config("signal_every must be at least 1".to_owned()));
+            return Err(Error::Config(ConfigError::SignalEvery));
         }
         if c.max_connections_per_poller == 0 || c.max_connections_per_poller > 1 << 20 {
-            return Err(Error::Config(format!(
-                "max connections per poller {} must be in 1..={}",
-                c.max_connections_per_poller,
-                1 << 20
-            )));
+            return Err(Error::Config(ConfigError::MaxConnectionsPerPoller {
+                value: c.max_connections_per_poller,
+                max: 1 << 20,
+            }));
         }
         if let IdleStrategy::Backoff {
             min_park, max_park, ..
         } = c.idle
         {
             if min_park > max_park || max_park > Duration::from_secs(1) {
-                return Err(Error::Config(
-                    "backoff park durations must satisfy min_park <= max_park <= 1 s".to_owned(),
-                ));
+                return Err(Error::Config(ConfigError::BackoffPark {
+                    min_park,
+                    max_park,
+                    limit: Duration::from_secs(1),
+                }));
             }
         }
         let mut seen = Vec::new();
         for &core in &c.pollers {
             if seen.contains(&core) {
-                return Err(Error::Config(format!(
-                    "core {core} listed twice in pollers"
-                )));
+                return Err(Error::Config(ConfigError::DuplicateCore { core }));
             }
             seen.push(core);
         }

@@ -96,13 +96,21 @@ impl Connection {
 
     /// The application side's state.
     ///
-    /// SAFETY (for callers): `Connection` is `!Sync` and every handle borrowing it (`SendBuf`,
-    /// `Message`) is `!Send`, so only one thread ever calls this; callers never keep the returned
-    /// reference across a call that could re-enter (`Engine::poll` does not touch `AppSide`).
+    /// An `unsafe fn` rather than `&mut self` methods: the public API takes `&self` so that
+    /// several [`SendBuf`]s and [`Message`]s can borrow the connection at once, and an
+    /// `UnsafeCell` read costs nothing on the data path (a `RefCell` would add a flag check and
+    /// update per call).
+    ///
+    /// # Safety
+    ///
+    /// The returned reference must be the only live reference to the `AppSide`: the caller drops
+    /// it before anything that may call `app` again (another method of this connection, a
+    /// `SendBuf`/`Message` drop). Threads cannot overlap: `Connection` is `!Sync` and every handle
+    /// borrowing it (`SendBuf`, `Message`) is `!Send`. [`Engine::poll`] never touches `AppSide`.
     #[allow(clippy::mut_from_ref)]
     #[inline]
-    fn app(&self) -> &mut AppSide {
-        // SAFETY: see above: single thread, no overlapping borrows.
+    unsafe fn app(&self) -> &mut AppSide {
+        // SAFETY: the caller guarantees that no other reference to `AppSide` is live.
         unsafe { &mut *self.app.get() }
     }
 
@@ -152,7 +160,8 @@ impl Connection {
                 match self.take_buf() {
                     Some(i) => i,
                     None => {
-                        let app = self.app();
+                        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+                        let app = unsafe { self.app() };
                         app.alloc_failures += 1;
                         if let Some(d) = self.shared.down() {
                             return Err(d.to_error());
@@ -201,7 +210,8 @@ impl Connection {
 
     #[inline]
     fn take_buf(&self) -> Option<u32> {
-        let app = self.app();
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
         let idx = match app.spare.pop() {
             Some(i) => i,
             None => app.rings.free.pop().ok()?,
@@ -240,7 +250,8 @@ impl Connection {
         if !self.has_credit() {
             self.drive_poller();
             if !self.has_credit() {
-                self.app().would_block += 1;
+                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+                unsafe { self.app() }.would_block += 1;
                 return Err(SendError::WouldBlock(buf));
             }
         }
@@ -248,7 +259,8 @@ impl Connection {
             buf: buf.idx,
             len: buf.len,
         };
-        let app = self.app();
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
         if app.rings.tx.push(desc).is_err() {
             // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
             app.would_block += 1;
@@ -269,7 +281,8 @@ impl Connection {
 
     #[inline]
     fn has_credit(&self) -> bool {
-        let app = self.app();
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
         if app.sent - app.credits_seen < self.depth {
             return true;
         }
@@ -309,7 +322,8 @@ impl Connection {
     /// dedicated pollers it does nothing (they drain continuously).
     pub fn flush(&self) {
         if self.run_to_completion {
-            self.app().unflushed = 0;
+            // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+            unsafe { self.app() }.unflushed = 0;
             self.engine.poll();
         }
     }
@@ -343,7 +357,8 @@ impl Connection {
 
     #[inline]
     fn pop_rx(&self) -> Option<Message<'_>> {
-        let app = self.app();
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
         let desc = app.rings.rx.pop().ok()?;
         app.received += 1;
         Some(Message { conn: self, desc })
@@ -400,7 +415,8 @@ impl Connection {
     /// A snapshot of this connection's counters.
     pub fn stats(&self) -> ConnStats {
         let c = &self.shared.counters;
-        let app = self.app();
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
         let credits = self.shared.credits.load(Ordering::Acquire);
         ConnStats {
             rx_msgs: c.rx_msgs.get(),
@@ -417,7 +433,8 @@ impl Connection {
     }
 
     fn give_back(&self, idx: u32) {
-        let app = self.app();
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
         app.held -= 1;
         // `spare` has capacity for the whole pool and holds only buffers we own: no reallocation.
         app.spare.push(idx);
@@ -426,7 +443,8 @@ impl Connection {
     fn release_rx(&self, idx: u32) {
         // The release ring holds the whole receive pool; a peer delivering a buffer twice could
         // overflow it, in which case the buffer is simply not returned (the peer's loss).
-        let _ = self.app().rings.release.push(idx);
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let _ = unsafe { self.app() }.rings.release.push(idx);
     }
 }
 

@@ -111,15 +111,40 @@ impl PoolView {
         self.count
     }
 
+    /// Start of buffer `idx`, or `None` when `idx >= count`.
+    #[inline]
+    pub fn get(&self, idx: u32) -> Option<NonNull<u8>> {
+        // SAFETY: `idx < count` is checked first.
+        (idx < self.count).then(|| unsafe { self.buf_ptr_unchecked(idx) })
+    }
+
     /// Start of buffer `idx`.
     ///
     /// # Panics
     ///
-    /// Debug builds assert `idx < count`; callers validate indices before.
+    /// If `idx >= count` (in every build: an out-of-range index never yields an out-of-bounds
+    /// pointer). Use [`get`](Self::get) to test an index, or
+    /// [`buf_ptr_unchecked`](Self::buf_ptr_unchecked) where the index is already validated.
     #[inline]
     pub fn buf_ptr(&self, idx: u32) -> NonNull<u8> {
+        assert!(
+            idx < self.count,
+            "buffer index {idx} out of range (pool of {} buffers)",
+            self.count
+        );
+        // SAFETY: `idx < count` was just asserted.
+        unsafe { self.buf_ptr_unchecked(idx) }
+    }
+
+    /// Start of buffer `idx`, without the range check.
+    ///
+    /// # Safety
+    ///
+    /// `idx < count` must hold.
+    #[inline]
+    pub unsafe fn buf_ptr_unchecked(&self, idx: u32) -> NonNull<u8> {
         debug_assert!(idx < self.count);
-        // SAFETY: `idx < count` (validated by every caller), so the offset stays inside the pool,
+        // SAFETY: `idx < count` (the caller's contract), so the offset stays inside the pool,
         // which the constructor's contract says is one valid allocation.
         unsafe { self.base.add(idx as usize * self.buf_size) }
     }

@@ -12,7 +12,7 @@ use crate::config::{Config, EngineBuilder};
 use crate::conn::{Connection, Listener};
 use crate::control::{self, Request};
 use crate::endpoint::Endpoint;
-use crate::error::Error;
+use crate::error::{Chain, ConfigError, Error};
 use crate::event::Event;
 use crate::fabric::control::FabricConnect;
 use crate::idle::{IdleStrategy, Idler};
@@ -111,9 +111,7 @@ impl Engine {
         if cfg.run_to_completion() {
             // `agents` holds exactly one set in run-to-completion mode (built above).
             let Some(a) = agents.pop() else {
-                return Err(Error::Config(
-                    "run-to-completion mode needs one poller agent set".into(),
-                ));
+                return Err(Error::Config(ConfigError::RunToCompletionAgents));
             };
             inner.rtc = Some(RunToCompletion::new(a));
             inner.rtc_counters = poller_counters.pop();
@@ -153,7 +151,10 @@ impl Engine {
             raw: endpoint.to_owned(),
             reply,
         })?;
-        let (id, accepts) = self.wait_reply(&rx, Duration::from_secs(30))??;
+        let (id, accepts) = self
+            .wait_reply(&rx, Duration::from_secs(30))?
+            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "listen failed"))?;
+        tracing::info!(endpoint, listener = id, "listening");
         Ok(Listener::new(
             self.clone(),
             id,
@@ -191,7 +192,10 @@ impl Engine {
         };
         // The rendezvous runs on this (the calling) thread, bounded by `timeout`; the control
         // thread then registers the connection with a poller.
-        let est = connector.connect(&ep, endpoint, &self.inner.cfg, timeout)?;
+        tracing::info!(endpoint, ?timeout, "connecting");
+        let est = connector
+            .connect(&ep, endpoint, &self.inner.cfg, timeout)
+            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "connect failed"))?;
         let (reply, rx) = mpsc::sync_channel(1);
         self.request(Request::Register {
             scheme: ep.scheme(),

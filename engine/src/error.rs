@@ -1,6 +1,11 @@
 //! Error types of the public API.
 
 use std::io;
+use std::time::Duration;
+
+#[cfg(feature = "rdma")]
+use crate::fabric::rdma::RdmaSetupError;
+use crate::fabric::shm::ShmSetupError;
 
 /// A boxed error from a lower layer (control plane, rendezvous, verbs).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -30,7 +35,7 @@ pub enum Error {
     },
     /// The engine configuration is invalid.
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(ConfigError),
     /// Spawning or pinning a thread failed.
     #[error("could not start the {what} thread")]
     Thread {
@@ -67,8 +72,10 @@ pub enum Error {
         source: BoxError,
     },
     /// Setting up the fabric resources of a connection failed (shared-memory segment, queue pair).
-    #[error("fabric setup failed: {0}")]
-    Setup(String),
+    /// The step is the message; its cause (errno, verbs, rendezvous error) is the
+    /// [`source`](std::error::Error::source).
+    #[error(transparent)]
+    Setup(#[from] SetupError),
     /// The wait ran out.
     #[error("timed out")]
     Timeout,
@@ -117,4 +124,144 @@ pub enum FabricError {
     /// The fabric reported an error completion / OS error (errno).
     #[error("fabric I/O error (errno {0})")]
     Io(i32),
+}
+
+/// An invalid [`EngineBuilder`](crate::EngineBuilder) knob: its value and the limit it broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The buffer size of [`pool`](crate::EngineBuilder::pool) out of range.
+    #[error("buffer size {value} must be in 1..={max}")]
+    BufferSize {
+        /// The value given.
+        value: usize,
+        /// [`MAX_BUFFER_SIZE`](crate::MAX_BUFFER_SIZE).
+        max: usize,
+    },
+    /// The buffer count of [`pool`](crate::EngineBuilder::pool) out of range.
+    #[error("buffers per connection {value} must be in 1..={max}")]
+    Buffers {
+        /// The value given.
+        value: usize,
+        /// [`MAX_BUFFERS`](crate::MAX_BUFFERS).
+        max: usize,
+    },
+    /// [`depth`](crate::EngineBuilder::depth) out of range.
+    #[error("depth {value} must be in 1..=buffers ({buffers})")]
+    Depth {
+        /// The value given.
+        value: usize,
+        /// The buffers per connection, its upper bound.
+        buffers: usize,
+    },
+    /// [`batch`](crate::EngineBuilder::batch) out of range.
+    #[error("batch {value} must be in 1..={max}")]
+    Batch {
+        /// The value given.
+        value: usize,
+        /// [`MAX_BATCH`](crate::MAX_BATCH).
+        max: usize,
+    },
+    /// `signal_every` is zero.
+    #[error("signal_every must be at least 1")]
+    SignalEvery,
+    /// [`max_connections_per_poller`](crate::EngineBuilder::max_connections_per_poller) out of
+    /// range.
+    #[error("max connections per poller {value} must be in 1..={max}")]
+    MaxConnectionsPerPoller {
+        /// The value given.
+        value: usize,
+        /// The largest accepted value.
+        max: usize,
+    },
+    /// The [`IdleStrategy::Backoff`](crate::IdleStrategy::Backoff) park bounds are inconsistent.
+    #[error(
+        "backoff park durations must satisfy min_park <= max_park <= {limit:?} \
+         (got min_park {min_park:?}, max_park {max_park:?})"
+    )]
+    BackoffPark {
+        /// The shortest park given.
+        min_park: Duration,
+        /// The longest park given.
+        max_park: Duration,
+        /// The largest `max_park` accepted.
+        limit: Duration,
+    },
+    /// A core is listed twice in [`pollers`](crate::EngineBuilder::pollers).
+    #[error("core {core} listed twice in pollers")]
+    DuplicateCore {
+        /// The core id.
+        core: usize,
+    },
+    /// Internal: run-to-completion mode was built without its one poller agent set.
+    #[error("run-to-completion mode needs one poller agent set")]
+    RunToCompletionAgents,
+}
+
+/// Setting up a connection's fabric resources failed: the step, with the lower layer's error as
+/// [`source`](std::error::Error::source).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// Every poller already serves
+    /// [`max_connections_per_poller`](crate::EngineBuilder::max_connections_per_poller)
+    /// connections.
+    #[error("fabric setup failed: every poller is at its connection limit")]
+    PollersFull,
+    /// A connection was assigned to a poller the fabric does not have.
+    #[error("fabric setup failed: {fabric}: no poller {poller}")]
+    NoPoller {
+        /// The fabric.
+        fabric: &'static str,
+        /// The poller index.
+        poller: usize,
+    },
+    /// Internal: a fabric was handed a connection of another fabric.
+    #[error("fabric setup failed: {fabric}: not an {fabric} connection")]
+    WrongFabric {
+        /// The fabric that got it.
+        fabric: &'static str,
+    },
+    /// The shm fabric failed (its message names the step; the cause is its source).
+    #[error(transparent)]
+    Shm(ShmSetupError),
+    /// The RDMA fabric failed (its message names the step; the cause is its source).
+    #[cfg(feature = "rdma")]
+    #[error(transparent)]
+    Rdma(RdmaSetupError),
+}
+
+impl From<ShmSetupError> for Error {
+    fn from(e: ShmSetupError) -> Error {
+        Error::Setup(SetupError::Shm(e))
+    }
+}
+
+#[cfg(feature = "rdma")]
+impl From<RdmaSetupError> for Error {
+    fn from(e: RdmaSetupError) -> Error {
+        Error::Setup(SetupError::Rdma(e))
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        Error::Config(e)
+    }
+}
+
+/// Displays an error and its [`source`](std::error::Error::source) chain, `: `-separated (for
+/// control-plane log lines).
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
 }

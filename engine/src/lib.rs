@@ -192,7 +192,7 @@ pub use conn::{Connection, Listener, Message, SendBuf, SendError};
 pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX};
 pub use endpoint::MAX_SHM_NAME;
 pub use engine::Engine;
-pub use error::{BoxError, Error, FabricError};
+pub use error::{BoxError, ConfigError, Error, FabricError, SetupError};
 pub use event::Event;
 pub use idle::IdleStrategy;
 pub use stats::{ConnStats, EngineStats, PollerStats};

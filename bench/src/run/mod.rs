@@ -43,6 +43,29 @@ pub fn request_stop() {
 /// Exit code after Ctrl-C (128 + SIGINT, as shells report it).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
+/// With `-v` (or `RUST_LOG` set), logs `tracing` events (the engine's control plane) to stderr.
+/// `RUST_LOG` wins over the `-v` level when both are given.
+fn install_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let from_env = std::env::var_os(EnvFilter::DEFAULT_ENV).is_some();
+    if verbose == 0 && !from_env {
+        return;
+    }
+    let level = match verbose {
+        0 | 1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // Fails only if a subscriber is already installed (main_with_args called twice in one
+    // process): keep that one.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 /// Runs the CLI on `args` (the first being the program name) and returns the exit code:
 /// 0 on success, 2 for flags clap rejects, 1 for any other error (printed to stderr), 130 after
 /// Ctrl-C (having printed and written what was measured).
@@ -60,6 +83,7 @@ where
         }
     };
     install_ctrlc();
+    install_logging(cli.verbose);
     let command = argv
         .iter()
         .map(|s| s.to_string_lossy().into_owned())

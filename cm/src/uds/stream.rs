@@ -378,6 +378,7 @@ impl UdsStream {
         reason: HandshakeRefusal,
         timeout: Duration,
     ) -> Result<(), UdsError> {
+        tracing::info!(?reason, "uds handshake rejected");
         self.send(
             &encode(Kind::Reject, reason.code(), &ConnParams::default()),
             None,
@@ -432,6 +433,7 @@ impl UdsStream {
         reason: HandshakeRefusal,
         timeout: Duration,
     ) -> Result<(), UdsError> {
+        tracing::info!(?reason, "uds handshake aborted");
         self.send(
             &encode(Kind::Abort, reason.code(), &ConnParams::default()),
             None,

@@ -38,7 +38,7 @@ use rings::Producer;
 use crate::config::Config;
 use crate::desc::PoolView;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, FabricError};
+use crate::error::{Chain, Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::Fabric;
 use crate::link::{conn_pair, ConnParts, ConnShared};
@@ -140,7 +140,17 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Emits an event, or counts it dropped when the application's event ring is full.
+    /// Every event is also logged here (`tracing`, control thread only).
     pub(crate) fn emit(&mut self, e: Event) {
+        match &e {
+            Event::Connected { conn, peer, path } => {
+                tracing::info!(conn, peer = %peer, path = path.as_deref(), "connection established");
+            }
+            Event::Disconnected { conn } => tracing::info!(conn, "connection disconnected"),
+            Event::Error { conn, error } => {
+                tracing::warn!(conn = *conn, error = %Chain(error), "connection error");
+            }
+        }
         if self.events.push(e).is_err() {
             self.counters.events_dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -261,7 +271,7 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
             .filter(|(_, p)| p.load < max)
             .min_by_key(|(_, p)| p.load)
             .map(|(i, _)| i)
-            .ok_or_else(|| Error::Setup("every poller is at its connection limit".to_owned()))
+            .ok_or_else(|| Error::Setup(SetupError::PollersFull))
     }
 
     /// Splits an established connection, hands the poller half to its poller (after `attach`,
@@ -279,7 +289,10 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
     ) -> Result<ConnParts, Error> {
         let pi = new.poller;
         if pi >= self.links.len() {
-            return Err(Error::Setup(format!("{}: no poller {pi}", F::NAME)));
+            return Err(Error::Setup(SetupError::NoPoller {
+                fabric: F::NAME,
+                poller: pi,
+            }));
         }
         let id = ctx.next_id();
         let (parts, poller_half) = conn_pair(
@@ -387,6 +400,11 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
             match error {
                 Some(FabricError::PeerClosed) => {
                     rec.shared.disconnect();
+                    tracing::debug!(
+                        conn = id,
+                        cause = "the poller saw the peer close",
+                        "disconnect"
+                    );
                     if !closing {
                         ctx.emit(Event::Disconnected { conn: id });
                     }

@@ -18,12 +18,14 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::datapath::{RdmaCommand, RdmaFabric};
+use super::error::RdmaSetupError;
 use super::setup::{
     self, AcceptStep, ConnStatus, Established, PendingAccept, RdmaDevices, RdmaListener,
+    MAX_PENDING_ACCEPTS,
 };
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, FabricError};
+use crate::error::{Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::control::{
     self, Ctx, FabricConnect, FabricControl, NewConn, Registry, SetupSide, Watched, ACCEPT_BURST,
@@ -49,10 +51,6 @@ impl SetupSide for RdmaSetup {
         setup::close(&self.id);
     }
 }
-
-/// Most accepted requests waiting for ESTABLISHED at once (over every listener); beyond that a
-/// request is rejected at once. Bounds what stalled peers can hold.
-pub(crate) const MAX_PENDING_ACCEPTS: usize = 1024;
 
 /// The RDMA control state.
 pub(crate) struct RdmaControl {
@@ -99,8 +97,8 @@ impl RdmaControl {
             peer,
             ..
         } = est;
-        // Which device/port/GID rdma_cm chose: always in the Connected event; also printed on
-        // the control thread (never a poller) when SPINWIRE_RDMA_LOG is set.
+        // Which device/port/GID rdma_cm chose: in the Connected event, and logged on the
+        // control thread (never a poller).
         let path = path.map(|p| p.to_string());
         let new = NewConn {
             poller: poller.index(),
@@ -117,13 +115,7 @@ impl RdmaControl {
         let parts = self
             .reg
             .register(ctx, new, endpoint, Some(RdmaCommand::AttachCq(cq, srq)))?;
-        if std::env::var_os("SPINWIRE_RDMA_LOG").is_some() {
-            let id = parts.id;
-            match &path {
-                Some(p) => eprintln!("spinwire rdma: connection {id} to {peer} via {p}"),
-                None => eprintln!("spinwire rdma: connection {id} to {peer}"),
-            }
-        }
+        tracing::info!(conn = parts.id, peer = %peer, path = path.as_deref(), "rdma path chosen");
         Ok(parts)
     }
 
@@ -212,7 +204,7 @@ impl FabricControl for RdmaControl {
     ) -> Result<ConnParts, Error> {
         let est = est
             .downcast::<Established>()
-            .map_err(|_| Error::Setup("rdma: not an RDMA connection".to_owned()))?;
+            .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric: "rdma" }))?;
         self.install_est(ctx, *est, raw)
     }
 
@@ -274,6 +266,11 @@ impl FabricControl for RdmaControl {
                                 Some(c) => c.shared.disconnect(),
                                 None => continue,
                             }
+                            tracing::debug!(
+                                conn = id,
+                                cause = "rdma_cm DISCONNECTED",
+                                "disconnect"
+                            );
                             ctx.emit(Event::Disconnected { conn: id });
                             self.drop_conn(ctx, id);
                         }
@@ -283,7 +280,7 @@ impl FabricControl for RdmaControl {
                             }
                             ctx.emit(Event::Error {
                                 conn: Some(id),
-                                error: Error::Setup("rdma device removed".into()),
+                                error: RdmaSetupError::DeviceRemoved.into(),
                             });
                             self.drop_conn(ctx, id);
                         }

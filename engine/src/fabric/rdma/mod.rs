@@ -36,8 +36,8 @@
 //! switches to one shared receive queue per poller and device instead (credits are then
 //! reserved from the SRQ's pool, and a connection that does not fit is refused). Receive
 //! buffers an application still holds when its connection dies are not returned to a shared
-//! pool (they stay unpromised, so credits never over-commit it). `SPINWIRE_RDMA_LOG=1` makes
-//! the control thread print the device, port and GID index/type rdma_cm chose per connection.
+//! pool (they stay unpromised, so credits never over-commit it). The control thread logs
+//! (`tracing`, info) the device, port and GID index/type rdma_cm chose per connection.
 //! [`stats`] reports RNR errors (always 0 unless something is broken), error completions and
 //! credit messages.
 //!
@@ -58,6 +58,7 @@
 pub(crate) mod control;
 mod counters;
 pub mod datapath;
+mod error;
 mod header;
 pub(crate) mod setup;
 pub mod verbs;
@@ -65,3 +66,4 @@ mod wr_id;
 
 pub use counters::{stats, RdmaStats};
 pub use datapath::{RdmaCommand, RdmaConn, RdmaFabric};
+pub use error::RdmaSetupError;

@@ -17,6 +17,7 @@ use cm::rdma::{
 
 use super::counters::{poller_counters, PollerRdmaCounters};
 use super::datapath::{RdmaConn, RdmaConnParts, SrqShared};
+use super::error::{AtStep, RdmaSetupError};
 use super::header::{HdrParts, HDR_LEN};
 use super::verbs::{
     self, Access, CompletionQueue, Context, DeviceLimits, MemoryRegion, ProtectionDomain,
@@ -24,7 +25,7 @@ use super::verbs::{
 };
 use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
-use crate::error::Error;
+use crate::error::{Error, FabricError, SetupError};
 
 /// Fewest receive buffers (credits) per connection. With one credit held back for credit
 /// messages and credits returned at half the window, smaller windows would make two idle peers
@@ -34,22 +35,19 @@ pub(crate) const MIN_CREDITS: u32 = 4;
 /// How long the listening side waits for ESTABLISHED after accepting. The control thread does
 /// not wait: the accepted id is a [`PendingAccept`] entry with this deadline.
 pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most accepted requests waiting for ESTABLISHED at once (over every listener); beyond that a
+/// request is rejected at once. Bounds what stalled peers can hold.
+pub(crate) const MAX_PENDING_ACCEPTS: usize = 1024;
 /// Largest CQ created per (device, poller).
 const MAX_CQ_ENTRIES: u32 = 1 << 16;
 /// Inline size requested from the provider (the engine never sends more inline than
 /// [`INLINE_MAX`] bytes; the provider may grant more, and we read back what it granted).
 const REQUEST_INLINE: u32 = INLINE_MAX as u32;
 
-/// An [`Error::Setup`] naming the step, the error and its causes (errno text included).
-fn setup_err(what: &str, e: impl std::error::Error) -> Error {
-    let mut msg = format!("rdma {what}: {e}");
-    let mut source = e.source();
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
-    }
-    Error::Setup(msg)
+/// An [`Error::Setup`] naming the step, with the lower layer's error as its source.
+fn setup_err(step: &'static str, e: impl AtStep) -> Error {
+    e.at(step).into()
 }
 
 /// A share of a CQ's entries, returned when the connection's QP is gone.
@@ -103,15 +101,14 @@ fn create_srq(
     buffer_size: u32,
 ) -> Result<SrqRes, Error> {
     if limits.max_srq_wr == 0 {
-        return Err(Error::Setup(
-            "rdma: this device has no shared receive queues".into(),
-        ));
+        return Err(RdmaSetupError::NoSrqSupport.into());
     }
     if count > limits.max_srq_wr {
-        return Err(Error::Setup(format!(
-            "rdma: {count} SRQ buffers exceed the device's {} SRQ entries",
-            limits.max_srq_wr
-        )));
+        return Err(RdmaSetupError::SrqTooLarge {
+            count,
+            max: limits.max_srq_wr,
+        }
+        .into());
     }
     let srq = SharedReceiveQueue::new(pd, count).map_err(|e| setup_err("create SRQ", e))?;
     let mr = MemoryRegion::new(
@@ -121,7 +118,7 @@ fn create_srq(
     )
     .map_err(|e| setup_err("register SRQ pool", e))?;
     let base = std::ptr::NonNull::new(mr.as_ptr())
-        .ok_or_else(|| Error::Setup("rdma SRQ pool is null".into()))?;
+        .ok_or(RdmaSetupError::NullRegion { what: "SRQ pool" })?;
     let lkey = mr.lkey();
     // SAFETY: the region holds `count * buffer_size` bytes and `keep` (held by every user of
     // the view: the poller's fabric, each connection and each application handle) keeps it.
@@ -133,9 +130,12 @@ fn create_srq(
         keep: Arc::new(mr),
     };
     let all: Vec<u32> = (0..count).collect();
-    shared
-        .post(&all)
-        .map_err(|e| setup_err("post SRQ receives", e))?;
+    shared.post(&all).map_err(|e| {
+        RdmaSetupError::PostSrq(match e {
+            FabricError::Io(errno) => std::io::Error::from_raw_os_error(errno),
+            e => std::io::Error::other(e),
+        })
+    })?;
     Ok(SrqRes {
         shared,
         budget: Arc::new(AtomicU32::new(count)),
@@ -217,18 +217,16 @@ impl RdmaDevices {
         let _guard = self
             .devices
             .lock()
-            .map_err(|_| Error::Setup("rdma device table poisoned".into()))?;
+            .map_err(|_| RdmaSetupError::DeviceTablePoisoned)?;
         let (index, load) = self
             .loads
             .iter()
             .enumerate()
             .map(|(i, l)| (i, l.load(Ordering::Acquire)))
             .min_by_key(|&(_, l)| l)
-            .ok_or_else(|| Error::Setup("rdma: no poller".into()))?;
+            .ok_or(RdmaSetupError::NoPoller { poller: 0 })?;
         if load >= self.max_per_poller {
-            return Err(Error::Setup(
-                "every poller is at its connection limit".into(),
-            ));
+            return Err(Error::Setup(SetupError::PollersFull));
         }
         self.loads[index].fetch_add(1, Ordering::AcqRel);
         Ok(PollerSlot {
@@ -248,13 +246,11 @@ impl RdmaDevices {
         entries: u32,
         srq: Option<(u32, u32, u32)>,
     ) -> Result<Resources, Error> {
-        let dev = id
-            .device_context()
-            .ok_or_else(|| Error::Setup("rdma_cm resolved no known device".into()))?;
+        let dev = id.device_context().ok_or(RdmaSetupError::NoDevice)?;
         let mut devices = self
             .devices
             .lock()
-            .map_err(|_| Error::Setup("rdma device table poisoned".into()))?;
+            .map_err(|_| RdmaSetupError::DeviceTablePoisoned)?;
         let idx = match devices.iter().position(|d| d.ctx.is_cm_device(&dev)) {
             Some(i) => i,
             None => {
@@ -278,16 +274,15 @@ impl RdmaDevices {
         let iwarp = dev.ctx.is_iwarp();
         if iwarp && srq.is_some() {
             // Shared receives would need a header slot per SRQ buffer; not implemented.
-            return Err(Error::Setup(format!(
-                "rdma device {} is iWARP: shared receive queues (rdma_srq) are not supported \
-                 on iWARP; use per-connection receive buffers (rdma_srq 0)",
-                dev.ctx.name()
-            )));
+            return Err(RdmaSetupError::SrqOnIwarp {
+                device: dev.ctx.name().to_owned(),
+            }
+            .into());
         }
         let slot = dev
             .cqs
             .get_mut(poller)
-            .ok_or_else(|| Error::Setup(format!("rdma: no poller {poller}")))?;
+            .ok_or(RdmaSetupError::NoPoller { poller })?;
         if slot.is_none() {
             let n = dev.limits.max_cqe.clamp(1, MAX_CQ_ENTRIES);
             let cq = CompletionQueue::new(&dev.ctx, n).map_err(|e| setup_err("create CQ", e))?;
@@ -301,18 +296,19 @@ impl RdmaDevices {
         let limits = dev.limits;
         let pcq = slot
             .as_mut()
-            .ok_or_else(|| Error::Setup("rdma CQ missing".into()))?;
+            .ok_or(RdmaSetupError::Missing { what: "CQ" })?;
         let got = pcq
             .free
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
                 f.checked_sub(entries)
             });
         if got.is_err() {
-            return Err(Error::Setup(format!(
-                "rdma: poller {poller}'s completion queue is full ({} free entries, need {entries}); \
-                 use fewer connections per poller or smaller pools",
-                pcq.free.load(Ordering::Acquire)
-            )));
+            return Err(RdmaSetupError::CqFull {
+                poller,
+                free: pcq.free.load(Ordering::Acquire),
+                need: entries,
+            }
+            .into());
         }
         let reservation = CqReservation {
             free: Arc::clone(&pcq.free),
@@ -327,7 +323,7 @@ impl RdmaDevices {
                 let res = pcq
                     .srq
                     .as_ref()
-                    .ok_or_else(|| Error::Setup("rdma SRQ missing".into()))?;
+                    .ok_or(RdmaSetupError::Missing { what: "SRQ" })?;
                 if res
                     .budget
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
@@ -335,12 +331,12 @@ impl RdmaDevices {
                     })
                     .is_err()
                 {
-                    return Err(Error::Setup(format!(
-                        "rdma: poller {poller}'s shared receive queue has {} unpromised buffers, \
-                         a connection needs {credits}; raise rdma_srq or lower the per-connection \
-                         buffer count",
-                        res.budget.load(Ordering::Acquire)
-                    )));
+                    return Err(RdmaSetupError::SrqFull {
+                        poller,
+                        free: res.budget.load(Ordering::Acquire),
+                        need: credits,
+                    }
+                    .into());
                 }
                 Some((
                     res.shared.clone(),
@@ -387,18 +383,17 @@ fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> 
     let buffer_size = u32::try_from(cfg.buffer_size)
         .ok()
         .filter(|&b| b > 0 && b <= FlowParams::MAX_BUFFER)
-        .ok_or_else(|| {
-            Error::Setup(format!("rdma buffer size {} out of range", cfg.buffer_size))
+        .ok_or(RdmaSetupError::BufferSize {
+            size: cfg.buffer_size,
+            max: FlowParams::MAX_BUFFER,
         })?;
     let buffers = u32::try_from(cfg.buffers)
         .ok()
         .filter(|&b| (MIN_CREDITS..=FlowParams::MAX_CREDITS).contains(&b))
-        .ok_or_else(|| {
-            Error::Setup(format!(
-                "rdma: {} buffers per connection is outside {MIN_CREDITS}..={}",
-                cfg.buffers,
-                FlowParams::MAX_CREDITS
-            ))
+        .ok_or(RdmaSetupError::BufferCount {
+            count: cfg.buffers,
+            min: MIN_CREDITS,
+            max: FlowParams::MAX_CREDITS,
         })?;
     // Sends in flight are bounded by the peer's credits (its buffers, normally = ours), plus
     // unsignalled sends waiting for the next signalled one, plus credit messages.
@@ -406,10 +401,11 @@ fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> 
     let mut sq_depth = buffers.saturating_add(signal).saturating_add(4);
     if let Some(l) = limits {
         if buffers > l.max_qp_wr {
-            return Err(Error::Setup(format!(
-                "rdma: {buffers} buffers per connection exceed the device's {} receive queue entries",
-                l.max_qp_wr
-            )));
+            return Err(RdmaSetupError::QueueTooDeep {
+                count: buffers,
+                max: l.max_qp_wr,
+            }
+            .into());
         }
         sq_depth = sq_depth.min(l.max_qp_wr);
     }
@@ -473,9 +469,7 @@ struct Pending {
 /// connect/accept.
 fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending, Error> {
     if !id.has_device() {
-        return Err(Error::Setup(
-            "rdma_cm resolved no device for this connection".into(),
-        ));
+        return Err(RdmaSetupError::NoDevice.into());
     }
     let pre = sizing(cfg, None)?;
     let poller = devices.pick_poller()?;
@@ -483,10 +477,10 @@ fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Result<Pending,
         Ok(0) => None,
         Ok(n) => Some((n, pre.buffers, pre.buffer_size)),
         Err(_) => {
-            return Err(Error::Setup(format!(
-                "rdma: {} SRQ buffers is too many",
-                cfg.rdma_srq_buffers
-            )))
+            return Err(RdmaSetupError::SrqCountTooLarge {
+                count: cfg.rdma_srq_buffers,
+            }
+            .into())
         }
     };
     let res = devices.reserve(&id, poller.index(), pre.buffers + pre.sq_depth, srq_req)?;
@@ -642,26 +636,29 @@ fn finish(
     let path = p.id.path_info();
     let sz = p.sizing;
     if peer.credits < MIN_CREDITS {
-        return Err(Error::Setup(format!(
-            "rdma peer grants {} credits; at least {MIN_CREDITS} are needed",
-            peer.credits
-        )));
+        return Err(RdmaSetupError::TooFewCredits {
+            credits: peer.credits,
+            min: MIN_CREDITS,
+        }
+        .into());
     }
     if peer.buffer_size != sz.buffer_size {
-        return Err(Error::Setup(format!(
-            "rdma peer uses {}-byte buffers, this engine {} (both sides need the same pool buffer size)",
-            peer.buffer_size, sz.buffer_size
-        )));
+        return Err(RdmaSetupError::BufferSizeMismatch {
+            peer: peer.buffer_size,
+            ours: sz.buffer_size,
+        }
+        .into());
     }
     let base_tx = std::ptr::NonNull::new(p.pools.tx.as_ptr())
-        .ok_or_else(|| Error::Setup("rdma send pool is null".into()))?;
+        .ok_or(RdmaSetupError::NullRegion { what: "send pool" })?;
     // SAFETY: the send region is `buffers * buffer_size` bytes, owned by `pools`, which the
     // connection and every user of the view keep alive (`keep`).
     let tx_pool = unsafe { PoolView::new(base_tx, sz.buffer_size as usize, sz.buffers) };
     let (rx_pool, rx_lkey) = match (&p.pools.rx, &p.srq) {
         (Some(rx), _) => {
-            let base = std::ptr::NonNull::new(rx.as_ptr())
-                .ok_or_else(|| Error::Setup("rdma receive pool is null".into()))?;
+            let base = std::ptr::NonNull::new(rx.as_ptr()).ok_or(RdmaSetupError::NullRegion {
+                what: "receive pool",
+            })?;
             // SAFETY: as for the send pool.
             (
                 unsafe { PoolView::new(base, sz.buffer_size as usize, sz.buffers) },
@@ -669,12 +666,18 @@ fn finish(
             )
         }
         (None, Some((srq, _))) => (srq.pool, srq.lkey),
-        (None, None) => return Err(Error::Setup("rdma receive pool missing".into())),
+        (None, None) => {
+            return Err(RdmaSetupError::Missing {
+                what: "receive pool",
+            }
+            .into())
+        }
     };
     let hdr = match &p.pools.hdr {
         Some(h) => {
-            let base = std::ptr::NonNull::new(h.as_ptr())
-                .ok_or_else(|| Error::Setup("rdma header region is null".into()))?;
+            let base = std::ptr::NonNull::new(h.as_ptr()).ok_or(RdmaSetupError::NullRegion {
+                what: "header region",
+            })?;
             let slots = sz.buffers + sz.sq_depth.max(2);
             // SAFETY: the header region holds `slots` slots of HDR_LEN bytes (as registered in
             // `prepare`), owned by `pools`, which the connection keeps alive (`keep`).
@@ -834,9 +837,9 @@ fn connect_bounded(
             let _ = rx.recv_timeout(TEARDOWN_GRACE);
             Err(map_cm(endpoint, e))
         }
-        Ok(Attempt::TornDown) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(
-            Error::Setup("rdma connect thread ended without a result".into()),
-        ),
+        Ok(Attempt::TornDown) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(RdmaSetupError::ConnectThreadLost.into())
+        }
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(map_cm(
             endpoint,
             CmError::Timeout {
@@ -894,7 +897,7 @@ impl RdmaListener {
         busy: bool,
         now: Instant,
     ) -> Result<Option<Box<PendingAccept>>, Error> {
-        let aerr = |what: &str, e: CmError| setup_err(what, e);
+        let aerr = |what: &'static str, e: CmError| setup_err(what, e);
         let Some(req) = self
             .inner
             .get_request(None)
@@ -904,24 +907,27 @@ impl RdmaListener {
         };
         if busy {
             let _ = req.id.reject(&CmRejectReason::NoResources.encode());
-            return Err(Error::Setup(
-                "rdma connect request rejected: too many accepts pending".into(),
-            ));
+            return Err(RdmaSetupError::AcceptsPending {
+                pending: MAX_PENDING_ACCEPTS,
+            }
+            .into());
         }
         let peer = match FlowParams::decode(&req.private_data) {
             Ok(p) => p,
             Err(e) => {
                 let _ = req.id.reject(&CmRejectReason::BadParams.encode());
-                return Err(setup_err("connect request with invalid parameters", e));
+                return Err(RdmaSetupError::BadRequestParams(e).into());
             }
         };
         if peer.buffer_size as usize != cfg.buffer_size || peer.credits < MIN_CREDITS {
             let _ = req.id.reject(&CmRejectReason::BadParams.encode());
-            return Err(Error::Setup(format!(
-                "rdma connect request with {}-byte buffers and {} credits rejected: this \
-                 listener uses {}-byte buffers and needs at least {MIN_CREDITS} credits",
-                peer.buffer_size, peer.credits, cfg.buffer_size
-            )));
+            return Err(RdmaSetupError::RequestRejected {
+                peer_size: peer.buffer_size,
+                peer_credits: peer.credits,
+                ours: cfg.buffer_size,
+                min: MIN_CREDITS,
+            }
+            .into());
         }
         let peer_addr = req
             .id

@@ -26,7 +26,7 @@ use super::wire::Segment;
 use super::ShmFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::Error;
+use crate::error::{Error, SetupError};
 use crate::event::Event;
 use crate::fabric::control::{
     self, Ctx, FabricConnect, FabricControl, NewConn, Registry, SetupSide, Watched, ACCEPT_BURST,
@@ -194,7 +194,7 @@ impl FabricControl for ShmControl {
     ) -> Result<ConnParts, Error> {
         let est = est
             .downcast::<Established>()
-            .map_err(|_| Error::Setup("shm: not an shm connection".to_owned()))?;
+            .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric: "shm" }))?;
         self.install_est(ctx, *est, raw)
     }
 
@@ -248,6 +248,11 @@ impl FabricControl for ShmControl {
                     if gone {
                         // The poller delivers what the peer sent before, then marks it
                         // disconnected for the application (within microseconds).
+                        tracing::debug!(
+                            conn = id,
+                            cause = "rendezvous socket hung up",
+                            "disconnect"
+                        );
                         ctx.emit(Event::Disconnected { conn: id });
                         self.reg.close(ctx, id, Command::PeerGone(id), None);
                     }

@@ -16,7 +16,9 @@
 
 pub(crate) mod control;
 mod datapath;
+mod error;
 pub(crate) mod setup;
 pub mod wire;
 
 pub use datapath::{ShmConn, ShmFabric};
+pub use error::ShmSetupError;

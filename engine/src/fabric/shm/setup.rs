@@ -15,7 +15,8 @@ use crate::desc::{PoolView, INLINE_MAX};
 use crate::error::Error;
 
 use super::datapath::ShmConn;
-use super::wire::{self, slots_for_inline, Params, Segment};
+use super::error::ShmSetupError;
+use super::wire::{self, slots_for_inline, Params, Segment, WireError};
 
 /// How long the listening side waits for each handshake step of an accepted connection (the
 /// hello after the accept, the ready after the offer). The control thread does not wait: the
@@ -39,12 +40,9 @@ pub(crate) fn params_for(cfg: &Config) -> Result<Params, Error> {
     let buffer_size = u32::try_from(buffer_size)
         .ok()
         .filter(|&b| b <= wire::layout::MAX_BUFFER_SIZE)
-        .ok_or_else(|| {
-            Error::Setup(format!(
-                "shm buffer size {} exceeds the shm limit of {} bytes",
-                cfg.buffer_size,
-                wire::layout::MAX_BUFFER_SIZE
-            ))
+        .ok_or(ShmSetupError::BufferSize {
+            size: cfg.buffer_size,
+            max: wire::layout::MAX_BUFFER_SIZE,
         })?;
     let inline_max = cfg.inline_threshold.min(INLINE_MAX);
     // Enough slots for `depth` messages of the largest inline size.
@@ -59,8 +57,7 @@ pub(crate) fn params_for(cfg: &Config) -> Result<Params, Error> {
         ring_depth: ring_depth as u32,
         inline_max: inline_max as u32,
     };
-    p.validate()
-        .map_err(|e| Error::Setup(format!("shm parameters: {e}")))?;
+    p.validate().map_err(ShmSetupError::Params)?;
     Ok(p)
 }
 
@@ -83,8 +80,8 @@ fn from_conn_params(c: &ConnParams) -> Params {
     }
 }
 
-fn setup_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Setup(format!("{what}: {e}"))
+fn setup_err(step: &'static str, source: WireError) -> Error {
+    ShmSetupError::Wire { step, source }.into()
 }
 
 /// Builds the data-path state and pool views of a segment both sides are attached to.
@@ -152,15 +149,11 @@ pub(crate) fn connect(
     let theirs = from_conn_params(&offer.params);
     if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
         let _ = stream.send_abort(HandshakeRefusal::ParamsInvalid, left());
-        return Err(Error::Setup(format!(
-            "listener offered invalid shm parameters {theirs:?}"
-        )));
+        return Err(ShmSetupError::OfferInvalid { theirs }.into());
     }
     if theirs.buffer_size != ours.buffer_size || theirs.buffer_count != ours.buffer_count {
         let _ = stream.send_abort(HandshakeRefusal::ParamsMismatch, left());
-        return Err(Error::Setup(format!(
-            "listener offered shm parameters {theirs:?}, we need {ours:?}"
-        )));
+        return Err(ShmSetupError::OfferMismatch { theirs, ours }.into());
     }
     let segment = match Segment::attach(offer.segment.as_fd(), &theirs) {
         Ok(s) => s,
@@ -232,18 +225,17 @@ impl ShmListener {
             let theirs = from_conn_params(&hello.params);
             if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
                 let _ = stream.send_reject(HandshakeRefusal::ParamsInvalid, nowait);
-                return Err(Error::Setup(format!(
-                    "connector proposed invalid shm parameters {theirs:?}"
-                )));
+                return Err(ShmSetupError::ProposalInvalid { theirs }.into());
             }
             if theirs.buffer_size != self.params.buffer_size
                 || theirs.buffer_count != self.params.buffer_count
             {
                 let _ = stream.send_reject(HandshakeRefusal::ParamsMismatch, nowait);
-                return Err(Error::Setup(format!(
-                    "connector proposed shm parameters {theirs:?}, this listener needs {:?}",
-                    self.params
-                )));
+                return Err(ShmSetupError::ProposalMismatch {
+                    theirs,
+                    ours: self.params,
+                }
+                .into());
             }
             // Ring depth and inline size: the connector's choice (both validated).
             let (segment, fd) = match Segment::create(&theirs) {
@@ -273,7 +265,7 @@ impl ShmListener {
 }
 
 fn accept_err(e: uds::UdsError) -> Error {
-    Error::Setup(format!("shm accept: {e}"))
+    ShmSetupError::Accept(e).into()
 }
 
 /// An accepted connection whose handshake is under way (listening side): a small state machine

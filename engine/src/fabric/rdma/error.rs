@@ -1,0 +1,238 @@
+//! Typed setup errors of the RDMA fabric: one variant per failing step or check, carrying the
+//! verbs / rdma_cm / OS error as `#[source]`.
+
+use std::io;
+
+use cm::rdma::{CmError, PrivateDataError};
+
+use super::verbs::{PostError, VerbsError};
+
+/// Setting up an RDMA connection failed (reported as
+/// [`SetupError::Rdma`](crate::SetupError::Rdma)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RdmaSetupError {
+    /// A verbs call failed at `step` (create CQ / SRQ / QP, register a pool, query, tune QP).
+    #[error("rdma {step}")]
+    Verbs {
+        /// The step (e.g. `"create CQ"`).
+        step: &'static str,
+        /// The verbs error (errno inside).
+        #[source]
+        source: VerbsError,
+    },
+    /// Posting receives failed at `step`.
+    #[error("rdma {step}")]
+    Post {
+        /// The step (e.g. `"pre-post receives"`).
+        step: &'static str,
+        /// The provider's error.
+        #[source]
+        source: PostError,
+    },
+    /// An rdma_cm call failed at `step` (event channel, accept, QP creation on the CM id).
+    #[error("rdma {step}")]
+    Cm {
+        /// The step.
+        step: &'static str,
+        /// The rdma_cm error.
+        #[source]
+        source: CmError,
+    },
+    /// An OS call failed at `step` (spawning the connect thread).
+    #[error("rdma {step}")]
+    Io {
+        /// The step.
+        step: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The connect request's private data (flow-control parameters) did not decode.
+    #[error("rdma connect request with invalid parameters")]
+    BadRequestParams(#[source] PrivateDataError),
+    /// Posting the shared receive queue's buffers failed (the provider's errno).
+    #[error("rdma post SRQ receives")]
+    PostSrq(#[source] io::Error),
+    /// The device has no shared receive queues.
+    #[error("rdma: this device has no shared receive queues")]
+    NoSrqSupport,
+    /// More SRQ buffers than the device's SRQ entries.
+    #[error("rdma: {count} SRQ buffers exceed the device's {max} SRQ entries")]
+    SrqTooLarge {
+        /// Buffers asked for (`rdma_srq`).
+        count: u32,
+        /// The device's `max_srq_wr`.
+        max: u32,
+    },
+    /// `rdma_srq` does not fit a `u32`.
+    #[error("rdma: {count} SRQ buffers is too many")]
+    SrqCountTooLarge {
+        /// Buffers asked for.
+        count: usize,
+    },
+    /// A memory region's address is null (the provider returned no mapping).
+    #[error("rdma {what} is null")]
+    NullRegion {
+        /// Which region ("send pool", "receive pool", "header region", "SRQ pool").
+        what: &'static str,
+    },
+    /// Internal: a resource expected at this point is missing ("CQ", "SRQ", "receive pool").
+    #[error("rdma {what} missing")]
+    Missing {
+        /// Which resource.
+        what: &'static str,
+    },
+    /// The device table's lock was poisoned by a panicking thread.
+    #[error("rdma device table poisoned")]
+    DeviceTablePoisoned,
+    /// The engine has no poller (or not poller `poller`) for RDMA connections.
+    #[error("rdma: no poller {poller}")]
+    NoPoller {
+        /// The poller index.
+        poller: usize,
+    },
+    /// rdma_cm resolved no device for this connection, or one the engine does not know.
+    #[error("rdma_cm resolved no known device for this connection")]
+    NoDevice,
+    /// Shared receive queues are not supported on iWARP devices.
+    #[error(
+        "rdma device {device} is iWARP: shared receive queues (rdma_srq) are not supported \
+         on iWARP; use per-connection receive buffers (rdma_srq 0)"
+    )]
+    SrqOnIwarp {
+        /// The device name.
+        device: String,
+    },
+    /// The poller's completion queue has too few unreserved entries for another connection.
+    #[error(
+        "rdma: poller {poller}'s completion queue is full ({free} free entries, need {need}); \
+         use fewer connections per poller or smaller pools"
+    )]
+    CqFull {
+        /// The poller index.
+        poller: usize,
+        /// Unreserved entries.
+        free: u32,
+        /// Entries one connection needs.
+        need: u32,
+    },
+    /// The poller's SRQ has too few unpromised buffers for another connection.
+    #[error(
+        "rdma: poller {poller}'s shared receive queue has {free} unpromised buffers, a connection \
+         needs {need}; raise rdma_srq or lower the per-connection buffer count"
+    )]
+    SrqFull {
+        /// The poller index.
+        poller: usize,
+        /// Unpromised buffers.
+        free: u32,
+        /// Credits one connection needs.
+        need: u32,
+    },
+    /// A connect request was rejected because the table of accepts waiting for ESTABLISHED is
+    /// full.
+    #[error("rdma connect request rejected: {pending} accepts already pending")]
+    AcceptsPending {
+        /// Accepts pending (the table's capacity).
+        pending: usize,
+    },
+    /// The buffer size does not fit the RDMA flow-control parameters.
+    #[error("rdma buffer size {size} out of range 1..={max}")]
+    BufferSize {
+        /// The configured buffer size.
+        size: usize,
+        /// The largest one RDMA supports.
+        max: u32,
+    },
+    /// The per-connection buffer count is outside what RDMA flow control supports.
+    #[error("rdma: {count} buffers per connection is outside {min}..={max}")]
+    BufferCount {
+        /// The configured count.
+        count: usize,
+        /// Fewest buffers (credits).
+        min: u32,
+        /// Most buffers.
+        max: u32,
+    },
+    /// More buffers per connection than the device's receive queue entries.
+    #[error(
+        "rdma: {count} buffers per connection exceed the device's {max} receive queue entries"
+    )]
+    QueueTooDeep {
+        /// Buffers per connection.
+        count: u32,
+        /// The device's `max_qp_wr`.
+        max: u32,
+    },
+    /// The peer grants fewer credits than the engine needs.
+    #[error("rdma peer grants {credits} credits; at least {min} are needed")]
+    TooFewCredits {
+        /// Credits the peer grants.
+        credits: u32,
+        /// Fewest credits needed.
+        min: u32,
+    },
+    /// The peer's pool buffer size differs from ours.
+    #[error(
+        "rdma peer uses {peer}-byte buffers, this engine {ours} (both sides need the same pool \
+         buffer size)"
+    )]
+    BufferSizeMismatch {
+        /// The peer's buffer size.
+        peer: u32,
+        /// Ours.
+        ours: u32,
+    },
+    /// A connect request's parameters do not match this listener (it was rejected).
+    #[error(
+        "rdma connect request with {peer_size}-byte buffers and {peer_credits} credits rejected: \
+         this listener uses {ours}-byte buffers and needs at least {min} credits"
+    )]
+    RequestRejected {
+        /// The connector's buffer size.
+        peer_size: u32,
+        /// The connector's credits.
+        peer_credits: u32,
+        /// This listener's buffer size.
+        ours: usize,
+        /// Fewest credits needed.
+        min: u32,
+    },
+    /// The thread running the bounded connect ended without reporting a result.
+    #[error("rdma connect thread ended without a result")]
+    ConnectThreadLost,
+    /// The RDMA device of a connection was removed.
+    #[error("rdma device removed")]
+    DeviceRemoved,
+}
+
+/// A lower-layer error that becomes an [`RdmaSetupError`] at a named step.
+pub(crate) trait AtStep {
+    /// The error of `step`.
+    fn at(self, step: &'static str) -> RdmaSetupError;
+}
+
+impl AtStep for VerbsError {
+    fn at(self, step: &'static str) -> RdmaSetupError {
+        RdmaSetupError::Verbs { step, source: self }
+    }
+}
+
+impl AtStep for PostError {
+    fn at(self, step: &'static str) -> RdmaSetupError {
+        RdmaSetupError::Post { step, source: self }
+    }
+}
+
+impl AtStep for CmError {
+    fn at(self, step: &'static str) -> RdmaSetupError {
+        RdmaSetupError::Cm { step, source: self }
+    }
+}
+
+impl AtStep for io::Error {
+    fn at(self, step: &'static str) -> RdmaSetupError {
+        RdmaSetupError::Io { step, source: self }
+    }
+}
