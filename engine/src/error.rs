@@ -114,6 +114,16 @@ pub enum FabricError {
     /// The peer closed the connection or stopped responding.
     #[error("peer closed the connection")]
     PeerClosed,
+    /// The peer stopped proving it is alive: nothing from it (shm: no heartbeat; RDMA: no
+    /// message, heartbeat or credit) for at least the liveness timeout
+    /// ([`EngineBuilder::liveness_timeout`](crate::EngineBuilder::liveness_timeout)). It may be
+    /// stopped, hung, or on a host that vanished; its connection is failed on this side and
+    /// closed, so it sees a disconnect when it resumes.
+    #[error("peer unresponsive: nothing heard for {silent_for:?}")]
+    PeerUnresponsive {
+        /// How long the peer had been silent when the connection was failed.
+        silent_for: std::time::Duration,
+    },
     /// The fabric reported an error completion / OS error (errno).
     #[error("fabric I/O error (errno {0})")]
     Io(i32),

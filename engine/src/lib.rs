@@ -185,7 +185,10 @@ mod link;
 mod poller;
 mod stats;
 
-pub use config::{EngineBuilder, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE};
+pub use config::{
+    EngineBuilder, DEFAULT_LIVENESS_TIMEOUT, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE,
+    MIN_LIVENESS_TIMEOUT,
+};
 pub use conn::{Connection, Listener, Message, SendBuf, SendError};
 pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX};
 pub use endpoint::MAX_SHM_NAME;
