@@ -456,6 +456,12 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
                         ctx.emit(Event::Disconnected { conn: id });
                     }
                 }
+                Some(FabricError::PeerUnresponsive { silent_for }) => {
+                    ctx.emit(Event::PeerUnresponsive {
+                        conn: id,
+                        silent_for,
+                    });
+                }
                 Some(e) => ctx.emit(Event::Error {
                     conn: Some(id),
                     error: Error::Fabric(e),

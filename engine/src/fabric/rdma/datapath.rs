@@ -35,12 +35,19 @@
 //! * Doorbell batching: each [`FabricConn::post_send`] batch (up to the engine's `batch`) is one
 //!   chain of work requests and one `ibv_post_send`; released receive buffers are re-posted as one
 //!   chain per call.
+//! * Liveness ([`FabricConn::check_peer`], every few milliseconds by the coarse clock): a
+//!   connection that sent nothing for a quarter of the liveness timeout sends a *heartbeat*, an
+//!   explicit credit message (so it spends a credit and always finds a posted receive); a
+//!   connection that received nothing (no message, heartbeat or credit message) for the timeout
+//!   while the peer had credits fails with [`FabricError::PeerUnresponsive`]. The receive
+//!   completion count is a plain field; nothing is added per message beyond that increment.
 //! * A completion error fails only its connection ([`FabricError::Io`] with the `ibv_wc_status`
 //!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
 //!   the other connections keep running.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use super::verbs::{
     self, CompletionQueue, QueuePair, RecvWr, SendWr, Sge, SharedReceiveQueue, WcSlot,
@@ -124,6 +131,7 @@ struct RdmaCounters {
     stale_completions: AtomicU64,
     credit_messages: AtomicU64,
     credit_stalls: AtomicU64,
+    heartbeats: AtomicU64,
     inline_sends: AtomicU64,
     pooled_sends: AtomicU64,
 }
@@ -134,6 +142,7 @@ static COUNTERS: RdmaCounters = RdmaCounters {
     stale_completions: AtomicU64::new(0),
     credit_messages: AtomicU64::new(0),
     credit_stalls: AtomicU64::new(0),
+    heartbeats: AtomicU64::new(0),
     inline_sends: AtomicU64::new(0),
     pooled_sends: AtomicU64::new(0),
 };
@@ -149,6 +158,7 @@ fn bump(c: &AtomicU64, n: u64) {
 pub(crate) struct PollerRdmaCounters {
     credit_messages: Counter,
     credit_stalls: Counter,
+    heartbeats: Counter,
     inline_sends: Counter,
     pooled_sends: Counter,
 }
@@ -157,6 +167,7 @@ impl Drop for PollerRdmaCounters {
     fn drop(&mut self) {
         bump(&COUNTERS.credit_messages, self.credit_messages.get());
         bump(&COUNTERS.credit_stalls, self.credit_stalls.get());
+        bump(&COUNTERS.heartbeats, self.heartbeats.get());
         bump(&COUNTERS.inline_sends, self.inline_sends.get());
         bump(&COUNTERS.pooled_sends, self.pooled_sends.get());
     }
@@ -189,6 +200,9 @@ pub struct RdmaStats {
     /// Times a batch could not be posted in full for lack of peer credits or send-queue room
     /// (back-pressure).
     pub credit_stalls: u64,
+    /// Heartbeats sent (credit messages on a connection that sent nothing else for a quarter of
+    /// the liveness timeout; also counted in `credit_messages`).
+    pub heartbeats: u64,
     /// Completions of connections no longer attached to their poller (ignored; shared receive
     /// buffers among them are re-posted).
     pub stale_completions: u64,
@@ -207,6 +221,7 @@ pub fn stats() -> RdmaStats {
         completion_errors: c.completion_errors.load(Ordering::Relaxed),
         credit_messages: c.credit_messages.load(Ordering::Relaxed),
         credit_stalls: c.credit_stalls.load(Ordering::Relaxed),
+        heartbeats: c.heartbeats.load(Ordering::Relaxed),
         stale_completions: c.stale_completions.load(Ordering::Relaxed),
         inline_sends: c.inline_sends.load(Ordering::Relaxed),
         pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
@@ -215,6 +230,7 @@ pub fn stats() -> RdmaStats {
         for p in live.iter().filter_map(Weak::upgrade) {
             s.credit_messages += p.credit_messages.get();
             s.credit_stalls += p.credit_stalls.get();
+            s.heartbeats += p.heartbeats.get();
             s.inline_sends += p.inline_sends.get();
             s.pooled_sends += p.pooled_sends.get();
         }
@@ -537,6 +553,8 @@ pub(crate) struct RdmaConnParts {
     pub(crate) sq_depth: u32,
     /// iWARP (no immediate data): the header slots. `None` on RoCE/InfiniBand.
     pub(crate) hdr: Option<HdrParts>,
+    /// The liveness timeout (`None`: off); heartbeats go out every quarter of it.
+    pub(crate) liveness: Option<Duration>,
     /// Keeps the pools' memory regions alive.
     pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
 }
@@ -598,6 +616,18 @@ pub struct RdmaConn {
     counters: Arc<PollerRdmaCounters>,
     /// iWARP: credits travel in a header instead of immediate data (checked once per batch).
     hdr: Option<HdrParts>,
+    // ---- liveness (poller-owned plain fields; touched once per receive completion and in
+    // `check_peer`, never with an atomic)
+    /// Liveness timeout in ns; 0: off.
+    liveness_ns: u64,
+    /// Receive completions so far (any message, heartbeats and credit messages included).
+    rx_heard: u64,
+    /// `rx_heard` and the coarse time when `check_peer` last saw it move (`None`: not yet).
+    heard: Option<(u64, u64)>,
+    /// `sq_posted` and the coarse time when `check_peer` last saw it move (`None`: not yet).
+    sent: Option<(u64, u64)>,
+    /// Coarse time of the last `check_peer`.
+    checked_ns: u64,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -652,6 +682,13 @@ impl RdmaConn {
             srq: p.srq.map(|(s, _)| s),
             counters: p.counters,
             hdr: p.hdr,
+            liveness_ns: p
+                .liveness
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            rx_heard: 0,
+            heard: None,
+            sent: None,
+            checked_ns: 0,
             _keep: p.keep,
         }
     }
@@ -716,6 +753,7 @@ impl RdmaConn {
                     }
                 },
             };
+            self.rx_heard += 1;
             let credits = imm & IMM_CREDITS_MAX;
             let credit_only = imm & IMM_CREDIT_ONLY != 0;
             self.add_peer_credits(credits);
@@ -1017,6 +1055,55 @@ impl RdmaConn {
         {
             return Ok(());
         }
+        self.post_credit_message()
+    }
+
+    /// Liveness, from [`FabricConn::check_peer`]: fails the connection when nothing was received
+    /// for the timeout while the peer could have sent (it had credits, as far as we know), and
+    /// sends a heartbeat when this side sent nothing for a quarter of the timeout.
+    ///
+    /// A heartbeat is a credit message (`IMM_CREDIT_ONLY`, carrying whatever credits are owed):
+    /// it spends a credit like any message, so a receive is always posted for it (never an
+    /// RNR), and the peer's re-post of its buffer returns that credit as usual. Without a credit
+    /// (the peer holds all our messages) no heartbeat is sent, and the peer, whose window for
+    /// us is then 0, does not expect one.
+    fn liveness(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        if self.liveness_ns == 0 || self.error.is_some() {
+            return Ok(());
+        }
+        // This poller itself did not run for a while (a run-to-completion application that did
+        // not call in, a descheduled thread): it cannot tell the peer's silence from its own.
+        let stalled = now_ns.saturating_sub(self.checked_ns) > self.liveness_ns / 2;
+        self.checked_ns = now_ns;
+        match self.heard {
+            Some((seen, since)) if seen == self.rx_heard && self.peer_window > 0 && !stalled => {
+                let silent = now_ns.saturating_sub(since);
+                if silent >= self.liveness_ns {
+                    return Err(FabricError::PeerUnresponsive {
+                        silent_for: Duration::from_nanos(silent),
+                    });
+                }
+            }
+            _ => self.heard = Some((self.rx_heard, now_ns)),
+        }
+        match self.sent {
+            Some((seen, since)) if seen == self.sq_posted => {
+                if now_ns.saturating_sub(since) >= self.liveness_ns / 4
+                    && self.peer_credits > 0
+                    && self.sq_room() > 0
+                {
+                    self.post_credit_message()?;
+                    self.counters.heartbeats.add(1);
+                    self.sent = Some((self.sq_posted, now_ns));
+                }
+            }
+            _ => self.sent = Some((self.sq_posted, now_ns)),
+        }
+        Ok(())
+    }
+
+    /// Posts one credit message (no payload, the owed credits), spending a credit.
+    fn post_credit_message(&mut self) -> Result<(), FabricError> {
         let mut wr = verbs::send_wr_zeroed();
         let mut sge = Sge {
             addr: 0,
@@ -1224,6 +1311,10 @@ impl FabricConn for RdmaConn {
         // Sends were posted (one doorbell per batch) in `post_send`; what remains is returning
         // credits when traffic is one-way.
         self.maybe_send_credits()
+    }
+
+    fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        self.liveness(now_ns)
     }
 }
 
