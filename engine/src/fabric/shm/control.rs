@@ -7,6 +7,11 @@
 //! drop the connection (`PeerGone`). The segment's closed mark and the bye on the socket go out
 //! only once the poller has let go, after this side's last sends were posted.
 //!
+//! Liveness: every tick it bumps this side's heartbeat word in each segment (every quarter of
+//! the liveness timeout) and samples the peer's; a peer whose word has not moved for the timeout
+//! fails its connection ([`Event::PeerUnresponsive`]) and the connection is closed as if the
+//! application had closed it, so the peer finds it gone when it resumes.
+//!
 //! Accepting runs the handshake on the control thread (each step bounded by
 //! `ACCEPT_STEP_TIMEOUT`, 250 ms); connecting runs it on the calling thread ([`ShmConnect`]).
 
