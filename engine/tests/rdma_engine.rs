@@ -169,15 +169,21 @@ fn flood_into_slow_receiver(ip: &str, port: u16) {
     while Instant::now() < settle {
         e.poll();
     }
-    let quiet = rdma::stats().credit_messages;
+    let quiet = rdma::stats();
     let idle_until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < idle_until {
         e.poll();
     }
+    let idle = rdma::stats();
     assert_eq!(
-        rdma::stats().credit_messages,
-        quiet,
+        idle.credit_messages, quiet.credit_messages,
         "credit messages at idle"
+    );
+    // Only liveness heartbeats flow: one per side per quarter of the (default 1 s) timeout.
+    assert!(
+        idle.heartbeats - quiet.heartbeats <= 4,
+        "heartbeats at idle: {}",
+        idle.heartbeats - quiet.heartbeats
     );
 }
 

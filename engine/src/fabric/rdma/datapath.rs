@@ -201,7 +201,7 @@ pub struct RdmaStats {
     /// (back-pressure).
     pub credit_stalls: u64,
     /// Heartbeats sent (credit messages on a connection that sent nothing else for a quarter of
-    /// the liveness timeout; also counted in `credit_messages`).
+    /// the liveness timeout; not counted in `credit_messages`).
     pub heartbeats: u64,
     /// Completions of connections no longer attached to their poller (ignored; shared receive
     /// buffers among them are re-posted).
@@ -1055,7 +1055,9 @@ impl RdmaConn {
         {
             return Ok(());
         }
-        self.post_credit_message()
+        self.post_credit_message()?;
+        self.counters.credit_messages.add(1);
+        Ok(())
     }
 
     /// Liveness, from [`FabricConn::check_peer`]: fails the connection when nothing was received
@@ -1138,7 +1140,6 @@ impl RdmaConn {
         // SAFETY: a zero-length inline send names no memory; on iWARP the one gather entry is
         // the send's header slot (see `write_send_hdr`).
         unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
-        self.counters.credit_messages.add(1);
         Ok(())
     }
 }
