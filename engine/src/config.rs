@@ -29,6 +29,8 @@ pub(crate) struct Config {
     pub(crate) rdma_srq_buffers: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_connections_per_poller: usize,
+    /// How long a peer may stay silent before its connection fails; zero: never.
+    pub(crate) liveness_timeout: Duration,
     pub(crate) name: String,
     /// `depth` was set explicitly (else it follows `min(128, buffers)`).
     pub(crate) depth_set: bool,
@@ -39,13 +41,31 @@ impl Config {
     pub(crate) fn run_to_completion(&self) -> bool {
         self.pollers.is_empty()
     }
+
+    /// How often this side proves it is alive: a quarter of the liveness timeout, so that three
+    /// heartbeats may be late before the peer gives up. `None` when liveness is off.
+    pub(crate) fn heartbeat_every(&self) -> Option<Duration> {
+        (!self.liveness_timeout.is_zero()).then(|| self.liveness_timeout / 4)
+    }
+
+    /// The liveness timeout, `None` when liveness is off.
+    pub(crate) fn liveness(&self) -> Option<Duration> {
+        (!self.liveness_timeout.is_zero()).then_some(self.liveness_timeout)
+    }
 }
+
+/// Default of [`EngineBuilder::liveness_timeout`].
+pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
+/// Shortest non-zero [`EngineBuilder::liveness_timeout`]: the control thread ticks every 10-20 ms,
+/// and the heartbeat interval is a quarter of the timeout.
+pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_millis(80);
 
 /// Builds an [`Engine`](crate::Engine). Start with [`Engine::builder`](crate::Engine::builder).
 ///
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
 /// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 32, inline threshold
-/// [`crate::INLINE_MAX`], signal every 16, connect timeout 5 s, 1024 connections per poller.
+/// [`crate::INLINE_MAX`], signal every 16, connect timeout 5 s, 1024 connections per poller,
+/// liveness timeout 1 s.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct EngineBuilder {
@@ -67,6 +87,7 @@ impl Default for EngineBuilder {
                 rdma_srq_buffers: 0,
                 connect_timeout: Duration::from_secs(5),
                 max_connections_per_poller: 1024,
+                liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
                 name: "spinwire".to_owned(),
                 depth_set: false,
             },
@@ -154,6 +175,22 @@ impl EngineBuilder {
         self
     }
 
+    /// Liveness: a peer that has not proved it is alive for `timeout` fails its connection with
+    /// [`FabricError::PeerUnresponsive`](crate::FabricError::PeerUnresponsive), reported as
+    /// [`Event::PeerUnresponsive`](crate::Event::PeerUnresponsive). Each side proves it every
+    /// `timeout / 4`: shm through the heartbeat word in the segment, bumped by the control
+    /// thread; RDMA by a heartbeat message over the queue pair when the connection sent nothing
+    /// else for that long. A peer stopped (SIGSTOP, a debugger), hung, or on a host that vanished
+    /// is found within `timeout` plus one control-thread tick (10-20 ms).
+    ///
+    /// Both sides should use the same timeout (each side decides with its own). Default 1 s;
+    /// at least [`MIN_LIVENESS_TIMEOUT`]; `Duration::ZERO` turns liveness off (a stopped peer is
+    /// then never reported; a dead one still is, by its socket hang-up).
+    pub fn liveness_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.liveness_timeout = timeout;
+        self
+    }
+
     /// Prefix of the engine's thread names (`<name>-control`, `<name>-poller-<core>`).
     pub fn name(mut self, name: &str) -> Self {
         self.cfg.name = name.to_owned();
@@ -198,6 +235,12 @@ impl EngineBuilder {
             return Err(Error::Config(ConfigError::MaxConnectionsPerPoller {
                 value: c.max_connections_per_poller,
                 max: 1 << 20,
+            }));
+        }
+        if !c.liveness_timeout.is_zero() && c.liveness_timeout < MIN_LIVENESS_TIMEOUT {
+            return Err(Error::Config(ConfigError::LivenessTimeout {
+                value: c.liveness_timeout,
+                min: MIN_LIVENESS_TIMEOUT,
             }));
         }
         if let IdleStrategy::Backoff {

@@ -121,6 +121,16 @@ pub enum FabricError {
     /// The peer closed the connection or stopped responding.
     #[error("peer closed the connection")]
     PeerClosed,
+    /// The peer stopped proving it is alive: nothing from it (shm: no heartbeat; RDMA: no
+    /// message, heartbeat or credit) for at least the liveness timeout
+    /// ([`EngineBuilder::liveness_timeout`](crate::EngineBuilder::liveness_timeout)). It may be
+    /// stopped, hung, or on a host that vanished; its connection is failed on this side and
+    /// closed, so it sees a disconnect when it resumes.
+    #[error("peer unresponsive: nothing heard for {silent_for:?}")]
+    PeerUnresponsive {
+        /// How long the peer had been silent when the connection was failed.
+        silent_for: std::time::Duration,
+    },
     /// The fabric reported an error completion / OS error (errno).
     #[error("fabric I/O error (errno {0})")]
     Io(i32),
@@ -161,6 +171,15 @@ pub enum ConfigError {
         value: usize,
         /// [`MAX_BATCH`](crate::MAX_BATCH).
         max: usize,
+    },
+    /// [`liveness_timeout`](crate::EngineBuilder::liveness_timeout) is neither zero (off) nor at
+    /// least the minimum.
+    #[error("liveness timeout {value:?} must be zero (off) or at least {min:?}")]
+    LivenessTimeout {
+        /// The value given.
+        value: std::time::Duration,
+        /// [`MIN_LIVENESS_TIMEOUT`](crate::MIN_LIVENESS_TIMEOUT).
+        min: std::time::Duration,
     },
     /// `signal_every` is zero.
     #[error("signal_every must be at least 1")]

@@ -1,5 +1,7 @@
 //! [`Event`]: what the control thread reports to the application through the event ring.
 
+use std::time::Duration;
+
 use crate::error::Error;
 
 /// A connection-level event, from [`Engine::try_event`](crate::Engine::try_event).
@@ -21,6 +23,16 @@ pub enum Event {
     Disconnected {
         /// [`Connection::id`](crate::Connection::id).
         conn: u64,
+    },
+    /// The peer of a connection stopped proving it is alive for the liveness timeout
+    /// ([`EngineBuilder::liveness_timeout`](crate::EngineBuilder::liveness_timeout)): the
+    /// connection failed with [`FabricError::PeerUnresponsive`](crate::FabricError::PeerUnresponsive)
+    /// and is closed (no further event follows for it).
+    PeerUnresponsive {
+        /// [`Connection::id`](crate::Connection::id).
+        conn: u64,
+        /// How long the peer had been silent.
+        silent_for: Duration,
     },
     /// A connection (or a listener, `conn: None`) failed.
     Error {

@@ -132,9 +132,32 @@
 //! rendezvous socket hangs up; its segment's closed flag) is reported as [`Error::Disconnected`]
 //! and [`Event::Disconnected`] within milliseconds (the control thread wakes on the socket
 //! hang-up; the tests require under a second); messages it sent before are still delivered
-//! first. Every blocking call has a timeout. Each side also bumps a heartbeat word in the segment
-//! every 100 ms (for tooling; liveness is decided by the socket, so a stopped but living peer is
-//! not disconnected).
+//! first. Every blocking call has a timeout.
+//!
+//! **Liveness.** A peer that is alive but silent (stopped with SIGSTOP or by a debugger, hung, or
+//! on a host that vanished without a FIN) is found by heartbeats:
+//! [`EngineBuilder::liveness_timeout`] (default [`DEFAULT_LIVENESS_TIMEOUT`], 1 s; zero turns it
+//! off). Each side proves it is alive every quarter of the timeout: over shm its control thread
+//! bumps its heartbeat word in the segment and reads the peer's on every tick (10-20 ms); over
+//! RDMA a connection that sent nothing else for that long sends a heartbeat (an explicit credit
+//! message, so it spends a credit and never causes an RNR) and the poller counts receive
+//! completions. A peer silent for the timeout fails its connection with
+//! [`FabricError::PeerUnresponsive`] (`silent_for`) and is reported once as
+//! [`Event::PeerUnresponsive`], within the timeout plus a tick; the connection is then closed
+//! (shm: the segment's closed flag, the bye and the socket; RDMA: the disconnect), so the peer,
+//! should it resume, finds its connection down ([`Error::Disconnected`]), never silently resumed.
+//! Other connections are not affected. A side whose own control thread (shm) or poller (RDMA)
+//! did not run for more than half the timeout restarts its observations instead of blaming its
+//! peers. Nothing is added to the data path per message (RDMA: one plain counter increment per
+//! receive completion; the checks run every few milliseconds by the coarse clock).
+//!
+//! * With RDMA in run-to-completion mode, heartbeats go out only while the application calls
+//!   into the engine (`poll`, `send`, `try_recv`, `recv_timeout`, ...): call at least every
+//!   quarter of the timeout, use a dedicated poller, or turn liveness off.
+//! * A message a dying peer had claimed but not committed: each connection has its own
+//!   single-producer rings (shm) or queue pair (RDMA), so nothing else waits on it (no
+//!   Aeron-style unblock is needed); it was never published, so it is never delivered, and the
+//!   connection fails.
 //!
 //! # Resource cleanup
 //!
@@ -187,7 +210,10 @@ mod link;
 mod poller;
 mod stats;
 
-pub use config::{EngineBuilder, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE};
+pub use config::{
+    EngineBuilder, DEFAULT_LIVENESS_TIMEOUT, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE,
+    MIN_LIVENESS_TIMEOUT,
+};
 pub use conn::{Connection, Listener, Message, SendBuf, SendError};
 pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX};
 pub use endpoint::MAX_SHM_NAME;

@@ -36,8 +36,11 @@ use crate::stats::PollerCounters;
 pub(crate) const COMMAND_RING: usize = 1024;
 /// Most commands a poller takes per cycle.
 pub(crate) const COMMAND_BUDGET: usize = 8;
-/// A poller runs the per-connection liveness check every this many cycles.
+/// A poller runs the per-connection liveness check every this many cycles...
 const CHECK_EVERY: u64 = 4096;
+/// ... and at least this often by the coarse clock (an idle, parking poller runs few cycles;
+/// RDMA heartbeats are sent from this check).
+const CHECK_INTERVAL_NS: u64 = 10_000_000;
 
 /// A control-thread -> poller command.
 pub(crate) enum Command<F: Fabric> {
@@ -266,6 +269,8 @@ pub(crate) struct Poller<F: Fabric> {
     counters: Arc<PollerCounters>,
     batch: usize,
     cycle: u64,
+    /// Coarse time at which the liveness check is due at the latest.
+    next_check_ns: u64,
 }
 
 impl<F: Fabric> Poller<F> {
@@ -291,6 +296,7 @@ impl<F: Fabric> Poller<F> {
             counters,
             batch,
             cycle: 0,
+            next_check_ns: 0,
         }
     }
 
@@ -335,7 +341,10 @@ impl<F: Fabric> Poller<F> {
         });
 
         // 3-5. Each connection.
-        let check = self.cycle % CHECK_EVERY == 0;
+        let check = self.cycle % CHECK_EVERY == 0 || now_ns >= self.next_check_ns;
+        if check {
+            self.next_check_ns = now_ns.saturating_add(CHECK_INTERVAL_NS);
+        }
         let mut i = 0;
         while i < self.active.len() {
             let slot = self.active[i] as usize;

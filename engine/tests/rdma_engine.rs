@@ -169,15 +169,21 @@ fn flood_into_slow_receiver(ip: &str, port: u16) {
     while Instant::now() < settle {
         e.poll();
     }
-    let quiet = rdma::stats().credit_messages;
+    let quiet = rdma::stats();
     let idle_until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < idle_until {
         e.poll();
     }
+    let idle = rdma::stats();
     assert_eq!(
-        rdma::stats().credit_messages,
-        quiet,
+        idle.credit_messages, quiet.credit_messages,
         "credit messages at idle"
+    );
+    // Only liveness heartbeats flow: one per side per quarter of the (default 1 s) timeout.
+    assert!(
+        idle.heartbeats - quiet.heartbeats <= 4,
+        "heartbeats at idle: {}",
+        idle.heartbeats - quiet.heartbeats
     );
 }
 
@@ -901,4 +907,141 @@ fn mismatched_or_too_small_pools_are_refused_clearly() {
     eprintln!("tiny: {err}");
     assert!(matches!(err, Error::Setup(_)), "got {err:?}");
     assert!(err.to_string().contains("buffers per connection"), "{err}");
+}
+
+/// Liveness timeout of the SIGSTOP test (short, so the test is quick; the default is 1 s).
+const STOP_LIVENESS: Duration = Duration::from_millis(500);
+const STOP_CHILD_ENV: &str = "SPINWIRE_RDMA_STOP_CHILD_PORT";
+
+/// Child role of `peer_stopped_with_sigstop_is_reported_within_the_liveness_timeout`: listens on
+/// the port in `STOP_CHILD_ENV` (a dedicated poller, so its heartbeats flow while the thread
+/// below sleeps), accepts one connection, echoes one message, then watches the connection until
+/// it goes down (bounded) and prints `CHILD-DOWN` with the error.
+#[test]
+#[ignore = "child role: run by peer_stopped_with_sigstop_is_reported_within_the_liveness_timeout"]
+fn child_stop_server() {
+    let port = role::env(STOP_CHILD_ENV);
+    let ip = role::env("RXE_VM_IP");
+    let e = poller_builder(&[1], 256, 8)
+        .depth(8)
+        .connect_timeout(T)
+        .liveness_timeout(STOP_LIVENESS)
+        .build()
+        .expect("engine");
+    let l = e
+        .listen(&format!("rdma://{ip}:{port}"))
+        .expect("child listen");
+    println!("CHILD READY");
+    let s = l
+        .accept_timeout(Duration::from_secs(30))
+        .expect("child accept");
+    let m = s.recv_timeout(Duration::from_secs(30)).expect("child recv");
+    let v = m.to_vec();
+    drop(m);
+    send_bytes(&s, &v);
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end {
+        match s.try_recv() {
+            Ok(Some(_)) => println!("CHILD-UNEXPECTED message"),
+            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Err(err) => {
+                println!("CHILD-DOWN {err}");
+                return;
+            }
+        }
+    }
+    panic!("connection still up after 60 s");
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+}
+
+/// Polls `e` (run-to-completion: that also sends this side's heartbeats) for `d`.
+fn poll_for(e: &Engine, d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        e.poll();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn peer_stopped_with_sigstop_is_reported_within_the_liveness_timeout() {
+    let Some(ip) = vm_ip() else { return };
+    let port = 20011;
+    let mut child = KillOnDrop(
+        role::command("child_stop_server")
+            .env(STOP_CHILD_ENV, port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn child"),
+    );
+    let out = lines(child.stdout.take().unwrap());
+    wait_for_line(&out, "CHILD READY", Duration::from_secs(30), "child ready");
+    let e = rtc_builder(256, 8)
+        .depth(8)
+        .connect_timeout(T)
+        .liveness_timeout(STOP_LIVENESS)
+        .build()
+        .expect("engine");
+    // A second, in-process connection on the same poller must be unaffected.
+    let (other_s, other_c) = pair(&e, &e, &format!("rdma://{ip}:{}", port + 1));
+    let c = e
+        .connect(&format!("rdma://{ip}:{port}"))
+        .expect("connect to child");
+    send_bytes(&c, b"ping");
+    let m = c.recv_timeout(T).expect("echo");
+    assert_eq!(&*m, b"ping");
+    drop(m);
+    // Idle for twice the timeout: only heartbeats flow, and they keep both sides up.
+    let before = rdma::stats().heartbeats;
+    poll_for(&e, 2 * STOP_LIVENESS);
+    assert!(c.is_open(), "an idle connection stays up on heartbeats");
+    assert!(rdma::stats().heartbeats > before, "heartbeats were sent");
+    while e.try_event().is_some() {}
+
+    signal(child.id(), libc::SIGSTOP);
+    let t0 = Instant::now();
+    let (seen, silent) = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no PeerUnresponsive event"
+        );
+        match e.try_event() {
+            Some(Event::PeerUnresponsive { conn, silent_for }) if conn == c.id() => {
+                break (t0.elapsed(), silent_for);
+            }
+            Some(ev) => panic!("unexpected event {ev:?}"),
+            None => poll_for(&e, Duration::from_millis(1)),
+        }
+    };
+    eprintln!("survivor: PeerUnresponsive after {seen:?} (silent_for {silent:?})");
+    let limit = STOP_LIVENESS + STOP_LIVENESS / 5;
+    assert!(seen <= limit, "reported after {seen:?} (limit {limit:?})");
+    assert!(silent >= STOP_LIVENESS, "silent_for {silent:?}");
+    let err = wait_down(&c);
+    assert!(
+        matches!(
+            err,
+            Error::Fabric(spinwire::FabricError::PeerUnresponsive { .. })
+        ),
+        "got {err:?}"
+    );
+    // The other connection is unaffected.
+    for i in 0..20u64 {
+        let p = payload(1 + i as usize * 11, i);
+        send_bytes(&other_c, &p);
+        assert_eq!(&*other_s.recv_timeout(T).expect("other recv"), p.as_slice());
+    }
+    assert!(other_c.is_open() && other_s.is_open());
+
+    // Resumed, the stopped side finds its connection failed, not silently resumed.
+    signal(child.id(), libc::SIGCONT);
+    let line = wait_for_line(&out, "CHILD-DOWN", T, "stopped child after SIGCONT");
+    eprintln!("child: {line}");
+    spinwire_testkit::process::wait_success(&mut child, T);
 }

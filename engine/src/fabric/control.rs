@@ -147,6 +147,9 @@ impl Ctx<'_> {
                 tracing::info!(conn, peer = %peer, path = path.as_deref(), "connection established");
             }
             Event::Disconnected { conn } => tracing::info!(conn, "connection disconnected"),
+            Event::PeerUnresponsive { conn, silent_for } => {
+                tracing::warn!(conn, ?silent_for, "peer unresponsive: liveness timeout");
+            }
             Event::Error { conn, error } => {
                 tracing::warn!(conn = *conn, error = %Chain(error), "connection error");
             }
@@ -168,6 +171,48 @@ impl Ctx<'_> {
 pub(crate) trait SetupSide: Send {
     /// Releases them (shm: the segment's closed mark and the bye; RDMA: the disconnect).
     fn finish(&mut self);
+}
+
+/// The control thread's watch on one peer's proof of life: a counter the peer advances (shm:
+/// its heartbeat word; RDMA: messages heard), sampled once per tick.
+///
+/// A peer whose counter has not moved for the liveness timeout is unresponsive. The silence is
+/// measured from the tick that last saw the counter move, so it is under-estimated by at most
+/// one tick; a peer is never declared dead early.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Liveness {
+    seen: u64,
+    since: Instant,
+}
+
+impl Liveness {
+    pub(crate) fn new(seen: u64, now: Instant) -> Liveness {
+        Liveness { seen, since: now }
+    }
+
+    /// Records the counter's value at `now`; returns how long it has been silent when that is
+    /// at least `timeout`.
+    pub(crate) fn observe(
+        &mut self,
+        seen: u64,
+        now: Instant,
+        timeout: Duration,
+    ) -> Option<Duration> {
+        if seen != self.seen {
+            self.seen = seen;
+            self.since = now;
+            return None;
+        }
+        let silent = now.saturating_duration_since(self.since);
+        (silent >= timeout).then_some(silent)
+    }
+}
+
+/// The tick-to-tick gap beyond which this side's own control thread counts as stalled (stopped,
+/// descheduled, blocked in a long setup step): liveness observations are restarted rather than
+/// blamed on peers.
+pub(crate) fn stalled(last_tick: Instant, now: Instant, timeout: Duration) -> bool {
+    now.saturating_duration_since(last_tick) > timeout / 2
 }
 
 /// One listener of a fabric.
@@ -377,6 +422,33 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
         true
     }
 
+    /// Fails connection `id` because its peer stopped proving it is alive: the application sees
+    /// [`FabricError::PeerUnresponsive`] from now on, [`Event::PeerUnresponsive`] is emitted and
+    /// the connection is closed like a close by the application (`cmd` to its poller, the setup
+    /// side finished after `grace`), which tells the peer, should it resume, that it is gone.
+    pub(crate) fn fail_unresponsive(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: u64,
+        silent_for: Duration,
+        cmd: Command<F>,
+        grace: Option<Duration>,
+    ) {
+        let Some(rec) = self.conns.get(&id) else {
+            return;
+        };
+        if rec.closing.is_some() {
+            return;
+        }
+        rec.shared
+            .fail(FabricError::PeerUnresponsive { silent_for });
+        ctx.emit(Event::PeerUnresponsive {
+            conn: id,
+            silent_for,
+        });
+        self.close(ctx, id, cmd, grace);
+    }
+
     /// Releases the setup side of connection `id` and forgets it.
     pub(crate) fn finish(&mut self, id: u64) {
         if let Some(mut rec) = self.conns.remove(&id) {
@@ -408,6 +480,12 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
                     if !closing {
                         ctx.emit(Event::Disconnected { conn: id });
                     }
+                }
+                Some(FabricError::PeerUnresponsive { silent_for }) => {
+                    ctx.emit(Event::PeerUnresponsive {
+                        conn: id,
+                        silent_for,
+                    });
                 }
                 Some(e) => ctx.emit(Event::Error {
                     conn: Some(id),

@@ -217,9 +217,11 @@ pub trait FabricConn: Send + 'static {
     /// A [`FabricError`] fails this connection.
     fn flush(&mut self) -> Result<(), FabricError>;
 
-    /// Cheap liveness check, called every few thousand cycles with the coarse time in ns
-    /// (shm: the peer's "closed" word). The control thread watches sockets and heartbeats; this
-    /// catches what is visible only in shared state.
+    /// Cheap liveness check, called every few thousand cycles and at least every 10 ms of the
+    /// coarse clock, with the coarse time in ns (shm: the peer's "closed" word; RDMA: sends a
+    /// heartbeat on an idle connection and fails one whose peer went silent with
+    /// [`FabricError::PeerUnresponsive`]). The control thread watches sockets and, for shm,
+    /// heartbeats; this catches what is visible only in the data path.
     ///
     /// # Errors
     ///

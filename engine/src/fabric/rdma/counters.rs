@@ -16,6 +16,7 @@ pub(super) struct RdmaCounters {
     pub(super) stale_completions: AtomicU64,
     credit_messages: AtomicU64,
     credit_stalls: AtomicU64,
+    heartbeats: AtomicU64,
     inline_sends: AtomicU64,
     pooled_sends: AtomicU64,
 }
@@ -27,6 +28,7 @@ pub(super) static COUNTERS: RdmaCounters = RdmaCounters {
     stale_completions: AtomicU64::new(0),
     credit_messages: AtomicU64::new(0),
     credit_stalls: AtomicU64::new(0),
+    heartbeats: AtomicU64::new(0),
     inline_sends: AtomicU64::new(0),
     pooled_sends: AtomicU64::new(0),
 };
@@ -43,6 +45,7 @@ pub(super) fn bump(c: &AtomicU64, n: u64) {
 pub(crate) struct PollerRdmaCounters {
     pub(super) credit_messages: Counter,
     pub(super) credit_stalls: Counter,
+    pub(super) heartbeats: Counter,
     pub(super) inline_sends: Counter,
     pub(super) pooled_sends: Counter,
 }
@@ -51,6 +54,7 @@ impl Drop for PollerRdmaCounters {
     fn drop(&mut self) {
         bump(&COUNTERS.credit_messages, self.credit_messages.get());
         bump(&COUNTERS.credit_stalls, self.credit_stalls.get());
+        bump(&COUNTERS.heartbeats, self.heartbeats.get());
         bump(&COUNTERS.inline_sends, self.inline_sends.get());
         bump(&COUNTERS.pooled_sends, self.pooled_sends.get());
     }
@@ -83,6 +87,9 @@ pub struct RdmaStats {
     /// Times a batch could not be posted in full for lack of peer credits or send-queue room
     /// (back-pressure).
     pub credit_stalls: u64,
+    /// Heartbeats sent (credit messages on a connection that sent nothing else for a quarter of
+    /// the liveness timeout; not counted in `credit_messages`).
+    pub heartbeats: u64,
     /// Completions of connections no longer attached to their poller (ignored; shared receive
     /// buffers among them are re-posted).
     pub stale_completions: u64,
@@ -101,6 +108,7 @@ pub fn stats() -> RdmaStats {
         completion_errors: c.completion_errors.load(Ordering::Relaxed),
         credit_messages: c.credit_messages.load(Ordering::Relaxed),
         credit_stalls: c.credit_stalls.load(Ordering::Relaxed),
+        heartbeats: c.heartbeats.load(Ordering::Relaxed),
         stale_completions: c.stale_completions.load(Ordering::Relaxed),
         inline_sends: c.inline_sends.load(Ordering::Relaxed),
         pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
@@ -109,6 +117,7 @@ pub fn stats() -> RdmaStats {
         for p in live.iter().filter_map(Weak::upgrade) {
             s.credit_messages += p.credit_messages.get();
             s.credit_stalls += p.credit_stalls.get();
+            s.heartbeats += p.heartbeats.get();
             s.inline_sends += p.inline_sends.get();
             s.pooled_sends += p.pooled_sends.get();
         }

@@ -710,6 +710,7 @@ fn finish(
         signal_every: u32::try_from(cfg.signal_every).unwrap_or(u32::MAX),
         sq_depth: sz.sq_depth,
         hdr,
+        liveness: cfg.liveness(),
         keep: Arc::clone(&keep),
     });
     Ok(Established {

@@ -14,6 +14,11 @@
 //! the handshake costs one entry (at most [`MAX_HANDSHAKES`]; beyond that new connections are
 //! refused as busy), not control-thread time. Connecting runs the handshake on the calling
 //! thread ([`ShmConnect`]), bounded by its timeout.
+//!
+//! Liveness: every tick it bumps this side's heartbeat word in each segment (every quarter of
+//! the liveness timeout) and samples the peer's; a peer whose word has not moved for the timeout
+//! fails its connection ([`Event::PeerUnresponsive`]) and the connection is closed as if the
+//! application had closed it, so the peer finds it gone when it resumes.
 
 use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
@@ -29,19 +34,23 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, SetupError};
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Ctx, FabricConnect, FabricControl, NewConn, Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Ctx, FabricConnect, FabricControl, Liveness, NewConn, Registry, SetupSide, Watched,
+    ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
 use crate::poller::{Command, PollerLink};
 
-/// How often this side bumps its heartbeat word in each segment.
-const HEARTBEAT_EVERY: Duration = Duration::from_millis(100);
+/// How often this side bumps its heartbeat word in each segment when liveness is off (the word
+/// is then for tooling only).
+const HEARTBEAT_IDLE: Duration = Duration::from_millis(100);
 
 /// The setup side of one shm connection.
 pub(crate) struct ShmSetup {
     stream: UdsStream,
     segment: Segment,
+    /// The peer's heartbeat word, as last sampled.
+    peer: Liveness,
 }
 
 impl SetupSide for ShmSetup {
@@ -69,6 +78,10 @@ pub(crate) struct ShmControl {
     /// may never do again; `Connection::drop` already flushed the queued sends).
     close_grace: Option<Duration>,
     last_heartbeat: Instant,
+    /// This side's heartbeat interval (a quarter of the liveness timeout).
+    heartbeat_every: Duration,
+    liveness: Option<Duration>,
+    last_tick: Instant,
 }
 
 impl ShmControl {
@@ -79,6 +92,9 @@ impl ShmControl {
             watched_handshakes: 0,
             close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
             last_heartbeat: Instant::now(),
+            heartbeat_every: cfg.heartbeat_every().unwrap_or(HEARTBEAT_IDLE),
+            liveness: cfg.liveness(),
+            last_tick: Instant::now(),
         }
     }
 
@@ -104,10 +120,38 @@ impl ShmControl {
             tx_pool,
             rx_pool,
             keep,
-            setup: ShmSetup { stream, segment },
+            setup: ShmSetup {
+                peer: Liveness::new(segment.peer_state().heartbeat, Instant::now()),
+                stream,
+                segment,
+            },
             path: None,
         };
         self.reg.register(ctx, new, raw, None)
+    }
+
+    /// Samples every open connection's peer heartbeat word and fails those silent for
+    /// `timeout`. After a stall of this control thread itself the observations restart instead.
+    fn check_liveness(&mut self, ctx: &mut Ctx<'_>, now: Instant, timeout: Duration) {
+        let stalled = control::stalled(self.last_tick, now, timeout);
+        let mut silent: Vec<(u64, Duration)> = Vec::new();
+        for (&id, c) in self.reg.conns.iter_mut() {
+            if c.is_closing() {
+                continue;
+            }
+            let beat = c.setup.segment.peer_state().heartbeat;
+            if stalled {
+                c.setup.peer = Liveness::new(beat, now);
+            } else if let Some(s) = c.setup.peer.observe(beat, now, timeout) {
+                silent.push((id, s));
+            }
+        }
+        for (id, silent_for) in silent {
+            // The poller's close marks the segment closed; finishing the setup side sends the
+            // bye and closes the socket: a peer that resumes sees its connection gone.
+            self.reg
+                .fail_unresponsive(ctx, id, silent_for, Command::Remove(id), self.close_grace);
+        }
     }
 
     /// Takes up to [`ACCEPT_BURST`] new connections off listener `lid` and starts their
@@ -276,12 +320,16 @@ impl FabricControl for ShmControl {
                 });
             }
         }
-        if now.duration_since(self.last_heartbeat) >= HEARTBEAT_EVERY {
+        if now.duration_since(self.last_heartbeat) >= self.heartbeat_every {
             self.last_heartbeat = now;
             for c in self.reg.conns.values() {
                 c.setup.segment.bump_heartbeat();
             }
         }
+        if let Some(timeout) = self.liveness {
+            self.check_liveness(ctx, now, timeout);
+        }
+        self.last_tick = now;
         // Pending handshakes need the next tick soon too (their deadlines).
         !self.reg.conns.is_empty() || !self.handshakes.is_empty()
     }

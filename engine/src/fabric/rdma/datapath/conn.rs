@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::chain::{post_recv_chains, SrqShared, CHAIN};
 use crate::desc::{PoolView, TxDesc};
@@ -102,6 +103,8 @@ pub(crate) struct RdmaConnParts {
     pub(crate) sq_depth: u32,
     /// iWARP (no immediate data): the header slots. `None` on RoCE/InfiniBand.
     pub(crate) hdr: Option<HdrParts>,
+    /// The liveness timeout (`None`: off); heartbeats go out every quarter of it.
+    pub(crate) liveness: Option<Duration>,
     /// Keeps the pools' memory regions alive.
     pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
 }
@@ -163,6 +166,18 @@ pub struct RdmaConn {
     counters: Arc<PollerRdmaCounters>,
     /// iWARP: credits travel in a header instead of immediate data (checked once per batch).
     hdr: Option<HdrParts>,
+    // ---- liveness (poller-owned plain fields; touched once per receive completion and in
+    // `check_peer`, never with an atomic)
+    /// Liveness timeout in ns; 0: off.
+    liveness_ns: u64,
+    /// Receive completions so far (any message, heartbeats and credit messages included).
+    rx_heard: u64,
+    /// `rx_heard` and the coarse time when `check_peer` last saw it move (`None`: not yet).
+    heard: Option<(u64, u64)>,
+    /// `sq_posted` and the coarse time when `check_peer` last saw it move (`None`: not yet).
+    sent: Option<(u64, u64)>,
+    /// Coarse time of the last `check_peer`.
+    checked_ns: u64,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -217,6 +232,13 @@ impl RdmaConn {
             srq: p.srq.map(|(s, _)| s),
             counters: p.counters,
             hdr: p.hdr,
+            liveness_ns: p
+                .liveness
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            rx_heard: 0,
+            heard: None,
+            sent: None,
+            checked_ns: 0,
             _keep: p.keep,
         }
     }
@@ -283,6 +305,7 @@ impl RdmaConn {
                 },
             };
             let credits = imm & IMM_CREDITS_MAX;
+            self.rx_heard += 1;
             let credit_only = imm & IMM_CREDIT_ONLY != 0;
             self.add_peer_credits(credits);
             self.peer_window = self.peer_window.saturating_sub(1);
@@ -422,6 +445,57 @@ impl RdmaConn {
         {
             return Ok(());
         }
+        self.post_credit_message()?;
+        self.counters.credit_messages.add(1);
+        Ok(())
+    }
+
+    /// Liveness, from [`FabricConn::check_peer`]: fails the connection when nothing was received
+    /// for the timeout while the peer could have sent (it had credits, as far as we know), and
+    /// sends a heartbeat when this side sent nothing for a quarter of the timeout.
+    ///
+    /// A heartbeat is a credit message (`IMM_CREDIT_ONLY`, carrying whatever credits are owed):
+    /// it spends a credit like any message, so a receive is always posted for it (never an
+    /// RNR), and the peer's re-post of its buffer returns that credit as usual. Without a credit
+    /// (the peer holds all our messages) no heartbeat is sent, and the peer, whose window for
+    /// us is then 0, does not expect one.
+    fn liveness(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        if self.liveness_ns == 0 || self.error.is_some() {
+            return Ok(());
+        }
+        // This poller itself did not run for a while (a run-to-completion application that did
+        // not call in, a descheduled thread): it cannot tell the peer's silence from its own.
+        let stalled = now_ns.saturating_sub(self.checked_ns) > self.liveness_ns / 2;
+        self.checked_ns = now_ns;
+        match self.heard {
+            Some((seen, since)) if seen == self.rx_heard && self.peer_window > 0 && !stalled => {
+                let silent = now_ns.saturating_sub(since);
+                if silent >= self.liveness_ns {
+                    return Err(FabricError::PeerUnresponsive {
+                        silent_for: Duration::from_nanos(silent),
+                    });
+                }
+            }
+            _ => self.heard = Some((self.rx_heard, now_ns)),
+        }
+        match self.sent {
+            Some((seen, since)) if seen == self.sq_posted => {
+                if now_ns.saturating_sub(since) >= self.liveness_ns / 4
+                    && self.peer_credits > 0
+                    && self.sq_room() > 0
+                {
+                    self.post_credit_message()?;
+                    self.counters.heartbeats.add(1);
+                    self.sent = Some((self.sq_posted, now_ns));
+                }
+            }
+            _ => self.sent = Some((self.sq_posted, now_ns)),
+        }
+        Ok(())
+    }
+
+    /// Posts one credit message (no payload, the owed credits), spending a credit.
+    fn post_credit_message(&mut self) -> Result<(), FabricError> {
         let mut wr = verbs::send_wr_zeroed();
         let mut sge = Sge {
             addr: 0,
@@ -456,7 +530,6 @@ impl RdmaConn {
         // SAFETY: a zero-length inline send names no memory; on iWARP the one gather entry is
         // the send's header slot (see `write_send_hdr`).
         unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
-        self.counters.credit_messages.add(1);
         Ok(())
     }
 }
@@ -629,6 +702,10 @@ impl FabricConn for RdmaConn {
         // Sends were posted (one doorbell per batch) in `post_send`; what remains is returning
         // credits when traffic is one-way.
         self.maybe_send_credits()
+    }
+
+    fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        self.liveness(now_ns)
     }
 }
 

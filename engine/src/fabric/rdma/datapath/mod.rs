@@ -45,12 +45,20 @@
 //! * Doorbell batching: each [`FabricConn::post_send`] batch (up to the engine's `batch`) is one
 //!   chain of work requests and one `ibv_post_send`; released receive buffers are re-posted as one
 //!   chain per call.
+//! * Liveness ([`FabricConn::check_peer`], every few milliseconds by the coarse clock): a
+//!   connection that sent nothing for a quarter of the liveness timeout sends a *heartbeat*, an
+//!   explicit credit message (so it spends a credit and always finds a posted receive); a
+//!   connection that received nothing (no message, heartbeat or credit message) for the timeout
+//!   while the peer had credits fails with [`FabricError::PeerUnresponsive`]. The receive
+//!   completion count is a plain field; nothing is added per message beyond that increment.
 //! * A completion error fails only its connection ([`FabricError::Io`] with the `ibv_wc_status`
 //!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
 //!   the other connections keep running.
 //!
 //! [`FabricConn`]: crate::fabric::FabricConn
 //! [`FabricConn::post_send`]: crate::fabric::FabricConn::post_send
+//! [`FabricConn::check_peer`]: crate::fabric::FabricConn::check_peer
+//! [`FabricError::PeerUnresponsive`]: crate::FabricError::PeerUnresponsive
 //! [`FabricError::Io`]: crate::FabricError::Io
 //! [`FabricError::PeerClosed`]: crate::FabricError::PeerClosed
 
