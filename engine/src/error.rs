@@ -3,8 +3,6 @@
 use std::io;
 use std::time::Duration;
 
-#[cfg(feature = "rdma")]
-use crate::fabric::rdma::RdmaSetupError;
 use crate::fabric::shm::ShmSetupError;
 
 /// A boxed error from a lower layer (control plane, rendezvous, verbs).
@@ -247,19 +245,12 @@ pub enum SetupError {
     /// The RDMA fabric failed (its message names the step; the cause is its source).
     #[cfg(feature = "rdma")]
     #[error(transparent)]
-    Rdma(RdmaSetupError),
+    Rdma(crate::fabric::rdma::RdmaSetupError),
 }
 
 impl From<ShmSetupError> for Error {
     fn from(e: ShmSetupError) -> Error {
         Error::Setup(SetupError::Shm(e))
-    }
-}
-
-#[cfg(feature = "rdma")]
-impl From<RdmaSetupError> for Error {
-    fn from(e: RdmaSetupError) -> Error {
-        Error::Setup(SetupError::Rdma(e))
     }
 }
 

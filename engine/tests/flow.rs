@@ -166,7 +166,11 @@ fn bad_endpoints_are_typed() {
     if !cfg!(feature = "rdma") {
         assert!(matches!(
             e.connect("rdma://10.0.0.1:7471"),
-            Err(Error::FabricNotCompiled { .. })
+            Err(Error::FabricNotCompiled { fabric: "rdma" })
+        ));
+        assert!(matches!(
+            e.listen("rdma://10.0.0.1:7471"),
+            Err(Error::FabricNotCompiled { fabric: "rdma" })
         ));
     }
     // Nobody listening.

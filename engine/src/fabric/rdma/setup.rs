@@ -45,6 +45,14 @@ const MAX_CQ_ENTRIES: u32 = 1 << 16;
 /// [`INLINE_MAX`] bytes; the provider may grant more, and we read back what it granted).
 const REQUEST_INLINE: u32 = INLINE_MAX as u32;
 
+// Here rather than in `crate::error`, beside the other `From` impls of `Error`: the whole
+// `fabric::rdma` tree is feature-gated already, so this costs no `cfg` line outside it.
+impl From<RdmaSetupError> for Error {
+    fn from(e: RdmaSetupError) -> Error {
+        Error::Setup(SetupError::Rdma(e))
+    }
+}
+
 /// An [`Error::Setup`] naming the step, with the lower layer's error as its source.
 fn setup_err(step: &'static str, e: impl AtStep) -> Error {
     e.at(step).into()
