@@ -183,6 +183,7 @@ pub mod fabric;
 mod idle;
 mod link;
 mod poller;
+pub mod record;
 mod stats;
 
 pub use config::{EngineBuilder, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE};
