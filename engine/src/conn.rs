@@ -32,7 +32,8 @@ struct AppSide {
 }
 
 /// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send), receive with
-/// [`try_recv`](Connection::try_recv) / [`recv_timeout`](Connection::recv_timeout).
+/// [`try_recv`](Connection::try_recv) / [`recv_timeout`](Connection::recv_timeout), or in batches
+/// with [`poll`](Connection::poll).
 ///
 /// `Send` but not `Sync`: move it to the thread that uses it; it is never shared. Buffers and
 /// messages borrow it, so they cannot outlive it or travel to another thread. Dropping it closes

@@ -3,7 +3,7 @@
 //! reader against a simple model.
 
 use spinwire::record::{
-    Record, RecordError, RecordReader, RecordType, RecordWriter, FrameReader, FRAME_HEADER,
+    FrameReader, Record, RecordError, RecordReader, RecordType, RecordWriter, FRAME_HEADER,
     MAX_PAYLOAD, RECORD_HEADER,
 };
 
@@ -105,7 +105,11 @@ fn encode(recs: &[Owned], max: usize) -> Vec<u8> {
     for r in recs {
         r.write(&mut w).unwrap();
     }
-    assert_eq!(w.remaining(), 0, "wire_size model disagrees with the writer");
+    assert_eq!(
+        w.remaining(),
+        0,
+        "wire_size model disagrees with the writer"
+    );
     let n = w.finish().unwrap().len();
     assert_eq!(n, size);
     buf
@@ -150,13 +154,21 @@ fn max_payload_is_enforced_both_ways() {
     let mut w = RecordWriter::new(&mut buf, 16).unwrap();
     assert!(matches!(
         w.push_data(&[0; 17]),
-        Err(RecordError::TooLong { len: 17, max: 16, .. })
+        Err(RecordError::TooLong {
+            len: 17,
+            max: 16,
+            ..
+        })
     ));
     w.push_data(&[1; 16]).unwrap();
     let out = w.finish().unwrap().to_vec();
     assert!(matches!(
         decode_exact(&out, 15),
-        Err(RecordError::TooLong { len: 16, max: 15, .. })
+        Err(RecordError::TooLong {
+            len: 16,
+            max: 15,
+            ..
+        })
     ));
     assert!(matches!(
         RecordReader::exact(&out, MAX_PAYLOAD + 1),
@@ -208,7 +220,10 @@ fn frame_round_trip_and_header_checks() {
         // Trailing bytes after the frame (the next frame of a stream) are not looked at.
         let mut longer = frame.clone();
         longer.extend_from_slice(&[0xFF; 24]);
-        assert_eq!(FrameReader::new_checked(&longer, max).unwrap().len(), frame.len());
+        assert_eq!(
+            FrameReader::new_checked(&longer, max).unwrap().len(),
+            frame.len()
+        );
 
         // A wrong count is caught.
         let mut bad = frame.clone();
@@ -242,7 +257,10 @@ fn frame_round_trip_and_header_checks() {
         let mut b = frame.clone();
         b[at] = val;
         assert!(
-            matches!(FrameReader::new_checked(&b, 64), Err(RecordError::BadFrame { .. })),
+            matches!(
+                FrameReader::new_checked(&b, 64),
+                Err(RecordError::BadFrame { .. })
+            ),
             "byte {at} = {val} accepted"
         );
     }
@@ -367,7 +385,11 @@ fn each_header_violation_has_its_error() {
     ));
     assert!(matches!(
         case(&|b| b[0] = 17),
-        RecordError::Truncated { need: 24, have: 16, .. }
+        RecordError::Truncated {
+            need: 24,
+            have: 16,
+            ..
+        }
     ));
     assert!(matches!(
         case(&|b| b.truncate(12)),
@@ -391,7 +413,11 @@ fn each_header_violation_has_its_error() {
 /// typed error, never panic, never run past the buffer, and always terminate.
 #[test]
 fn hostile_input_gets_typed_errors_only() {
-    let seeds = if cfg!(debug_assertions) { 3_000 } else { 20_000 };
+    let seeds = if cfg!(debug_assertions) {
+        3_000
+    } else {
+        20_000
+    };
     for seed in 0..seeds {
         let mut rng = Rng::new(seed);
         let len = rng.below(300) as usize;

@@ -82,7 +82,10 @@ pub fn run(a: &CostArgs, command: Vec<String>) -> Result<bool, BenchError> {
     if let Some(&big) = a.sizes.iter().find(|&&s| s > spinwire::MAX_BUFFER_SIZE) {
         return Err(BenchError::invalid(
             "--sizes",
-            format!("{big} exceeds the largest buffer {}", spinwire::MAX_BUFFER_SIZE),
+            format!(
+                "{big} exceeds the largest buffer {}",
+                spinwire::MAX_BUFFER_SIZE
+            ),
         ));
     }
     let core = match a.core {
@@ -149,7 +152,10 @@ fn write(s: &CostSummary, dir: &Path) -> Result<std::path::PathBuf, BenchError> 
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
     let path = dir.join("summary.json");
     let json = serde_json::to_string_pretty(s).map_err(|e| {
-        BenchError::io(&path, std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        BenchError::io(
+            &path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
     })?;
     std::fs::write(&path, json + "\n").map_err(|e| BenchError::io(&path, e))?;
     Ok(path)
@@ -294,11 +300,8 @@ fn stream_rounds(
         let mut bound = Bound::new("streamed messages");
         while got < batch {
             let n = if use_poll {
-                rx.poll(
-                    |m| *sum = sum.wrapping_add(u64::from(m[0])),
-                    batch - got,
-                )
-                .map_err(engine_err("poll"))?
+                rx.poll(|m| *sum = sum.wrapping_add(u64::from(m[0])), batch - got)
+                    .map_err(engine_err("poll"))?
             } else {
                 match rx.try_recv().map_err(engine_err("try_recv"))? {
                     Some(m) => {
@@ -338,11 +341,7 @@ fn rtt_rounds(
         send(s, echo)?;
         s.flush();
         let mut bound = Bound::new("the echo");
-        while c
-            .try_recv()
-            .map_err(engine_err("try_recv"))?
-            .is_none()
-        {
+        while c.try_recv().map_err(engine_err("try_recv"))?.is_none() {
             bound.spin()?;
         }
     }
