@@ -7,7 +7,7 @@
 //! * **round trip**: send, receive, echo, receive; ns per round trip.
 //!
 //! This is the port of `SPINWIRE_BENCH_COST_ONLY=1 cargo bench -p spinwire --bench shm`.
-//! Every wait is bounded ([`WAIT`]); the loops read the clock only at their ends (and every few
+//! Every wait is bounded (10 s); the loops read the clock only at their ends (and every few
 //! thousand empty spins, for the bound) and never allocate.
 
 use std::path::Path;
