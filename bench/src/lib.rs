@@ -7,6 +7,7 @@
 //! cargo run --release -p bench -- lat --size 64 --floor           # one latency point, with ratios
 //! cargo run --release -p bench -- rate --size 4k --duration 2s    # one rate point
 //! cargo run --release -p bench -- floor                           # the machine's own floor
+//! cargo run --release -p bench -- cost --sizes 8,64 --batch 32     # engine cost per message / RTT
 //! cargo run --release -p bench -- load --size 64 --rate 1m          # open-loop latency at 1 M msgs/s
 //! cargo run --release -p bench -- sweep --sizes 64 --rates 100k,500k,1m,2m --out target/load
 //! cargo run --release -p bench -- compare base/summary.json new/summary.json --fail-above 10%

@@ -32,7 +32,8 @@ struct AppSide {
 }
 
 /// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send), receive with
-/// [`try_recv`](Connection::try_recv) / [`recv_timeout`](Connection::recv_timeout).
+/// [`try_recv`](Connection::try_recv) / [`recv_timeout`](Connection::recv_timeout), or in batches
+/// with [`poll`](Connection::poll).
 ///
 /// `Send` but not `Sync`: move it to the thread that uses it; it is never shared. Buffers and
 /// messages borrow it, so they cannot outlive it or travel to another thread. Dropping it closes
@@ -353,6 +354,60 @@ impl Connection {
             return Err(d.to_error());
         }
         Ok(None)
+    }
+
+    /// Batch receive, in Aeron's style: hands up to `limit` received messages, in order, to
+    /// `handler`, each read in place, and recycles each buffer as soon as the handler returns
+    /// for it. Returns how many were delivered (0 when none was waiting).
+    ///
+    /// In run-to-completion mode it runs at most one poller cycle per call (only when the
+    /// messages already waiting do not fill `limit`), so a batch costs one engine pass instead of
+    /// one per message, and the cycle also posts queued sends and returns credits. With
+    /// dedicated pollers it only drains what they delivered. It never waits.
+    ///
+    /// Cheaper per message than [`try_recv`](Self::try_recv) in a loop: no poller cycle, no
+    /// connection-state check and no `Option<Message>` per message (`bench cost --batch N`
+    /// measures both).
+    ///
+    /// A handler that panics loses nothing: the message it was given is recycled during the
+    /// unwind, the ones not yet delivered stay queued.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Disconnected`] / [`Error::Fabric`] once the connection is down and every message
+    /// received before has been delivered (a call that delivers messages returns `Ok`).
+    pub fn poll(&self, mut handler: impl FnMut(&[u8]), limit: usize) -> Result<usize, Error> {
+        let mut n = self.drain_rx(&mut handler, limit);
+        if n < limit && self.drive_poller() > 0 {
+            n += self.drain_rx(&mut handler, limit - n);
+        }
+        if n == 0 {
+            if let Some(d) = self.shared.down() {
+                // Anything delivered before the state changed is still ours.
+                n = self.drain_rx(&mut handler, limit);
+                if n == 0 {
+                    return Err(d.to_error());
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    #[inline]
+    fn drain_rx(&self, handler: &mut impl FnMut(&[u8]), limit: usize) -> usize {
+        let mut n = 0;
+        while n < limit {
+            // `app()` is not held across the handler: it may call back into this connection.
+            let Ok(desc) = self.app().rings.rx.pop() else {
+                break;
+            };
+            self.app().received += 1;
+            n += 1;
+            // Dropping the message (also on unwind) recycles its buffer.
+            let m = Message { conn: self, desc };
+            handler(&m);
+        }
+        n
     }
 
     #[inline]

@@ -186,6 +186,41 @@
 //! poller adds two application↔poller hops per direction, so use it for throughput and for
 //! serving many connections from few cores, and run-to-completion for the lowest latency.
 //!
+//! The engine's software cost alone (both ends of a connection on one thread, no cross-core
+//! traffic) is `bench cost` (`cargo run --release -p bench -- cost --sizes 8,64 --batch 32`):
+//! ns per message streamed and received with [`Connection::try_recv`] in a loop or with the
+//! batch receive [`Connection::poll`], and ns per round trip, with a `summary.json` like the
+//! other `bench` commands.
+//!
+//! ## Data path v2 plan (issue #10)
+//!
+//! The goal is tens of millions of messages per second at the same latency: synchronisation
+//! amortised per batch (Aeron, the LMAX Disruptor, UCX's shm FIFO) and several small messages
+//! per cache line instead of one 64-byte descriptor slot each.
+//!
+//! *Landed:*
+//! * [`record`]: the v2 record format, fabric-neutral, as the spec. It defines an 8-byte
+//!   header whose length word is the commit flag, payloads padded to 8 bytes, the record types
+//!   DATA, BUF_REF, PAD, CREDIT and HEARTBEAT (FRAG and RNDV are reserved for large messages),
+//!   and frames of records for RDMA SEND and TCP. One codec parses rings, receive buffers and
+//!   byte streams, and rejects hostile input with a typed [`record::RecordError`]. Nothing uses
+//!   it on the wire yet.
+//! * [`Connection::poll`]: the batch receive, one engine pass per batch, on today's path.
+//! * `bench cost`: the software cost per message and per round trip.
+//!
+//! *Next:*
+//! 1. A shm record ring, generic over a byte region and modelled with loom, wired into
+//!    `fabric/shm`. It replaces the descriptor ring. Positions are published once per batch,
+//!    the producer caches the consumer's limit, and CREDIT records replace the release ring
+//!    and the credit counter. See [`record`]'s "Plan" section.
+//! 2. Run-to-completion sends write records straight into the wire ring (no
+//!    application→poller hop), plus a batch send.
+//! 3. RDMA frames of records: one SEND per frame, post lists, selective signalling.
+//! 4. `bench rate` knobs for the application batch size and the RDMA frame size, with the
+//!    cache-line streaming floor next to every rate figure.
+//! 5. Large messages (FRAG, RNDV, #12), the `tcp://` fabric over the same records, and the C
+//!    ABI (`sw_try_claim`/`sw_poll`).
+//!
 //! # Counters
 //!
 //! [`Engine::counters`] snapshots every poller (cycles, busy and empty cycles, messages, batches,
@@ -208,6 +243,7 @@ pub mod fabric;
 mod idle;
 mod link;
 mod poller;
+pub mod record;
 mod stats;
 
 pub use config::{

@@ -2,6 +2,7 @@
 //! sides in this process), `--server` and `--client`.
 
 pub mod conn;
+pub mod cost;
 mod engine;
 mod group;
 mod intervals;
@@ -123,6 +124,7 @@ fn install_ctrlc() {
 fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
     match cmd {
         Command::Floor(a) => run_floor(a, command),
+        Command::Cost(a) => cost::run(&a, command),
         Command::Compare(a) => crate::report::compare::run(&a).map(|()| false),
         Command::Load(a) => {
             let plan = Plan::new(

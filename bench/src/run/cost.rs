@@ -1,0 +1,349 @@
+//! `bench cost`: the engine's own software cost, with both ends of a shm connection on one
+//! pinned thread (one run-to-completion engine), so no cross-core transfer is measured.
+//!
+//! * **stream**: send `--batch` messages, flush, receive them; ns per message, once receiving
+//!   with `try_recv` in a loop and once with the batch receive `Connection::poll` (limit
+//!   `--batch`).
+//! * **round trip**: send, receive, echo, receive; ns per round trip.
+//!
+//! This is the port of `SPINWIRE_BENCH_COST_ONLY=1 cargo bench -p spinwire --bench shm`.
+//! Every wait is bounded (10 s); the loops read the clock only at their ends (and every few
+//! thousand empty spins, for the bound) and never allocate.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use spinwire::{Connection, Engine, IdleStrategy, SendError};
+
+use crate::cli::CostArgs;
+use crate::error::BenchError;
+use crate::machine::{available_cores, check_cores, Machine};
+use crate::report;
+
+/// The bound on any single wait.
+const WAIT: Duration = Duration::from_secs(10);
+/// The engine's send depth (credits); `--batch` may not exceed it.
+const DEPTH: usize = 128;
+
+/// The figures of one message size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CostPoint {
+    /// Payload bytes.
+    pub size_bytes: u64,
+    /// Messages per batch (and `poll`'s limit).
+    pub batch: u64,
+    /// Measured messages per receive style; measured round trips.
+    pub iters: u64,
+    /// Unmeasured messages / round trips first.
+    pub warmup: u64,
+    /// ns per message, streaming, received with `try_recv` in a loop.
+    pub stream_try_recv_ns: f64,
+    /// ns per message, streaming, received with `poll`.
+    pub stream_poll_ns: f64,
+    /// ns per round trip (send, receive, echo, receive).
+    pub rtt_ns: f64,
+}
+
+/// `summary.json` of `bench cost`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CostSummary {
+    /// Schema name and version.
+    pub schema: &'static str,
+    /// `cost`.
+    pub test: &'static str,
+    /// The command line.
+    pub command: Vec<String>,
+    /// Where it ran.
+    pub machine: Machine,
+    /// The core the thread was pinned to.
+    pub core: usize,
+    /// One entry per size.
+    pub points: Vec<CostPoint>,
+}
+
+/// Runs `bench cost`; `Ok(true)` when Ctrl-C cut it short.
+///
+/// # Errors
+///
+/// Bad flags, engine failures, a wait past its bound, or writing `--out`.
+pub fn run(a: &CostArgs, command: Vec<String>) -> Result<bool, BenchError> {
+    if a.batch == 0 || a.batch > DEPTH {
+        return Err(BenchError::invalid(
+            "--batch",
+            format!("must be 1..={DEPTH} (the engine's depth)"),
+        ));
+    }
+    if a.iters == 0 {
+        return Err(BenchError::invalid("--iters", "must be at least 1"));
+    }
+    if a.sizes.is_empty() || a.sizes.contains(&0) {
+        return Err(BenchError::invalid("--sizes", "sizes must be at least 1"));
+    }
+    if let Some(&big) = a.sizes.iter().find(|&&s| s > spinwire::MAX_BUFFER_SIZE) {
+        return Err(BenchError::invalid(
+            "--sizes",
+            format!(
+                "{big} exceeds the largest buffer {}",
+                spinwire::MAX_BUFFER_SIZE
+            ),
+        ));
+    }
+    let core = match a.core {
+        Some(c) => {
+            check_cores("--core", &[c])?;
+            c
+        }
+        None => available_cores()[0],
+    };
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        return Err(BenchError::Pin { core });
+    }
+    let mut points = Vec::with_capacity(a.sizes.len());
+    let mut interrupted = false;
+    for (k, &size) in a.sizes.iter().enumerate() {
+        if super::stop_requested() {
+            interrupted = true;
+            break;
+        }
+        points.push(measure(a, size, k)?);
+    }
+    let summary = CostSummary {
+        schema: "spinwire-bench-cost/1",
+        test: "cost",
+        command,
+        machine: Machine::detect(),
+        core,
+        points,
+    };
+    report::print(&render(&summary));
+    if let Some(dir) = a.out.as_deref() {
+        let path = write(&summary, dir)?;
+        report::print(&format!("\nwrote {}\n", path.display()));
+    }
+    Ok(interrupted)
+}
+
+/// The console table.
+pub fn render(s: &CostSummary) -> String {
+    let mut out = format!(
+        "engine software cost, both ends on one thread (core {}, {})\n",
+        s.core, s.machine.cpu_model
+    );
+    out.push_str(&format!(
+        "{:>8} {:>6} {:>16} {:>13} {:>9} {:>14} {:>12}\n",
+        "size", "batch", "try_recv ns/msg", "poll ns/msg", "poll/try", "poll M msgs/s", "RTT ns"
+    ));
+    for p in &s.points {
+        out.push_str(&format!(
+            "{:>8} {:>6} {:>16.1} {:>13.1} {:>9.2} {:>14.2} {:>12.1}\n",
+            p.size_bytes,
+            p.batch,
+            p.stream_try_recv_ns,
+            p.stream_poll_ns,
+            p.stream_poll_ns / p.stream_try_recv_ns,
+            1e3 / p.stream_poll_ns,
+            p.rtt_ns
+        ));
+    }
+    out
+}
+
+fn write(s: &CostSummary, dir: &Path) -> Result<std::path::PathBuf, BenchError> {
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+    let path = dir.join("summary.json");
+    let json = serde_json::to_string_pretty(s).map_err(|e| {
+        BenchError::io(
+            &path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
+    })?;
+    std::fs::write(&path, json + "\n").map_err(|e| BenchError::io(&path, e))?;
+    Ok(path)
+}
+
+/// Wraps an engine error; the step's text is only made into a `String` on the error path, so
+/// the measurement loops do not allocate.
+fn engine_err<S: Into<String>>(step: S) -> impl FnOnce(spinwire::Error) -> BenchError {
+    move |e| BenchError::Engine {
+        step: step.into(),
+        source: Box::new(e),
+    }
+}
+
+fn measure(a: &CostArgs, size: usize, k: usize) -> Result<CostPoint, BenchError> {
+    let engine = Engine::builder()
+        .run_to_completion()
+        .idle(IdleStrategy::BusySpin)
+        .pool(size.max(64), 256)
+        .depth(DEPTH)
+        .batch(32)
+        .build()
+        .map_err(engine_err("build the engine"))?;
+    let ep = format!("shm://bench-cost-{}-{k}", std::process::id());
+    let l = engine
+        .listen(&ep)
+        .map_err(engine_err(format!("listen on {ep}")))?;
+    let c = engine
+        .connect(&ep)
+        .map_err(engine_err(format!("connect to {ep}")))?;
+    let s = l
+        .accept_timeout(WAIT)
+        .map_err(engine_err(format!("accept on {ep}")))?;
+    drop(l);
+    let payload = vec![3u8; size];
+    let mut echo = vec![0u8; size];
+    let batch = a.batch as u64;
+    // Whole batches: at least one measured, warm-up rounded up.
+    let rounds = a.iters.div_ceil(batch).max(1);
+    let warm_rounds = a.warmup.div_ceil(batch);
+
+    let stream = |use_poll: bool| -> Result<f64, BenchError> {
+        let mut sum = 0u64;
+        stream_rounds(&c, &s, &payload, a.batch, warm_rounds, use_poll, &mut sum)?;
+        let t0 = Instant::now();
+        stream_rounds(&c, &s, &payload, a.batch, rounds, use_poll, &mut sum)?;
+        let ns = t0.elapsed().as_nanos() as f64 / (rounds * batch) as f64;
+        std::hint::black_box(sum);
+        Ok(ns)
+    };
+    let stream_try_recv_ns = stream(false)?;
+    let stream_poll_ns = stream(true)?;
+
+    rtt_rounds(&c, &s, &payload, &mut echo, a.warmup)?;
+    let t0 = Instant::now();
+    rtt_rounds(&c, &s, &payload, &mut echo, a.iters)?;
+    let rtt_ns = t0.elapsed().as_nanos() as f64 / a.iters as f64;
+    Ok(CostPoint {
+        size_bytes: size as u64,
+        batch,
+        iters: rounds * batch,
+        warmup: warm_rounds * batch,
+        stream_try_recv_ns,
+        stream_poll_ns,
+        rtt_ns,
+    })
+}
+
+/// Counts empty spins and fails once [`WAIT`] has passed (checking the clock every 4096).
+struct Bound {
+    start: Instant,
+    spins: u32,
+    what: &'static str,
+}
+
+impl Bound {
+    fn new(what: &'static str) -> Bound {
+        Bound {
+            start: Instant::now(),
+            spins: 0,
+            what,
+        }
+    }
+
+    #[inline]
+    fn spin(&mut self) -> Result<(), BenchError> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % 4096 == 0 && self.start.elapsed() > WAIT {
+            return Err(BenchError::Timeout {
+                what: self.what,
+                secs: WAIT.as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Sends one message, flushing (which runs the engine) while out of buffers or credits.
+#[inline]
+fn send(conn: &Connection, payload: &[u8]) -> Result<(), BenchError> {
+    let mut bound = Bound::new("a send buffer");
+    let mut b = loop {
+        match conn.alloc() {
+            Ok(b) => break b,
+            Err(spinwire::Error::WouldBlock) => {
+                conn.flush();
+                bound.spin()?;
+            }
+            Err(e) => return Err(engine_err("alloc")(e)),
+        }
+    };
+    b.copy_from(payload)
+        .map_err(engine_err("copy the payload"))?;
+    loop {
+        match conn.send(b) {
+            Ok(()) => return Ok(()),
+            Err(SendError::WouldBlock(back)) => {
+                b = back;
+                conn.flush();
+                bound.spin()?;
+            }
+            Err(e) => return Err(engine_err("send")(e.into())),
+        }
+    }
+}
+
+fn stream_rounds(
+    tx: &Connection,
+    rx: &Connection,
+    payload: &[u8],
+    batch: usize,
+    rounds: u64,
+    use_poll: bool,
+    sum: &mut u64,
+) -> Result<(), BenchError> {
+    for _ in 0..rounds {
+        for _ in 0..batch {
+            send(tx, payload)?;
+        }
+        tx.flush();
+        let mut got = 0;
+        let mut bound = Bound::new("streamed messages");
+        while got < batch {
+            let n = if use_poll {
+                rx.poll(|m| *sum = sum.wrapping_add(u64::from(m[0])), batch - got)
+                    .map_err(engine_err("poll"))?
+            } else {
+                match rx.try_recv().map_err(engine_err("try_recv"))? {
+                    Some(m) => {
+                        *sum = sum.wrapping_add(u64::from(m[0]));
+                        1
+                    }
+                    None => 0,
+                }
+            };
+            if n == 0 {
+                bound.spin()?;
+            }
+            got += n;
+        }
+    }
+    Ok(())
+}
+
+fn rtt_rounds(
+    c: &Connection,
+    s: &Connection,
+    payload: &[u8],
+    echo: &mut [u8],
+    rounds: u64,
+) -> Result<(), BenchError> {
+    for _ in 0..rounds {
+        send(c, payload)?;
+        c.flush();
+        let mut bound = Bound::new("the ping");
+        loop {
+            if let Some(m) = s.try_recv().map_err(engine_err("try_recv"))? {
+                echo.copy_from_slice(&m);
+                break;
+            }
+            bound.spin()?;
+        }
+        send(s, echo)?;
+        s.flush();
+        let mut bound = Bound::new("the echo");
+        while c.try_recv().map_err(engine_err("try_recv"))?.is_none() {
+            bound.spin()?;
+        }
+    }
+    Ok(())
+}
