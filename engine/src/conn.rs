@@ -397,11 +397,16 @@ impl Connection {
     fn drain_rx(&self, handler: &mut impl FnMut(&[u8]), limit: usize) -> usize {
         let mut n = 0;
         while n < limit {
-            // `app()` is not held across the handler: it may call back into this connection.
-            let Ok(desc) = self.app().rings.rx.pop() else {
-                break;
+            let desc = {
+                // SAFETY: no other `AppSide` reference is live, and this one ends before the
+                // handler runs (the handler may call back into this connection).
+                let app = unsafe { self.app() };
+                let Ok(desc) = app.rings.rx.pop() else {
+                    break;
+                };
+                app.received += 1;
+                desc
             };
-            self.app().received += 1;
             n += 1;
             // Dropping the message (also on unwind) recycles its buffer.
             let m = Message { conn: self, desc };
