@@ -1,21 +1,35 @@
 //! The application's handles: [`Connection`], [`SendBuf`], [`Message`], [`Listener`], and
 //! [`SendError`], which hands a [`SendBuf`] back.
+//!
+//! # Files
+//!
+//! - this file: [`Connection`] (send, receive, the batch receive [`poll`](Connection::poll),
+//!   stats) and the application side's state it keeps in an `UnsafeCell`.
+//! - `buffers`: [`SendBuf`] and [`Message`], the in-place views of a pool buffer.
+//! - `listener`: [`Listener`].
+//! - `send_error`: [`SendError`].
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
-use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::desc::{PoolView, RxDesc, TxDesc, BUF_INLINE};
+use crate::desc::{PoolView, TxDesc};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::idle::{IdleStrategy, Idler};
 use crate::link::{AppRings, ConnParts, ConnShared};
 use crate::stats::ConnStats;
+
+mod buffers;
+mod listener;
+mod send_error;
+
+pub use buffers::{Message, SendBuf};
+pub use listener::Listener;
+pub use send_error::SendError;
 
 struct AppSide {
     rings: AppRings,
@@ -515,288 +529,5 @@ impl Drop for Connection {
         }
         self.shared.close();
         self.engine.close_connection(self.shared.id);
-    }
-}
-
-/// A send buffer of a connection's pool, written in place. Derefs to the message bytes
-/// (`len` of them); [`as_mut_slice`](Self::as_mut_slice) exposes the whole buffer for writing.
-///
-/// Dropping it without sending returns it to the pool.
-pub struct SendBuf<'c> {
-    conn: &'c Connection,
-    idx: u32,
-    len: u32,
-    ptr: NonNull<u8>,
-    cap: usize,
-}
-
-impl std::fmt::Debug for SendBuf<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SendBuf")
-            .field("buf", &self.idx)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl SendBuf<'_> {
-    /// The buffer's capacity: the largest message.
-    #[inline]
-    pub fn capacity(&self) -> usize {
-        self.cap
-    }
-
-    /// The whole buffer, for writing in place; then [`set_len`](Self::set_len).
-    #[inline]
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr .. ptr + cap` is this buffer of the send pool, kept mapped by the
-        // connection this borrows; the buffer is owned by this handle alone (the poller hands a
-        // buffer out once and the engine's ownership bitmap rejects double frees), and by protocol
-        // the peer only reads it.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
-    }
-
-    /// Sets the message length.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::MessageTooLarge`] when `len` exceeds the capacity.
-    #[inline]
-    pub fn set_len(&mut self, len: usize) -> Result<(), Error> {
-        if len > self.cap {
-            return Err(Error::MessageTooLarge {
-                size: len,
-                max: self.cap,
-            });
-        }
-        self.len = len as u32;
-        Ok(())
-    }
-
-    /// Copies `data` into the buffer and sets the length.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::MessageTooLarge`] when `data` is longer than the capacity.
-    #[inline]
-    pub fn copy_from(&mut self, data: &[u8]) -> Result<(), Error> {
-        if data.len() > self.cap {
-            return Err(Error::MessageTooLarge {
-                size: data.len(),
-                max: self.cap,
-            });
-        }
-        self.as_mut_slice()[..data.len()].copy_from_slice(data);
-        self.len = data.len() as u32;
-        Ok(())
-    }
-}
-
-impl Deref for SendBuf<'_> {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        // SAFETY: as in `as_mut_slice`; `len <= cap`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
-    }
-}
-
-impl DerefMut for SendBuf<'_> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut [u8] {
-        let len = self.len as usize;
-        &mut self.as_mut_slice()[..len]
-    }
-}
-
-impl Drop for SendBuf<'_> {
-    fn drop(&mut self) {
-        self.conn.give_back(self.idx);
-    }
-}
-
-/// A received message, read in place. Derefs to its bytes; dropping it recycles its buffer.
-pub struct Message<'c> {
-    conn: &'c Connection,
-    desc: RxDesc,
-}
-
-impl std::fmt::Debug for Message<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Message")
-            .field("len", &self.desc.len)
-            .finish()
-    }
-}
-
-impl Message<'_> {
-    /// The message bytes (same as deref).
-    #[inline]
-    pub fn as_slice(&self) -> &[u8] {
-        self
-    }
-}
-
-impl Deref for Message<'_> {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        let len = self.desc.len as usize;
-        if self.desc.buf == BUF_INLINE {
-            // SAFETY: the poller's `RxSink::push_inline` initialised the first `len <= INLINE_MAX`
-            // bytes of `data`.
-            unsafe { std::slice::from_raw_parts(self.desc.data.as_ptr().cast::<u8>(), len) }
-        } else {
-            // SAFETY: `RxSink::push_pooled` checked `buf < count` and `len <= buf_size`; the pool
-            // stays mapped while the connection this borrows lives. The buffer is lent to us until
-            // this message is dropped; a peer violating the protocol by rewriting it can only
-            // change the bytes we see, not their location.
-            unsafe {
-                std::slice::from_raw_parts(self.conn.rx_pool.buf_ptr(self.desc.buf).as_ptr(), len)
-            }
-        }
-    }
-}
-
-impl Drop for Message<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if self.desc.buf != BUF_INLINE {
-            self.conn.release_rx(self.desc.buf);
-        }
-    }
-}
-
-/// Accepts connections on an endpoint. `Send` but not `Sync`. Dropping it stops listening.
-pub struct Listener {
-    engine: Engine,
-    id: u64,
-    endpoint: String,
-    accepts: mpsc::Receiver<ConnParts>,
-}
-
-impl std::fmt::Debug for Listener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Listener")
-            .field("endpoint", &self.endpoint)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Listener {
-    pub(crate) fn new(
-        engine: Engine,
-        id: u64,
-        endpoint: String,
-        accepts: mpsc::Receiver<ConnParts>,
-    ) -> Listener {
-        Listener {
-            engine,
-            id,
-            endpoint,
-            accepts,
-        }
-    }
-
-    /// The endpoint listened on.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// Waits up to `timeout` for the next connection (the control thread has already completed
-    /// its setup).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Timeout`], or [`Error::Shutdown`] when the engine is stopping.
-    pub fn accept_timeout(&self, timeout: Duration) -> Result<Connection, Error> {
-        match self.accepts.recv_timeout(timeout) {
-            Ok(parts) => Ok(Connection::new(self.engine.clone(), parts)),
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Shutdown),
-        }
-    }
-
-    /// The next connection, if one is waiting.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`] when the engine is stopping.
-    pub fn try_accept(&self) -> Result<Option<Connection>, Error> {
-        match self.accepts.try_recv() {
-            Ok(parts) => Ok(Some(Connection::new(self.engine.clone(), parts))),
-            Err(mpsc::TryRecvError::Empty) => Ok(None),
-            Err(mpsc::TryRecvError::Disconnected) => Err(Error::Shutdown),
-        }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.engine.close_listener(self.id);
-        // Connections accepted by the control thread but never taken are closed here.
-        while let Ok(parts) = self.accepts.try_recv() {
-            drop(Connection::new(self.engine.clone(), parts));
-        }
-    }
-}
-
-/// [`Connection::send`](crate::Connection::send) failed; the buffer is handed back so it can be
-/// retried or dropped (dropping returns it to the pool).
-#[derive(thiserror::Error)]
-#[non_exhaustive]
-pub enum SendError<'c> {
-    /// No credits, or the send ring is full: retry later (after [`Engine::poll`](crate::Engine::poll)
-    /// in run-to-completion mode).
-    #[error("would block: no credits or send ring full")]
-    WouldBlock(SendBuf<'c>),
-    /// [`Connection::send_timeout`](crate::Connection::send_timeout) ran out.
-    #[error("send timed out")]
-    Timeout(SendBuf<'c>),
-    /// The connection is closed or failed.
-    #[error("connection closed: {error}")]
-    Closed {
-        /// The buffer.
-        buf: SendBuf<'c>,
-        /// Why: [`Error::Disconnected`] or a [`FabricError`](crate::FabricError).
-        error: Error,
-    },
-}
-
-impl<'c> SendError<'c> {
-    /// Takes the buffer back.
-    pub fn into_buf(self) -> SendBuf<'c> {
-        match self {
-            SendError::WouldBlock(b) | SendError::Timeout(b) => b,
-            SendError::Closed { buf, .. } => buf,
-        }
-    }
-
-    /// True for [`SendError::WouldBlock`].
-    pub fn is_would_block(&self) -> bool {
-        matches!(self, SendError::WouldBlock(_))
-    }
-}
-
-impl std::fmt::Debug for SendError<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SendError::WouldBlock(_) => f.pad("WouldBlock(..)"),
-            SendError::Timeout(_) => f.pad("Timeout(..)"),
-            SendError::Closed { error, .. } => {
-                f.debug_struct("Closed").field("error", error).finish()
-            }
-        }
-    }
-}
-
-impl From<SendError<'_>> for Error {
-    /// Drops the buffer (back to the pool) and keeps the reason.
-    fn from(e: SendError<'_>) -> Error {
-        match e {
-            SendError::WouldBlock(_) => Error::WouldBlock,
-            SendError::Timeout(_) => Error::Timeout,
-            SendError::Closed { error, .. } => error,
-        }
     }
 }

@@ -1,0 +1,159 @@
+//! The in-place buffers of a [`Connection`]: [`SendBuf`] (a send-pool buffer being filled) and
+//! [`Message`] (a received message, read in place). Both borrow their connection and give their
+//! buffer back when dropped.
+
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+use super::Connection;
+use crate::desc::{RxDesc, BUF_INLINE};
+use crate::error::Error;
+
+/// A send buffer of a connection's pool, written in place. Derefs to the message bytes
+/// (`len` of them); [`as_mut_slice`](Self::as_mut_slice) exposes the whole buffer for writing.
+///
+/// Dropping it without sending returns it to the pool.
+pub struct SendBuf<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) idx: u32,
+    pub(super) len: u32,
+    pub(super) ptr: NonNull<u8>,
+    pub(super) cap: usize,
+}
+
+impl std::fmt::Debug for SendBuf<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendBuf")
+            .field("buf", &self.idx)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl SendBuf<'_> {
+    /// The buffer's capacity: the largest message.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// The whole buffer, for writing in place; then [`set_len`](Self::set_len).
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr .. ptr + cap` is this buffer of the send pool, kept mapped by the
+        // connection this borrows; the buffer is owned by this handle alone (the poller hands a
+        // buffer out once and the engine's ownership bitmap rejects double frees), and by protocol
+        // the peer only reads it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+
+    /// Sets the message length.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageTooLarge`] when `len` exceeds the capacity.
+    #[inline]
+    pub fn set_len(&mut self, len: usize) -> Result<(), Error> {
+        if len > self.cap {
+            return Err(Error::MessageTooLarge {
+                size: len,
+                max: self.cap,
+            });
+        }
+        self.len = len as u32;
+        Ok(())
+    }
+
+    /// Copies `data` into the buffer and sets the length.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageTooLarge`] when `data` is longer than the capacity.
+    #[inline]
+    pub fn copy_from(&mut self, data: &[u8]) -> Result<(), Error> {
+        if data.len() > self.cap {
+            return Err(Error::MessageTooLarge {
+                size: data.len(),
+                max: self.cap,
+            });
+        }
+        self.as_mut_slice()[..data.len()].copy_from_slice(data);
+        self.len = data.len() as u32;
+        Ok(())
+    }
+}
+
+impl Deref for SendBuf<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: as in `as_mut_slice`; `len <= cap`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+    }
+}
+
+impl DerefMut for SendBuf<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let len = self.len as usize;
+        &mut self.as_mut_slice()[..len]
+    }
+}
+
+impl Drop for SendBuf<'_> {
+    fn drop(&mut self) {
+        self.conn.give_back(self.idx);
+    }
+}
+
+/// A received message, read in place. Derefs to its bytes; dropping it recycles its buffer.
+pub struct Message<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) desc: RxDesc,
+}
+
+impl std::fmt::Debug for Message<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message")
+            .field("len", &self.desc.len)
+            .finish()
+    }
+}
+
+impl Message<'_> {
+    /// The message bytes (same as deref).
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Deref for Message<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        let len = self.desc.len as usize;
+        if self.desc.buf == BUF_INLINE {
+            // SAFETY: the poller's `RxSink::push_inline` initialised the first `len <= INLINE_MAX`
+            // bytes of `data`.
+            unsafe { std::slice::from_raw_parts(self.desc.data.as_ptr().cast::<u8>(), len) }
+        } else {
+            // SAFETY: `RxSink::push_pooled` checked `buf < count` and `len <= buf_size`; the pool
+            // stays mapped while the connection this borrows lives. The buffer is lent to us until
+            // this message is dropped; a peer violating the protocol by rewriting it can only
+            // change the bytes we see, not their location.
+            unsafe {
+                std::slice::from_raw_parts(self.conn.rx_pool.buf_ptr(self.desc.buf).as_ptr(), len)
+            }
+        }
+    }
+}
+
+impl Drop for Message<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.desc.buf != BUF_INLINE {
+            self.conn.release_rx(self.desc.buf);
+        }
+    }
+}
