@@ -1,0 +1,127 @@
+//! A listening endpoint ([`RdmaListener`], control thread): takes connection requests, validates
+//! the peer's parameters, prepares and accepts (or rejects) each one without waiting; the accept
+//! then waits for ESTABLISHED as a [`PendingAccept`].
+
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+use cm::rdma::{self as rcm, CmError, CmRejectReason, ConnOptions, FlowParams};
+
+use super::accept::{PendingAccept, ACCEPT_TIMEOUT, MAX_PENDING_ACCEPTS};
+use super::devices::RdmaDevices;
+use super::prepare::{our_params, prepare, MIN_CREDITS};
+use super::setup_err;
+use crate::config::Config;
+use crate::error::Error;
+use crate::fabric::rdma::error::RdmaSetupError;
+
+/// A listening RDMA endpoint (on the control thread).
+pub(crate) struct RdmaListener {
+    inner: rcm::CmListener,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for RdmaListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaListener")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl RdmaListener {
+    /// Binds `host:port` (host must be an address of an RDMA device, or `0.0.0.0`).
+    pub(crate) fn bind(host: &str, port: u16, endpoint: &str) -> Result<Self, Error> {
+        let lerr = |e: CmError| Error::Listen {
+            endpoint: endpoint.to_owned(),
+            source: Box::new(e),
+        };
+        let addr = rcm::resolve_host(host, port).map_err(lerr)?;
+        let inner = rcm::CmListener::bind(addr, 128).map_err(lerr)?;
+        inner.id().channel().set_nonblocking(true).map_err(lerr)?;
+        Ok(Self {
+            inner,
+            endpoint: endpoint.to_owned(),
+        })
+    }
+
+    /// The event channel fd to poll (readable when a connection request is pending).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.inner.id().channel().fd()
+    }
+
+    /// Takes one pending connection request, if any: validates it, creates the QP and pools and
+    /// accepts it (`busy`: rejects it with [`CmRejectReason::NoResources`] instead). Does not
+    /// wait for ESTABLISHED: the returned [`PendingAccept`] is finished by
+    /// [`PendingAccept::advance`] when that event arrives on the id's own channel, and fails at
+    /// its deadline ([`ACCEPT_TIMEOUT`] from `now`).
+    pub(crate) fn try_accept(
+        &self,
+        cfg: &Config,
+        devices: &RdmaDevices,
+        busy: bool,
+        now: Instant,
+    ) -> Result<Option<Box<PendingAccept>>, Error> {
+        let aerr = |what: &'static str, e: CmError| setup_err(what, e);
+        let Some(req) = self
+            .inner
+            .get_request(None)
+            .map_err(|e| aerr("accept", e))?
+        else {
+            return Ok(None);
+        };
+        if busy {
+            let _ = req.id.reject(&CmRejectReason::NoResources.encode());
+            return Err(RdmaSetupError::AcceptsPending {
+                pending: MAX_PENDING_ACCEPTS,
+            }
+            .into());
+        }
+        let peer = match FlowParams::decode(&req.private_data) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = req.id.reject(&CmRejectReason::BadParams.encode());
+                return Err(RdmaSetupError::BadRequestParams(e).into());
+            }
+        };
+        if peer.buffer_size as usize != cfg.buffer_size || peer.credits < MIN_CREDITS {
+            let _ = req.id.reject(&CmRejectReason::BadParams.encode());
+            return Err(RdmaSetupError::RequestRejected {
+                peer_size: peer.buffer_size,
+                peer_credits: peer.credits,
+                ours: cfg.buffer_size,
+                min: MIN_CREDITS,
+            }
+            .into());
+        }
+        let peer_addr = req
+            .id
+            .peer_addr()
+            .map_or_else(|| "?".to_owned(), |a| a.to_string());
+        // On error, dropping the id rejects the request.
+        let pending = prepare(req.id, devices, cfg)?;
+        // The id's own channel (migrated by `get_request`): read without blocking from here on.
+        pending
+            .id
+            .channel()
+            .set_nonblocking(true)
+            .map_err(|e| aerr("event channel", e))?;
+        let opts = ConnOptions::default();
+        pending
+            .id
+            .accept(&opts, &our_params(&pending).encode())
+            .map_err(|e| aerr("accept", e))?;
+        let addr = pending
+            .id
+            .peer_addr()
+            .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+        Ok(Some(Box::new(PendingAccept {
+            pending,
+            peer,
+            peer_addr,
+            addr,
+            opts,
+            deadline: now + ACCEPT_TIMEOUT,
+        })))
+    }
+}

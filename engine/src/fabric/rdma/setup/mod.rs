@@ -1,0 +1,52 @@
+//! RDMA connection setup: rdma_cm connect/accept, per-device resources (PD, one CQ per poller),
+//! registered pools, QP creation on the context rdma_cm resolved, receive pre-posting and the
+//! flow-control handshake in the private data. Runs on the control thread (accept, events,
+//! teardown; an accept waiting for ESTABLISHED is a [`PendingAccept`] entry, never a wait) or on
+//! the thread calling `connect`, never on a poller.
+//!
+//! # Files
+//!
+//! Layers, each using only those above it:
+//!
+//! - this file: [`setup_err`] and the `From<RdmaSetupError>` conversion, used by all below.
+//! - `devices`: the device table ([`RdmaDevices`]): PD per device, CQ per (device, poller),
+//!   poller choice ([`PollerSlot`]), CQ and SRQ reservations, each poller's SRQ.
+//! - `prepare`: one connection before connect/accept: sizing, registered pools, the QP,
+//!   pre-posted receives (a `Pending` connection).
+//! - `establish`: [`Established`], built from a `Pending` connection and the peer's parameters
+//!   once ESTABLISHED arrived.
+//! - `connect`: the active side ([`connect`]), with `rdma_connect` on a helper thread.
+//! - `accept`: [`PendingAccept`], the listening side's non-blocking wait for ESTABLISHED.
+//! - `listener`: [`RdmaListener`], taking, validating and accepting requests.
+//! - `events`: an established connection's rdma_cm events ([`poll_events`]) and [`close`].
+
+use super::error::{AtStep, RdmaSetupError};
+use crate::error::{Error, SetupError};
+
+mod accept;
+mod connect;
+mod devices;
+mod establish;
+mod events;
+mod listener;
+mod prepare;
+
+pub(crate) use accept::{AcceptStep, PendingAccept, MAX_PENDING_ACCEPTS};
+pub(crate) use connect::connect;
+pub(crate) use devices::{PollerSlot, RdmaDevices};
+pub(crate) use establish::Established;
+pub(crate) use events::{close, poll_events, ConnStatus};
+pub(crate) use listener::RdmaListener;
+
+// Here rather than in `crate::error`, beside the other `From` impls of `Error`: the whole
+// `fabric::rdma` tree is feature-gated already, so this costs no `cfg` line outside it.
+impl From<RdmaSetupError> for Error {
+    fn from(e: RdmaSetupError) -> Error {
+        Error::Setup(SetupError::Rdma(e))
+    }
+}
+
+/// An [`Error::Setup`] naming the step, with the lower layer's error as its source.
+fn setup_err(step: &'static str, e: impl AtStep) -> Error {
+    e.at(step).into()
+}
