@@ -66,10 +66,10 @@
 //!   connects and accepts nor hang-up detection and teardown.
 //! * **Fabrics** plug in below the poller through the [`fabric::Fabric`] / [`fabric::FabricConn`]
 //!   traits: the poller is generic and monomorphised (no `dyn` on the data path), and each fabric
-//!   keeps setup code (`fabric/<name>/setup.rs`) apart from hot-path code
-//!   (`fabric/<name>/datapath.rs`) and from its half of the control thread
-//!   (`fabric/<name>/control.rs`, behind the same control seam for every fabric). See [`fabric`]
-//!   for the seams and for adding a fabric.
+//!   keeps setup code (`fabric/<name>/setup.rs`, or a `setup/` directory, as rdma's) apart
+//!   from hot-path code (`fabric/<name>/datapath.rs`, or a `datapath/` directory, as rdma's)
+//!   and from its half of the control thread (`fabric/<name>/control.rs`, behind the same
+//!   control seam for every fabric). See [`fabric`] for the seams and for adding a fabric.
 //!
 //! # Threading
 //!

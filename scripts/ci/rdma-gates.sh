@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gates for the `rdma` feature: the FFI code behind it (engine/src/fabric/rdma, cm/src/rdma.rs)
+# Gates for the `rdma` feature: the FFI code behind it (engine/src/fabric/rdma/, cm/src/rdma/)
 # gets the same clippy (-D warnings, undocumented unsafe denied) and rustdoc checks as the
 # default build. Needs libibverbs-dev, librdmacm-dev and libclang 14: scripts/setup-rdma installs
 # them (root on Debian).

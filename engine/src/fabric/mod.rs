@@ -2,19 +2,19 @@
 //!
 //! A fabric has two halves that live in separate files:
 //!
-//! * **setup** (`fabric/<name>/setup.rs`): runs on the control thread. It performs rendezvous
-//!   (shm: a Unix-socket hello plus memfd passing; RDMA: rdma_cm), creates the per-connection
-//!   resources (shm: the segment; RDMA: the queue pair and the registered pool memory regions) and
-//!   produces a [`FabricConn`] plus the application's views of the pools ([`PoolView`]). The
+//! * **setup** (`fabric/<name>/setup.rs`, or a `setup/` directory, as rdma's): runs on the
+//!   control thread. It performs rendezvous (shm: a Unix-socket hello plus memfd passing; RDMA:
+//!   rdma_cm), creates the per-connection resources (shm: the segment; RDMA: the queue pair and
+//!   the registered pool memory regions) and produces a [`FabricConn`] plus the application's views of the pools ([`PoolView`]). The
 //!   fabric's control half (`fabric/<name>/control.rs`, see [the control seam](#the-control-seam))
 //!   then hands the connection to a poller through its command ring. Setup code makes syscalls;
 //!   on the control thread it never waits on a peer (a handshake step that needs the peer's
 //!   answer is a pending entry with a deadline, advanced when its descriptor is ready); on a
 //!   connecting thread it blocks, bounded by the connect timeout.
-//! * **datapath** (`fabric/<name>/datapath.rs`): the [`Fabric`] and [`FabricConn`] implementations
-//!   that a poller drives every cycle. No syscalls (except the RDMA doorbell
-//!   write, which is an MMIO store, not a syscall), no locks, no allocation, no logging: count
-//!   events, return [`FabricError`] on a peer's protocol violation.
+//! * **datapath** (`fabric/<name>/datapath.rs`, or a `datapath/` directory, as rdma's): the
+//!   [`Fabric`] and [`FabricConn`] implementations that a poller drives every cycle. No syscalls
+//!   (except the RDMA doorbell write, which is an MMIO store, not a syscall), no locks, no
+//!   allocation, no logging: count events, return [`FabricError`] on a peer's protocol violation.
 //!
 //! # The poller cycle, as a fabric sees it
 //!
@@ -81,10 +81,11 @@
 //!
 //! # Adding a fabric (e.g. the planned kernel-TCP one)
 //!
-//! 1. One directory, `fabric/<name>/`: `datapath.rs` implements [`Fabric`] + [`FabricConn`]
-//!    (`NAME` = the URL scheme), `setup.rs` the rendezvous and resource creation, `control.rs`
-//!    the control half (`FabricControl` on a `Registry`, plus a `FabricConnect`), `mod.rs` the
-//!    module docs; declare it here (`mod <name>;`, behind its cargo feature if it has one).
+//! 1. One directory, `fabric/<name>/`: `datapath.rs` (or a `datapath/` directory, as rdma's)
+//!    implements [`Fabric`] + [`FabricConn`] (`NAME` = the URL scheme), `setup.rs` (or a
+//!    `setup/` directory) the rendezvous and resource creation, `control.rs` the control half
+//!    (`FabricControl` on a `Registry`, plus a `FabricConnect`), `mod.rs` the module docs;
+//!    declare it here (`mod <name>;`, behind its cargo feature if it has one).
 //! 2. One line in the poller's agent set (`agent_set!` in `crate::poller`):
 //!    `<name>: <Name>Fabric = <Name>Fabric::new(),` (with its `#[cfg]` if feature-gated). That
 //!    gives every poller thread a `Poller<<Name>Fabric>` and the control thread its rings.

@@ -5,11 +5,14 @@
 //! - `wr_id` (the `wr_id` encoding and connection generations), `header` (the credit word in the
 //!   immediate data or, on iWARP, a header slot) and `counters` ([`RdmaStats`]): small pieces
 //!   below the data path, shared with setup.
-//! - `setup` (control thread / connecting thread): rdma_cm connect and accept, per-device PD and
-//!   per-poller CQ, registered pools, QP creation on the context rdma_cm resolved, receive
-//!   pre-posting, the flow-control handshake in the private data. `rdma_connect` and the wait
-//!   for ESTABLISHED run on a short-lived helper thread, so a connect returns within its
-//!   timeout even where the kernel blocks in `rdma_connect` (soft-iWARP's TCP connect).
+//! - `setup` (control thread / connecting thread; `setup/`: `devices` for the device table,
+//!   `prepare` and `establish` for one connection's resources before and after ESTABLISHED,
+//!   `connect`, `listener` and `accept` for the two sides, `events` for an established
+//!   connection's rdma_cm events): rdma_cm connect and accept, per-device PD and per-poller CQ,
+//!   registered pools, QP creation on the context rdma_cm resolved, receive pre-posting, the
+//!   flow-control handshake in the private data. `rdma_connect` and the wait for ESTABLISHED run
+//!   on a short-lived helper thread, so a connect returns within its timeout even where the
+//!   kernel blocks in `rdma_connect` (soft-iWARP's TCP connect).
 //! - [`datapath`] (pollers; `datapath/`: `mod` for the poller, `conn` and `conn/iwarp` for a
 //!   connection, `chain` for chained receive posting): [`RdmaFabric`] polls each device's CQ in
 //!   bursts and files the completions with their connections; [`RdmaConn`] posts chained
