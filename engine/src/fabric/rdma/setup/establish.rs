@@ -28,10 +28,12 @@ pub(crate) struct Established {
     pub(crate) rx_pool: PoolView,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     /// The rdma_cm id: its channel fd reports DISCONNECTED / DEVICE_REMOVAL (control thread),
-    /// and [`close`] disconnects it.
+    /// and [`close`](super::close) disconnects it.
     pub(crate) id: Arc<CmId>,
-    /// The poller's CQ for this device: send [`super::RdmaCommand::AttachCq`] before the
-    /// connection (the poller ignores a CQ it already polls).
+    /// The poller's CQ for this device: send [`RdmaCommand::AttachCq`] before the connection (the
+    /// poller ignores a CQ it already polls).
+    ///
+    /// [`RdmaCommand::AttachCq`]: crate::fabric::rdma::RdmaCommand::AttachCq
     pub(crate) cq: Arc<CompletionQueue>,
     /// The poller's SRQ on this device (SRQ mode), sent along with the CQ.
     pub(crate) srq: Option<SrqShared>,

@@ -29,6 +29,8 @@ pub(crate) fn poll_events(id: &CmId) -> ConnStatus {
 
 /// Disconnects (if still connected). The QP and pools are released when the last handle
 /// (poller's [`RdmaConn`], application's pool views, this id) is dropped.
+///
+/// [`RdmaConn`]: crate::fabric::rdma::RdmaConn
 pub(crate) fn close(id: &CmId) {
     let _ = id.disconnect();
 }

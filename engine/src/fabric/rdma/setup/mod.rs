@@ -15,7 +15,7 @@
 //!   pre-posted receives (a `Pending` connection).
 //! - `establish`: [`Established`], built from a `Pending` connection and the peer's parameters
 //!   once ESTABLISHED arrived.
-//! - `connect`: the active side ([`connect`]), with `rdma_connect` on a helper thread.
+//! - `connect`: the active side ([`connect()`]), with `rdma_connect` on a helper thread.
 //! - `accept`: [`PendingAccept`], the listening side's non-blocking wait for ESTABLISHED.
 //! - `listener`: [`RdmaListener`], taking, validating and accepting requests.
 //! - `events`: an established connection's rdma_cm events ([`poll_events`]) and [`close`].
