@@ -149,6 +149,18 @@ impl Connection {
         self.shared.down().is_none()
     }
 
+    /// Why the connection is down ([`Error::Disconnected`] / [`Error::Fabric`]), or `None`
+    /// while it is open. For the reconnecting helper ([`crate::Reconnecting`]).
+    pub(crate) fn down_error(&self) -> Option<Error> {
+        self.shared.down().map(|d| d.to_error())
+    }
+
+    /// True when no received message waits to be taken (`try_recv` would find none queued).
+    pub(crate) fn rx_is_empty(&self) -> bool {
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        unsafe { self.app() }.rings.rx.is_empty()
+    }
+
     #[inline]
     fn drive_poller(&self) -> usize {
         if self.run_to_completion {

@@ -159,6 +159,16 @@
 //!   Aeron-style unblock is needed); it was never published, so it is never delivered, and the
 //!   connection fails.
 //!
+//! **Reconnect (opt in).** A [`Connection`] that failed stays failed. [`Reconnecting`] is a
+//! helper on top that owns the engine handle, the endpoint and the current connection, forwards
+//! `alloc`/`send`/`try_recv`/`recv_timeout`/`poll`, and in [`Reconnecting::maintain`] connects
+//! again per a [`ReconnectPolicy`] (ZeroMQ-like default: 100 ms, ±10 % jitter, backoff ×2 capped
+//! at 5 s, unlimited attempts). It reports through [`ReconnectEvent`]s and `tracing`: `Lost`
+//! carries `unconfirmed`, the messages sent on the lost connection whose credit had not come
+//! back (an upper bound of the loss; nothing is retransmitted or dropped silently), then
+//! `Reconnected` or `GaveUp`. Messages received before the loss are delivered first. See
+//! [`reconnect`] for the exact semantics.
+//!
 //! # Resource cleanup
 //!
 //! Dropping a [`Connection`] posts its queued sends (best effort), closes it (the peer sees a
@@ -243,6 +253,7 @@ pub mod fabric;
 mod idle;
 mod link;
 mod poller;
+pub mod reconnect;
 pub mod record;
 mod stats;
 
@@ -257,4 +268,5 @@ pub use engine::Engine;
 pub use error::{BoxError, ConfigError, Error, FabricError, SetupError};
 pub use event::Event;
 pub use idle::IdleStrategy;
+pub use reconnect::{ReconnectEvent, ReconnectPolicy, ReconnectStats, Reconnecting};
 pub use stats::{ConnStats, EngineStats, PollerStats};
