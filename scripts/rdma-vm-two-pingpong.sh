@@ -14,7 +14,11 @@
 #     The roles are #[ignore]d tests (a plain run lists them as ignored) and fail
 #     without their variable. The client connects through rdma_cm (retrying until
 #     the server listens) and runs verified ping-pongs at every size from 1 B to
-#     300 B; the server echoes them and checks the count. Each role must also
+#     300 B; the server echoes them and checks the count. Then, in the same boot,
+#     remote_link_down_server / remote_link_down_client: the server takes its
+#     link down (ip link set eth0 down) and the client must see its connection
+#     fail (liveness timeout or transport error) within the liveness timeout
+#     + 20 %. Each role must also
 #     print its result line: a run that did not reach the role (a wrong name
 #     runs no test and exits 0) counts as a failure, not a pass.
 # Exit status: 0 if both roles passed; else the first failure's status (1 for a
@@ -22,7 +26,7 @@
 #
 # Cost: two TCG VMs on the host's cores, about 20-40 s in all. Round-trip times
 # printed by the client are emulation figures, never performance claims.
-# Knobs: RDMA_TWO_PORT=7500 (the server's rdma_cm port); every RXE_VM_* knob of
+# Knobs: RDMA_TWO_PORT=7500 (the server's rdma_cm port; the link-down pair uses the next one); every RXE_VM_* knob of
 # scripts/rxe-vm-two and scripts/rxe-vm (RXE_VM_TIMEOUT defaults to 300 here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,8 +68,14 @@ role='out=$(mktemp); "$0" --ignored --exact "$1" --nocapture --test-threads=1 2>
 [ "$rc" = 0 ] || exit "$rc"
 grep -q -- "$2" "$out" || { echo "rdma-vm-two-pingpong: FAIL: $1 passed without running its role (no \"$2\")"; exit 1; }'
 q() { printf '%q ' "$@"; }
-srv="cd $(q "$ROOT/engine") && SPINWIRE_RDMA_SERVE_PORT=$port bash -c $(q "$role") $(q "$bin" remote_echo_server 'echoed ')"
-cli="cd $(q "$ROOT/engine") && SPINWIRE_RDMA_REMOTE=\$RXE_VM_PEER_IP:$port bash -c $(q "$role") $(q "$bin" remote_ping_pong 'verified round trips across hosts')"
+down_port=$((port + 1))
+# Second pair of roles in the same boot: the server takes its link down (last, since the
+# server VM has no network afterwards) and the client must see the connection fail within
+# the liveness timeout + 20 %.
+srv="cd $(q "$ROOT/engine") && SPINWIRE_RDMA_SERVE_PORT=$port bash -c $(q "$role") $(q "$bin" remote_echo_server 'echoed ') \
+  && SPINWIRE_RDMA_LINKDOWN_PORT=$down_port bash -c $(q "$role") $(q "$bin" remote_link_down_server 'link down')"
+cli="cd $(q "$ROOT/engine") && SPINWIRE_RDMA_REMOTE=\$RXE_VM_PEER_IP:$port bash -c $(q "$role") $(q "$bin" remote_ping_pong 'verified round trips across hosts') \
+  && SPINWIRE_RDMA_LINKDOWN_REMOTE=\$RXE_VM_PEER_IP:$down_port bash -c $(q "$role") $(q "$bin" remote_link_down_client 'link-down detected')"
 
 t1=$SECONDS
 set +e

@@ -708,6 +708,112 @@ fn remote_ping_pong() {
     );
 }
 
+/// Liveness timeout of the two-host link-down roles (the engine's default).
+const LINK_LIVENESS: Duration = spinwire::DEFAULT_LIVENESS_TIMEOUT;
+/// The message that tells the link-down server to take its link down.
+const GO_DOWN: &[u8] = b"take your link down";
+
+/// Two-host server role of the link-down test: accepts one connection, echoes one message,
+/// then, told to by the client, takes its own network link down (`ip link set eth0 down`: the
+/// host vanishes without a FIN or a disconnect) and stays silent for three liveness timeouts.
+#[test]
+#[ignore = "two-host role: run by scripts/rdma-vm-two-pingpong.sh"]
+fn remote_link_down_server() {
+    let port = role::env("SPINWIRE_RDMA_LINKDOWN_PORT");
+    let ip = role::env("RXE_VM_IP");
+    let e = poller_builder(&[1], 256, 8)
+        .depth(8)
+        .connect_timeout(T)
+        .build()
+        .expect("engine");
+    let l = e.listen(&format!("rdma://{ip}:{port}")).expect("listen");
+    let s = l.accept_timeout(Duration::from_secs(120)).expect("accept");
+    let m = s.recv_timeout(Duration::from_secs(60)).expect("recv ping");
+    let v = m.to_vec();
+    drop(m);
+    send_bytes(&s, &v);
+    let m = s
+        .recv_timeout(Duration::from_secs(60))
+        .expect("recv go-down");
+    assert_eq!(&*m, GO_DOWN);
+    drop(m);
+    let st = std::process::Command::new("ip")
+        .args(["link", "set", "eth0", "down"])
+        .status()
+        .expect("run ip link");
+    assert!(st.success(), "ip link set eth0 down: {st}");
+    println!("link down");
+    std::thread::sleep(3 * LINK_LIVENESS);
+    // Leave without closing anything cleanly: the link is gone.
+    std::process::exit(0);
+}
+
+/// Two-host client role of the link-down test: connects, checks one echo, asks the server to
+/// take its link down, and requires the connection to fail, reported after a silence of the
+/// liveness timeout to the timeout + 20 % (or by the RC transport's retry limit, if that comes
+/// first), and within `T` of the request.
+#[test]
+#[ignore = "two-host role: run by scripts/rdma-vm-two-pingpong.sh"]
+fn remote_link_down_client() {
+    let remote = role::env("SPINWIRE_RDMA_LINKDOWN_REMOTE");
+    let e = rtc_builder(256, 8)
+        .depth(8)
+        .connect_timeout(T)
+        .build()
+        .expect("engine");
+    let ep = format!("rdma://{remote}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let c = loop {
+        match e.connect(&ep) {
+            Ok(c) => break c,
+            Err(err) => {
+                assert!(Instant::now() < deadline, "server never listened: {err}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    };
+    send_bytes(&c, b"ping");
+    assert_eq!(&*c.recv_timeout(T).expect("echo"), b"ping");
+    while e.try_event().is_some() {}
+    send_bytes(&c, GO_DOWN);
+    c.flush();
+    let t0 = Instant::now();
+    let err = wait_down(&c);
+    let seen = t0.elapsed();
+    // The event comes from the control thread once the poller has retired the connection.
+    let event_deadline = Instant::now() + T;
+    let event = loop {
+        match e.try_event() {
+            Some(ev @ (Event::PeerUnresponsive { .. } | Event::Error { .. })) => break Some(ev),
+            Some(_) => {}
+            None if Instant::now() >= event_deadline => break None,
+            None => poll_for(&e, Duration::from_millis(1)),
+        }
+    };
+    eprintln!("link-down client: connection failed after {seen:?}: {err} (event {event:?})");
+    // The server VM needs a while (seconds under TCG on a loaded host: it must spawn `ip`)
+    // between receiving GO_DOWN and its link going down, and its poller heartbeats all that
+    // time, so the time since GO_DOWN only bounds the whole thing loosely. The liveness bound
+    // is checked on the silence the engine measured: from the last thing heard to the report.
+    assert!(seen <= T, "no failure within {T:?} of GO_DOWN ({seen:?})");
+    let limit = LINK_LIVENESS + LINK_LIVENESS / 5;
+    // Whichever notices first: the liveness timeout, or the RC transport giving up on the
+    // unacknowledged heartbeat (retry count exceeded: a completion error). Both are the peer
+    // host gone; a clean `Disconnected` would be wrong (nobody disconnected).
+    match (&err, &event) {
+        (
+            Error::Fabric(spinwire::FabricError::PeerUnresponsive { silent_for }),
+            Some(Event::PeerUnresponsive { .. }),
+        ) => assert!(
+            (LINK_LIVENESS..=limit).contains(silent_for),
+            "reported after {silent_for:?} of silence (expected {LINK_LIVENESS:?}..={limit:?})"
+        ),
+        (Error::Fabric(spinwire::FabricError::Io(_)), Some(Event::Error { .. })) => {}
+        _ => panic!("expected a liveness timeout or a transport error, got {err:?} / {event:?}"),
+    }
+    println!("link-down detected in {seen:?}");
+}
+
 /// The VM's RDMA device (`RXE_VM_DEV`, else the first one) and whether verbs reports it as
 /// iWARP (transport type), which makes the fabric carry credits in a message header instead of
 /// immediate data.
