@@ -141,6 +141,14 @@ impl HeapRegion {
     }
 }
 
+// SAFETY: the words are loom atomics; the trackers are only touched through loom's guards,
+// which is how the model checks that the ring orders every payload access.
+#[cfg(loom)]
+unsafe impl Send for HeapRegion {}
+// SAFETY: as above.
+#[cfg(loom)]
+unsafe impl Sync for HeapRegion {}
+
 #[cfg(loom)]
 impl std::fmt::Debug for HeapRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
