@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{bare_stream, pin, wire_stream, NO_PIN};
-use criterion::{criterion_group, Criterion, Throughput};
+use criterion::{Criterion, Throughput};
 use spinwire::record::ring;
 use spinwire::record::Record;
 
@@ -140,7 +140,13 @@ fn stream(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, same_thread, stream);
+/// Runs every benchmark of this file.
+fn benches() {
+    let mut c = Criterion::default().configure_from_args();
+    same_thread(&mut c);
+    stream(&mut c);
+    c.final_summary();
+}
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
@@ -148,5 +154,4 @@ fn main() {
         NO_PIN.store(true, Ordering::Relaxed);
     }
     benches();
-    Criterion::default().configure_from_args().final_summary();
 }

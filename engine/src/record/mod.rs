@@ -3,7 +3,8 @@
 //!
 //! This module is the **specification**. It is a bottom-layer module: it imports nothing from the
 //! rest of the crate, performs no I/O, never allocates and never panics on any input. In this
-//! first landing it is not yet wired into a fabric; today's shm and RDMA wires
+//! Its submodule [`ring`] is the shared-memory record ring built on it (generic over a byte
+//! region, loom-modelled). Neither is wired into a fabric yet; today's shm and RDMA wires
 //! ([`crate::fabric::shm::wire`], the RDMA immediate-data protocol) are unchanged. See
 //! [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2 plan".
 //!
@@ -42,13 +43,16 @@
 //!
 //! # The commit rule
 //!
-//! In shared memory the writer fills the payload and the `type`/`flags`/`aux` bytes first and
-//! then stores the `len` word with `Release`; the reader loads `len` with `Acquire` and treats
-//! `0` as "nothing published yet". The consumed region is zeroed again (or the ring position
-//! scheme guarantees `len` reads `0`) before the producer reuses it. A byte stream or an RDMA
-//! receive buffer has no torn records: there the codec only parses ([`RecordReader`]). The
-//! [`RecordWriter`] here writes into a plain `&mut [u8]` (header last, in program order); the
-//! shared-memory ring will perform the `Release` store of the length itself.
+//! In shared memory the writer fills the payload first and then publishes the header with
+//! `Release`; the reader loads it with `Acquire` and treats `len == 0` as "nothing published
+//! yet". The [`ring`] stores the whole 8-byte header (8-aligned) as one atomic word, so `len`,
+//! its low half, is written together with `type`/`flags`/`aux` and after the payload; it
+//! keeps `len` reading `0` where the consumer looks next by zeroing the word after its last
+//! record before each publication (*zero-ahead*; see [`ring`] for why zeroing only consumed
+//! length words would not do). A byte stream or an RDMA receive buffer has no torn records:
+//! there the codec only parses ([`RecordReader`]). The [`RecordWriter`] here writes into a plain
+//! `&mut [u8]` (header last, in program order). [`RecordHeader`] holds the header checks, shared
+//! by [`RecordReader`] and the ring.
 //!
 //! # Frames
 //!
@@ -99,21 +103,30 @@
 //!
 //! # Plan: wiring it in
 //!
-//! Next step, shm (`fabric/shm/wire`): the descriptor ring of 64-byte slots is replaced by a
-//! single-producer byte ring of records in the segment. The producer claims `align8(len)` bytes,
-//! writes the record and stores `len` with `Release` last; at the ring's end it writes a `PAD`
-//! record and wraps. It caches the consumer's published position and reloads it only when the
-//! cached window is exhausted. The consumer loads `len` with `Acquire`, drains everything
-//! committed up to a batch limit, and publishes its position once per batch. Inline messages
-//! become `DATA` records; pooled ones `BUF_REF`. The separate release ring of buffer indices and
-//! the credit counter become `CREDIT` records sent once per batch on the reverse ring (the
-//! receiving poller still only consumes what its application's receive ring can hold, so
-//! back-pressure is unchanged), and the heartbeat word becomes a `HEARTBEAT` record. In
+//! Landed: the codec (this module) and the shm record ring ([`ring`]): an SPSC byte ring of
+//! records over a caller-supplied region (positions, never pointers, in shared memory), with a
+//! loom model (`scripts/ci/loom.sh`), two-thread stress and hostile-producer tests
+//! (`engine/tests/record_ring.rs`) and `cargo bench -p spinwire --bench record_ring` next to the
+//! wire ring and the cache-line floor.
+//!
+//! Next step, shm (`fabric/shm/wire`): the ring goes into the segment, one per direction, and
+//! replaces the descriptor ring of 64-byte slots (`wire::ring`'s `TxRing`/`RxRing`
+//! descriptor half: first and continuation slots, the `seq` stamps, `CONT_BIT`, the per-slot
+//! inline limit of `layout::slots_for_inline`). `layout` places each direction's ring region
+//! (128-byte aligned, [`ring::region_size`]) where the slots were; a small `RingMemory`
+//! implementation over the `Arc<Mapping>` plus an offset keeps the mapping alive. Inline
+//! messages become `DATA` records; pooled ones `BUF_REF`. The separate release ring of buffer
+//! indices and the credit counter become `CREDIT` records sent once per batch on the reverse
+//! ring (the receiving poller still only consumes what its application's receive ring can
+//! hold, so back-pressure is unchanged), and the heartbeat word becomes a `HEARTBEAT` record.
+//! The ring's typed [`ring::RingError`] maps onto `WireError::Corrupt` (the connection fails),
+//! and the shm hello carries [`VERSION`] and the maximum record payload. Then, in
 //! run-to-completion mode `Connection::send` writes the `DATA` record straight into the wire
 //! ring (no application→poller descriptor hop), since the application thread is then the only
-//! producer. RDMA: the records queued on a connection are coalesced into one frame per SEND
-//! (post lists, selective signalling); the receiver splits it with [`FrameReader`] and the
-//! application reads each message in place in the receive buffer.
+//! producer, with a batch send over [`ring::Claim::commit_batched`]. RDMA: the records queued
+//! on a connection are coalesced into one frame per SEND (post lists, selective signalling);
+//! the receiver splits it with [`FrameReader`] and the application reads each message in place
+//! in the receive buffer.
 
 use std::fmt;
 

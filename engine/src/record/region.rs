@@ -208,6 +208,12 @@ pub(crate) struct Access {
     _guard: loom::cell::ConstPtr<()>,
 }
 
+impl Access {
+    /// Ends the access.
+    #[inline(always)]
+    pub(crate) fn end(self) {}
+}
+
 impl Region {
     #[cfg(not(loom))]
     pub(crate) fn new(mem: Arc<dyn RingMemory>) -> Result<Region, &'static str> {
@@ -301,6 +307,9 @@ impl Region {
     /// it until it is published).
     #[cfg(not(loom))]
     #[inline(always)]
+    // The region is shared memory: exclusivity comes from the ring protocol, stated as this
+    // `unsafe fn`'s contract, not from the borrow of `self`.
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn bytes_mut(&self, off: usize, len: usize) -> &mut [u8] {
         debug_assert!(off.checked_add(len).is_some_and(|e| e <= self.cap));
         // SAFETY: in bounds by the caller's contract, inside the live region (see `atomic_at`);

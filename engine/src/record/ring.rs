@@ -706,7 +706,7 @@ impl Consumer {
             // first header, which it reached before this one): the payload and header written
             // before that store are visible from here on.
             let word = self.region.word(off).load(Ordering::Acquire);
-            drop(guard);
+            guard.end();
             let bytes = word.to_ne_bytes();
             if bytes[..4] == [0; 4] {
                 break Ok(());
@@ -769,7 +769,7 @@ impl Consumer {
                             .word(off + RECORD_HEADER)
                             .load(Ordering::Relaxed)
                             .to_ne_bytes();
-                        drop(guard);
+                        guard.end();
                     }
                     match header.decode(off, &fixed) {
                         Ok(rec) => handler(rec),
