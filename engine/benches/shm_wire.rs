@@ -12,35 +12,17 @@
 //! best and median of many short direct runs and the ring/floor ratios). Without `--bench` (e.g.
 //! `cargo test --benches`) it runs a few iterations of each as a smoke test.
 
+mod common;
+
 use std::hint::spin_loop;
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spinwire::fabric::shm::wire::{Params, RxRing, Segment, TxRing};
-
-/// Set in smoke-test mode: pinned spinners on a busy shared host can stall for whole time slices.
-static NO_PIN: AtomicBool = AtomicBool::new(false);
-
-#[repr(align(128))]
-struct Line(AtomicU64);
-
-#[repr(align(64))]
-struct Line64([AtomicU64; 8]);
-
-/// Pins the calling thread to the `which`-th core, unless `SHM_WIRE_BENCH_NOPIN` is set (useful
-/// when other pinned spinners share the cores).
-fn pin(which: usize) {
-    if NO_PIN.load(Ordering::Relaxed) || std::env::var_os("SHM_WIRE_BENCH_NOPIN").is_some() {
-        return;
-    }
-    if let Some(ids) = core_affinity::get_core_ids() {
-        if ids.len() >= 2 {
-            core_affinity::set_for_current(ids[which]);
-        }
-    }
-}
+use common::{
+    bare_stream, pin, pinning, wire_rings as rings, wire_stream as ring_stream, Line, NO_PIN,
+};
+use spinwire::fabric::shm::wire::RxRing;
 
 fn bare_rtt(iters: u64) -> Duration {
     let ping = Arc::new(Line(AtomicU64::new(0)));
@@ -66,18 +48,6 @@ fn bare_rtt(iters: u64) -> Duration {
     let e = t0.elapsed();
     echo.join().expect("echo thread");
     e
-}
-
-fn rings(depth: u32) -> ((TxRing, RxRing), (TxRing, RxRing)) {
-    let p = Params {
-        buffer_size: 4096,
-        buffer_count: 64,
-        ring_depth: depth,
-        inline_max: 256,
-    };
-    let (a, fd) = Segment::create(&p).expect("create");
-    let b = Segment::attach(fd.as_fd(), &p).expect("attach");
-    (a.split().expect("split a"), b.split().expect("split b"))
 }
 
 fn poll_spin(rx: &mut RxRing) -> spinwire::fabric::shm::wire::RxRecord {
@@ -120,88 +90,6 @@ fn ring_rtt(iters: u64, len: usize) -> Duration {
     e
 }
 
-fn bare_stream(iters: u64) -> Duration {
-    const DEPTH: u64 = 1024;
-    let ring: Arc<Vec<Line64>> = Arc::new((0..DEPTH).map(|_| Line64(Default::default())).collect());
-    let head = Arc::new(Line(AtomicU64::new(0)));
-    let (r2, h2) = (Arc::clone(&ring), Arc::clone(&head));
-    let consumer = std::thread::spawn(move || {
-        pin(1);
-        let mut pos = 0u64;
-        let mut sum = 0u64;
-        while pos < iters {
-            let l = &r2[(pos % DEPTH) as usize];
-            if l.0[0].load(Ordering::Acquire) == pos + 1 {
-                for w in &l.0[1..] {
-                    sum = sum.wrapping_add(w.load(Ordering::Relaxed));
-                }
-                pos += 1;
-                if pos % 32 == 0 {
-                    h2.0.store(pos, Ordering::Release);
-                }
-            } else {
-                spin_loop();
-            }
-        }
-        std::hint::black_box(sum);
-    });
-    pin(0);
-    let t0 = Instant::now();
-    let mut head_cache = 0u64;
-    for pos in 0..iters {
-        while pos - head_cache >= DEPTH {
-            head_cache = head.0.load(Ordering::Acquire);
-        }
-        let l = &ring[(pos % DEPTH) as usize];
-        for w in &l.0[1..] {
-            w.store(pos, Ordering::Relaxed);
-        }
-        l.0[0].store(pos + 1, Ordering::Release);
-    }
-    consumer.join().expect("consumer thread");
-    t0.elapsed()
-}
-
-fn ring_stream(iters: u64, len: usize) -> Duration {
-    let ((mut tx_a, _rx_a), (_tx_b, mut rx_b)) = rings(1024);
-    let consumer = std::thread::spawn(move || {
-        pin(1);
-        let mut buf = [0u8; 256];
-        let mut got = 0u64;
-        while got < iters {
-            let mut k = 0;
-            while k < 32 {
-                match rx_b.poll().expect("poll") {
-                    Some(d) => {
-                        rx_b.copy_inline(&d, &mut buf).expect("copy");
-                        k += 1;
-                    }
-                    None => break,
-                }
-            }
-            if k > 0 {
-                rx_b.commit();
-                got += k;
-            } else {
-                spin_loop();
-            }
-        }
-    });
-    pin(0);
-    let msg = vec![7u8; len];
-    let t0 = Instant::now();
-    let mut sent = 0;
-    while sent < iters {
-        if tx_a.try_send_inline(&msg, 0).expect("send") {
-            sent += 1;
-        } else {
-            spin_loop();
-        }
-    }
-    consumer.join().expect("consumer thread");
-    t0.elapsed()
-}
-
 /// Best (lowest) of `runs` short direct measurements, in ns per iteration: on a shared 2-core
 /// machine a run that another process preempts is off by orders of magnitude, so the minimum of
 /// many short runs is the robust estimate of the undisturbed cost (the median is printed too).
@@ -218,12 +106,11 @@ fn best_ns(runs: usize, iters: u64, f: impl Fn(u64) -> Duration) -> (f64, f64) {
 }
 
 fn summary(runs: usize, rtt_iters: u64, stream_iters: u64) {
-    let pinning =
-        if NO_PIN.load(Ordering::Relaxed) || std::env::var_os("SHM_WIRE_BENCH_NOPIN").is_some() {
-            "unpinned"
-        } else {
-            "pinned to the first two cores"
-        };
+    let pinning = if pinning() {
+        "pinned to the first two cores"
+    } else {
+        "unpinned"
+    };
     println!("shm wire: best (median) of {runs} runs, two threads {pinning}");
     let (bare, bare_med) = best_ns(runs, rtt_iters, bare_rtt);
     println!("  rtt    bare cache line      {bare:8.0} ns ({bare_med:.0})");

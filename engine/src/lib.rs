@@ -215,14 +215,18 @@
 //!   and frames of records for RDMA SEND and TCP. One codec parses rings, receive buffers and
 //!   byte streams, and rejects hostile input with a typed [`record::RecordError`]. Nothing uses
 //!   it on the wire yet.
+//! * [`record::ring`]: the shm record ring, an SPSC byte ring of records over a caller-supplied
+//!   region (positions only in shared memory), batches published by one `Release` store, PAD
+//!   at the wrap, a cached consumer position; validated against a hostile producer, modelled
+//!   with loom, stress-tested, benchmarked next to the wire ring (`--bench record_ring`). Not
+//!   wired into `fabric/shm` yet.
 //! * [`Connection::poll`]: the batch receive, one engine pass per batch, on today's path.
 //! * `bench cost`: the software cost per message and per round trip.
 //!
 //! *Next:*
-//! 1. A shm record ring, generic over a byte region and modelled with loom, wired into
-//!    `fabric/shm`. It replaces the descriptor ring. Positions are published once per batch,
-//!    the producer caches the consumer's limit, and CREDIT records replace the release ring
-//!    and the credit counter. See [`record`]'s "Plan" section.
+//! 1. The record ring wired into `fabric/shm`: it replaces the descriptor ring, and CREDIT
+//!    records replace the release ring and the credit counter. See [`record`]'s "Plan"
+//!    section.
 //! 2. Run-to-completion sends write records straight into the wire ring (no
 //!    application→poller hop), plus a batch send.
 //! 3. RDMA frames of records: one SEND per frame, post lists, selective signalling.

@@ -3,7 +3,8 @@
 //!
 //! This module is the **specification**. It is a bottom-layer module: it imports nothing from the
 //! rest of the crate, performs no I/O, never allocates and never panics on any input. In this
-//! first landing it is not yet wired into a fabric; today's shm and RDMA wires
+//! Its submodule [`ring`] is the shared-memory record ring built on it (generic over a byte
+//! region, loom-modelled). Neither is wired into a fabric yet; today's shm and RDMA wires
 //! ([`crate::fabric::shm::wire`], the RDMA immediate-data protocol) are unchanged. See
 //! [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2 plan".
 //!
@@ -42,13 +43,16 @@
 //!
 //! # The commit rule
 //!
-//! In shared memory the writer fills the payload and the `type`/`flags`/`aux` bytes first and
-//! then stores the `len` word with `Release`; the reader loads `len` with `Acquire` and treats
-//! `0` as "nothing published yet". The consumed region is zeroed again (or the ring position
-//! scheme guarantees `len` reads `0`) before the producer reuses it. A byte stream or an RDMA
-//! receive buffer has no torn records: there the codec only parses ([`RecordReader`]). The
-//! [`RecordWriter`] here writes into a plain `&mut [u8]` (header last, in program order); the
-//! shared-memory ring will perform the `Release` store of the length itself.
+//! In shared memory the writer fills the payload first and then publishes the header with
+//! `Release`; the reader loads it with `Acquire` and treats `len == 0` as "nothing published
+//! yet". The [`ring`] stores the whole 8-byte header (8-aligned) as one atomic word, so `len`,
+//! its low half, is written together with `type`/`flags`/`aux` and after the payload; it
+//! keeps `len` reading `0` where the consumer looks next by zeroing the word after its last
+//! record before each publication (*zero-ahead*; see [`ring`] for why zeroing only consumed
+//! length words would not do). A byte stream or an RDMA receive buffer has no torn records:
+//! there the codec only parses ([`RecordReader`]). The [`RecordWriter`] here writes into a plain
+//! `&mut [u8]` (header last, in program order). [`RecordHeader`] holds the header checks, shared
+//! by [`RecordReader`] and the ring.
 //!
 //! # Frames
 //!
@@ -99,23 +103,37 @@
 //!
 //! # Plan: wiring it in
 //!
-//! Next step, shm (`fabric/shm/wire`): the descriptor ring of 64-byte slots is replaced by a
-//! single-producer byte ring of records in the segment. The producer claims `align8(len)` bytes,
-//! writes the record and stores `len` with `Release` last; at the ring's end it writes a `PAD`
-//! record and wraps. It caches the consumer's published position and reloads it only when the
-//! cached window is exhausted. The consumer loads `len` with `Acquire`, drains everything
-//! committed up to a batch limit, and publishes its position once per batch. Inline messages
-//! become `DATA` records; pooled ones `BUF_REF`. The separate release ring of buffer indices and
-//! the credit counter become `CREDIT` records sent once per batch on the reverse ring (the
-//! receiving poller still only consumes what its application's receive ring can hold, so
-//! back-pressure is unchanged), and the heartbeat word becomes a `HEARTBEAT` record. In
+//! Landed: the codec (this module) and the shm record ring ([`ring`]): an SPSC byte ring of
+//! records over a caller-supplied region (positions, never pointers, in shared memory), with a
+//! loom model (`scripts/ci/loom.sh`), two-thread stress and hostile-producer tests
+//! (`engine/tests/record_ring.rs`) and `cargo bench -p spinwire --bench record_ring` next to the
+//! wire ring and the cache-line floor.
+//!
+//! Next step, shm (`fabric/shm/wire`): the ring goes into the segment, one per direction, and
+//! replaces the descriptor ring of 64-byte slots (`wire::ring`'s `TxRing`/`RxRing`
+//! descriptor half: first and continuation slots, the `seq` stamps, `CONT_BIT`, the per-slot
+//! inline limit of `layout::slots_for_inline`). `layout` places each direction's ring region
+//! (128-byte aligned, [`ring::region_size`]) where the slots were; a small `RingMemory`
+//! implementation over the `Arc<Mapping>` plus an offset keeps the mapping alive. Inline
+//! messages become `DATA` records; pooled ones `BUF_REF`. The separate release ring of buffer
+//! indices and the credit counter become `CREDIT` records sent once per batch on the reverse
+//! ring (the receiving poller still only consumes what its application's receive ring can
+//! hold, so back-pressure is unchanged), and the heartbeat word becomes a `HEARTBEAT` record.
+//! The ring's typed [`ring::RingError`] maps onto `WireError::Corrupt` (the connection fails),
+//! and the shm hello carries [`VERSION`] and the maximum record payload. Then, in
 //! run-to-completion mode `Connection::send` writes the `DATA` record straight into the wire
 //! ring (no application→poller descriptor hop), since the application thread is then the only
-//! producer. RDMA: the records queued on a connection are coalesced into one frame per SEND
-//! (post lists, selective signalling); the receiver splits it with [`FrameReader`] and the
-//! application reads each message in place in the receive buffer.
+//! producer, with a batch send over [`ring::Claim::commit_batched`]. RDMA: the records queued
+//! on a connection are coalesced into one frame per SEND (post lists, selective signalling);
+//! the receiver splits it with [`FrameReader`] and the application reads each message in place
+//! in the receive buffer.
 
 use std::fmt;
+
+mod region;
+pub mod ring;
+
+pub use region::{HeapRegion, RingMemory};
 
 /// Record and frame alignment in bytes: every record starts at a multiple of 8.
 pub const RECORD_ALIGN: usize = 8;
@@ -346,6 +364,140 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(a))
 }
 
+/// A validated record header: the first checks of the [validation rules](self#validation-what-a-reader-rejects),
+/// those that need only the 8 header bytes. A shared-memory ring parses the header word it
+/// loaded atomically with this, bounds the record by its own geometry, then [`decode`](Self::decode)s
+/// the payload; [`RecordReader`] does the same on a plain buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// `>= RECORD_HEADER`; for DATA `len - 8 <= max_payload`.
+    len: u32,
+    ty: RecordType,
+}
+
+impl RecordHeader {
+    /// Checks the header bytes of the record at `offset` (used in errors only).
+    ///
+    /// # Errors
+    ///
+    /// [`RecordError::BadLength`] (`len < 8`, including an uncommitted `0`: callers that poll
+    /// check for `0` first), [`RecordError::UnknownType`], [`RecordError::Reserved`],
+    /// [`RecordError::TooLong`] (a DATA payload above `max_payload`).
+    pub fn parse(
+        bytes: [u8; RECORD_HEADER],
+        offset: usize,
+        max_payload: usize,
+    ) -> Result<Self, RecordError> {
+        let len = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        if (len as usize) < RECORD_HEADER {
+            return Err(RecordError::BadLength { offset, len });
+        }
+        let payload_len = len as usize - RECORD_HEADER;
+        let ty_byte = bytes[4];
+        let flags = bytes[5];
+        let aux = u16::from_le_bytes([bytes[6], bytes[7]]);
+        let ty = RecordType::from_u8(ty_byte).ok_or(RecordError::UnknownType {
+            offset,
+            ty: ty_byte,
+        })?;
+        if flags != 0 || aux != 0 {
+            return Err(RecordError::Reserved { offset, flags, aux });
+        }
+        // The maximum bounds message payloads; PAD is bounded by the buffer, the fixed-size
+        // types by their size.
+        if ty == RecordType::Data && payload_len > max_payload {
+            return Err(RecordError::TooLong {
+                offset,
+                len: payload_len,
+                max: max_payload,
+            });
+        }
+        Ok(RecordHeader { len, ty })
+    }
+
+    /// The header bytes of a version-1 record of type `ty` with a `payload`-byte payload
+    /// (`flags` and `aux` zero). `None` when the length does not fit the `u32` length word.
+    pub fn encode(ty: RecordType, payload: usize) -> Option<[u8; RECORD_HEADER]> {
+        let len = u32::try_from(RECORD_HEADER.checked_add(payload)?).ok()?;
+        let l = len.to_le_bytes();
+        Some([l[0], l[1], l[2], l[3], ty as u8, 0, 0, 0])
+    }
+
+    /// The `len` field: header plus payload, without padding.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Always false: a header is part of its record.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The record's type.
+    pub fn record_type(&self) -> RecordType {
+        self.ty
+    }
+
+    /// Payload bytes (`len - 8`).
+    pub fn payload_len(&self) -> usize {
+        self.len as usize - RECORD_HEADER
+    }
+
+    /// Bytes the record takes, padding included (`align8(len)`; `len` is a `u32`, so this
+    /// cannot overflow a 64-bit `usize`).
+    pub fn size(&self) -> usize {
+        align8(self.len as usize).unwrap_or(usize::MAX)
+    }
+
+    /// The record, given its payload. The size checks use the header's length; for DATA the
+    /// record borrows `payload` (pass exactly [`payload_len`](Self::payload_len) bytes), for the
+    /// fixed-size types only the first 8 bytes of `payload` are read (a shared-memory ring
+    /// passes a bounded copy), and PAD ignores it.
+    ///
+    /// # Errors
+    ///
+    /// [`RecordError::BadPayload`] for a fixed-size type of the wrong size,
+    /// [`RecordError::Unsupported`] for FRAG and RNDV.
+    pub fn decode<'a>(&self, offset: usize, payload: &'a [u8]) -> Result<Record<'a>, RecordError> {
+        let ty = self.ty;
+        let payload_len = self.payload_len();
+        let fixed = |expected: usize| {
+            if payload_len == expected {
+                Ok(())
+            } else {
+                Err(RecordError::BadPayload {
+                    offset,
+                    ty,
+                    len: payload_len,
+                    expected,
+                })
+            }
+        };
+        Ok(match ty {
+            RecordType::Data => Record::Data(payload),
+            RecordType::BufRef => {
+                fixed(BUF_REF_PAYLOAD)?;
+                Record::BufRef {
+                    buf: u32_at(payload, 0).unwrap_or(0),
+                    len: u32_at(payload, 4).unwrap_or(0),
+                }
+            }
+            RecordType::Pad => Record::Pad,
+            RecordType::Credit => {
+                fixed(U64_PAYLOAD)?;
+                Record::Credit(u64_at(payload, 0).unwrap_or(0))
+            }
+            RecordType::Heartbeat => {
+                fixed(U64_PAYLOAD)?;
+                Record::Heartbeat(u64_at(payload, 0).unwrap_or(0))
+            }
+            RecordType::Frag | RecordType::Rndv => {
+                return Err(RecordError::Unsupported { offset, ty });
+            }
+        })
+    }
+}
+
 /// What [`RecordReader`] does at the end of its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tail {
@@ -464,35 +616,14 @@ impl<'a> RecordReader<'a> {
                 have,
             });
         }
-        // `have >= 8`, so these reads are in bounds; `?`-free fallbacks keep it panic-free.
-        let len = u32_at(self.buf, offset).unwrap_or(0);
-        if len == 0 && stream {
+        // `have >= 8`, so this slice is in bounds.
+        let mut word = [0u8; RECORD_HEADER];
+        word.copy_from_slice(&self.buf[offset..offset + RECORD_HEADER]);
+        if word[..4] == [0; 4] && stream {
             return Ok(None);
         }
-        if (len as usize) < RECORD_HEADER {
-            return Err(RecordError::BadLength { offset, len });
-        }
-        let payload_len = len as usize - RECORD_HEADER;
-        let ty_byte = self.buf[offset + 4];
-        let flags = self.buf[offset + 5];
-        let aux = u16_at(self.buf, offset + 6).unwrap_or(0);
-        let ty = RecordType::from_u8(ty_byte).ok_or(RecordError::UnknownType {
-            offset,
-            ty: ty_byte,
-        })?;
-        if flags != 0 || aux != 0 {
-            return Err(RecordError::Reserved { offset, flags, aux });
-        }
-        // The maximum bounds message payloads; PAD is bounded by the buffer, the fixed-size
-        // types by their size.
-        if ty == RecordType::Data && payload_len > self.max_payload {
-            return Err(RecordError::TooLong {
-                offset,
-                len: payload_len,
-                max: self.max_payload,
-            });
-        }
-        let need = align8(len as usize).unwrap_or(usize::MAX);
+        let header = RecordHeader::parse(word, offset, self.max_payload)?;
+        let need = header.size();
         if need > have {
             if stream {
                 return Ok(None);
@@ -500,41 +631,7 @@ impl<'a> RecordReader<'a> {
             return Err(RecordError::Truncated { offset, need, have });
         }
         let start = offset + RECORD_HEADER;
-        let payload = &self.buf[start..start + payload_len];
-        let fixed = |expected: usize| {
-            if payload_len == expected {
-                Ok(())
-            } else {
-                Err(RecordError::BadPayload {
-                    offset,
-                    ty,
-                    len: payload_len,
-                    expected,
-                })
-            }
-        };
-        let rec = match ty {
-            RecordType::Data => Record::Data(payload),
-            RecordType::BufRef => {
-                fixed(BUF_REF_PAYLOAD)?;
-                Record::BufRef {
-                    buf: u32_at(payload, 0).unwrap_or(0),
-                    len: u32_at(payload, 4).unwrap_or(0),
-                }
-            }
-            RecordType::Pad => Record::Pad,
-            RecordType::Credit => {
-                fixed(U64_PAYLOAD)?;
-                Record::Credit(u64_at(payload, 0).unwrap_or(0))
-            }
-            RecordType::Heartbeat => {
-                fixed(U64_PAYLOAD)?;
-                Record::Heartbeat(u64_at(payload, 0).unwrap_or(0))
-            }
-            RecordType::Frag | RecordType::Rndv => {
-                return Err(RecordError::Unsupported { offset, ty });
-            }
-        };
+        let rec = header.decode(offset, &self.buf[start..start + header.payload_len()])?;
         self.pos = offset + need;
         self.count += 1;
         Ok(Some(rec))

@@ -1,0 +1,372 @@
+//! The record ring (`spinwire::record::ring`): a two-thread FIFO stress test with mixed sizes,
+//! random batches and a stalling consumer (every byte verified), and a hostile peer writing
+//! random bytes into the record area and the position words (only typed errors, bounded work).
+//!
+//! Run in debug and release: `cargo test -p spinwire --test record_ring [--release]`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spinwire::record::ring::{
+    self, max_payload_for, region_size, Consumer, HeapRegion, Producer, RingError,
+    CONSUMER_POSITION_OFFSET, PRODUCER_POSITION_OFFSET, RING_HEADER_SIZE,
+};
+use spinwire::record::{Record, RecordError};
+
+/// xorshift64*: deterministic, dependency-free randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Records per stress run: at least 100k in release, fewer in debug (unoptimised copies).
+const RECORDS: u64 = if cfg!(debug_assertions) {
+    100_000
+} else {
+    400_000
+};
+/// A stalled or broken peer fails the test instead of hanging it.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// What record number `seq` is: a DATA record of some size, or (1 in 16) a CREDIT record.
+/// Both threads derive it from the same seeded stream.
+fn shape(rng: &mut Rng, max: usize) -> Option<usize> {
+    if rng.below(16) == 0 {
+        return None;
+    }
+    Some(match rng.below(8) {
+        0 => 0,
+        1 => max,
+        2..=4 => rng.below(17) as usize,
+        _ => rng.below(max as u64 + 1) as usize,
+    })
+}
+
+/// The byte at index `i` of record `seq`'s payload.
+fn byte(seq: u64, i: usize) -> u8 {
+    (seq.wrapping_mul(131) ^ (i as u64).wrapping_mul(7)) as u8
+}
+
+fn stress(capacity: usize, max: usize, seed: u64) {
+    let (mut tx, mut rx) = ring::with_capacity(capacity, max).expect("ring");
+    let producer = std::thread::spawn(move || produce(&mut tx, max, seed));
+    let t0 = Instant::now();
+    let mut shapes = Rng::new(seed);
+    let mut rng = Rng::new(seed ^ 0xC0FFEE);
+    let mut seq = 0u64;
+    let mut records = 0u64;
+    while seq < RECORDS {
+        assert!(t0.elapsed() < DEADLINE, "consumer stuck at record {seq}");
+        // Stall at random points so the producer fills the ring and waits on the position.
+        if rng.below(64) == 0 {
+            for _ in 0..rng.below(2000) {
+                std::hint::spin_loop();
+            }
+        }
+        let limit = 1 + rng.below(64) as usize;
+        let n = rx
+            .poll(limit, |rec| {
+                match (shape(&mut shapes, max), rec) {
+                    (Some(len), Record::Data(bytes)) => {
+                        assert_eq!(bytes.len(), len, "record {seq}: length");
+                        for (i, &b) in bytes.iter().enumerate() {
+                            assert_eq!(b, byte(seq, i), "record {seq}: byte {i}");
+                        }
+                    }
+                    (None, Record::Credit(c)) => assert_eq!(c, seq, "record {seq}: credit"),
+                    (want, got) => panic!("record {seq}: wanted {want:?}, got {got:?}"),
+                }
+                seq += 1;
+            })
+            .expect("poll");
+        assert!(n <= limit);
+        records += n as u64;
+        if n == 0 {
+            std::thread::yield_now();
+        }
+    }
+    assert_eq!(records, RECORDS);
+    producer.join().expect("producer");
+    // Nothing after the last record: no duplicates.
+    assert_eq!(rx.poll(64, |r| panic!("extra record {r:?}")), Ok(0));
+}
+
+fn produce(tx: &mut Producer, max: usize, seed: u64) {
+    let t0 = Instant::now();
+    let mut shapes = Rng::new(seed);
+    let mut rng = Rng::new(seed ^ 0xBEEF);
+    let mut seq = 0u64;
+    // `shape` is drawn once per record, so a full ring retries the same one.
+    let mut pending = shape(&mut shapes, max);
+    while seq < RECORDS {
+        let batch = 1 + rng.below(16);
+        let mut k = 0;
+        while k < batch && seq < RECORDS {
+            assert!(t0.elapsed() < DEADLINE, "producer stuck at record {seq}");
+            let ok = match pending {
+                Some(len) => match tx.claim(len).expect("claim") {
+                    Some(mut c) => {
+                        for (i, b) in c.payload_mut().iter_mut().enumerate() {
+                            *b = byte(seq, i);
+                        }
+                        c.commit_batched();
+                        true
+                    }
+                    None => false,
+                },
+                None => tx.push_credit(seq).expect("credit"),
+            };
+            if ok {
+                seq += 1;
+                k += 1;
+                if seq < RECORDS {
+                    pending = shape(&mut shapes, max);
+                }
+            } else {
+                // Full: publish what we have (the consumer cannot free space otherwise), wait.
+                tx.publish();
+                std::thread::yield_now();
+            }
+        }
+        tx.publish();
+    }
+}
+
+#[test]
+fn fifo_mixed_sizes_small_ring() {
+    // 256-B area, records of up to 128 B: wraps every few records.
+    stress(256, max_payload_for(256), 1);
+}
+
+#[test]
+fn fifo_mixed_sizes_larger_ring() {
+    stress(4096, 1000, 2);
+}
+
+#[test]
+fn fifo_tiny_records_many_per_line() {
+    stress(1024, 16, 3);
+}
+
+/// Writes `word` at byte `at` of the region.
+fn poke(mem: &HeapRegion, at: usize, word: u64) {
+    mem.word(at / 8)
+        .expect("in range")
+        .store(word, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A random header word: mostly plausible lengths and types so that the checks past the
+/// first are reached too.
+fn hostile_header(rng: &mut Rng, cap: usize) -> u64 {
+    let len: u32 = match rng.below(6) {
+        0 => rng.next() as u32,
+        1 => 0,
+        2 => rng.below(8) as u32,
+        _ => rng.below(cap as u64 + 32) as u32,
+    };
+    let ty: u8 = match rng.below(4) {
+        0 => rng.next() as u8,
+        _ => 1 + rng.below(7) as u8,
+    };
+    let (flags, aux) = if rng.below(8) == 0 {
+        (rng.next() as u8, rng.next() as u16)
+    } else {
+        (0, 0)
+    };
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&len.to_le_bytes());
+    b[4] = ty;
+    b[5] = flags;
+    b[6..].copy_from_slice(&aux.to_le_bytes());
+    u64::from_ne_bytes(b)
+}
+
+/// Polls a few times; every outcome is a count or a typed error, and each poll hands over at
+/// most `capacity / 8` records whatever its limit.
+fn poll_hostile(rx: &mut Consumer, rng: &mut Rng, max: usize) -> Option<RingError> {
+    let cap = rx.capacity();
+    for _ in 0..4 {
+        let limit = if rng.below(2) == 0 {
+            usize::MAX
+        } else {
+            rng.below(64) as usize
+        };
+        let mut seen = 0usize;
+        let r = rx.poll(limit, |rec| {
+            seen += 1;
+            if let Record::Data(d) = rec {
+                assert!(d.len() <= max);
+            }
+        });
+        assert!(seen <= cap / 8, "{seen} records from a {cap}-byte ring");
+        match r {
+            Ok(n) => assert_eq!(n, seen),
+            Err(e) => {
+                // The consumer stays failed with the same error.
+                assert_eq!(rx.poll(8, |_| panic!("failed consumer delivered")), Err(e));
+                return Some(e);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn hostile_producer_gives_only_typed_errors() {
+    let seeds = if cfg!(debug_assertions) { 3000 } else { 20_000 };
+    let mut errors = [0usize; 4];
+    for seed in 0..seeds {
+        let mut rng = Rng::new(seed);
+        let cap = 32 << rng.below(4);
+        let max = rng.below(max_payload_for(cap) as u64 + 1) as usize;
+        let mem = Arc::new(HeapRegion::new(region_size(cap)));
+        let mut tx = Producer::attach(mem.clone(), max).expect("producer");
+        let mut rx = Consumer::attach(mem.clone(), max).expect("consumer");
+        // Some honest records first, so that corruption also meets a consumer mid-ring.
+        for _ in 0..rng.below(6) {
+            let len = rng.below(max as u64 + 1) as usize;
+            let _ = tx.push(&vec![0xAB; len]).expect("push");
+        }
+        if rng.below(2) == 0 {
+            let _ = rx.poll(rng.below(4) as usize, |_| {});
+        }
+        // The hostile part: random words over the area and both position lines.
+        let area = cap / 8;
+        for _ in 0..1 + rng.below(area as u64 * 2) {
+            let at = RING_HEADER_SIZE + 8 * rng.below(area as u64) as usize;
+            let w = match rng.below(3) {
+                0 => rng.next(),
+                _ => hostile_header(&mut rng, cap),
+            };
+            poke(&mem, at, w);
+        }
+        if rng.below(4) == 0 {
+            poke(&mem, PRODUCER_POSITION_OFFSET, rng.next());
+            assert!(rx.pending_hint() <= cap);
+        }
+        if rng.below(4) == 0 {
+            poke(&mem, CONSUMER_POSITION_OFFSET, rng.next());
+        }
+        match poll_hostile(&mut rx, &mut rng, max) {
+            None => errors[0] += 1,
+            Some(RingError::Record { source, .. }) => {
+                assert!(!matches!(source, RecordError::NoSpace { .. }));
+                errors[1] += 1;
+            }
+            Some(RingError::Overrun { .. }) => errors[2] += 1,
+            Some(e) => panic!("seed {seed}: unexpected {e:?}"),
+        }
+        // The producer meets a random consumer position: it writes or fails, typed.
+        for _ in 0..4 {
+            match tx.claim(rng.below(max as u64 + 1) as usize) {
+                Ok(Some(c)) => c.commit(),
+                Ok(None) => {}
+                Err(RingError::BadConsumerPosition { value, low, high }) => {
+                    assert!(value % 8 != 0 || value < low || value > high);
+                    errors[3] += 1;
+                    break;
+                }
+                Err(e) => panic!("seed {seed}: producer {e:?}"),
+            }
+        }
+    }
+    // The generator reaches every outcome.
+    assert!(errors.iter().all(|&n| n > 0), "{errors:?}");
+}
+
+#[test]
+fn lying_lengths_are_rejected() {
+    let cap = 64;
+    let max = max_payload_for(cap);
+    let area = RING_HEADER_SIZE;
+    let case = |word_at_0: u64| {
+        let mem = Arc::new(HeapRegion::new(region_size(cap)));
+        let mut rx = Consumer::attach(mem.clone(), max).unwrap();
+        poke(&mem, area, word_at_0);
+        rx.poll(usize::MAX, |_| {}).unwrap_err()
+    };
+    let hdr = |len: u32, ty: u8| {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&len.to_le_bytes());
+        b[4] = ty;
+        u64::from_ne_bytes(b)
+    };
+    // PAD longer than the area.
+    assert!(matches!(
+        case(hdr(72, 3)),
+        RingError::Record {
+            source: RecordError::Truncated { .. },
+            ..
+        }
+    ));
+    // A whole-area PAD: more than an honest producer may have outstanding.
+    assert!(matches!(case(hdr(64, 3)), RingError::Overrun { .. }));
+    // DATA above the maximum, an unknown type, a short length.
+    assert!(matches!(
+        case(hdr(8 + max as u32 + 1, 1)),
+        RingError::Record {
+            source: RecordError::TooLong { .. },
+            ..
+        }
+    ));
+    assert!(matches!(
+        case(hdr(16, 99)),
+        RingError::Record {
+            source: RecordError::UnknownType { ty: 99, .. },
+            ..
+        }
+    ));
+    assert!(matches!(
+        case(hdr(4, 1)),
+        RingError::Record {
+            source: RecordError::BadLength { len: 4, .. },
+            ..
+        }
+    ));
+    // A CREDIT of the wrong size.
+    assert!(matches!(
+        case(hdr(12, 4)),
+        RingError::Record {
+            source: RecordError::BadPayload { .. },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn fixed_types_round_trip() {
+    let (mut tx, mut rx) = ring::with_capacity(256, 64).unwrap();
+    assert!(tx.push_credit(u64::MAX).unwrap());
+    assert!(tx.push_heartbeat(42).unwrap());
+    assert!(tx.push_buf_ref(7, 4096).unwrap());
+    assert!(tx.push(b"").unwrap());
+    let mut got = Vec::new();
+    assert_eq!(
+        rx.poll(8, |r| got.push(format!("{r:?}"))).unwrap(),
+        4,
+        "{got:?}"
+    );
+    assert_eq!(
+        got,
+        [
+            "Credit(18446744073709551615)",
+            "Heartbeat(42)",
+            "BufRef { buf: 7, len: 4096 }",
+            "Data([])"
+        ]
+    );
+}
