@@ -1,0 +1,209 @@
+//! The ring's consuming end: [`Consumer`].
+
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::error::RingError;
+#[cfg(not(loom))]
+use super::{check_limit, region_dyn, RingMemory};
+use crate::record::region::{Ordering, Region};
+use crate::record::{Record, RecordError, RecordHeader, RecordType, RECORD_ALIGN, RECORD_HEADER};
+
+/// The consuming end: polls published records and hands them to a handler in place.
+///
+/// `Send + !Sync`; see the [module docs](super) for the protocol and the trust model.
+pub struct Consumer {
+    region: Arc<Region>,
+    cap: usize,
+    max_payload: usize,
+    /// Next record position (a multiple of 8); published after each poll that moved it.
+    pos: u64,
+    failed: Option<RingError>,
+    /// Loom only: DATA payloads are copied out of the tracked words into this.
+    #[cfg(loom)]
+    stage: Vec<u8>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("capacity", &self.cap)
+            .field("position", &self.pos)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    pub(super) fn new(region: Arc<Region>, max_payload: usize) -> Consumer {
+        Consumer {
+            cap: region.capacity(),
+            region,
+            max_payload,
+            pos: 0,
+            failed: None,
+            #[cfg(loom)]
+            stage: vec![0; max_payload],
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The consuming end of a ring in `mem` (zeroed, exactly one consumer). Reads nothing from
+    /// the region.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::BadGeometry`], [`RingError::BadLimit`].
+    #[cfg(not(loom))]
+    pub fn attach(mem: Arc<dyn RingMemory>, max_payload: usize) -> Result<Consumer, RingError> {
+        let region = region_dyn(mem)?;
+        check_limit(region.capacity(), max_payload)?;
+        Ok(Consumer::new(Arc::new(region), max_payload))
+    }
+
+    /// Capacity of the record area in bytes.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Position of the next record to read (bytes consumed so far).
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Bytes the producer says it has published beyond our position, clamped to the capacity.
+    /// A racy hint for observers (it may lag the records, and a hostile producer can make it
+    /// anything in range); [`poll`](Self::poll) does not use it.
+    pub fn pending_hint(&self) -> usize {
+        // Relaxed: a hint; nothing is read on the strength of it.
+        let p = self.region.producer_pos().load(Ordering::Relaxed);
+        (p.saturating_sub(self.pos) as usize).min(self.cap)
+    }
+
+    /// Hands up to `limit` published records to `handler`, in order (DATA payloads in place,
+    /// valid for the call), skipping PAD records, then publishes the new position. Returns the
+    /// number of records handed over (`0`: nothing published). Does at most `capacity / 8`
+    /// records' work whatever `limit` is, and never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::Record`] and [`RingError::Overrun`]: the producer broke the protocol (the
+    /// records before the bad one were handed over and consumed); the consumer is then failed.
+    #[inline]
+    pub fn poll<F>(&mut self, limit: usize, mut handler: F) -> Result<usize, RingError>
+    where
+        F: FnMut(Record<'_>),
+    {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        let cap = self.cap;
+        let start = self.pos;
+        // `start` is our published position; an honest producer keeps the word at
+        // `start + cap - 8` free, so no record of this batch ends beyond it. This bounds the
+        // batch to one lap: at most `cap / 8` iterations (each consumes >= 8 bytes).
+        let limit_pos = start + (cap - RECORD_ALIGN) as u64;
+        let mut n = 0usize;
+        let result = loop {
+            if n >= limit {
+                break Ok(());
+            }
+            let off = self.pos as usize & (cap - 1);
+            let guard = self.region.track_read(off);
+            // Acquire: pairs with the producer's Release store of the header (or of its batch's
+            // first header, which it reached before this one): the payload and header written
+            // before that store are visible from here on.
+            let word = self.region.word(off).load(Ordering::Acquire);
+            guard.end();
+            let bytes = word.to_ne_bytes();
+            if bytes[..4] == [0; 4] {
+                break Ok(());
+            }
+            let position = self.pos;
+            let header = match RecordHeader::parse(bytes, off, self.max_payload) {
+                Ok(h) => h,
+                Err(source) => break Err(RingError::Record { position, source }),
+            };
+            let size = header.size();
+            if size > cap - off {
+                break Err(RingError::Record {
+                    position,
+                    source: RecordError::Truncated {
+                        offset: off,
+                        need: size,
+                        have: cap - off,
+                    },
+                });
+            }
+            if position + size as u64 > limit_pos {
+                break Err(RingError::Overrun {
+                    position,
+                    size,
+                    limit: limit_pos,
+                });
+            }
+            match header.record_type() {
+                RecordType::Pad => {}
+                RecordType::Data => {
+                    let len = header.payload_len();
+                    #[cfg(not(loom))]
+                    {
+                        // SAFETY: `off + 8 + len <= off + size <= cap`, checked above. The
+                        // record is published and we have not published our position past it,
+                        // so the producer (in this process) does not write it until we do.
+                        let payload = unsafe { self.region.bytes(off + RECORD_HEADER, len) };
+                        handler(Record::Data(payload));
+                    }
+                    #[cfg(loom)]
+                    {
+                        let mut stage = std::mem::take(&mut self.stage);
+                        stage.resize(len, 0);
+                        self.region.read_bytes(off + RECORD_HEADER, &mut stage);
+                        handler(Record::Data(&stage));
+                        self.stage = stage;
+                    }
+                    n += 1;
+                }
+                _ => {
+                    // Fixed-size types: one bounded atomic copy of the 8-byte payload (in range:
+                    // `size == 16 <= cap - off`), only when the header says 8 bytes.
+                    let mut fixed = [0u8; 8];
+                    if header.payload_len() == 8 {
+                        let guard = self.region.track_read(off + RECORD_HEADER);
+                        // Relaxed: ordered after the Acquire above, which made the payload
+                        // visible.
+                        fixed = self
+                            .region
+                            .word(off + RECORD_HEADER)
+                            .load(Ordering::Relaxed)
+                            .to_ne_bytes();
+                        guard.end();
+                    }
+                    match header.decode(off, &fixed) {
+                        Ok(rec) => handler(rec),
+                        Err(source) => break Err(RingError::Record { position, source }),
+                    }
+                    n += 1;
+                }
+            }
+            self.pos = position + size as u64;
+        };
+        if self.pos != start {
+            // Release: our reads of every record before `pos` happen before the producer's
+            // writes over them (it Acquire-loads this word before reusing the space).
+            self.region
+                .consumer_pos()
+                .store(self.pos, Ordering::Release);
+        }
+        match result {
+            Ok(()) => Ok(n),
+            Err(e) => {
+                self.failed = Some(e);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! The ring's producing end: [`Producer`] and its [`Claim`].
+
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::error::RingError;
+#[cfg(not(loom))]
+use super::{check_limit, region_dyn, RingMemory};
+use crate::record::region::{Ordering, Region};
+use crate::record::{RecordHeader, RecordType, RECORD_ALIGN, RECORD_HEADER};
+
+/// The header word of a version-1 record: the header bytes as the region holds them.
+#[inline(always)]
+fn header_word(ty: RecordType, payload: usize) -> u64 {
+    // `payload <= capacity / 2 <= 2^30`, so the length fits; the fallback is unreachable.
+    u64::from_ne_bytes(RecordHeader::encode(ty, payload).unwrap_or([0; RECORD_HEADER]))
+}
+
+/// The producing end: claims space, writes records in place, publishes them.
+///
+/// `Send + !Sync`; see the [module docs](super) for the protocol.
+pub struct Producer {
+    region: Arc<Region>,
+    /// Capacity of the record area (a power of two).
+    cap: usize,
+    max_payload: usize,
+    /// Next free position, a multiple of 8. Invariant:
+    /// `head_cache <= tail` and `tail + 8 <= head_cache + cap` (the zero-ahead word stays free).
+    tail: u64,
+    /// The last validated consumer position.
+    head_cache: u64,
+    /// Header word of the first committed but unpublished record (`0`: none), at `first_off`.
+    first_word: u64,
+    first_off: usize,
+    failed: Option<RingError>,
+    /// Loom only: the claim's payload is written here, then copied into the tracked words.
+    #[cfg(loom)]
+    stage: Vec<u8>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl fmt::Debug for Producer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("capacity", &self.cap)
+            .field("tail", &self.tail)
+            .field("head_cache", &self.head_cache)
+            .field("unpublished", &(self.first_word != 0))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Producer {
+    pub(super) fn new(region: Arc<Region>, max_payload: usize) -> Producer {
+        Producer {
+            cap: region.capacity(),
+            region,
+            max_payload,
+            tail: 0,
+            head_cache: 0,
+            first_word: 0,
+            first_off: 0,
+            failed: None,
+            #[cfg(loom)]
+            stage: vec![0; max_payload],
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The producing end of a ring in `mem`, which must be zeroed (a fresh memfd, a new
+    /// [`HeapRegion`](super::HeapRegion)) and have exactly one producer. Reads nothing from the
+    /// region.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::BadGeometry`], [`RingError::BadLimit`].
+    #[cfg(not(loom))]
+    pub fn attach(mem: Arc<dyn RingMemory>, max_payload: usize) -> Result<Producer, RingError> {
+        let region = region_dyn(mem)?;
+        check_limit(region.capacity(), max_payload)?;
+        Ok(Producer::new(Arc::new(region), max_payload))
+    }
+
+    /// Capacity of the record area in bytes.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// The largest DATA payload this end claims.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Position just past the last record written (published or not).
+    pub fn position(&self) -> u64 {
+        self.tail
+    }
+
+    /// Bytes free according to the cached consumer position (a lower bound), the zero-ahead
+    /// word excluded.
+    pub fn free_bytes_cached(&self) -> usize {
+        // Invariant: `tail + 8 <= head_cache + cap`.
+        (self.head_cache + self.cap as u64 - self.tail) as usize - RECORD_ALIGN
+    }
+
+    /// Reserves a DATA record of `payload` bytes (`0 ..= max_payload`). `Ok(None)`: the ring is
+    /// full for now (retry after the consumer polls). Writes a PAD record first when the record
+    /// would not fit before the area's end. Dropping the claim writes nothing (a PAD already
+    /// written stays, published with the next publication).
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::TooLong`]; [`RingError::BadConsumerPosition`] (the peer broke the protocol;
+    /// the producer is then failed).
+    #[inline]
+    pub fn claim(&mut self, payload: usize) -> Result<Option<Claim<'_>>, RingError> {
+        if payload > self.max_payload {
+            return Err(RingError::TooLong {
+                len: payload,
+                max: self.max_payload,
+            });
+        }
+        self.reserve(RecordType::Data, payload)
+    }
+
+    #[inline(always)]
+    fn reserve(&mut self, ty: RecordType, payload: usize) -> Result<Option<Claim<'_>>, RingError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        // `payload <= cap / 2 - 8`: no overflow, and `size <= cap / 2`.
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let off = self.tail as usize & (self.cap - 1);
+        let pad = if off + size > self.cap {
+            self.cap - off
+        } else {
+            0
+        };
+        // The record, the PAD before it, and the zero-ahead word after it.
+        let need = (pad + size + RECORD_ALIGN) as u64;
+        if self.tail + need > self.head_cache + self.cap as u64 && !self.refresh(need)? {
+            return Ok(None);
+        }
+        if pad > 0 {
+            self.stage_header(off, header_word(RecordType::Pad, pad - RECORD_HEADER));
+            self.tail += pad as u64;
+        }
+        Ok(Some(Claim {
+            p: self,
+            ty,
+            payload,
+            size,
+        }))
+    }
+
+    /// Re-reads the consumer's position; whether `need` bytes now fit.
+    #[cold]
+    fn refresh(&mut self, need: u64) -> Result<bool, RingError> {
+        // Acquire: pairs with the consumer's Release store of its position after it finished
+        // reading the records before it, so the bytes we are about to overwrite are no longer
+        // read (the consumer's reads happen before our writes).
+        let h = self.region.consumer_pos().load(Ordering::Acquire);
+        if h % RECORD_ALIGN as u64 != 0 || h < self.head_cache || h > self.tail {
+            let e = RingError::BadConsumerPosition {
+                value: h,
+                low: self.head_cache,
+                high: self.tail,
+            };
+            self.failed = Some(e);
+            return Err(e);
+        }
+        self.head_cache = h;
+        Ok(self.tail + need <= h + self.cap as u64)
+    }
+
+    /// Records a committed header: the first of a batch is kept back for the publication, the
+    /// others are stored now.
+    #[inline(always)]
+    fn stage_header(&mut self, off: usize, word: u64) {
+        if self.first_word == 0 {
+            self.first_off = off;
+            self.first_word = word;
+        } else {
+            // Relaxed: this header (and its payload, written before it) is published by the
+            // batch's first header's Release store in `publish`, which follows in program order;
+            // the consumer reads it only after Acquire-loading that first header.
+            self.region.word(off).store(word, Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes every record committed with [`Claim::commit_batched`] (and any PAD) with one
+    /// `Release` store. Does nothing when nothing is pending.
+    #[inline]
+    pub fn publish(&mut self) {
+        if self.first_word == 0 {
+            return;
+        }
+        // Relaxed: zero-ahead. Ordered before the consumer's read of this word by the Release
+        // below (the consumer reaches this word only after Acquire-loading a header of this
+        // batch), so it reads 0 or a later header, never an earlier lap's bytes. The word is
+        // free: `tail + 8 <= head_cache + cap`.
+        self.region
+            .word(self.tail as usize & (self.cap - 1))
+            .store(0, Ordering::Relaxed);
+        // Release: the commit. Every payload byte and header of the batch, and the zero-ahead
+        // word, were written before in program order; the consumer's Acquire load of this
+        // header makes them visible to it.
+        self.region
+            .word(self.first_off)
+            .store(self.first_word, Ordering::Release);
+        self.first_word = 0;
+        // Release: observers that read the position (`pending_hint`, the control plane) see
+        // the records before it. Not read by the consumer's data path.
+        self.region
+            .producer_pos()
+            .store(self.tail, Ordering::Release);
+    }
+
+    /// Writes and publishes a record with an 8-byte payload.
+    fn push_fixed(&mut self, ty: RecordType, bytes: [u8; 8]) -> Result<bool, RingError> {
+        match self.reserve(ty, 8)? {
+            Some(mut c) => {
+                c.payload_mut().copy_from_slice(&bytes);
+                c.commit();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Writes and publishes a DATA record holding `data`; `Ok(false)` when the ring is full.
+    ///
+    /// # Errors
+    ///
+    /// As [`claim`](Self::claim).
+    pub fn push(&mut self, data: &[u8]) -> Result<bool, RingError> {
+        match self.claim(data.len())? {
+            Some(mut c) => {
+                c.payload_mut().copy_from_slice(data);
+                c.commit();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Writes and publishes a CREDIT record (cumulative credits); `Ok(false)` when full.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::BadConsumerPosition`].
+    pub fn push_credit(&mut self, credits: u64) -> Result<bool, RingError> {
+        self.push_fixed(RecordType::Credit, credits.to_le_bytes())
+    }
+
+    /// Writes and publishes a HEARTBEAT record; `Ok(false)` when full.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::BadConsumerPosition`].
+    pub fn push_heartbeat(&mut self, seq: u64) -> Result<bool, RingError> {
+        self.push_fixed(RecordType::Heartbeat, seq.to_le_bytes())
+    }
+
+    /// Writes and publishes a BUF_REF record; `Ok(false)` when full.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::BadConsumerPosition`].
+    pub fn push_buf_ref(&mut self, buf: u32, len: u32) -> Result<bool, RingError> {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&buf.to_le_bytes());
+        b[4..].copy_from_slice(&len.to_le_bytes());
+        self.push_fixed(RecordType::BufRef, b)
+    }
+}
+
+impl Drop for Producer {
+    /// Publishes what is still pending (one store; never waits).
+    fn drop(&mut self) {
+        self.publish();
+    }
+}
+
+/// A claimed record: fill [`payload_mut`](Self::payload_mut), then [`commit`](Self::commit)
+/// (visible now) or [`commit_batched`](Self::commit_batched) (visible at the next
+/// [`Producer::publish`]). Dropping it writes nothing.
+pub struct Claim<'p> {
+    p: &'p mut Producer,
+    ty: RecordType,
+    payload: usize,
+    /// Record size, padding included.
+    size: usize,
+}
+
+impl fmt::Debug for Claim<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claim")
+            .field("type", &self.ty)
+            .field("payload", &self.payload)
+            .field("position", &self.p.tail)
+            .finish()
+    }
+}
+
+impl<'p> Claim<'p> {
+    /// The payload bytes, in place in the ring (their previous contents are unspecified).
+    #[inline(always)]
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        #[cfg(not(loom))]
+        {
+            let off = self.p.tail as usize & (self.p.cap - 1);
+            // SAFETY: the record `off .. off + size` lies inside the area (`reserve` wrapped with
+            // a PAD when it would not fit) and in the producer's free span `tail .. head + cap`,
+            // which the consumer does not read until it is published (it stops at the `0`
+            // header word at `tail`). The borrow of `self` keeps the slice unique.
+            unsafe { self.p.region.bytes_mut(off + RECORD_HEADER, self.payload) }
+        }
+        #[cfg(loom)]
+        {
+            &mut self.p.stage[..self.payload]
+        }
+    }
+
+    /// Bytes of payload claimed.
+    pub fn len(&self) -> usize {
+        self.payload
+    }
+
+    /// True for an empty payload.
+    pub fn is_empty(&self) -> bool {
+        self.payload == 0
+    }
+
+    /// Writes the record (header staged) and hands the producer back.
+    #[inline(always)]
+    fn write(self) -> &'p mut Producer {
+        let Claim {
+            p,
+            ty,
+            payload,
+            size,
+        } = self;
+        let off = p.tail as usize & (p.cap - 1);
+        #[cfg(loom)]
+        {
+            let stage = std::mem::take(&mut p.stage);
+            p.region.write_bytes(off + RECORD_HEADER, &stage[..payload]);
+            p.stage = stage;
+        }
+        p.stage_header(off, header_word(ty, payload));
+        p.tail += size as u64;
+        p
+    }
+
+    /// Writes the record and publishes it together with any batched ones before it.
+    #[inline]
+    pub fn commit(self) {
+        self.write().publish();
+    }
+
+    /// Writes the record without publishing it: it becomes visible at the next
+    /// [`Producer::publish`] or [`commit`](Self::commit), in order.
+    #[inline]
+    pub fn commit_batched(self) {
+        self.write();
+    }
+}

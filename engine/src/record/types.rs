@@ -1,0 +1,72 @@
+//! The record types (the `type` byte) and the parsed [`Record`].
+
+/// The record types (the `type` byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[repr(u8)]
+pub enum RecordType {
+    /// Inline message bytes.
+    Data = 1,
+    /// A message left zero-copy in a pool buffer: `buf: u32`, `len: u32`.
+    BufRef = 2,
+    /// Padding: skip to the end of the ring or frame.
+    Pad = 3,
+    /// Credits returned (cumulative `u64`), once per batch.
+    Credit = 4,
+    /// Liveness (`u64` sequence).
+    Heartbeat = 5,
+    /// Reserved: a fragment of a large message (issue #12).
+    Frag = 6,
+    /// Reserved: a rendezvous descriptor (issue #12).
+    Rndv = 7,
+}
+
+impl RecordType {
+    /// The type for a `type` byte, if it is one of the table's.
+    pub fn from_u8(b: u8) -> Option<RecordType> {
+        Some(match b {
+            1 => RecordType::Data,
+            2 => RecordType::BufRef,
+            3 => RecordType::Pad,
+            4 => RecordType::Credit,
+            5 => RecordType::Heartbeat,
+            6 => RecordType::Frag,
+            7 => RecordType::Rndv,
+            _ => return None,
+        })
+    }
+}
+
+/// One parsed, validated record. Borrowed payloads point into the buffer that was parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Record<'a> {
+    /// An inline message.
+    Data(&'a [u8]),
+    /// A message in pool buffer `buf`, `len` bytes (the consumer checks both against its pool).
+    BufRef {
+        /// Buffer index.
+        buf: u32,
+        /// Message length.
+        len: u32,
+    },
+    /// Padding (its bytes are not exposed).
+    Pad,
+    /// Cumulative credits returned by the peer.
+    Credit(u64),
+    /// A heartbeat with its sequence number.
+    Heartbeat(u64),
+}
+
+impl Record<'_> {
+    /// The record's type.
+    pub fn record_type(&self) -> RecordType {
+        match self {
+            Record::Data(_) => RecordType::Data,
+            Record::BufRef { .. } => RecordType::BufRef,
+            Record::Pad => RecordType::Pad,
+            Record::Credit(_) => RecordType::Credit,
+            Record::Heartbeat(_) => RecordType::Heartbeat,
+        }
+    }
+}
