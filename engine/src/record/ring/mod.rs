@@ -35,9 +35,10 @@
 //!   cached window cannot hold the claim.
 //! * The consumer [`poll`](Consumer::poll)s: it loads the header word at its position
 //!   (`Acquire`), `0` meaning nothing more is published, validates it with the record codec
-//!   ([`RecordHeader::parse`]) and against the ring's geometry, hands the record to the handler
-//!   (a DATA payload in place), skips PAD records, and after the batch publishes its position
-//!   once (`Release`). The consumer never writes the record area.
+//!   ([`RecordHeader::parse`](super::RecordHeader::parse)) and against the ring's geometry,
+//!   hands the record to the handler (a DATA payload in place), skips PAD records, and after
+//!   the batch publishes its position once (`Release`). The consumer never writes the record
+//!   area.
 //!
 //! Why zero-ahead rather than the consumer zeroing the length words it consumed: records have
 //! variable sizes, so the next lap's headers fall on offsets where this lap held payload bytes
