@@ -1,0 +1,506 @@
+//! TCP connection setup: the parameter handshake, the buffer pools, listening and connecting.
+//! Runs on the control thread (accepts, as a non-blocking state machine: [`Handshake`]) or on
+//! the thread calling `connect` (bounded by its timeout), never on a poller.
+//!
+//! The handshake is one fixed 32-byte message each way, before any record: the connector sends
+//! its hello, the listener checks it and answers with its own (status 0) or a refusal (nonzero
+//! status) and closes. All integers little-endian:
+//!
+//! | bytes  | field         | meaning |
+//! |--------|---------------|---------|
+//! | 0..4   | `magic`       | `b"SPWT"` |
+//! | 4      | `version`     | the record format version ([`record::VERSION`]) |
+//! | 5      | `status`      | reply only: 0 accepted, 1 parameters differ, 2 busy, 3 invalid hello |
+//! | 6..8   | reserved      | 0 |
+//! | 8..12  | `buffer_size` | bytes per pool buffer = the largest message |
+//! | 12..16 | `depth`       | messages the sender may have in flight (the credit grant) |
+//! | 16..32 | reserved      | 0 |
+//!
+//! Both sides must use the same buffer size (the receiver accepts `DATA` records up to it).
+
+use std::alloc::Layout;
+use std::any::Any;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::desc::PoolView;
+use crate::error::{Error, SetupError};
+use crate::record;
+
+use super::datapath::{ConnSizes, TcpConn};
+use super::error::TcpSetupError;
+
+/// How long an accepted connection may take to send its hello. The control thread does not
+/// wait: the pending handshake is an entry with this deadline (see [`Handshake`]).
+pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+const MAGIC: [u8; 4] = *b"SPWT";
+/// Size of a hello (either direction).
+pub(crate) const HELLO_LEN: usize = 32;
+
+const STATUS_OK: u8 = 0;
+const STATUS_MISMATCH: u8 = 1;
+const STATUS_BUSY: u8 = 2;
+const STATUS_INVALID: u8 = 3;
+
+impl From<TcpSetupError> for Error {
+    fn from(e: TcpSetupError) -> Error {
+        Error::Setup(SetupError::Tcp(e))
+    }
+}
+
+/// The parameters one side announces in its hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcpParams {
+    /// Record format version.
+    pub version: u8,
+    /// Bytes per pool buffer (the largest message).
+    pub buffer_size: u32,
+    /// The sender's credit depth.
+    pub depth: u32,
+}
+
+impl TcpParams {
+    fn encode(&self, status: u8) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(&MAGIC);
+        b[4] = self.version;
+        b[5] = status;
+        b[8..12].copy_from_slice(&self.buffer_size.to_le_bytes());
+        b[12..16].copy_from_slice(&self.depth.to_le_bytes());
+        b
+    }
+
+    /// Parses a hello; returns the parameters and the status byte.
+    fn decode(b: &[u8; HELLO_LEN]) -> Result<(TcpParams, u8), TcpSetupError> {
+        let bad = |reason| Err(TcpSetupError::BadHello { reason });
+        if b[0..4] != MAGIC {
+            return bad("bad magic");
+        }
+        if b[6..8].iter().chain(&b[16..]).any(|&x| x != 0) {
+            return bad("reserved bytes set");
+        }
+        let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let p = TcpParams {
+            version: b[4],
+            buffer_size: u32_at(8),
+            depth: u32_at(12),
+        };
+        if p.version != record::VERSION {
+            return bad("unsupported record format version");
+        }
+        if p.buffer_size == 0 || p.buffer_size as usize > record::MAX_PAYLOAD || p.depth == 0 {
+            return bad("buffer size or depth out of range");
+        }
+        Ok((p, b[5]))
+    }
+}
+
+/// The params this engine announces.
+pub(crate) fn params_for(cfg: &Config) -> Result<TcpParams, Error> {
+    let buffer_size = u32::try_from(cfg.buffer_size)
+        .ok()
+        .filter(|&b| b as usize <= record::MAX_PAYLOAD)
+        .ok_or(TcpSetupError::BufferSize {
+            size: cfg.buffer_size,
+            max: record::MAX_PAYLOAD,
+        })?;
+    Ok(TcpParams {
+        version: record::VERSION,
+        buffer_size,
+        depth: u32::try_from(cfg.depth).unwrap_or(u32::MAX),
+    })
+}
+
+/// One zeroed, 64-byte aligned allocation holding a buffer pool.
+struct Region {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the region is plain memory; who may touch which buffer is governed by the engine's
+// ownership protocol (the application holds a buffer, or the poller does), not by this handle.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` exposes nothing but the pointer.
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn new(bytes: usize) -> Result<Region, TcpSetupError> {
+        let layout = Layout::from_size_align(bytes.max(64), 64)
+            .map_err(|_| TcpSetupError::Alloc { bytes })?;
+        // SAFETY: `layout` has a nonzero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or(TcpSetupError::Alloc { bytes })?;
+        Ok(Region { ptr, layout })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// A connection's two buffer pools (send, receive), kept alive by every holder of their views.
+pub(crate) struct TcpPools {
+    tx: Region,
+    rx: Region,
+}
+
+/// A fully set-up TCP connection, before it is registered with the engine.
+pub(crate) struct Established {
+    pub(crate) conn: TcpConn,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) keep: Arc<dyn Any + Send + Sync>,
+    pub(crate) peer: SocketAddr,
+}
+
+fn opt_err(what: &'static str) -> impl FnOnce(io::Error) -> TcpSetupError {
+    move |source| TcpSetupError::SocketOption { what, source }
+}
+
+/// Builds the pools and the data-path state of a connected, handshaken socket.
+fn establish(stream: TcpStream, peer: SocketAddr, cfg: &Config) -> Result<Established, Error> {
+    stream
+        .set_nonblocking(true)
+        .map_err(opt_err("O_NONBLOCK"))?;
+    stream.set_nodelay(true).map_err(opt_err("TCP_NODELAY"))?;
+    let buf_size = cfg.buffer_size;
+    let count = u32::try_from(cfg.buffers).unwrap_or(u32::MAX);
+    let bytes = buf_size
+        .checked_mul(count as usize)
+        .filter(|&b| b <= isize::MAX as usize / 2)
+        .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+    let pools = Arc::new(TcpPools {
+        tx: Region::new(bytes)?,
+        rx: Region::new(bytes)?,
+    });
+    // SAFETY: each region is `buf_size * count` bytes (checked above to fit `isize`), zeroed and
+    // alive while `pools` is, which the connection and the application's handles hold.
+    let (tx_pool, rx_pool) = unsafe {
+        (
+            PoolView::new(pools.tx.ptr, buf_size, count),
+            PoolView::new(pools.rx.ptr, buf_size, count),
+        )
+    };
+    let conn = TcpConn::new(
+        Arc::new(stream),
+        pools.clone(),
+        tx_pool,
+        rx_pool,
+        ConnSizes {
+            copy_max: cfg.inline_threshold,
+            depth: cfg.depth,
+            liveness: cfg.liveness_timeout,
+        },
+    );
+    Ok(Established {
+        conn,
+        tx_pool,
+        rx_pool,
+        keep: pools,
+        peer,
+    })
+}
+
+/// Resolves `host:port` (an IP literal or a name).
+pub(crate) fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, TcpSetupError> {
+    let err = |source| TcpSetupError::Resolve {
+        host: host.to_owned(),
+        source,
+    };
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs().map_err(err)?.collect();
+    if addrs.is_empty() {
+        return Err(err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no address for the host",
+        )));
+    }
+    Ok(addrs)
+}
+
+/// Connects to `host:port` (connecting side). Blocks up to `timeout` in total; runs on the
+/// calling application thread.
+pub(crate) fn connect(
+    host: &str,
+    port: u16,
+    endpoint: &str,
+    cfg: &Config,
+    timeout: Duration,
+) -> Result<Established, Error> {
+    let cerr = |e: TcpSetupError| Error::Connect {
+        endpoint: endpoint.to_owned(),
+        source: Box::new(e),
+    };
+    let timed_out = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        )
+    };
+    let ours = params_for(cfg)?;
+    let deadline = Instant::now() + timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let addrs = resolve(host, port).map_err(cerr)?;
+    let mut last = None;
+    let mut stream = None;
+    for addr in addrs {
+        let t = left();
+        if t.is_zero() {
+            return Err(Error::Timeout);
+        }
+        match TcpStream::connect_timeout(&addr, t) {
+            Ok(s) => {
+                stream = Some((s, addr));
+                break;
+            }
+            Err(e) if timed_out(&e) => last = Some(Error::Timeout),
+            Err(source) => last = Some(cerr(TcpSetupError::Connect { addr, source })),
+        }
+    }
+    let Some((mut stream, addr)) = stream else {
+        return Err(last.unwrap_or(Error::Timeout));
+    };
+    let step = |step: &'static str| {
+        move |source: io::Error| {
+            if timed_out(&source) {
+                Error::Timeout
+            } else {
+                cerr(TcpSetupError::Handshake { step, source })
+            }
+        }
+    };
+    let bounded = |s: &TcpStream| -> Result<(), Error> {
+        let t = left();
+        if t.is_zero() {
+            return Err(Error::Timeout);
+        }
+        s.set_write_timeout(Some(t))
+            .and_then(|()| s.set_read_timeout(Some(t)))
+            .map_err(|e| cerr(opt_err("SO_RCVTIMEO")(e)))
+    };
+    bounded(&stream)?;
+    stream
+        .write_all(&ours.encode(STATUS_OK))
+        .map_err(step("send hello"))?;
+    let mut reply = [0u8; HELLO_LEN];
+    bounded(&stream)?;
+    stream.read_exact(&mut reply).map_err(step("recv reply"))?;
+    let (theirs, status) = TcpParams::decode(&reply).map_err(cerr)?;
+    match status {
+        STATUS_OK => {}
+        STATUS_MISMATCH => {
+            return Err(cerr(TcpSetupError::Mismatch { theirs, ours }));
+        }
+        STATUS_BUSY => return Err(cerr(TcpSetupError::Refused { reason: "busy" })),
+        _ => {
+            return Err(cerr(TcpSetupError::Refused {
+                reason: "invalid hello",
+            }))
+        }
+    }
+    if theirs.buffer_size != ours.buffer_size {
+        return Err(cerr(TcpSetupError::Mismatch { theirs, ours }));
+    }
+    let _ = stream.set_read_timeout(None);
+    let _ = stream.set_write_timeout(None);
+    establish(stream, addr, cfg)
+}
+
+/// A listening TCP endpoint.
+pub(crate) struct TcpListenerState {
+    listener: TcpListener,
+    params: TcpParams,
+}
+
+impl TcpListenerState {
+    /// Binds `host:port` (the first address that binds).
+    pub(crate) fn bind(
+        host: &str,
+        port: u16,
+        endpoint: &str,
+        cfg: &Config,
+    ) -> Result<TcpListenerState, Error> {
+        let params = params_for(cfg)?;
+        let lerr = |e: TcpSetupError| Error::Listen {
+            endpoint: endpoint.to_owned(),
+            source: Box::new(e),
+        };
+        let mut last = None;
+        for addr in resolve(host, port).map_err(lerr)? {
+            match TcpListener::bind(addr) {
+                Ok(listener) => {
+                    listener
+                        .set_nonblocking(true)
+                        .map_err(|e| lerr(opt_err("O_NONBLOCK")(e)))?;
+                    return Ok(TcpListenerState { listener, params });
+                }
+                Err(source) => last = Some(TcpSetupError::Bind { addr, source }),
+            }
+        }
+        Err(lerr(last.unwrap_or(TcpSetupError::Resolve {
+            host: host.to_owned(),
+            source: io::Error::new(io::ErrorKind::NotFound, "no address for the host"),
+        })))
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.listener.as_raw_fd()
+    }
+
+    /// The bound address (port 0 resolved).
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Takes one pending connection off the listening socket, if any, and starts its handshake
+    /// (waiting for the hello until `now + ACCEPT_TIMEOUT`). Never waits.
+    pub(crate) fn try_accept(&self, now: Instant) -> Result<Option<Handshake>, Error> {
+        match self.listener.accept() {
+            Ok((stream, peer)) => {
+                stream
+                    .set_nonblocking(true)
+                    .map_err(|e| TcpSetupError::Accept(e))?;
+                Ok(Some(Handshake {
+                    stream,
+                    peer,
+                    hello: [0; HELLO_LEN],
+                    have: 0,
+                    deadline: now + ACCEPT_TIMEOUT,
+                }))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(TcpSetupError::Accept(e).into()),
+        }
+    }
+
+    /// Reads what has arrived of `hs`'s hello and, once complete, checks it and answers.
+    /// Never waits: the reply (32 bytes) goes into the fresh socket's empty send buffer.
+    ///
+    /// # Errors
+    ///
+    /// The handshake failed (the peer's socket is closed when `hs` is dropped with it).
+    pub(crate) fn advance(&self, mut hs: Handshake, cfg: &Config) -> Result<Step, Error> {
+        while hs.have < HELLO_LEN {
+            match hs.stream.read(&mut hs.hello[hs.have..]) {
+                Ok(0) => {
+                    return Err(TcpSetupError::Handshake {
+                        step: "recv hello",
+                        source: io::ErrorKind::UnexpectedEof.into(),
+                    }
+                    .into())
+                }
+                Ok(n) => hs.have += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Pending(hs)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(TcpSetupError::Handshake {
+                        step: "recv hello",
+                        source,
+                    }
+                    .into())
+                }
+            }
+        }
+        let (theirs, _) = match TcpParams::decode(&hs.hello) {
+            Ok(v) => v,
+            Err(e) => {
+                hs.reply(&self.params, STATUS_INVALID);
+                return Err(e.into());
+            }
+        };
+        if theirs.buffer_size != self.params.buffer_size {
+            hs.reply(&self.params, STATUS_MISMATCH);
+            return Err(TcpSetupError::Mismatch {
+                theirs,
+                ours: self.params,
+            }
+            .into());
+        }
+        match (&hs.stream).write(&self.params.encode(STATUS_OK)) {
+            Ok(HELLO_LEN) => {}
+            Ok(_) => {
+                return Err(TcpSetupError::Handshake {
+                    step: "send reply",
+                    source: io::ErrorKind::WriteZero.into(),
+                }
+                .into())
+            }
+            Err(source) => {
+                return Err(TcpSetupError::Handshake {
+                    step: "send reply",
+                    source,
+                }
+                .into())
+            }
+        }
+        let Handshake { stream, peer, .. } = hs;
+        establish(stream, peer, cfg).map(|e| Step::Done(Box::new(e)))
+    }
+}
+
+/// An accepted connection whose hello has not fully arrived (listening side): the control
+/// thread advances it ([`TcpListenerState::advance`]) when its socket is readable and expires it
+/// at its deadline. A peer that stalls costs one such entry until then, never time.
+pub(crate) struct Handshake {
+    stream: TcpStream,
+    peer: SocketAddr,
+    hello: [u8; HELLO_LEN],
+    have: usize,
+    deadline: Instant,
+}
+
+impl Handshake {
+    /// The socket to watch for `POLLIN`.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// The deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// A reply with `status`, best effort, never waiting.
+    fn reply(&self, params: &TcpParams, status: u8) {
+        let _ = (&self.stream).write(&params.encode(status));
+    }
+
+    /// Refuses the connection (the table of pending handshakes is full): a `busy` reply, best
+    /// effort; dropping `self` closes the socket.
+    pub(crate) fn refuse_busy(self, params: &TcpParams) {
+        self.reply(params, STATUS_BUSY);
+    }
+
+    /// The error for a handshake past its deadline (dropping `self` closes the socket).
+    pub(crate) fn timed_out(&self) -> Error {
+        TcpSetupError::AcceptTimeout {
+            timeout: ACCEPT_TIMEOUT,
+        }
+        .into()
+    }
+}
+
+impl TcpListenerState {
+    /// This listener's parameters.
+    pub(crate) fn params(&self) -> &TcpParams {
+        &self.params
+    }
+}
+
+/// Where [`TcpListenerState::advance`] left a handshake.
+pub(crate) enum Step {
+    /// Waiting for the rest of the hello.
+    Pending(Handshake),
+    /// Done: the connection is set up.
+    Done(Box<Established>),
+}
