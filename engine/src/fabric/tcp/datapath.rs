@@ -92,6 +92,9 @@ pub(crate) struct ConnSizes {
     pub(crate) copy_max: usize,
     /// The engine's credit depth (this side's sends in flight; the peer's too).
     pub(crate) depth: usize,
+    /// The peer's credit depth (from its hello): how many of its messages may be in flight to
+    /// us, so credits go back at the latest when half of those are owed.
+    pub(crate) peer_depth: usize,
     /// The liveness timeout (zero: off).
     pub(crate) liveness: Duration,
 }
@@ -361,7 +364,7 @@ impl TcpConn {
                 credits_unreported: 0,
             },
             credit_sent: 0,
-            credit_batch: (depth as u64 / 2).max(1),
+            credit_batch: (sizes.peer_depth as u64 / 2).max(1),
             liveness_ns: u64::try_from(sizes.liveness.as_nanos()).unwrap_or(u64::MAX),
             heard: 0,
             heard_seen: (0, 0),

@@ -168,7 +168,12 @@ fn opt_err(what: &'static str) -> impl FnOnce(io::Error) -> TcpSetupError {
 }
 
 /// Builds the pools and the data-path state of a connected, handshaken socket.
-fn establish(stream: TcpStream, peer: SocketAddr, cfg: &Config) -> Result<Established, Error> {
+fn establish(
+    stream: TcpStream,
+    peer: SocketAddr,
+    peer_depth: u32,
+    cfg: &Config,
+) -> Result<Established, Error> {
     stream
         .set_nonblocking(true)
         .map_err(opt_err("O_NONBLOCK"))?;
@@ -199,6 +204,7 @@ fn establish(stream: TcpStream, peer: SocketAddr, cfg: &Config) -> Result<Establ
         ConnSizes {
             copy_max: cfg.inline_threshold,
             depth: cfg.depth,
+            peer_depth: peer_depth as usize,
             liveness: cfg.liveness_timeout,
         },
     );
@@ -312,7 +318,7 @@ pub(crate) fn connect(
     }
     let _ = stream.set_read_timeout(None);
     let _ = stream.set_write_timeout(None);
-    establish(stream, addr, cfg)
+    establish(stream, addr, theirs.depth, cfg)
 }
 
 /// A listening TCP endpoint.
@@ -444,7 +450,7 @@ impl TcpListenerState {
             }
         }
         let Handshake { stream, peer, .. } = hs;
-        establish(stream, peer, cfg).map(|e| Step::Done(Box::new(e)))
+        establish(stream, peer, theirs.depth, cfg).map(|e| Step::Done(Box::new(e)))
     }
 }
 
