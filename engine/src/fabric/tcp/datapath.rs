@@ -279,7 +279,6 @@ impl Delivery {
         }
         Ok(Deliver::Done)
     }
-
 }
 
 /// The reader stopped at a partial record: its header (when complete) must announce a
@@ -292,9 +291,7 @@ fn check_partial(buf: &[u8], max_payload: usize) -> Result<(), FabricError> {
     }
     let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
     let ok = match RecordType::from_u8(buf[4]) {
-        Some(RecordType::Data) => {
-            len >= RECORD_HEADER && len - RECORD_HEADER <= max_payload
-        }
+        Some(RecordType::Data) => len >= RECORD_HEADER && len - RECORD_HEADER <= max_payload,
         Some(RecordType::Credit | RecordType::Heartbeat) => len == RECORD_HEADER + 8,
         _ => false,
     };

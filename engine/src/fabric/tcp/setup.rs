@@ -374,7 +374,7 @@ impl TcpListenerState {
             Ok((stream, peer)) => {
                 stream
                     .set_nonblocking(true)
-                    .map_err(|e| TcpSetupError::Accept(e))?;
+                    .map_err(TcpSetupError::Accept)?;
                 Ok(Some(Handshake {
                     stream,
                     peer,

@@ -76,14 +76,7 @@ fn errno() -> i32 {
 pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the duration of the call; the
     // kernel writes at most that many. An invalid `fd` is an `EBADF` error, not UB.
-    let n = unsafe {
-        libc::recv(
-            fd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
     if n < 0 {
         Err(errno())
     } else {
