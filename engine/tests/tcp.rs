@@ -426,3 +426,44 @@ fn connect_errors_are_typed_and_bounded() {
     let err = h.join().unwrap().unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
 }
+
+/// Cross-host role (server side): listen on `ENDPOINT_ENV` and echo one client's every-size
+/// ping-pong. Run in the first namespace by `scripts/ci/tcp-netns.sh` (through
+/// `scripts/netns-two`).
+#[test]
+#[ignore = "cross-host role: run by scripts/ci/tcp-netns.sh"]
+fn netns_server() {
+    let ep = role::env(ENDPOINT_ENV);
+    let engine = poller_engine(cores()[0], BUF, 16);
+    let listener = engine.listen(&ep).expect("listen");
+    let conn = listener
+        .accept_timeout(Duration::from_secs(60))
+        .expect("the client connects");
+    assert_eq!(echo_until_closed(&conn), BUF as u64);
+}
+
+/// Cross-host role (client side): connect to `ENDPOINT_ENV` (retrying while the server starts)
+/// and run the verified every-size ping-pong.
+#[test]
+#[ignore = "cross-host role: run by scripts/ci/tcp-netns.sh"]
+fn netns_client() {
+    let ep = role::env(ENDPOINT_ENV);
+    let engine = inline_engine(BUF, 16);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let conn = loop {
+        match engine.connect_timeout(&ep, Duration::from_secs(2)) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("connect {ep}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("connect {ep}: {e}"),
+        }
+    };
+    let t = Instant::now();
+    every_size(&conn, None);
+    eprintln!(
+        "netns: {BUF} verified round trips (1..={BUF} B) in {:?}",
+        t.elapsed()
+    );
+}
