@@ -39,6 +39,7 @@
 //! non-blocking, at most one of each per connection per cycle (see `sys`). Nothing else:
 //! no allocation, lock, logging or waiting.
 
+use std::any::Any;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -49,7 +50,6 @@ use crate::error::FabricError;
 use crate::fabric::{Fabric, FabricConn, RxSink, TxDone};
 use crate::record::{self, Record, RecordError, RecordReader, RecordType, RECORD_HEADER};
 
-use super::setup::TcpPools;
 use super::sys::{self, Iov, IovList};
 
 /// Zero bytes for record padding after a pooled payload.
@@ -103,7 +103,8 @@ pub(crate) struct ConnSizes {
 pub struct TcpConn {
     sock: Arc<TcpStream>,
     fd: RawFd,
-    _pools: Arc<TcpPools>,
+    /// Keeps the pools mapped.
+    _pools: Arc<dyn Any + Send + Sync>,
     tx_pool: PoolView,
     /// Largest DATA payload accepted from the peer (the buffer size).
     max_payload: usize,
@@ -312,7 +313,7 @@ enum Deliver {
 impl TcpConn {
     pub(crate) fn new(
         sock: Arc<TcpStream>,
-        pools: Arc<TcpPools>,
+        pools: Arc<dyn Any + Send + Sync>,
         tx_pool: PoolView,
         rx_pool: PoolView,
         sizes: ConnSizes,

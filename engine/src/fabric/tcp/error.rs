@@ -4,7 +4,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use super::setup::TcpParams;
+use super::hello::TcpParams;
 
 /// Setting up a TCP connection failed (reported as
 /// [`SetupError::Tcp`](crate::SetupError::Tcp)).

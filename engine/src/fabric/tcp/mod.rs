@@ -10,7 +10,8 @@
 //! once into a coalescing stage, larger ones are written straight from the send buffer; received
 //! messages are copied once out of the stream buffer, inline or into a receive-pool buffer).
 //!
-//! * `setup` (control thread / connecting thread): the 32-byte parameter handshake, the pools,
+//! * `hello`: the 32-byte parameter handshake message.
+//! * `setup` (control thread / connecting thread): the handshake steps, the pools,
 //!   listening and connecting (non-blocking connect bounded by the connect timeout).
 //! * `datapath` (poller): [`TcpFabric`] / [`TcpConn`], the [`Fabric`](super::Fabric)
 //!   implementation.
@@ -26,9 +27,10 @@
 pub(crate) mod control;
 mod datapath;
 mod error;
+mod hello;
 pub(crate) mod setup;
 mod sys;
 
 pub use datapath::{TcpConn, TcpFabric};
 pub use error::TcpSetupError;
-pub use setup::TcpParams;
+pub use hello::TcpParams;

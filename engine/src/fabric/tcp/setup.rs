@@ -2,21 +2,7 @@
 //! Runs on the control thread (accepts, as a non-blocking state machine: [`Handshake`]) or on
 //! the thread calling `connect` (bounded by its timeout), never on a poller.
 //!
-//! The handshake is one fixed 32-byte message each way, before any record: the connector sends
-//! its hello, the listener checks it and answers with its own (status 0) or a refusal (nonzero
-//! status) and closes. All integers little-endian:
-//!
-//! | bytes  | field         | meaning |
-//! |--------|---------------|---------|
-//! | 0..4   | `magic`       | `b"SPWT"` |
-//! | 4      | `version`     | the record format version ([`record::VERSION`]) |
-//! | 5      | `status`      | reply only: 0 accepted, 1 parameters differ, 2 busy, 3 invalid hello |
-//! | 6..8   | reserved      | 0 |
-//! | 8..12  | `buffer_size` | bytes per pool buffer = the largest message |
-//! | 12..16 | `depth`       | messages the sender may have in flight (the credit grant) |
-//! | 16..32 | reserved      | 0 |
-//!
-//! Both sides must use the same buffer size (the receiver accepts `DATA` records up to it).
+//! The handshake (one 32-byte hello each way) is specified in `hello`.
 
 use std::alloc::Layout;
 use std::any::Any;
@@ -34,71 +20,15 @@ use crate::record;
 
 use super::datapath::{ConnSizes, TcpConn};
 use super::error::TcpSetupError;
+use super::hello::{TcpParams, HELLO_LEN, STATUS_BUSY, STATUS_INVALID, STATUS_MISMATCH, STATUS_OK};
 
 /// How long an accepted connection may take to send its hello. The control thread does not
 /// wait: the pending handshake is an entry with this deadline (see [`Handshake`]).
 pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_millis(1000);
 
-const MAGIC: [u8; 4] = *b"SPWT";
-/// Size of a hello (either direction).
-pub(crate) const HELLO_LEN: usize = 32;
-
-const STATUS_OK: u8 = 0;
-const STATUS_MISMATCH: u8 = 1;
-const STATUS_BUSY: u8 = 2;
-const STATUS_INVALID: u8 = 3;
-
 impl From<TcpSetupError> for Error {
     fn from(e: TcpSetupError) -> Error {
         Error::Setup(SetupError::Tcp(e))
-    }
-}
-
-/// The parameters one side announces in its hello.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TcpParams {
-    /// Record format version.
-    pub version: u8,
-    /// Bytes per pool buffer (the largest message).
-    pub buffer_size: u32,
-    /// The sender's credit depth.
-    pub depth: u32,
-}
-
-impl TcpParams {
-    fn encode(&self, status: u8) -> [u8; HELLO_LEN] {
-        let mut b = [0u8; HELLO_LEN];
-        b[0..4].copy_from_slice(&MAGIC);
-        b[4] = self.version;
-        b[5] = status;
-        b[8..12].copy_from_slice(&self.buffer_size.to_le_bytes());
-        b[12..16].copy_from_slice(&self.depth.to_le_bytes());
-        b
-    }
-
-    /// Parses a hello; returns the parameters and the status byte.
-    fn decode(b: &[u8; HELLO_LEN]) -> Result<(TcpParams, u8), TcpSetupError> {
-        let bad = |reason| Err(TcpSetupError::BadHello { reason });
-        if b[0..4] != MAGIC {
-            return bad("bad magic");
-        }
-        if b[6..8].iter().chain(&b[16..]).any(|&x| x != 0) {
-            return bad("reserved bytes set");
-        }
-        let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-        let p = TcpParams {
-            version: b[4],
-            buffer_size: u32_at(8),
-            depth: u32_at(12),
-        };
-        if p.version != record::VERSION {
-            return bad("unsupported record format version");
-        }
-        if p.buffer_size == 0 || p.buffer_size as usize > record::MAX_PAYLOAD || p.depth == 0 {
-            return bad("buffer size or depth out of range");
-        }
-        Ok((p, b[5]))
     }
 }
 
@@ -198,7 +128,7 @@ fn establish(
     };
     let conn = TcpConn::new(
         Arc::new(stream),
-        pools.clone(),
+        pools.clone() as Arc<dyn Any + Send + Sync>,
         tx_pool,
         rx_pool,
         ConnSizes {
@@ -300,7 +230,8 @@ pub(crate) fn connect(
     let mut reply = [0u8; HELLO_LEN];
     bounded(&stream)?;
     stream.read_exact(&mut reply).map_err(step("recv reply"))?;
-    let (theirs, status) = TcpParams::decode(&reply).map_err(cerr)?;
+    let (theirs, status) =
+        TcpParams::decode(&reply).map_err(|reason| cerr(TcpSetupError::BadHello { reason }))?;
     match status {
         STATUS_OK => {}
         STATUS_MISMATCH => {
@@ -419,9 +350,9 @@ impl TcpListenerState {
         }
         let (theirs, _) = match TcpParams::decode(&hs.hello) {
             Ok(v) => v,
-            Err(e) => {
+            Err(reason) => {
                 hs.reply(&self.params, STATUS_INVALID);
-                return Err(e.into());
+                return Err(TcpSetupError::BadHello { reason }.into());
             }
         };
         if theirs.buffer_size != self.params.buffer_size {
