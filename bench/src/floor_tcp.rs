@@ -5,7 +5,9 @@
 //! * Ping-pong: the client sends 8 bytes, the server echoes them, the client spins on `recv`
 //!   until they are back; each round trip is timed into an HdrHistogram.
 //! * Streaming: the client writes 64 KiB chunks as fast as the socket takes them and the server
-//!   reads them; the byte rate is measured at the receiver (the bandwidth floor for 64 KiB).
+//!   reads them; the byte rate is measured at the receiver (the bandwidth floor for 64 KiB:
+//!   the "x floor" rate ratio is meaningful for 64 KiB points, where it compares messages with
+//!   chunks of the same size).
 //!
 //! Only loopback is used. Every spin is bounded by [`SPIN_LIMIT`].
 

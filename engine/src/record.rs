@@ -2,8 +2,8 @@
 //! ring, RDMA frames and the planned `tcp://` byte stream carry (issue #10).
 //!
 //! This module is the **specification**. It is a bottom-layer module: it imports nothing from the
-//! rest of the crate, performs no I/O, never allocates and never panics on any input. In this
-//! first landing it is not yet wired into a fabric; today's shm and RDMA wires
+//! rest of the crate, performs no I/O, never allocates and never panics on any input. The
+//! `tcp://` fabric ([`crate::fabric::tcp`]) uses it as its stream framing; today's shm and RDMA wires
 //! ([`crate::fabric::shm::wire`], the RDMA immediate-data protocol) are unchanged. See
 //! [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2 plan".
 //!
