@@ -90,8 +90,8 @@ pub struct RoleArgs {
     #[arg(long, value_name = "ENDPOINT", num_args = 0..=1,
           default_missing_value = DEFAULT_SERVER_ENDPOINT)]
     pub server: Option<String>,
-    /// Run only the client side against a server at ENDPOINT (e.g. shm://spinwire-bench or
-    /// rdma://10.0.0.1:7471).
+    /// Run only the client side against a server at ENDPOINT (e.g. shm://spinwire-bench,
+    /// tcp://198.18.0.1:7471 or rdma://10.0.0.1:7471).
     #[arg(long, value_name = "ENDPOINT")]
     pub client: Option<String>,
     /// Run both sides in this process (the default when neither --server nor --client is given).
@@ -107,6 +107,9 @@ pub enum Fabric {
     Shm,
     /// RDMA verbs (needs the `rdma` feature at build time).
     Rdma,
+    /// Kernel TCP (busy-polled non-blocking sockets); loopback runs use `tcp://127.0.0.1:PORT`,
+    /// and the floor is the raw busy-polled TCP ping-pong.
+    Tcp,
 }
 
 impl Fabric {
@@ -115,6 +118,7 @@ impl Fabric {
         match self {
             Fabric::Shm => "shm",
             Fabric::Rdma => "rdma",
+            Fabric::Tcp => "tcp",
         }
     }
 }
@@ -533,6 +537,10 @@ pub struct FloorArgs {
     /// Unmeasured round trips first.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub warmup: u64,
+    /// `tcp`: the raw busy-polled loopback TCP ping-pong (and 64 KiB streaming) instead of the
+    /// cache-line one.
+    #[arg(long, value_enum, default_value_t = Fabric::Shm)]
+    pub fabric: Fabric,
     /// Write floor.hgrm, summary.json, summary.csv and latency-percentiles.svg here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,

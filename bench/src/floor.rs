@@ -35,6 +35,8 @@ pub struct FloorResult {
     pub rate: RateSummary,
     /// The two cores used: client, server.
     pub cores: [usize; 2],
+    /// What was measured: `"cache-line"` (this module) or `"tcp-raw"` ([`crate::floor_tcp`]).
+    pub kind: &'static str,
 }
 
 /// Measures the floor between `cores[0]` (client) and `cores[1]` (server): `iters` round trips
@@ -55,7 +57,12 @@ pub fn measure(
     }
     let rtt = ping_pong(cores, iters, warmup, stop)?;
     let rate = stream(cores, iters.saturating_mul(16), stop)?;
-    Ok(FloorResult { rtt, rate, cores })
+    Ok(FloorResult {
+        rtt,
+        rate,
+        cores,
+        kind: "cache-line",
+    })
 }
 
 fn ping_pong(

@@ -50,6 +50,7 @@
 pub mod cli;
 pub mod error;
 pub mod floor;
+pub mod floor_tcp;
 pub mod machine;
 pub mod report;
 pub mod run;

@@ -90,6 +90,7 @@ fn sample_report() -> Report {
             elapsed_ns: 50_000_000,
         },
         cores: [0, 1],
+        kind: "cache-line",
     });
     for (i, size) in [8u64, 64, 512].into_iter().enumerate() {
         let h = hist(1000 + 300 * i as u64, 10_000);

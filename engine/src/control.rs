@@ -75,6 +75,9 @@ impl Dispatcher {
         d.add(crate::fabric::shm::control::ShmControl::new(
             links.shm, &d.cfg,
         ));
+        d.add(crate::fabric::tcp::control::TcpControl::new(
+            links.tcp, &d.cfg,
+        ));
         #[cfg(feature = "rdma")]
         d.add(crate::fabric::rdma::control::RdmaControl::new(
             links.rdma, &d.cfg,

@@ -1,4 +1,5 @@
-//! Endpoint URLs: `shm://name` and `rdma://host:port`.
+//! Endpoint URLs: `shm://name`, `tcp://host:port` (IPv6: `tcp://[::1]:port`) and
+//! `rdma://host:port`.
 
 use crate::error::Error;
 
@@ -12,6 +13,13 @@ pub(crate) enum Endpoint {
     Shm {
         /// `[A-Za-z0-9._-]{1,64}`.
         name: String,
+    },
+    /// Kernel TCP.
+    Tcp {
+        /// Host name or address (IPv6 without its brackets).
+        host: String,
+        /// Port (0: any, for a listener).
+        port: u16,
     },
     /// RDMA (RC queue pairs through rdma_cm). Only `fabric::rdma` reads the fields, so they are
     /// unread in a build without it.
@@ -29,11 +37,12 @@ impl Endpoint {
     pub(crate) fn scheme(&self) -> &'static str {
         match self {
             Endpoint::Shm { .. } => "shm",
+            Endpoint::Tcp { .. } => "tcp",
             Endpoint::Rdma { .. } => "rdma",
         }
     }
 
-    /// Parses `shm://name` or `rdma://host:port`.
+    /// Parses `shm://name`, `tcp://host:port` or `rdma://host:port`.
     ///
     /// # Errors
     ///
@@ -46,7 +55,7 @@ impl Endpoint {
         };
         let Some((scheme, rest)) = s.split_once("://") else {
             return Err(bad(
-                "expected scheme://address, e.g. shm://name or rdma://host:port",
+                "expected scheme://address, e.g. shm://name, tcp://host:port or rdma://host:port",
             ));
         };
         match scheme {
@@ -70,6 +79,31 @@ impl Endpoint {
                     name: rest.to_owned(),
                 })
             }
+            "tcp" => {
+                let Some((host, port)) = rest.rsplit_once(':') else {
+                    return Err(bad("expected tcp://host:port"));
+                };
+                let host = match host.strip_prefix('[') {
+                    Some(h) => match h.strip_suffix(']') {
+                        Some(h) if h.parse::<std::net::Ipv6Addr>().is_ok() => h,
+                        _ => return Err(bad("expected tcp://[ipv6]:port")),
+                    },
+                    None if host.contains(':') => {
+                        return Err(bad("an IPv6 tcp host needs brackets: tcp://[::1]:port"))
+                    }
+                    None => host,
+                };
+                if host.is_empty() {
+                    return Err(bad("empty tcp host"));
+                }
+                let Ok(port) = port.parse::<u16>() else {
+                    return Err(bad("tcp port must be a number in 0..=65535"));
+                };
+                Ok(Endpoint::Tcp {
+                    host: host.to_owned(),
+                    port,
+                })
+            }
             "rdma" => {
                 let Some((host, port)) = rest.rsplit_once(':') else {
                     return Err(bad("expected rdma://host:port"));
@@ -89,7 +123,7 @@ impl Endpoint {
                 })
             }
             "" => Err(bad("empty scheme")),
-            _ => Err(bad("unknown scheme (supported: shm, rdma)")),
+            _ => Err(bad("unknown scheme (supported: shm, tcp, rdma)")),
         }
     }
 }
@@ -117,7 +151,13 @@ mod tests {
             "shm://",
             "shm://a/b",
             "shm://..",
-            "tcp://x:1",
+            "tcpx://x:1",
+            "tcp://x",
+            "tcp://:1",
+            "tcp://h:99999",
+            "tcp://::1:5",
+            "tcp://[::1:5",
+            "tcp://[zz]:5",
             "://x",
             "shm://a b",
             "rdma://host",
@@ -134,6 +174,28 @@ mod tests {
             Endpoint::parse(&long),
             Err(Error::BadEndpoint { .. })
         ));
+    }
+
+    #[test]
+    fn parses_tcp() {
+        assert_eq!(
+            Endpoint::parse("tcp://127.0.0.1:7000").unwrap(),
+            Endpoint::Tcp {
+                host: "127.0.0.1".into(),
+                port: 7000
+            }
+        );
+        assert_eq!(
+            Endpoint::parse("tcp://[::1]:7001").unwrap(),
+            Endpoint::Tcp {
+                host: "::1".into(),
+                port: 7001
+            }
+        );
+        assert_eq!(
+            Endpoint::parse("tcp://localhost:0").unwrap().scheme(),
+            "tcp"
+        );
     }
 
     #[test]

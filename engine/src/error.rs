@@ -16,7 +16,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The endpoint string is not a valid `shm://name` or `rdma://host:port` URL.
+    /// The endpoint string is not a valid `shm://name`, `tcp://host:port` or `rdma://host:port`
+    /// URL.
     #[error("bad endpoint {endpoint:?}: {reason}")]
     BadEndpoint {
         /// The string that was given.
@@ -242,6 +243,9 @@ pub enum SetupError {
     /// The shm fabric failed (its message names the step; the cause is its source).
     #[error(transparent)]
     Shm(ShmSetupError),
+    /// The TCP fabric failed (its message names the step; the cause is its source).
+    #[error(transparent)]
+    Tcp(crate::fabric::tcp::TcpSetupError),
     /// The RDMA fabric failed (its message names the step; the cause is its source).
     #[cfg(feature = "rdma")]
     #[error(transparent)]

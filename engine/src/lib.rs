@@ -6,7 +6,9 @@
 //! pools (zero copy); credit-based flow control means a receiver is never overrun, and
 //! back-pressure reaches the sender as [`SendError::WouldBlock`] carrying the buffer back. One
 //! engine serves several fabrics selected by endpoint URL: `shm://name` (shared memory between
-//! processes on one host, always built) and `rdma://host:port` (feature `rdma`).
+//! processes on one host, always built), `tcp://host:port` (busy-polled kernel TCP across hosts
+//! without RDMA, IPv6 as `tcp://[::1]:port`, always built) and `rdma://host:port` (feature
+//! `rdma`).
 //!
 //! # Quick start
 //!
@@ -213,8 +215,8 @@
 //!   header whose length word is the commit flag, payloads padded to 8 bytes, the record types
 //!   DATA, BUF_REF, PAD, CREDIT and HEARTBEAT (FRAG and RNDV are reserved for large messages),
 //!   and frames of records for RDMA SEND and TCP. One codec parses rings, receive buffers and
-//!   byte streams, and rejects hostile input with a typed [`record::RecordError`]. Nothing uses
-//!   it on the wire yet.
+//!   byte streams, and rejects hostile input with a typed [`record::RecordError`]. The `tcp://`
+//!   fabric speaks it on its byte stream ([`fabric::tcp`]); shm and RDMA do not yet.
 //! * [`record::ring`]: the shm record ring, an SPSC byte ring of records over a caller-supplied
 //!   region (positions only in shared memory), batches published by one `Release` store, PAD
 //!   at the wrap, a cached consumer position; validated against a hostile producer, modelled
@@ -232,8 +234,7 @@
 //! 3. RDMA frames of records: one SEND per frame, post lists, selective signalling.
 //! 4. `bench rate` knobs for the application batch size and the RDMA frame size, with the
 //!    cache-line streaming floor next to every rate figure.
-//! 5. Large messages (FRAG, RNDV, #12), the `tcp://` fabric over the same records, and the C
-//!    ABI (`sw_try_claim`/`sw_poll`).
+//! 5. Large messages (FRAG, RNDV, #12) and the C ABI (`sw_try_claim`/`sw_poll`).
 //!
 //! # Counters
 //!

@@ -556,6 +556,7 @@ macro_rules! agent_set {
 // The agent set. Adding a fabric adds its line here (and one in `crate::control`'s dispatcher).
 agent_set! {
     shm: crate::fabric::shm::ShmFabric = crate::fabric::shm::ShmFabric,
+    tcp: crate::fabric::tcp::TcpFabric = crate::fabric::tcp::TcpFabric::new(),
     #[cfg(feature = "rdma")]
     rdma: crate::fabric::rdma::RdmaFabric = crate::fabric::rdma::RdmaFabric::new(),
 }

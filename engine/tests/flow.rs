@@ -150,7 +150,9 @@ fn bad_endpoints_are_typed() {
         "shm",
         "shm://",
         "shm://a/b",
-        "tcp://h:1",
+        "tcpx://h:1",
+        "tcp://h",
+        "tcp://::1:5",
         "shm://.x",
         "shm://has space",
     ] {

@@ -165,7 +165,10 @@ pub fn render(report: &Report, unit: Unit) -> String {
             let _ = writeln!(
                 out,
                 "{:<16} {:>14.0} {:>12.1} {:>10.3} {:>10} {:>12}",
-                "floor (8B)",
+                match report.floor.as_ref().map(|f| f.kind) {
+                    Some("tcp-raw") => "floor (64KiB)",
+                    _ => "floor (8B)",
+                },
                 f.msgs_per_sec,
                 f.mb_per_sec,
                 f.mb_per_sec * 8.0 / 1e3,

@@ -717,7 +717,7 @@ pub fn print(s: &str) {
     let _ = out.flush();
 }
 
-/// A floor-only point for `bench floor` (test `floor`, fabric `cache-line`).
+/// A floor-only point for `bench floor` (test `floor`, fabric `cache-line` or `tcp-raw`).
 pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
     let rtt = LatencySummary::from_histogram(&f.rtt);
     let rate: &RateSummary = &f.rate;
@@ -725,7 +725,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
         point: Point {
             test: "floor".into(),
             label: "floor".into(),
-            fabric: "cache-line".into(),
+            fabric: f.kind.into(),
             mode: "threads".into(),
             role: "loopback".into(),
             size_bytes: 8,

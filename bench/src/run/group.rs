@@ -24,7 +24,11 @@ impl Plan {
         let mut report = Report::new(command);
         if self.floor {
             let iters = self.iters.clamp(1_000, 200_000);
-            match floor::measure(self.app_cores, iters, self.warmup.min(iters), &STOP) {
+            let measure = match self.fabric {
+                Fabric::Tcp => crate::floor_tcp::measure,
+                _ => floor::measure,
+            };
+            match measure(self.app_cores, iters, self.warmup.min(iters), &STOP) {
                 Ok(f) => report.floor = Some(f),
                 Err(BenchError::Interrupted) => {
                     report.interrupted = true;
@@ -233,6 +237,15 @@ fn loopback_endpoint(fabric: Fabric) -> String {
     let n = SEQ.fetch_add(1, Ordering::Relaxed);
     match fabric {
         Fabric::Shm => format!("shm://spinwire-bench-{}-{n}", std::process::id()),
+        // A port the kernel just handed out (bound and released): loopback only.
+        Fabric::Tcp => format!(
+            "tcp://127.0.0.1:{}",
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_or(20_000 + (std::process::id() % 20_000) as u64 + n, |a| {
+                    u64::from(a.port())
+                })
+        ),
         Fabric::Rdma => format!(
             "rdma://127.0.0.1:{}",
             20_000 + (std::process::id() % 20_000) as u64 + n

@@ -228,7 +228,12 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
         return Err(BenchError::invalid("--iters", "must be at least 1"));
     }
     let mut report = Report::new(command);
-    let f = floor::measure([cores[0], cores[1]], a.iters, a.warmup, &STOP)?;
+    let f = match a.fabric {
+        crate::cli::Fabric::Tcp => {
+            crate::floor_tcp::measure([cores[0], cores[1]], a.iters, a.warmup, &STOP)?
+        }
+        _ => floor::measure([cores[0], cores[1]], a.iters, a.warmup, &STOP)?,
+    };
     report
         .measured
         .push(report::floor_point(&f, a.iters, a.warmup));

@@ -191,7 +191,7 @@ impl Plan {
         }
         // One-way needs one clock at both ends: one host. shm always is; rdma may not be.
         let latency = open_loop.latency.unwrap_or(match (&role, c.fabric) {
-            (Role::Client(_), Fabric::Rdma) => LatencyKind::RoundTrip,
+            (Role::Client(_), Fabric::Rdma | Fabric::Tcp) => LatencyKind::RoundTrip,
             _ => LatencyKind::OneWay,
         });
         for &s in &sizes {
@@ -389,7 +389,7 @@ pub(super) fn check_endpoint(ep: &str, fabric: Fabric) -> Result<String, BenchEr
     let Some((scheme, rest)) = ep.split_once("://") else {
         return Err(BenchError::BadEndpoint {
             endpoint: ep.into(),
-            reason: "expected shm://NAME or rdma://HOST:PORT".into(),
+            reason: "expected shm://NAME, tcp://HOST:PORT or rdma://HOST:PORT".into(),
         });
     };
     if rest.is_empty() {
@@ -399,8 +399,8 @@ pub(super) fn check_endpoint(ep: &str, fabric: Fabric) -> Result<String, BenchEr
         });
     }
     match (scheme, fabric) {
-        ("shm", Fabric::Shm) | ("rdma", Fabric::Rdma) => Ok(ep.to_string()),
-        ("shm" | "rdma", _) => Err(BenchError::BadEndpoint {
+        ("shm", Fabric::Shm) | ("rdma", Fabric::Rdma) | ("tcp", Fabric::Tcp) => Ok(ep.to_string()),
+        ("shm" | "rdma" | "tcp", _) => Err(BenchError::BadEndpoint {
             endpoint: ep.into(),
             reason: format!(
                 "a {scheme} endpoint, but --fabric is {}; pass --fabric {scheme}",
@@ -409,7 +409,7 @@ pub(super) fn check_endpoint(ep: &str, fabric: Fabric) -> Result<String, BenchEr
         }),
         _ => Err(BenchError::BadEndpoint {
             endpoint: ep.into(),
-            reason: format!("unknown scheme `{scheme}` (expected shm or rdma)"),
+            reason: format!("unknown scheme `{scheme}` (expected shm, tcp or rdma)"),
         }),
     }
 }

@@ -13,8 +13,10 @@
 //!   connecting thread it blocks, bounded by the connect timeout.
 //! * **datapath** (`fabric/<name>/datapath.rs`, or a `datapath/` directory, as rdma's): the
 //!   [`Fabric`] and [`FabricConn`] implementations that a poller drives every cycle. No syscalls
-//!   (except the RDMA doorbell write, which is an MMIO store, not a syscall), no locks, no
-//!   allocation, no logging: count events, return [`FabricError`] on a peer's protocol violation.
+//!   (except the RDMA doorbell write, which is an MMIO store, not a syscall, and the kernel-TCP
+//!   fabric's non-blocking `recv` / `sendmsg`, at most one of each per connection per cycle,
+//!   which are its data path), no locks, no allocation, no logging: count events, return
+//!   [`FabricError`] on a peer's protocol violation.
 //!
 //! # The poller cycle, as a fabric sees it
 //!
@@ -79,7 +81,7 @@
 //! ([`Fabric::NAME`]) for requests, to every fabric for the control loop. The control side may
 //! use `dyn` (it is not the data path); the poller never does.
 //!
-//! # Adding a fabric (e.g. the planned kernel-TCP one)
+//! # Adding a fabric (as `tcp` was)
 //!
 //! 1. One directory, `fabric/<name>/`: `datapath.rs` (or a `datapath/` directory, as rdma's)
 //!    implements [`Fabric`] + [`FabricConn`] (`NAME` = the URL scheme), `setup.rs` (or a
@@ -101,6 +103,7 @@ pub(crate) mod control;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod shm;
+pub mod tcp;
 
 use core::mem::MaybeUninit;
 

@@ -1,10 +1,11 @@
 //! The data path v2 record format: one fabric-neutral codec for the records that the shm record
-//! ring, RDMA frames and the planned `tcp://` byte stream carry (issue #10).
+//! ring, RDMA frames and the `tcp://` byte stream carry (issue #10).
 //!
 //! This module is the **specification**. It is a bottom-layer module: it imports nothing from the
-//! rest of the crate, performs no I/O, never allocates and never panics on any input. In this
-//! Its submodule [`ring`] is the shared-memory record ring built on it (generic over a byte
-//! region, loom-modelled). Neither is wired into a fabric yet; today's shm and RDMA wires
+//! rest of the crate, performs no I/O, never allocates and never panics on any input. The
+//! `tcp://` fabric ([`crate::fabric::tcp`]) uses it as its stream framing. Its submodule
+//! [`ring`] is the shared-memory record ring built on it (generic over a byte region,
+//! loom-modelled), not wired into `fabric/shm` yet; today's shm and RDMA wires
 //! ([`crate::fabric::shm::wire`], the RDMA immediate-data protocol) are unchanged. See
 //! [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2 plan".
 //!

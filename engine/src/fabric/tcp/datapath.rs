@@ -1,0 +1,770 @@
+//! The TCP fabric's data path: what a poller runs for each `tcp://` connection.
+//!
+//! The byte stream is a sequence of [v2 records](crate::record): `DATA` (a message), `CREDIT`
+//! (cumulative messages delivered to the receiver's application) and `HEARTBEAT` (liveness).
+//!
+//! **Send.** [`post_send`](FabricConn::post_send) queues each message: a small one (up to the
+//! inline threshold) is copied with its record header into the connection's *stage* (a byte
+//! buffer) and its pool buffer is free at once; a larger one gets its 8-byte header (and padding)
+//! in the stage and its payload stays in the send pool buffer. [`flush`](FabricConn::flush)
+//! then writes everything queued with **one `sendmsg` per poller cycle**: an iovec list of stage
+//! runs and payload slices, so consecutive small messages and credits coalesce into one entry.
+//! A partial write keeps a byte offset into that list (nothing is copied again); a pooled
+//! buffer is freed ([`TxDone::free_buf`]) once all its bytes are in the kernel. Copying small
+//! messages once costs less than a 16-byte iovec entry per header plus one per payload.
+//!
+//! **Receive.** [`poll_rx`](FabricConn::poll_rx) parses the complete records at the front of
+//! the connection's receive buffer ([`RecordReader::stream`]) and delivers each message: inline
+//! into the application's ring slot, or copied into a receive-pool buffer for larger ones. That
+//! is **one copy after the kernel's**: the engine's receive seam ([`RxSink`]) lends whole pool
+//! buffers (index + length), so a record at an arbitrary stream offset cannot be lent in place.
+//! Then one non-blocking `recv` tops the buffer up, and what arrived is parsed the same way. A
+//! partial record stays in the buffer; it is moved to the front only when the buffer's tail has
+//! no room for a whole record (everything before it was already copied out).
+//!
+//! **Credits.** The sender may have `depth` messages in flight (the engine counts them). The
+//! receiver consumes a `DATA` record only when its application's ring has a slot (and, for a
+//! large message, a free pool buffer) and then owes one credit; it returns the cumulative count
+//! in a `CREDIT` record, piggybacked on its next write or alone once half the depth is owed. So
+//! at most `depth` messages sit in the kernel buffers and the receive buffer: a slow receiver
+//! back-pressures the sender, and the kernel never queues without bound.
+//!
+//! **Untrusted peer.** Every header is validated: an unknown, reserved or unexpected type
+//! (`BUF_REF`, `PAD`), a `DATA` payload above the buffer size, a malformed or zero length, a
+//! credit count that goes backwards or exceeds the messages sent, or a stream that ends inside a
+//! record fail this connection with [`FabricError::Protocol`]. The end of stream is
+//! [`FabricError::PeerClosed`] (after delivering what came before), as is a reset.
+//!
+//! This is the one fabric whose data path makes system calls: `recv` and `sendmsg`,
+//! non-blocking, at most one of each per connection per cycle (see `sys`). Nothing else:
+//! no allocation, lock, logging or waiting.
+
+use std::any::Any;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::desc::{PoolView, TxDesc, INLINE_MAX};
+use crate::error::FabricError;
+use crate::fabric::{Fabric, FabricConn, RxSink, TxDone};
+use crate::record::{self, Record, RecordError, RecordReader, RecordType, RECORD_HEADER};
+
+use super::sys::{self, Iov, IovList};
+
+/// Zero bytes for record padding after a pooled payload.
+static ZEROS: [u8; 8] = [0; 8];
+
+/// Room kept free in the stage for one `CREDIT` and one `HEARTBEAT` record.
+const CTL_ROOM: usize = 32;
+
+/// Per-poller state of the TCP fabric: none (every connection polls its own socket).
+#[derive(Debug, Default)]
+pub struct TcpFabric;
+
+impl TcpFabric {
+    /// The per-poller state.
+    pub fn new() -> TcpFabric {
+        TcpFabric
+    }
+}
+
+impl Fabric for TcpFabric {
+    const NAME: &'static str = "tcp";
+    type Conn = TcpConn;
+    type Command = ();
+
+    fn on_command(&mut self, _command: ()) {}
+}
+
+/// A queued pooled message: the stage bytes before its payload end at `stage_end`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    stage_end: usize,
+    buf: u32,
+    len: u32,
+}
+
+/// The sizes a connection is built with (from the configuration and the handshake).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnSizes {
+    /// Messages up to this many bytes are copied (sent through the stage, received inline).
+    pub(crate) copy_max: usize,
+    /// The engine's credit depth (this side's sends in flight; the peer's too).
+    pub(crate) depth: usize,
+    /// The peer's credit depth (from its hello): how many of its messages may be in flight to
+    /// us, so credits go back at the latest when half of those are owed.
+    pub(crate) peer_depth: usize,
+    /// The liveness timeout (zero: off).
+    pub(crate) liveness: Duration,
+}
+
+/// One TCP connection's data-path state.
+pub struct TcpConn {
+    sock: Arc<TcpStream>,
+    fd: RawFd,
+    /// Keeps the pools mapped.
+    _pools: Arc<dyn Any + Send + Sync>,
+    tx_pool: PoolView,
+    /// Largest DATA payload accepted from the peer (the buffer size).
+    max_payload: usize,
+    copy_max: usize,
+
+    // ---- send side ----
+    /// Bytes queued for the stream: record headers, small messages, padding, control records.
+    stage: Box<[u8]>,
+    /// Bytes of `stage` in use; `stage_written <= stage_len`.
+    stage_len: usize,
+    /// Bytes of `stage` the kernel has taken.
+    stage_written: usize,
+    /// Pooled messages: a FIFO, power-of-two capacity, positions `free_head <= wr <= tail`
+    /// (wrapping u64 counters). `[free_head, wr)`: written, buffers to free; `[wr, tail)`:
+    /// queued; entry `wr` has `payload_written` bytes of its payload (and padding) written.
+    entries: Box<[Entry]>,
+    free_head: u64,
+    wr: u64,
+    tail: u64,
+    payload_written: usize,
+    /// DATA records queued so far (the bound for the peer's credit count).
+    msgs_sent: u64,
+
+    // ---- receive side ----
+    rbuf: Box<[u8]>,
+    /// Unparsed bytes are `rbuf[head..tail_rx]`.
+    head: usize,
+    tail_rx: usize,
+    /// A whole record of the largest size, padded: the room kept at the tail before a `recv`.
+    max_record: usize,
+    /// The peer's end of stream (or reset) was seen; nothing more is read.
+    eof: bool,
+    /// Where parsed records go.
+    rx: Delivery,
+    /// The delivered count last put in a CREDIT record.
+    credit_sent: u64,
+    /// Owed credits that make a CREDIT record worth sending on its own.
+    credit_batch: u64,
+
+    // ---- liveness ----
+    liveness_ns: u64,
+    /// Bytes received so far (the peer's proof of life), and when that last moved.
+    heard: u64,
+    heard_seen: (u64, u64),
+    /// Calls of `poll_rx` (when it is not called, this side is not reading: no silence counts).
+    rx_polls: u64,
+    rx_polls_seen: u64,
+    /// Bytes written so far, and when that last moved (a heartbeat goes out after a quarter of
+    /// the timeout of silence).
+    wrote: u64,
+    wrote_seen: (u64, u64),
+    checked_ns: u64,
+    heartbeat_due: bool,
+    heartbeats: u64,
+}
+
+impl std::fmt::Debug for TcpConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpConn")
+            .field("fd", &self.fd)
+            .field("stage_len", &self.stage_len)
+            .field("queued", &(self.tail - self.wr))
+            .field("unparsed", &(self.tail_rx - self.head))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The errno of a failed socket call as a connection failure: a reset or a broken pipe is the
+/// peer going away; the rest are I/O errors.
+#[inline]
+fn sock_err(errno: i32) -> FabricError {
+    match errno {
+        libc::ECONNRESET | libc::EPIPE | libc::ENOTCONN | libc::ESHUTDOWN => {
+            FabricError::PeerClosed
+        }
+        e => FabricError::Io(e),
+    }
+}
+
+#[inline]
+fn record_err(e: RecordError) -> FabricError {
+    FabricError::Protocol(match e {
+        RecordError::BadLength { .. } => "tcp record length below the header",
+        RecordError::TooLong { .. } => "tcp record longer than the maximum message size",
+        RecordError::UnknownType { .. } => "tcp record of unknown type",
+        RecordError::Unsupported { .. } => "tcp record type not supported",
+        RecordError::Reserved { .. } => "tcp record with reserved fields set",
+        RecordError::BadPayload { .. } => "tcp control record of the wrong size",
+        _ => "invalid tcp record",
+    })
+}
+
+/// Writes a record header (`len` = header + payload, without padding).
+#[inline]
+fn header(ty: RecordType, payload: usize) -> [u8; 8] {
+    let len = (RECORD_HEADER + payload) as u32;
+    let l = len.to_le_bytes();
+    [l[0], l[1], l[2], l[3], ty as u8, 0, 0, 0]
+}
+
+#[inline]
+fn pad_of(len: usize) -> usize {
+    (8 - (len % 8)) % 8
+}
+
+/// The receive side's delivery state: the receive pool and the credit counts.
+struct Delivery {
+    copy_max: usize,
+    rx_pool: PoolView,
+    /// Receive-pool buffers not lent to the application (a stack), and which are lent.
+    rx_free: Box<[u32]>,
+    rx_free_len: usize,
+    rx_lent: Box<[u64]>,
+    /// DATA records delivered (cumulative).
+    delivered: u64,
+    /// Cumulative credits the peer returned; credits not yet reported to the engine.
+    credits_in: u64,
+    credits_unreported: u64,
+}
+
+impl Delivery {
+    /// Handles one parsed record.
+    #[inline]
+    fn deliver(
+        &mut self,
+        rec: Record<'_>,
+        sink: &mut RxSink<'_>,
+        msgs_sent: u64,
+    ) -> Result<Deliver, FabricError> {
+        match rec {
+            Record::Data(payload) => {
+                if sink.room() == 0 {
+                    return Ok(Deliver::Blocked);
+                }
+                if payload.len() <= self.copy_max {
+                    sink.push_inline(payload)?;
+                } else {
+                    if self.rx_free_len == 0 {
+                        return Ok(Deliver::Blocked);
+                    }
+                    self.rx_free_len -= 1;
+                    let buf = self.rx_free[self.rx_free_len];
+                    // `payload.len() <= max_payload == buf_size` (the reader checked it).
+                    let len = payload.len().min(self.rx_pool.buf_size());
+                    // SAFETY: `buf` came from the free stack, so it is `< count` and not lent to
+                    // the application: the fabric has the only access to it; the pool stays
+                    // mapped while `_pools` lives; `len <= buf_size`; the receive buffer and the
+                    // pool do not overlap.
+                    unsafe {
+                        let dst = self.rx_pool.buf_ptr_unchecked(buf).as_ptr();
+                        core::ptr::copy_nonoverlapping(payload.as_ptr(), dst, len);
+                    }
+                    self.rx_lent[(buf / 64) as usize] |= 1u64 << (buf % 64);
+                    sink.push_pooled(buf, len as u32)?;
+                }
+                self.delivered += 1;
+            }
+            Record::Credit(c) => {
+                if c < self.credits_in || c > msgs_sent {
+                    return Err(FabricError::Protocol(
+                        "tcp credit count goes backwards or exceeds the messages sent",
+                    ));
+                }
+                self.credits_unreported += c - self.credits_in;
+                self.credits_in = c;
+            }
+            Record::Heartbeat(_) => {}
+            _ => {
+                return Err(FabricError::Protocol(
+                    "tcp record type not valid on a stream",
+                ))
+            }
+        }
+        Ok(Deliver::Done)
+    }
+}
+
+/// The reader stopped at a partial record: its header (when complete) must announce a
+/// record the stream may carry, else the peer could stall the connection (a zero length,
+/// a control record with a huge length, a `PAD`).
+#[inline]
+fn check_partial(buf: &[u8], max_payload: usize) -> Result<(), FabricError> {
+    if buf.len() < RECORD_HEADER {
+        return Ok(());
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let ok = match RecordType::from_u8(buf[4]) {
+        Some(RecordType::Data) => len >= RECORD_HEADER && len - RECORD_HEADER <= max_payload,
+        Some(RecordType::Credit | RecordType::Heartbeat) => len == RECORD_HEADER + 8,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(FabricError::Protocol("tcp record header is invalid"))
+    }
+}
+
+enum Deliver {
+    /// Delivered (or a control record handled).
+    Done,
+    /// No room (application ring or receive pool): stop before this record.
+    Blocked,
+}
+
+impl TcpConn {
+    pub(crate) fn new(
+        sock: Arc<TcpStream>,
+        pools: Arc<dyn Any + Send + Sync>,
+        tx_pool: PoolView,
+        rx_pool: PoolView,
+        sizes: ConnSizes,
+    ) -> TcpConn {
+        let buf_size = tx_pool.buf_size();
+        let copy_max = sizes.copy_max.min(INLINE_MAX).min(buf_size);
+        let depth = sizes.depth.max(1);
+        // The stage holds at most `depth` queued messages (credits bound them): each a copied
+        // record or a header plus padding, and the control records.
+        let small = record::record_size(copy_max).unwrap_or(INLINE_MAX + 16);
+        let stage = (depth * small.max(16) + CTL_ROOM).max(64 << 10);
+        let max_record = record::record_size(buf_size).unwrap_or(buf_size + 16);
+        let rbuf = (2 * max_record).max(256 << 10);
+        let count = rx_pool.count();
+        let fd = sock.as_raw_fd();
+        TcpConn {
+            sock,
+            fd,
+            _pools: pools,
+            tx_pool,
+            max_payload: buf_size,
+            copy_max,
+            stage: vec![0u8; stage].into_boxed_slice(),
+            stage_len: 0,
+            stage_written: 0,
+            entries: vec![Entry::default(); tx_pool.count().max(1).next_power_of_two() as usize]
+                .into_boxed_slice(),
+            free_head: 0,
+            wr: 0,
+            tail: 0,
+            payload_written: 0,
+            msgs_sent: 0,
+            rbuf: vec![0u8; rbuf].into_boxed_slice(),
+            head: 0,
+            tail_rx: 0,
+            max_record,
+            eof: false,
+            rx: Delivery {
+                copy_max,
+                rx_pool,
+                rx_free: (0..count).rev().collect(),
+                rx_free_len: count as usize,
+                rx_lent: vec![0u64; (count as usize).div_ceil(64)].into_boxed_slice(),
+                delivered: 0,
+                credits_in: 0,
+                credits_unreported: 0,
+            },
+            credit_sent: 0,
+            credit_batch: (sizes.peer_depth as u64 / 2).max(1),
+            liveness_ns: u64::try_from(sizes.liveness.as_nanos()).unwrap_or(u64::MAX),
+            heard: 0,
+            heard_seen: (0, 0),
+            rx_polls: 0,
+            rx_polls_seen: 0,
+            wrote: 0,
+            wrote_seen: (0, 0),
+            checked_ns: 0,
+            heartbeat_due: false,
+            heartbeats: 0,
+        }
+    }
+
+    /// The socket (for the setup side's shutdown).
+    pub(crate) fn socket(&self) -> &Arc<TcpStream> {
+        &self.sock
+    }
+
+    #[inline]
+    fn entry(&self, pos: u64) -> Entry {
+        let mask = self.entries.len() as u64 - 1;
+        self.entries[(pos & mask) as usize]
+    }
+
+    /// Anything queued that the kernel has not taken yet.
+    #[inline]
+    fn unwritten(&self) -> bool {
+        self.stage_written < self.stage_len || self.wr != self.tail
+    }
+
+    /// Appends `bytes` to the stage (the caller checked the room).
+    #[inline]
+    fn stage_put(&mut self, bytes: &[u8]) {
+        let end = self.stage_len + bytes.len();
+        self.stage[self.stage_len..end].copy_from_slice(bytes);
+        self.stage_len = end;
+    }
+
+    /// Queues the control records that are due: owed credits (when data goes out anyway, or
+    /// enough are owed) and a heartbeat.
+    #[inline]
+    fn queue_control(&mut self) {
+        let owed = self.rx.delivered - self.credit_sent;
+        if owed > 0
+            && (owed >= self.credit_batch || self.unwritten())
+            && self.stage.len() - self.stage_len >= 16
+        {
+            let h = header(RecordType::Credit, 8);
+            self.stage_put(&h);
+            let c = self.rx.delivered.to_le_bytes();
+            self.stage_put(&c);
+            self.credit_sent = self.rx.delivered;
+        }
+        if self.heartbeat_due && self.stage.len() - self.stage_len >= 16 {
+            self.heartbeat_due = false;
+            self.heartbeats += 1;
+            let h = header(RecordType::Heartbeat, 8);
+            self.stage_put(&h);
+            let s = self.heartbeats.to_le_bytes();
+            self.stage_put(&s);
+        }
+    }
+
+    /// Builds the gather list of everything unwritten, in stream order.
+    #[inline]
+    fn gather(&self, iov: &mut IovList) {
+        let stage = self.stage.as_ptr();
+        let mut at = self.stage_written;
+        let mut pos = self.wr;
+        let mut first = true;
+        while pos != self.tail {
+            let e = self.entry(pos);
+            if at < e.stage_end {
+                // SAFETY: `at < stage_end <= stage_len <= stage.len()`.
+                let base = unsafe { stage.add(at) };
+                if !iov.push(Iov {
+                    base,
+                    len: e.stage_end - at,
+                }) {
+                    return;
+                }
+            }
+            at = at.max(e.stage_end);
+            let skip = if first { self.payload_written } else { 0 };
+            first = false;
+            let len = e.len as usize;
+            if skip < len {
+                // SAFETY: `e.buf < count` and `len <= buf_size` (checked by the engine before
+                // `post_send`), so the range lies in the send pool, which `_pools` keeps alive;
+                // the poller owns the buffer until it is freed after the write.
+                let base = unsafe { self.tx_pool.buf_ptr_unchecked(e.buf).as_ptr().add(skip) };
+                if !iov.push(Iov {
+                    base,
+                    len: len - skip,
+                }) {
+                    return;
+                }
+            }
+            let pad = pad_of(len);
+            let pad_done = skip.saturating_sub(len);
+            if pad > pad_done
+                && !iov.push(Iov {
+                    base: ZEROS.as_ptr(),
+                    len: pad - pad_done,
+                })
+            {
+                return;
+            }
+            pos = pos.wrapping_add(1);
+        }
+        if at < self.stage_len {
+            // SAFETY: `at < stage_len <= stage.len()`.
+            let base = unsafe { stage.add(at) };
+            iov.push(Iov {
+                base,
+                len: self.stage_len - at,
+            });
+        }
+    }
+
+    /// Accounts `n` bytes the kernel took, in [`gather`](Self::gather)'s order.
+    #[inline]
+    fn consume(&mut self, mut n: usize) {
+        self.wrote += n as u64;
+        while self.wr != self.tail {
+            let e = self.entry(self.wr);
+            if self.stage_written < e.stage_end {
+                let k = n.min(e.stage_end - self.stage_written);
+                self.stage_written += k;
+                n -= k;
+                if self.stage_written < e.stage_end {
+                    return;
+                }
+            }
+            let total = e.len as usize + pad_of(e.len as usize);
+            let k = n.min(total - self.payload_written);
+            self.payload_written += k;
+            n -= k;
+            if self.payload_written < total {
+                return;
+            }
+            self.payload_written = 0;
+            self.wr = self.wr.wrapping_add(1);
+        }
+        self.stage_written = (self.stage_written + n).min(self.stage_len);
+    }
+
+    /// Delivers the complete records in `rbuf[head..tail_rx]`; returns the messages delivered
+    /// and whether delivery stopped for lack of room.
+    #[inline]
+    fn parse(&mut self, sink: &mut RxSink<'_>) -> Result<(usize, bool), FabricError> {
+        let before = sink.written();
+        let mut blocked = false;
+        loop {
+            let (head, tail) = (self.head, self.tail_rx);
+            if head == tail {
+                break;
+            }
+            // One record at a time (a reader per record costs a few loads), so that `head`
+            // always marks what was consumed.
+            let buf = &self.rbuf[head..tail];
+            let mut reader = RecordReader::stream(buf, self.max_payload).map_err(record_err)?;
+            let Some(rec) = reader.next_record().map_err(record_err)? else {
+                check_partial(buf, self.max_payload)?;
+                break;
+            };
+            let used = reader.position();
+            match self.rx.deliver(rec, sink, self.msgs_sent)? {
+                Deliver::Done => self.head = head + used,
+                Deliver::Blocked => {
+                    blocked = true;
+                    break;
+                }
+            }
+        }
+        if self.head == self.tail_rx {
+            self.head = 0;
+            self.tail_rx = 0;
+        }
+        Ok((sink.written() - before, blocked))
+    }
+
+    /// One non-blocking `recv` into the free tail of `rbuf`; `Ok(false)` when nothing came.
+    #[inline]
+    fn fill(&mut self) -> Result<bool, FabricError> {
+        if self.rbuf.len() - self.tail_rx < self.max_record && self.head > 0 {
+            // Only a partial record (and records not delivered yet) remain; everything before
+            // `head` was copied out.
+            self.rbuf.copy_within(self.head..self.tail_rx, 0);
+            self.tail_rx -= self.head;
+            self.head = 0;
+        }
+        let free = &mut self.rbuf[self.tail_rx..];
+        if free.is_empty() {
+            return Ok(false);
+        }
+        match sys::recv(self.fd, free) {
+            Ok(0) => {
+                self.eof = true;
+                if self.head != self.tail_rx {
+                    return Err(FabricError::Protocol("tcp stream ended inside a record"));
+                }
+                Err(FabricError::PeerClosed)
+            }
+            Ok(n) => {
+                self.tail_rx += n;
+                self.heard += n as u64;
+                Ok(true)
+            }
+            Err(libc::EAGAIN | libc::EINTR) => Ok(false),
+            Err(e) => {
+                self.eof = true;
+                Err(sock_err(e))
+            }
+        }
+    }
+}
+
+impl FabricConn for TcpConn {
+    #[inline]
+    fn rx_pending(&mut self) -> bool {
+        // A socket can only be asked (a syscall); after its end only buffered bytes remain.
+        !self.eof || self.head != self.tail_rx
+    }
+
+    #[inline]
+    fn quiescent(&mut self) -> bool {
+        !self.unwritten()
+            && self.free_head == self.wr
+            && self.rx.credits_unreported == 0
+            && !self.heartbeat_due
+            && self.rx.delivered - self.credit_sent < self.credit_batch
+    }
+
+    #[inline]
+    fn copies(&self, len: u32) -> bool {
+        // Exactly `post_send`'s test.
+        len as usize <= self.copy_max
+    }
+
+    #[inline]
+    fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        self.rx_polls += 1;
+        let (mut n, blocked) = self.parse(sink)?;
+        if blocked || self.eof || sink.room() == 0 {
+            return Ok(n);
+        }
+        if self.fill()? {
+            n += self.parse(sink)?.0;
+        }
+        Ok(n)
+    }
+
+    #[inline]
+    fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        let mut n = 0;
+        let cap = self.entries.len() as u64;
+        for d in descs {
+            let len = d.len as usize;
+            let room = self.stage.len() - self.stage_len;
+            if self.copies(d.len) {
+                let need = RECORD_HEADER + len + pad_of(len);
+                if room < need + CTL_ROOM {
+                    break;
+                }
+                let h = header(RecordType::Data, len);
+                self.stage_put(&h);
+                // SAFETY: the engine checked `d.buf < count` and `len <= buf_size`; the poller
+                // owns the buffer now (the application gave it up in `send`); the pool stays
+                // mapped while `_pools` lives.
+                let payload = unsafe {
+                    std::slice::from_raw_parts(self.tx_pool.buf_ptr_unchecked(d.buf).as_ptr(), len)
+                };
+                let end = self.stage_len + len;
+                self.stage[self.stage_len..end].copy_from_slice(payload);
+                self.stage_len = end;
+                self.stage_put(&ZEROS[..pad_of(len)]);
+                // Copied: free at once (`copies` said so, the engine did not mark it held).
+                done.free_copied(d.buf)?;
+            } else {
+                if room < RECORD_HEADER + CTL_ROOM || self.tail.wrapping_sub(self.free_head) >= cap
+                {
+                    break;
+                }
+                let h = header(RecordType::Data, len);
+                self.stage_put(&h);
+                let mask = cap - 1;
+                self.entries[(self.tail & mask) as usize] = Entry {
+                    stage_end: self.stage_len,
+                    buf: d.buf,
+                    len: d.len,
+                };
+                self.tail = self.tail.wrapping_add(1);
+            }
+            self.msgs_sent += 1;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    #[inline]
+    fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        for &b in bufs {
+            let word = (b / 64) as usize;
+            let bit = 1u64 << (b % 64);
+            match self.rx.rx_lent.get_mut(word) {
+                Some(w) if *w & bit != 0 => *w &= !bit,
+                _ => return Err(FabricError::Protocol("released a receive buffer not lent")),
+            }
+            // At most `count` buffers are lent, so the stack has room.
+            if let Some(slot) = self.rx.rx_free.get_mut(self.rx.rx_free_len) {
+                *slot = b;
+                self.rx.rx_free_len += 1;
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        let mut work = 0;
+        while self.free_head != self.wr {
+            let e = self.entry(self.free_head);
+            done.free_buf(e.buf)?;
+            self.free_head = self.free_head.wrapping_add(1);
+            work += 1;
+        }
+        if self.rx.credits_unreported > 0 {
+            done.credits(self.rx.credits_unreported);
+            self.rx.credits_unreported = 0;
+            work += 1;
+        }
+        Ok(work)
+    }
+
+    #[inline]
+    fn flush(&mut self) -> Result<(), FabricError> {
+        if self.stage_written == self.stage_len && self.wr == self.tail {
+            // Everything is in the kernel: start the stage over.
+            self.stage_len = 0;
+            self.stage_written = 0;
+        }
+        self.queue_control();
+        if !self.unwritten() {
+            return Ok(());
+        }
+        let mut iov = IovList::new();
+        self.gather(&mut iov);
+        if iov.len() == 0 {
+            return Ok(());
+        }
+        // SAFETY: `gather` describes stage bytes (owned by `self`), payloads of send-pool
+        // buffers the poller owns until they are freed after this write, and the static padding.
+        match unsafe { sys::sendmsg(self.fd, &iov) } {
+            Ok(n) => {
+                debug_assert!(n <= iov.bytes());
+                self.consume(n);
+            }
+            Err(libc::EAGAIN | libc::EINTR) => {}
+            Err(e) => return Err(sock_err(e)),
+        }
+        if self.stage_written == self.stage_len && self.wr == self.tail {
+            self.stage_len = 0;
+            self.stage_written = 0;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        if self.liveness_ns == 0 || self.eof {
+            return Ok(());
+        }
+        // This poller itself did not run for a while: it cannot tell the peer's silence from
+        // its own. And while it is not reading (the application's ring is full, or bytes wait
+        // to be delivered) the peer's bytes stay in the kernel: that is not silence either.
+        let stalled = now_ns.saturating_sub(self.checked_ns) > self.liveness_ns / 2;
+        self.checked_ns = now_ns;
+        let reading = self.rx_polls != self.rx_polls_seen && self.head == self.tail_rx;
+        self.rx_polls_seen = self.rx_polls;
+        if self.heard != self.heard_seen.0 || stalled || !reading || self.heard_seen.1 == 0 {
+            self.heard_seen = (self.heard, now_ns);
+        } else {
+            let silent = now_ns.saturating_sub(self.heard_seen.1);
+            if silent >= self.liveness_ns {
+                return Err(FabricError::PeerUnresponsive {
+                    silent_for: Duration::from_nanos(silent),
+                });
+            }
+        }
+        if self.wrote != self.wrote_seen.0 || self.wrote_seen.1 == 0 {
+            self.wrote_seen = (self.wrote, now_ns);
+        } else if now_ns.saturating_sub(self.wrote_seen.1) >= self.liveness_ns / 4 {
+            self.heartbeat_due = true;
+            self.wrote_seen = (self.wrote, now_ns);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        // The last queued bytes, best effort, then our end of stream.
+        let _ = self.flush();
+        sys::shutdown_write(self.fd);
+    }
+}

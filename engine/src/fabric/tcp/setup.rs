@@ -1,0 +1,443 @@
+//! TCP connection setup: the parameter handshake, the buffer pools, listening and connecting.
+//! Runs on the control thread (accepts, as a non-blocking state machine: [`Handshake`]) or on
+//! the thread calling `connect` (bounded by its timeout), never on a poller.
+//!
+//! The handshake (one 32-byte hello each way) is specified in `hello`.
+
+use std::alloc::Layout;
+use std::any::Any;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::desc::PoolView;
+use crate::error::{Error, SetupError};
+use crate::record;
+
+use super::datapath::{ConnSizes, TcpConn};
+use super::error::TcpSetupError;
+use super::hello::{TcpParams, HELLO_LEN, STATUS_BUSY, STATUS_INVALID, STATUS_MISMATCH, STATUS_OK};
+
+/// How long an accepted connection may take to send its hello. The control thread does not
+/// wait: the pending handshake is an entry with this deadline (see [`Handshake`]).
+pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+impl From<TcpSetupError> for Error {
+    fn from(e: TcpSetupError) -> Error {
+        Error::Setup(SetupError::Tcp(e))
+    }
+}
+
+/// The params this engine announces.
+pub(crate) fn params_for(cfg: &Config) -> Result<TcpParams, Error> {
+    let buffer_size = u32::try_from(cfg.buffer_size)
+        .ok()
+        .filter(|&b| b as usize <= record::MAX_PAYLOAD)
+        .ok_or(TcpSetupError::BufferSize {
+            size: cfg.buffer_size,
+            max: record::MAX_PAYLOAD,
+        })?;
+    Ok(TcpParams {
+        version: record::VERSION,
+        buffer_size,
+        depth: u32::try_from(cfg.depth).unwrap_or(u32::MAX),
+    })
+}
+
+/// One zeroed, 64-byte aligned allocation holding a buffer pool.
+struct Region {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the region is plain memory; who may touch which buffer is governed by the engine's
+// ownership protocol (the application holds a buffer, or the poller does), not by this handle.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` exposes nothing but the pointer.
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn new(bytes: usize) -> Result<Region, TcpSetupError> {
+        let layout = Layout::from_size_align(bytes.max(64), 64)
+            .map_err(|_| TcpSetupError::Alloc { bytes })?;
+        // SAFETY: `layout` has a nonzero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or(TcpSetupError::Alloc { bytes })?;
+        Ok(Region { ptr, layout })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// A connection's two buffer pools (send, receive), kept alive by every holder of their views.
+pub(crate) struct TcpPools {
+    tx: Region,
+    rx: Region,
+}
+
+/// A fully set-up TCP connection, before it is registered with the engine.
+pub(crate) struct Established {
+    pub(crate) conn: TcpConn,
+    pub(crate) tx_pool: PoolView,
+    pub(crate) rx_pool: PoolView,
+    pub(crate) keep: Arc<dyn Any + Send + Sync>,
+    pub(crate) peer: SocketAddr,
+}
+
+fn opt_err(what: &'static str) -> impl FnOnce(io::Error) -> TcpSetupError {
+    move |source| TcpSetupError::SocketOption { what, source }
+}
+
+/// Builds the pools and the data-path state of a connected, handshaken socket.
+fn establish(
+    stream: TcpStream,
+    peer: SocketAddr,
+    peer_depth: u32,
+    cfg: &Config,
+) -> Result<Established, Error> {
+    stream
+        .set_nonblocking(true)
+        .map_err(opt_err("O_NONBLOCK"))?;
+    stream.set_nodelay(true).map_err(opt_err("TCP_NODELAY"))?;
+    let buf_size = cfg.buffer_size;
+    let count = u32::try_from(cfg.buffers).unwrap_or(u32::MAX);
+    let bytes = buf_size
+        .checked_mul(count as usize)
+        .filter(|&b| b <= isize::MAX as usize / 2)
+        .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+    let pools = Arc::new(TcpPools {
+        tx: Region::new(bytes)?,
+        rx: Region::new(bytes)?,
+    });
+    // SAFETY: each region is `buf_size * count` bytes (checked above to fit `isize`), zeroed and
+    // alive while `pools` is, which the connection and the application's handles hold.
+    let (tx_pool, rx_pool) = unsafe {
+        (
+            PoolView::new(pools.tx.ptr, buf_size, count),
+            PoolView::new(pools.rx.ptr, buf_size, count),
+        )
+    };
+    let conn = TcpConn::new(
+        Arc::new(stream),
+        pools.clone() as Arc<dyn Any + Send + Sync>,
+        tx_pool,
+        rx_pool,
+        ConnSizes {
+            copy_max: cfg.inline_threshold,
+            depth: cfg.depth,
+            peer_depth: peer_depth as usize,
+            liveness: cfg.liveness_timeout,
+        },
+    );
+    Ok(Established {
+        conn,
+        tx_pool,
+        rx_pool,
+        keep: pools,
+        peer,
+    })
+}
+
+/// Resolves `host:port` (an IP literal or a name).
+pub(crate) fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, TcpSetupError> {
+    let err = |source| TcpSetupError::Resolve {
+        host: host.to_owned(),
+        source,
+    };
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs().map_err(err)?.collect();
+    if addrs.is_empty() {
+        return Err(err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no address for the host",
+        )));
+    }
+    Ok(addrs)
+}
+
+/// Connects to `host:port` (connecting side). Blocks up to `timeout` in total; runs on the
+/// calling application thread.
+pub(crate) fn connect(
+    host: &str,
+    port: u16,
+    endpoint: &str,
+    cfg: &Config,
+    timeout: Duration,
+) -> Result<Established, Error> {
+    let cerr = |e: TcpSetupError| Error::Connect {
+        endpoint: endpoint.to_owned(),
+        source: Box::new(e),
+    };
+    let timed_out = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        )
+    };
+    let ours = params_for(cfg)?;
+    let deadline = Instant::now() + timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let addrs = resolve(host, port).map_err(cerr)?;
+    let mut last = None;
+    let mut stream = None;
+    for addr in addrs {
+        let t = left();
+        if t.is_zero() {
+            return Err(Error::Timeout);
+        }
+        match TcpStream::connect_timeout(&addr, t) {
+            Ok(s) => {
+                stream = Some((s, addr));
+                break;
+            }
+            Err(e) if timed_out(&e) => last = Some(Error::Timeout),
+            Err(source) => last = Some(cerr(TcpSetupError::Connect { addr, source })),
+        }
+    }
+    let Some((mut stream, addr)) = stream else {
+        return Err(last.unwrap_or(Error::Timeout));
+    };
+    let step = |step: &'static str| {
+        move |source: io::Error| {
+            if timed_out(&source) {
+                Error::Timeout
+            } else {
+                cerr(TcpSetupError::Handshake { step, source })
+            }
+        }
+    };
+    let bounded = |s: &TcpStream| -> Result<(), Error> {
+        let t = left();
+        if t.is_zero() {
+            return Err(Error::Timeout);
+        }
+        s.set_write_timeout(Some(t))
+            .and_then(|()| s.set_read_timeout(Some(t)))
+            .map_err(|e| cerr(opt_err("SO_RCVTIMEO")(e)))
+    };
+    bounded(&stream)?;
+    stream
+        .write_all(&ours.encode(STATUS_OK))
+        .map_err(step("send hello"))?;
+    let mut reply = [0u8; HELLO_LEN];
+    bounded(&stream)?;
+    stream.read_exact(&mut reply).map_err(step("recv reply"))?;
+    let (theirs, status) =
+        TcpParams::decode(&reply).map_err(|reason| cerr(TcpSetupError::BadHello { reason }))?;
+    match status {
+        STATUS_OK => {}
+        STATUS_MISMATCH => {
+            return Err(cerr(TcpSetupError::Mismatch { theirs, ours }));
+        }
+        STATUS_BUSY => return Err(cerr(TcpSetupError::Refused { reason: "busy" })),
+        _ => {
+            return Err(cerr(TcpSetupError::Refused {
+                reason: "invalid hello",
+            }))
+        }
+    }
+    if theirs.buffer_size != ours.buffer_size {
+        return Err(cerr(TcpSetupError::Mismatch { theirs, ours }));
+    }
+    let _ = stream.set_read_timeout(None);
+    let _ = stream.set_write_timeout(None);
+    establish(stream, addr, theirs.depth, cfg)
+}
+
+/// A listening TCP endpoint.
+pub(crate) struct TcpListenerState {
+    listener: TcpListener,
+    params: TcpParams,
+}
+
+impl TcpListenerState {
+    /// Binds `host:port` (the first address that binds).
+    pub(crate) fn bind(
+        host: &str,
+        port: u16,
+        endpoint: &str,
+        cfg: &Config,
+    ) -> Result<TcpListenerState, Error> {
+        let params = params_for(cfg)?;
+        let lerr = |e: TcpSetupError| Error::Listen {
+            endpoint: endpoint.to_owned(),
+            source: Box::new(e),
+        };
+        let mut last = None;
+        for addr in resolve(host, port).map_err(lerr)? {
+            match TcpListener::bind(addr) {
+                Ok(listener) => {
+                    listener
+                        .set_nonblocking(true)
+                        .map_err(|e| lerr(opt_err("O_NONBLOCK")(e)))?;
+                    return Ok(TcpListenerState { listener, params });
+                }
+                Err(source) => last = Some(TcpSetupError::Bind { addr, source }),
+            }
+        }
+        Err(lerr(last.unwrap_or(TcpSetupError::Resolve {
+            host: host.to_owned(),
+            source: io::Error::new(io::ErrorKind::NotFound, "no address for the host"),
+        })))
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.listener.as_raw_fd()
+    }
+
+    /// The bound address (port 0 resolved).
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Takes one pending connection off the listening socket, if any, and starts its handshake
+    /// (waiting for the hello until `now + ACCEPT_TIMEOUT`). Never waits.
+    pub(crate) fn try_accept(&self, now: Instant) -> Result<Option<Handshake>, Error> {
+        match self.listener.accept() {
+            Ok((stream, peer)) => {
+                stream
+                    .set_nonblocking(true)
+                    .map_err(TcpSetupError::Accept)?;
+                Ok(Some(Handshake {
+                    stream,
+                    peer,
+                    hello: [0; HELLO_LEN],
+                    have: 0,
+                    deadline: now + ACCEPT_TIMEOUT,
+                }))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(TcpSetupError::Accept(e).into()),
+        }
+    }
+
+    /// Reads what has arrived of `hs`'s hello and, once complete, checks it and answers.
+    /// Never waits: the reply (32 bytes) goes into the fresh socket's empty send buffer.
+    ///
+    /// # Errors
+    ///
+    /// The handshake failed (the peer's socket is closed when `hs` is dropped with it).
+    pub(crate) fn advance(&self, mut hs: Handshake, cfg: &Config) -> Result<Step, Error> {
+        while hs.have < HELLO_LEN {
+            match hs.stream.read(&mut hs.hello[hs.have..]) {
+                Ok(0) => {
+                    return Err(TcpSetupError::Handshake {
+                        step: "recv hello",
+                        source: io::ErrorKind::UnexpectedEof.into(),
+                    }
+                    .into())
+                }
+                Ok(n) => hs.have += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Pending(hs)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(TcpSetupError::Handshake {
+                        step: "recv hello",
+                        source,
+                    }
+                    .into())
+                }
+            }
+        }
+        let (theirs, _) = match TcpParams::decode(&hs.hello) {
+            Ok(v) => v,
+            Err(reason) => {
+                hs.reply(&self.params, STATUS_INVALID);
+                return Err(TcpSetupError::BadHello { reason }.into());
+            }
+        };
+        if theirs.buffer_size != self.params.buffer_size {
+            hs.reply(&self.params, STATUS_MISMATCH);
+            return Err(TcpSetupError::Mismatch {
+                theirs,
+                ours: self.params,
+            }
+            .into());
+        }
+        match (&hs.stream).write(&self.params.encode(STATUS_OK)) {
+            Ok(HELLO_LEN) => {}
+            Ok(_) => {
+                return Err(TcpSetupError::Handshake {
+                    step: "send reply",
+                    source: io::ErrorKind::WriteZero.into(),
+                }
+                .into())
+            }
+            Err(source) => {
+                return Err(TcpSetupError::Handshake {
+                    step: "send reply",
+                    source,
+                }
+                .into())
+            }
+        }
+        let Handshake { stream, peer, .. } = hs;
+        establish(stream, peer, theirs.depth, cfg).map(|e| Step::Done(Box::new(e)))
+    }
+}
+
+/// An accepted connection whose hello has not fully arrived (listening side): the control
+/// thread advances it ([`TcpListenerState::advance`]) when its socket is readable and expires it
+/// at its deadline. A peer that stalls costs one such entry until then, never time.
+pub(crate) struct Handshake {
+    stream: TcpStream,
+    peer: SocketAddr,
+    hello: [u8; HELLO_LEN],
+    have: usize,
+    deadline: Instant,
+}
+
+impl Handshake {
+    /// The socket to watch for `POLLIN`.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// The deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// A reply with `status`, best effort, never waiting.
+    fn reply(&self, params: &TcpParams, status: u8) {
+        let _ = (&self.stream).write(&params.encode(status));
+    }
+
+    /// Refuses the connection (the table of pending handshakes is full): a `busy` reply, best
+    /// effort; dropping `self` closes the socket.
+    pub(crate) fn refuse_busy(self, params: &TcpParams) {
+        self.reply(params, STATUS_BUSY);
+    }
+
+    /// The error for a handshake past its deadline (dropping `self` closes the socket).
+    pub(crate) fn timed_out(&self) -> Error {
+        TcpSetupError::AcceptTimeout {
+            timeout: ACCEPT_TIMEOUT,
+        }
+        .into()
+    }
+}
+
+impl TcpListenerState {
+    /// This listener's parameters.
+    pub(crate) fn params(&self) -> &TcpParams {
+        &self.params
+    }
+}
+
+/// Where [`TcpListenerState::advance`] left a handshake.
+pub(crate) enum Step {
+    /// Waiting for the rest of the hello.
+    Pending(Handshake),
+    /// Done: the connection is set up.
+    Done(Box<Established>),
+}

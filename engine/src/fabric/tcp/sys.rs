@@ -1,0 +1,123 @@
+//! The socket system calls of the TCP data path, the only FFI of the fabric: non-blocking
+//! `recv`, `sendmsg` of an iovec list (`MSG_NOSIGNAL`: a closed peer is an `EPIPE` error, never a
+//! `SIGPIPE`) and `shutdown`. Errors are raw errno values (no allocation on the data path).
+
+use core::mem::MaybeUninit;
+use std::os::fd::RawFd;
+
+/// Most iovec entries one [`sendmsg`] call takes (Linux's `IOV_MAX` is 1024; a poller cycle
+/// posts at most a batch of messages, two or three entries each).
+pub(crate) const IOV_BATCH: usize = 256;
+
+/// One gather entry: `len` bytes from `base`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Iov {
+    pub(crate) base: *const u8,
+    pub(crate) len: usize,
+}
+
+/// A fixed array of gather entries, filled for one `sendmsg`.
+pub(crate) struct IovList {
+    iov: [MaybeUninit<libc::iovec>; IOV_BATCH],
+    len: usize,
+    bytes: usize,
+}
+
+impl IovList {
+    #[inline]
+    pub(crate) fn new() -> IovList {
+        IovList {
+            iov: [const { MaybeUninit::uninit() }; IOV_BATCH],
+            len: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Appends `iov` (empty entries are skipped); false when the list is full.
+    #[inline]
+    pub(crate) fn push(&mut self, iov: Iov) -> bool {
+        if iov.len == 0 {
+            return true;
+        }
+        let Some(slot) = self.iov.get_mut(self.len) else {
+            return false;
+        };
+        slot.write(libc::iovec {
+            iov_base: iov.base.cast_mut().cast(),
+            iov_len: iov.len,
+        });
+        self.len += 1;
+        self.bytes += iov.len;
+        true
+    }
+
+    /// Bytes described.
+    #[inline]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Entries used.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// `errno` of the last failed call.
+#[inline]
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Non-blocking `recv` into `buf`: `Ok(0)` is the peer's end of stream, `Err(EAGAIN)` nothing
+/// to read.
+#[inline]
+pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the duration of the call; the
+    // kernel writes at most that many. An invalid `fd` is an `EBADF` error, not UB.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Non-blocking `sendmsg` of the gather list; returns the bytes the kernel took (possibly fewer
+/// than described: a partial write).
+///
+/// # Safety
+///
+/// Every entry of `iov` must describe memory valid for reads for the duration of the call.
+#[inline]
+pub(crate) unsafe fn sendmsg(fd: RawFd, iov: &IovList) -> Result<usize, i32> {
+    // SAFETY: a zeroed `msghdr` is a valid "no name, no control data" header.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.iov.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = iov.len as _;
+    // SAFETY: the first `iov.len` entries are initialised (`IovList::push`) and, by the
+    // caller's contract, describe readable memory; the kernel only reads them.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `shutdown(fd, SHUT_RDWR)`, best effort: the peer sees the end of stream (control thread).
+pub(crate) fn shutdown(fd: RawFd) {
+    // SAFETY: plain syscall on a descriptor number; an invalid one is an error, ignored.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+/// `shutdown(fd, SHUT_WR)`, best effort: our end of stream after the last write (poller close).
+pub(crate) fn shutdown_write(fd: RawFd) {
+    // SAFETY: as for `shutdown`.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_WR);
+    }
+}
