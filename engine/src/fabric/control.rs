@@ -730,7 +730,13 @@ pub(crate) trait Accepting: FabricControl {
 /// pending, or installs the connection and hands it over (closing it when the listener is gone
 /// by then), or reports its failure. Nothing is done (dropping `p` closes the attempt) when the
 /// listener is gone.
-pub(crate) fn advance<A: Accepting>(a: &mut A, ctx: &mut Ctx<'_>, lid: u64, p: A::Pending, now: Instant) {
+pub(crate) fn advance<A: Accepting>(
+    a: &mut A,
+    ctx: &mut Ctx<'_>,
+    lid: u64,
+    p: A::Pending,
+    now: Instant,
+) {
     let Some(l) = a.reg().listeners.iter().find(|l| l.id == lid) else {
         return;
     };
