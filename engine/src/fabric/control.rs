@@ -20,11 +20,15 @@
 //!   event dropped when the application does not drain the event ring.
 //!
 //! Nothing here waits on a peer. An accept whose handshake is under way (shm: the hello and the
-//! ready, `ACCEPT_STEP_TIMEOUT`, 250 ms, per step; RDMA: ESTABLISHED, up to 2 s) is an entry in
-//! its fabric's pending table, with a deadline: its descriptor is appended after the
-//! registry's in [`FabricControl::fds`], [`FabricControl::on_ready`] runs its next step when
-//! the peer's message arrives, and [`FabricControl::tick`] drops it when the deadline passes.
-//! So a stalled peer costs one entry, never control-thread time.
+//! ready, `ACCEPT_STEP_TIMEOUT`, 250 ms, per step; TCP: the hello, `ACCEPT_TIMEOUT`, 1 s; RDMA:
+//! ESTABLISHED, up to 2 s) is a [`PendingSetup`] entry in its fabric's [`Handshakes`] table,
+//! with a deadline, and every fabric drives that table the same way (the fabric is
+//! [`Accepting`]): its descriptors are appended after the registry's in
+//! [`FabricControl::fds`] ([`Handshakes::watch`]), [`FabricControl::on_ready`] runs an entry's
+//! next step when the peer's message arrives ([`on_ready`], [`advance`]: still pending, or
+//! installed and handed to the listener, or reported as an [`Event::Error`]), and
+//! [`FabricControl::tick`] drops it when the deadline passes ([`Handshakes::expire`]). So a
+//! stalled peer costs one entry, never control-thread time.
 
 use std::any::Any;
 use std::collections::HashMap;
