@@ -20,11 +20,15 @@
 //!   event dropped when the application does not drain the event ring.
 //!
 //! Nothing here waits on a peer. An accept whose handshake is under way (shm: the hello and the
-//! ready, `ACCEPT_STEP_TIMEOUT`, 250 ms, per step; RDMA: ESTABLISHED, up to 2 s) is an entry in
-//! its fabric's pending table, with a deadline: its descriptor is appended after the
-//! registry's in [`FabricControl::fds`], [`FabricControl::on_ready`] runs its next step when
-//! the peer's message arrives, and [`FabricControl::tick`] drops it when the deadline passes.
-//! So a stalled peer costs one entry, never control-thread time.
+//! ready, `ACCEPT_STEP_TIMEOUT`, 250 ms, per step; TCP: the hello, `ACCEPT_TIMEOUT`, 1 s; RDMA:
+//! ESTABLISHED, up to 2 s) is a [`PendingSetup`] entry in its fabric's [`Handshakes`] table,
+//! with a deadline, and every fabric drives that table the same way (the fabric is
+//! [`Accepting`]): its descriptors are appended after the registry's in
+//! [`FabricControl::fds`] ([`Handshakes::watch`]), [`FabricControl::on_ready`] runs an entry's
+//! next step when the peer's message arrives ([`on_ready`], [`advance`]: still pending, or
+//! installed and handed to the listener, or reported as an [`Event::Error`]), and
+//! [`FabricControl::tick`] drops it when the deadline passes ([`Handshakes::expire`]). So a
+//! stalled peer costs one entry, never control-thread time.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -582,4 +586,210 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
             self.finish(id);
         }
     }
+}
+
+/// Unpacks what a connecting thread produced for fabric `fabric`.
+///
+/// # Errors
+///
+/// [`Error::Setup`] ([`SetupError::WrongFabric`]) when `est` is not an `E`.
+pub(crate) fn downcast<E: 'static>(est: Established, fabric: &'static str) -> Result<E, Error> {
+    est.downcast::<E>()
+        .map(|e| *e)
+        .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric }))
+}
+
+/// An accepted connection whose handshake waits on the peer (shm's and TCP's `Handshake`,
+/// RDMA's `PendingAccept`): an entry of a [`Handshakes`] table.
+pub(crate) trait PendingSetup {
+    /// The descriptor that becomes readable when the peer's next message arrives.
+    fn fd(&self) -> RawFd;
+
+    /// When the current step fails if the peer has not answered.
+    fn deadline(&self) -> Instant;
+
+    /// The error reported ([`Event::Error`], no connection) when the deadline has passed.
+    fn timed_out(&self) -> Error;
+}
+
+/// Where one step of a pending handshake left it.
+pub(crate) enum Step<H, E> {
+    /// Still waiting on the peer.
+    Pending(H),
+    /// Done: the connection is set up (the fabric's `Established`).
+    Done(E),
+}
+
+/// The pending-handshake table of a fabric's control half: accepted connections whose handshake
+/// is under way, each with its listener's id, at most `max` at once (over every listener).
+///
+/// Their descriptors follow the registry's in the poll set, in table order
+/// ([`watch`](Self::watch)); [`on_ready`] advances those with input, [`expire`](Self::expire)
+/// drops those whose deadline passed. Dropping an entry closes its connection attempt.
+pub(crate) struct Handshakes<H> {
+    entries: Vec<(u64, H)>,
+    /// How many of `entries` the last [`watch`](Self::watch) appended.
+    watched: usize,
+    max: usize,
+}
+
+impl<H: PendingSetup> Handshakes<H> {
+    pub(crate) fn new(max: usize) -> Self {
+        Handshakes {
+            entries: Vec::new(),
+            watched: 0,
+            max,
+        }
+    }
+
+    /// At the cap: a new connection is to be refused as busy.
+    pub(crate) fn is_full(&self) -> bool {
+        self.entries.len() >= self.max
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Drops listener `lid`'s entries (it is gone).
+    pub(crate) fn unlisten(&mut self, lid: u64) {
+        self.entries.retain(|(l, _)| *l != lid);
+    }
+
+    /// Drops every entry (engine shutdown).
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Appends the entries' descriptors, in table order.
+    pub(crate) fn watch(&mut self, fds: &mut Vec<libc::pollfd>) {
+        for (_, h) in &self.entries {
+            fds.push(libc::pollfd {
+                fd: h.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        self.watched = self.entries.len();
+    }
+
+    /// Drops the entries whose deadline has passed at `now`, reporting each
+    /// ([`PendingSetup::timed_out`]).
+    pub(crate) fn expire(&mut self, ctx: &mut Ctx<'_>, now: Instant) {
+        if self.entries.iter().any(|(_, h)| h.deadline() <= now) {
+            let (late, keep) = std::mem::take(&mut self.entries)
+                .into_iter()
+                .partition(|(_, h)| h.deadline() <= now);
+            self.entries = keep;
+            for (_, h) in late {
+                ctx.emit(Event::Error {
+                    conn: None,
+                    error: h.timed_out(),
+                });
+            }
+        }
+    }
+}
+
+/// A fabric control half that accepts through a [`Handshakes`] table: what [`advance`] and
+/// [`on_ready`] need of it.
+pub(crate) trait Accepting: FabricControl {
+    type Fabric: Fabric;
+    type Listener;
+    type Setup: SetupSide;
+    type Pending: PendingSetup;
+    /// What a finished handshake gives (the fabric's boxed `Established`).
+    type Est;
+
+    fn reg(&mut self) -> &mut Registry<Self::Fabric, Self::Listener, Self::Setup>;
+
+    fn pending(&mut self) -> &mut Handshakes<Self::Pending>;
+
+    /// Runs the next steps of `p`, accepted on `listener`, whose input has arrived.
+    ///
+    /// # Errors
+    ///
+    /// The handshake failed (that connection attempt only).
+    fn step(
+        listener: &Self::Listener,
+        p: Self::Pending,
+        cfg: &Config,
+        now: Instant,
+    ) -> Result<Step<Self::Pending, Self::Est>, Error>;
+
+    /// Hands a connection whose handshake finished to a poller.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Setup`] when no poller can take it.
+    fn install_accepted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        est: Self::Est,
+        raw: String,
+    ) -> Result<ConnParts, Error>;
+}
+
+/// Runs the steps of pending handshake `p` of listener `lid` whose input has arrived: keeps it
+/// pending, or installs the connection and hands it over (closing it when the listener is gone
+/// by then), or reports its failure. Nothing is done (dropping `p` closes the attempt) when the
+/// listener is gone.
+pub(crate) fn advance<A: Accepting>(
+    a: &mut A,
+    ctx: &mut Ctx<'_>,
+    lid: u64,
+    p: A::Pending,
+    now: Instant,
+) {
+    let Some(l) = a.reg().listeners.iter().find(|l| l.id == lid) else {
+        return;
+    };
+    let step = A::step(&l.listener, p, ctx.cfg, now);
+    let raw = l.raw.clone();
+    match step {
+        Ok(Step::Pending(p)) => a.pending().entries.push((lid, p)),
+        Ok(Step::Done(est)) => match a.install_accepted(ctx, est, raw) {
+            Ok(parts) => {
+                if let Some(id) = a.reg().hand_over(lid, parts) {
+                    // The listener is gone: nobody will take this connection.
+                    a.drop_conn(ctx, id);
+                }
+            }
+            Err(error) => ctx.emit(Event::Error { conn: None, error }),
+        },
+        // A failed handshake fails only that connection attempt.
+        Err(error) => ctx.emit(Event::Error { conn: None, error }),
+    }
+}
+
+/// Handles the pending handshakes' share of `fds` (the last descriptors, in table order: nothing
+/// changed the table since [`Handshakes::watch`]): those with input are advanced, in order, and
+/// keep their place if still pending. Returns the rest of `fds`, the registry's.
+pub(crate) fn on_ready<'f, A: Accepting>(
+    a: &mut A,
+    ctx: &mut Ctx<'_>,
+    fds: &'f [libc::pollfd],
+    now: Instant,
+) -> &'f [libc::pollfd] {
+    let table = a.pending();
+    let n = table.watched.min(fds.len()).min(table.entries.len());
+    let (fds, hs_fds) = fds.split_at(fds.len() - n);
+    if hs_fds.iter().any(|p| p.revents != 0) {
+        let mut all = std::mem::take(&mut a.pending().entries).into_iter();
+        for (p, (lid, h)) in hs_fds.iter().zip(all.by_ref()) {
+            if p.revents != 0 {
+                advance(a, ctx, lid, h, now);
+            } else {
+                a.pending().entries.push((lid, h));
+            }
+        }
+        a.pending().entries.extend(all);
+    }
+    fds
+}
+
+/// Drops listener `id` of `a` with its pending handshakes; false if it is not one of `a`'s.
+pub(crate) fn unlisten<A: Accepting>(a: &mut A, id: u64) -> bool {
+    a.pending().unlisten(id);
+    a.reg().unlisten(id)
 }

@@ -14,6 +14,7 @@
 //! At most [`MAX_PENDING_ACCEPTS`] are pending; beyond that requests are rejected at once.
 //! Connecting runs on the calling thread.
 
+use std::os::fd::RawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -25,10 +26,11 @@ use super::setup::{
 };
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, FabricError, SetupError};
+use crate::error::{Error, FabricError};
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Ctx, FabricConnect, FabricControl, NewConn, Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, NewConn, PendingSetup,
+    Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
@@ -55,11 +57,9 @@ impl SetupSide for RdmaSetup {
 /// The RDMA control state.
 pub(crate) struct RdmaControl {
     reg: Registry<RdmaFabric, RdmaListener, RdmaSetup>,
-    /// Accepted requests waiting for ESTABLISHED, with their listener's id; their channels
-    /// follow the registry's descriptors in the poll set, in this order.
-    accepting: Vec<(u64, Box<PendingAccept>)>,
-    /// How many of `accepting` the last [`fds`](FabricControl::fds) appended.
-    watched_accepting: usize,
+    /// Accepted requests waiting for ESTABLISHED; their channels follow the registry's
+    /// descriptors in the poll set.
+    accepting: Handshakes<Box<PendingAccept>>,
     devices: Arc<RdmaDevices>,
 }
 
@@ -71,8 +71,7 @@ impl RdmaControl {
         ));
         Self {
             reg: Registry::new(links),
-            accepting: Vec::new(),
-            watched_accepting: 0,
+            accepting: Handshakes::new(MAX_PENDING_ACCEPTS),
             devices,
         }
     }
@@ -126,41 +125,66 @@ impl RdmaControl {
             let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
                 return;
             };
-            let busy = self.accepting.len() >= MAX_PENDING_ACCEPTS;
+            let busy = self.accepting.is_full();
             match l.listener.try_accept(ctx.cfg, &self.devices, busy, now) {
                 Ok(None) => return,
                 // ESTABLISHED may be there already: try at once.
-                Ok(Some(pa)) => self.advance(ctx, lid, pa),
+                Ok(Some(pa)) => control::advance(self, ctx, lid, pa, now),
                 Err(error) => ctx.emit(Event::Error { conn: None, error }),
             }
         }
     }
+}
 
-    /// Reads the next event of a pending accept of listener `lid`; keeps it pending, or
-    /// installs and hands over the connection, or reports its failure.
-    fn advance(&mut self, ctx: &mut Ctx<'_>, lid: u64, pa: Box<PendingAccept>) {
-        let Some(raw) = self
-            .reg
-            .listeners
-            .iter()
-            .find(|l| l.id == lid)
-            .map(|l| l.raw.clone())
-        else {
-            // The listener is gone: dropping the accept destroys its QP and id.
-            return;
-        };
-        match pa.advance(ctx.cfg) {
-            Ok(AcceptStep::Pending(pa)) => self.accepting.push((lid, pa)),
-            Ok(AcceptStep::Done(est)) => match self.install_est(ctx, *est, raw) {
-                Ok(parts) => {
-                    if let Some(id) = self.reg.hand_over(lid, parts) {
-                        self.drop_conn(ctx, id);
-                    }
-                }
-                Err(error) => ctx.emit(Event::Error { conn: None, error }),
-            },
-            Err(error) => ctx.emit(Event::Error { conn: None, error }),
-        }
+impl PendingSetup for Box<PendingAccept> {
+    fn fd(&self) -> RawFd {
+        PendingAccept::fd(self)
+    }
+
+    fn deadline(&self) -> Instant {
+        PendingAccept::deadline(self)
+    }
+
+    fn timed_out(&self) -> Error {
+        PendingAccept::timed_out(self)
+    }
+}
+
+impl Accepting for RdmaControl {
+    type Fabric = RdmaFabric;
+    type Listener = RdmaListener;
+    type Setup = RdmaSetup;
+    type Pending = Box<PendingAccept>;
+    type Est = Box<Established>;
+
+    fn reg(&mut self) -> &mut Registry<RdmaFabric, RdmaListener, RdmaSetup> {
+        &mut self.reg
+    }
+
+    fn pending(&mut self) -> &mut Handshakes<Box<PendingAccept>> {
+        &mut self.accepting
+    }
+
+    /// Reads the accept's next event (the listener plays no part).
+    fn step(
+        _listener: &RdmaListener,
+        pa: Box<PendingAccept>,
+        cfg: &Config,
+        _now: Instant,
+    ) -> Result<control::Step<Box<PendingAccept>, Box<Established>>, Error> {
+        Ok(match pa.advance(cfg)? {
+            AcceptStep::Pending(pa) => control::Step::Pending(pa),
+            AcceptStep::Done(est) => control::Step::Done(est),
+        })
+    }
+
+    fn install_accepted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        est: Box<Established>,
+        raw: String,
+    ) -> Result<ConnParts, Error> {
+        self.install_est(ctx, *est, raw)
     }
 }
 
@@ -192,8 +216,7 @@ impl FabricControl for RdmaControl {
 
     fn unlisten(&mut self, id: u64) -> bool {
         // Its pending accepts go with it.
-        self.accepting.retain(|(lid, _)| *lid != id);
-        self.reg.unlisten(id)
+        control::unlisten(self, id)
     }
 
     fn install(
@@ -202,10 +225,8 @@ impl FabricControl for RdmaControl {
         est: control::Established,
         raw: String,
     ) -> Result<ConnParts, Error> {
-        let est = est
-            .downcast::<Established>()
-            .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric: "rdma" }))?;
-        self.install_est(ctx, *est, raw)
+        let est = control::downcast::<Established>(est, RdmaFabric::NAME)?;
+        self.install_est(ctx, est, raw)
     }
 
     fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
@@ -219,36 +240,14 @@ impl FabricControl for RdmaControl {
         self.reg.watch(fds, RdmaListener::fd, |c| {
             Some((c.setup.id.channel().fd(), libc::POLLIN))
         });
-        for (_, pa) in &self.accepting {
-            fds.push(libc::pollfd {
-                fd: pa.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        self.watched_accepting = self.accepting.len();
+        self.accepting.watch(fds);
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
         // The pending accepts' channels come last, in `accepting` order (nothing changed the
         // table since `fds`). Those with an event are advanced first.
-        let n = self
-            .watched_accepting
-            .min(fds.len())
-            .min(self.accepting.len());
-        let (fds, pa_fds) = fds.split_at(fds.len() - n);
-        if pa_fds.iter().any(|p| p.revents != 0) {
-            let mut all = std::mem::take(&mut self.accepting).into_iter();
-            for (p, (lid, pa)) in pa_fds.iter().zip(all.by_ref()) {
-                if p.revents != 0 {
-                    self.advance(ctx, lid, pa);
-                } else {
-                    self.accepting.push((lid, pa));
-                }
-            }
-            self.accepting.extend(all);
-        }
         let now = Instant::now();
+        let fds = control::on_ready(self, ctx, fds, now);
         for w in self.reg.ready(fds) {
             match w {
                 Watched::Listener(id) => self.accept_on(ctx, id, now),
@@ -293,18 +292,7 @@ impl FabricControl for RdmaControl {
     fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
         self.reg.drain(ctx);
         // Accepts whose ESTABLISHED did not come in time fail (QP and id destroyed).
-        if self.accepting.iter().any(|(_, pa)| pa.deadline() <= now) {
-            let (late, keep) = std::mem::take(&mut self.accepting)
-                .into_iter()
-                .partition(|(_, pa)| pa.deadline() <= now);
-            self.accepting = keep;
-            for (_, pa) in late {
-                ctx.emit(Event::Error {
-                    conn: None,
-                    error: pa.timed_out(),
-                });
-            }
-        }
+        self.accepting.expire(ctx, now);
         !self.reg.conns.is_empty() || !self.accepting.is_empty()
     }
 

@@ -20,7 +20,7 @@
 //! fails its connection ([`Event::PeerUnresponsive`]) and the connection is closed as if the
 //! application had closed it, so the peer finds it gone when it resumes.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -31,11 +31,11 @@ use super::wire::Segment;
 use super::ShmFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, SetupError};
+use crate::error::Error;
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Ctx, FabricConnect, FabricControl, Liveness, NewConn, Registry, SetupSide, Watched,
-    ACCEPT_BURST,
+    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, Liveness, NewConn,
+    PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
@@ -67,11 +67,9 @@ pub(crate) const MAX_HANDSHAKES: usize = 1024;
 /// The shm control state.
 pub(crate) struct ShmControl {
     reg: Registry<ShmFabric, ShmListener, ShmSetup>,
-    /// Accepted connections whose handshake is under way, with their listener's id; their
-    /// sockets follow the registry's in the poll set, in this order.
-    handshakes: Vec<(u64, Handshake)>,
-    /// How many of `handshakes` the last [`fds`](FabricControl::fds) appended.
-    watched_handshakes: usize,
+    /// Accepted connections whose handshake is under way; their sockets follow the registry's
+    /// in the poll set.
+    handshakes: Handshakes<Handshake>,
     /// Grace of a close by the application: with dedicated pollers, none (the poller's
     /// `Retired` notice finishes it, after its last service pass posted the queued sends); in
     /// run-to-completion mode zero (that poller turns only when the application polls, which it
@@ -88,8 +86,7 @@ impl ShmControl {
     pub(crate) fn new(links: Vec<PollerLink<ShmFabric>>, cfg: &Config) -> ShmControl {
         ShmControl {
             reg: Registry::new(links),
-            handshakes: Vec::new(),
-            watched_handshakes: 0,
+            handshakes: Handshakes::new(MAX_HANDSHAKES),
             close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
             last_heartbeat: Instant::now(),
             heartbeat_every: cfg.heartbeat_every().unwrap_or(HEARTBEAT_IDLE),
@@ -163,40 +160,66 @@ impl ShmControl {
             };
             match l.listener.try_accept(now) {
                 Ok(None) => return,
-                Ok(Some(hs)) if self.handshakes.len() >= MAX_HANDSHAKES => hs.refuse_busy(),
+                Ok(Some(hs)) if self.handshakes.is_full() => hs.refuse_busy(),
                 Ok(Some(hs)) => {
                     // The hello may be there already: try at once.
-                    self.advance(ctx, lid, hs, now);
+                    control::advance(self, ctx, lid, hs, now);
                 }
                 // A failed accept fails only that connection attempt.
                 Err(error) => ctx.emit(Event::Error { conn: None, error }),
             }
         }
     }
+}
 
-    /// Runs the steps of a pending handshake of listener `lid` whose input has arrived; keeps
-    /// it pending, or installs and hands over the connection, or reports its failure.
-    fn advance(&mut self, ctx: &mut Ctx<'_>, lid: u64, hs: Handshake, now: Instant) {
-        // The listener is gone: dropping the handshake closes its socket.
-        let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
-            return;
-        };
-        let step = l.listener.advance(hs, ctx.cfg, now);
-        let raw = l.raw.clone();
-        match step {
-            Ok(Step::Pending(hs)) => self.handshakes.push((lid, hs)),
-            Ok(Step::Done(est)) => match self.install_est(ctx, *est, raw) {
-                Ok(parts) => {
-                    if let Some(id) = self.reg.hand_over(lid, parts) {
-                        // The listener is gone: nobody will take this connection.
-                        self.drop_conn(ctx, id);
-                    }
-                }
-                Err(error) => ctx.emit(Event::Error { conn: None, error }),
-            },
-            // A failed handshake fails only that connection attempt.
-            Err(error) => ctx.emit(Event::Error { conn: None, error }),
-        }
+impl PendingSetup for Handshake {
+    fn fd(&self) -> RawFd {
+        Handshake::fd(self)
+    }
+
+    fn deadline(&self) -> Instant {
+        Handshake::deadline(self)
+    }
+
+    fn timed_out(&self) -> Error {
+        Handshake::timed_out(self)
+    }
+}
+
+impl Accepting for ShmControl {
+    type Fabric = ShmFabric;
+    type Listener = ShmListener;
+    type Setup = ShmSetup;
+    type Pending = Handshake;
+    type Est = Box<Established>;
+
+    fn reg(&mut self) -> &mut Registry<ShmFabric, ShmListener, ShmSetup> {
+        &mut self.reg
+    }
+
+    fn pending(&mut self) -> &mut Handshakes<Handshake> {
+        &mut self.handshakes
+    }
+
+    fn step(
+        listener: &ShmListener,
+        hs: Handshake,
+        cfg: &Config,
+        now: Instant,
+    ) -> Result<control::Step<Handshake, Box<Established>>, Error> {
+        Ok(match listener.advance(hs, cfg, now)? {
+            Step::Pending(hs) => control::Step::Pending(hs),
+            Step::Done(est) => control::Step::Done(est),
+        })
+    }
+
+    fn install_accepted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        est: Box<Established>,
+        raw: String,
+    ) -> Result<ConnParts, Error> {
+        self.install_est(ctx, *est, raw)
     }
 }
 
@@ -226,8 +249,7 @@ impl FabricControl for ShmControl {
 
     fn unlisten(&mut self, id: u64) -> bool {
         // Its pending handshakes go with it (their sockets close).
-        self.handshakes.retain(|(lid, _)| *lid != id);
-        self.reg.unlisten(id)
+        control::unlisten(self, id)
     }
 
     fn install(
@@ -236,10 +258,8 @@ impl FabricControl for ShmControl {
         est: control::Established,
         raw: String,
     ) -> Result<ConnParts, Error> {
-        let est = est
-            .downcast::<Established>()
-            .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric: "shm" }))?;
-        self.install_est(ctx, *est, raw)
+        let est = control::downcast::<Established>(est, ShmFabric::NAME)?;
+        self.install_est(ctx, est, raw)
     }
 
     fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
@@ -251,36 +271,14 @@ impl FabricControl for ShmControl {
         self.reg.watch(fds, ShmListener::fd, |c| {
             (!c.is_closing()).then(|| (c.setup.stream.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP))
         });
-        for (_, hs) in &self.handshakes {
-            fds.push(libc::pollfd {
-                fd: hs.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        self.watched_handshakes = self.handshakes.len();
+        self.handshakes.watch(fds);
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
         let now = Instant::now();
         // The pending handshakes' sockets come last, in `handshakes` order (nothing changed the
         // table since `fds`). Those with input run their next step first.
-        let n = self
-            .watched_handshakes
-            .min(fds.len())
-            .min(self.handshakes.len());
-        let (fds, hs_fds) = fds.split_at(fds.len() - n);
-        if hs_fds.iter().any(|p| p.revents != 0) {
-            let mut all = std::mem::take(&mut self.handshakes).into_iter();
-            for (p, (lid, hs)) in hs_fds.iter().zip(all.by_ref()) {
-                if p.revents != 0 {
-                    self.advance(ctx, lid, hs, now);
-                } else {
-                    self.handshakes.push((lid, hs));
-                }
-            }
-            self.handshakes.extend(all);
-        }
+        let fds = control::on_ready(self, ctx, fds, now);
         for w in self.reg.ready(fds) {
             match w {
                 Watched::Listener(id) => self.accept_on(ctx, id, now),
@@ -308,18 +306,7 @@ impl FabricControl for ShmControl {
     fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
         self.reg.drain(ctx);
         // Handshakes whose step ran past its deadline fail (their sockets close).
-        if self.handshakes.iter().any(|(_, hs)| hs.deadline() <= now) {
-            let (late, keep) = std::mem::take(&mut self.handshakes)
-                .into_iter()
-                .partition(|(_, hs)| hs.deadline() <= now);
-            self.handshakes = keep;
-            for (_, hs) in late {
-                ctx.emit(Event::Error {
-                    conn: None,
-                    error: hs.timed_out(),
-                });
-            }
-        }
+        self.handshakes.expire(ctx, now);
         if now.duration_since(self.last_heartbeat) >= self.heartbeat_every {
             self.last_heartbeat = now;
             for c in self.reg.conns.values() {

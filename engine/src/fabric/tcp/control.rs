@@ -15,7 +15,7 @@
 //! a run-to-completion poller never runs again.
 
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -24,10 +24,11 @@ use super::sys;
 use super::TcpFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, SetupError};
+use crate::error::Error;
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Ctx, FabricConnect, FabricControl, NewConn, Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, NewConn, PendingSetup,
+    Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
@@ -50,10 +51,9 @@ impl SetupSide for TcpSetup {
 /// The TCP control state.
 pub(crate) struct TcpControl {
     reg: Registry<TcpFabric, TcpListenerState, TcpSetup>,
-    /// Accepted connections whose hello is awaited, with their listener's id; their sockets
-    /// follow the registry's in the poll set, in this order.
-    handshakes: Vec<(u64, Handshake)>,
-    watched_handshakes: usize,
+    /// Accepted connections whose hello is awaited; their sockets follow the registry's in the
+    /// poll set.
+    handshakes: Handshakes<Handshake>,
     /// Grace of a close by the application (as for shm): none with dedicated pollers, zero in
     /// run-to-completion mode.
     close_grace: Option<Duration>,
@@ -63,8 +63,7 @@ impl TcpControl {
     pub(crate) fn new(links: Vec<PollerLink<TcpFabric>>, cfg: &Config) -> TcpControl {
         TcpControl {
             reg: Registry::new(links),
-            handshakes: Vec::new(),
-            watched_handshakes: 0,
+            handshakes: Handshakes::new(MAX_HANDSHAKES),
             close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
         }
     }
@@ -103,35 +102,65 @@ impl TcpControl {
             };
             match l.listener.try_accept(now) {
                 Ok(None) => return,
-                Ok(Some(hs)) if self.handshakes.len() >= MAX_HANDSHAKES => {
+                Ok(Some(hs)) if self.handshakes.is_full() => {
                     hs.refuse_busy(l.listener.params());
                 }
                 // The hello may be there already: try at once.
-                Ok(Some(hs)) => self.advance(ctx, lid, hs),
+                Ok(Some(hs)) => control::advance(self, ctx, lid, hs, now),
                 Err(error) => ctx.emit(Event::Error { conn: None, error }),
             }
         }
     }
+}
 
-    fn advance(&mut self, ctx: &mut Ctx<'_>, lid: u64, hs: Handshake) {
-        let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
-            return;
-        };
-        let step = l.listener.advance(hs, ctx.cfg);
-        let raw = l.raw.clone();
-        match step {
-            Ok(Step::Pending(hs)) => self.handshakes.push((lid, hs)),
-            Ok(Step::Done(est)) => match self.install_est(ctx, *est, raw) {
-                Ok(parts) => {
-                    if let Some(id) = self.reg.hand_over(lid, parts) {
-                        self.drop_conn(ctx, id);
-                    }
-                }
-                Err(error) => ctx.emit(Event::Error { conn: None, error }),
-            },
-            // A failed handshake fails only that connection attempt.
-            Err(error) => ctx.emit(Event::Error { conn: None, error }),
-        }
+impl PendingSetup for Handshake {
+    fn fd(&self) -> RawFd {
+        Handshake::fd(self)
+    }
+
+    fn deadline(&self) -> Instant {
+        Handshake::deadline(self)
+    }
+
+    fn timed_out(&self) -> Error {
+        Handshake::timed_out(self)
+    }
+}
+
+impl Accepting for TcpControl {
+    type Fabric = TcpFabric;
+    type Listener = TcpListenerState;
+    type Setup = TcpSetup;
+    type Pending = Handshake;
+    type Est = Box<Established>;
+
+    fn reg(&mut self) -> &mut Registry<TcpFabric, TcpListenerState, TcpSetup> {
+        &mut self.reg
+    }
+
+    fn pending(&mut self) -> &mut Handshakes<Handshake> {
+        &mut self.handshakes
+    }
+
+    fn step(
+        listener: &TcpListenerState,
+        hs: Handshake,
+        cfg: &Config,
+        _now: Instant,
+    ) -> Result<control::Step<Handshake, Box<Established>>, Error> {
+        Ok(match listener.advance(hs, cfg)? {
+            Step::Pending(hs) => control::Step::Pending(hs),
+            Step::Done(est) => control::Step::Done(est),
+        })
+    }
+
+    fn install_accepted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        est: Box<Established>,
+        raw: String,
+    ) -> Result<ConnParts, Error> {
+        self.install_est(ctx, *est, raw)
     }
 }
 
@@ -163,8 +192,7 @@ impl FabricControl for TcpControl {
     }
 
     fn unlisten(&mut self, id: u64) -> bool {
-        self.handshakes.retain(|(lid, _)| *lid != id);
-        self.reg.unlisten(id)
+        control::unlisten(self, id)
     }
 
     fn install(
@@ -173,10 +201,8 @@ impl FabricControl for TcpControl {
         est: control::Established,
         raw: String,
     ) -> Result<ConnParts, Error> {
-        let est = est
-            .downcast::<Established>()
-            .map_err(|_| Error::Setup(SetupError::WrongFabric { fabric: "tcp" }))?;
-        self.install_est(ctx, *est, raw)
+        let est = control::downcast::<Established>(est, TcpFabric::NAME)?;
+        self.install_est(ctx, est, raw)
     }
 
     fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
@@ -186,34 +212,12 @@ impl FabricControl for TcpControl {
 
     fn fds(&mut self, fds: &mut Vec<libc::pollfd>) {
         self.reg.watch(fds, TcpListenerState::fd, |_| None);
-        for (_, hs) in &self.handshakes {
-            fds.push(libc::pollfd {
-                fd: hs.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        self.watched_handshakes = self.handshakes.len();
+        self.handshakes.watch(fds);
     }
 
     fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
         let now = Instant::now();
-        let n = self
-            .watched_handshakes
-            .min(fds.len())
-            .min(self.handshakes.len());
-        let (fds, hs_fds) = fds.split_at(fds.len() - n);
-        if hs_fds.iter().any(|p| p.revents != 0) {
-            let mut all = std::mem::take(&mut self.handshakes).into_iter();
-            for (p, (lid, hs)) in hs_fds.iter().zip(all.by_ref()) {
-                if p.revents != 0 {
-                    self.advance(ctx, lid, hs);
-                } else {
-                    self.handshakes.push((lid, hs));
-                }
-            }
-            self.handshakes.extend(all);
-        }
+        let fds = control::on_ready(self, ctx, fds, now);
         for w in self.reg.ready(fds) {
             if let Watched::Listener(id) = w {
                 self.accept_on(ctx, id, now);
@@ -223,18 +227,7 @@ impl FabricControl for TcpControl {
 
     fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
         self.reg.drain(ctx);
-        if self.handshakes.iter().any(|(_, hs)| hs.deadline() <= now) {
-            let (late, keep) = std::mem::take(&mut self.handshakes)
-                .into_iter()
-                .partition(|(_, hs)| hs.deadline() <= now);
-            self.handshakes = keep;
-            for (_, hs) in late {
-                ctx.emit(Event::Error {
-                    conn: None,
-                    error: hs.timed_out(),
-                });
-            }
-        }
+        self.handshakes.expire(ctx, now);
         !self.reg.conns.is_empty() || !self.handshakes.is_empty()
     }
 
