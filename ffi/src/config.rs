@@ -1,0 +1,140 @@
+//! `sw_config`: the engine knobs as a plain struct, with [`sw_config_init`] for the defaults.
+
+use std::ffi::c_char;
+
+use spinwire::{EngineBuilder, IdleStrategy, DEFAULT_LIVENESS_TIMEOUT, INLINE_MAX};
+
+use crate::error::{fail_msg, guard, SW_BAD_ARG, SW_BAD_CONFIG, SW_OK};
+use crate::handle::{c_str, timeout};
+
+/// Idle strategy: spin with a CPU relax hint (lowest latency; burns the core). The default.
+pub const SW_IDLE_BUSY_SPIN: u32 = 0;
+/// Idle strategy: spin, then yield, then park for 1 us doubling up to 1 ms (for shared cores).
+pub const SW_IDLE_BACKOFF: u32 = 1;
+
+/// Engine configuration. Fill it with [`sw_config_init`], then change what you need.
+///
+/// The defaults are the Rust `EngineBuilder`'s: run-to-completion (no poller thread), busy spin,
+/// 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)`, batch 32,
+/// inline threshold 120 bytes, connect timeout 5 s, 1024 connections per poller, liveness
+/// timeout 1 s.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct sw_config {
+    /// Bytes per buffer: the maximum message size (shm rounds it up to a multiple of 64).
+    pub buffer_size: usize,
+    /// Buffers per connection and direction.
+    pub buffers: usize,
+    /// Credits: most messages in flight per connection; 0 means `min(128, buffers)`.
+    pub depth: usize,
+    /// Most sends queued before a send runs a poller cycle itself (run-to-completion), and most
+    /// work items a poller moves per connection per step. 1..=256.
+    pub batch: usize,
+    /// Messages up to this many bytes travel inside the descriptor (at most 120).
+    pub inline_threshold: usize,
+    /// `SW_IDLE_BUSY_SPIN` or `SW_IDLE_BACKOFF`: what pollers and waiting calls do when idle.
+    pub idle: u32,
+    /// Default timeout of `sw_connect` (used when its `timeout_ns` is 0).
+    pub connect_timeout_ns: u64,
+    /// A peer silent this long fails its connection (`SW_CONN_FAILED`); 0 turns liveness off.
+    pub liveness_timeout_ns: u64,
+    /// Most connections one poller serves.
+    pub max_connections_per_poller: usize,
+    /// Core ids of dedicated poller threads (one pinned thread each), `poller_count` of them;
+    /// NULL / 0 means run-to-completion (the application thread drives the poller inside the
+    /// data-path calls and `sw_engine_poll`).
+    pub poller_cores: *const usize,
+    /// Entries of `poller_cores`.
+    pub poller_count: usize,
+    /// Prefix of the engine's thread names; NULL means `"spinwire"`.
+    pub name: *const c_char,
+}
+
+impl Default for sw_config {
+    fn default() -> Self {
+        sw_config {
+            buffer_size: 4096,
+            buffers: 256,
+            depth: 0,
+            batch: 32,
+            inline_threshold: INLINE_MAX,
+            idle: SW_IDLE_BUSY_SPIN,
+            connect_timeout_ns: 5_000_000_000,
+            liveness_timeout_ns: DEFAULT_LIVENESS_TIMEOUT.as_nanos() as u64,
+            max_connections_per_poller: 1024,
+            poller_cores: std::ptr::null(),
+            poller_count: 0,
+            name: std::ptr::null(),
+        }
+    }
+}
+
+/// Fills `cfg` with the defaults. Returns `SW_OK`, or `SW_BAD_ARG` when `cfg` is NULL.
+///
+/// # Safety
+///
+/// `cfg` is NULL or points to writable memory for one `sw_config`.
+#[no_mangle]
+pub unsafe extern "C" fn sw_config_init(cfg: *mut sw_config) -> i32 {
+    guard("sw_config_init", || {
+        if cfg.is_null() || !cfg.is_aligned() {
+            return fail_msg("sw_config_init", SW_BAD_ARG, "cfg is NULL or misaligned");
+        }
+        // SAFETY: non-null, aligned, writable per the contract; `write` does not read the old
+        // (possibly uninitialised) value.
+        unsafe { cfg.write(sw_config::default()) };
+        SW_OK
+    })
+}
+
+/// The builder for `cfg`; also what `idle` and the pointers say.
+///
+/// # Safety
+///
+/// `cfg.poller_cores` is NULL or points to `cfg.poller_count` readable `usize`s; `cfg.name` is
+/// NULL or a valid NUL-terminated string.
+pub(crate) unsafe fn builder(what: &str, cfg: &sw_config) -> Result<EngineBuilder, i32> {
+    let idle = match cfg.idle {
+        SW_IDLE_BUSY_SPIN => IdleStrategy::BusySpin,
+        SW_IDLE_BACKOFF => IdleStrategy::backoff(),
+        other => {
+            return Err(fail_msg(
+                what,
+                SW_BAD_CONFIG,
+                &format!("unknown idle strategy {other} (SW_IDLE_BUSY_SPIN or SW_IDLE_BACKOFF)"),
+            ))
+        }
+    };
+    let mut b = EngineBuilder::default()
+        .idle(idle)
+        .pool(cfg.buffer_size, cfg.buffers)
+        .batch(cfg.batch)
+        .inline_threshold(cfg.inline_threshold)
+        .connect_timeout(timeout(cfg.connect_timeout_ns))
+        .liveness_timeout(timeout(cfg.liveness_timeout_ns))
+        .max_connections_per_poller(cfg.max_connections_per_poller);
+    if cfg.depth != 0 {
+        b = b.depth(cfg.depth);
+    }
+    if cfg.poller_count > 0 {
+        if cfg.poller_cores.is_null() || !cfg.poller_cores.is_aligned() {
+            return Err(fail_msg(
+                what,
+                SW_BAD_CONFIG,
+                "poller_count > 0 but poller_cores is NULL or misaligned",
+            ));
+        }
+        // SAFETY: non-null, aligned, `poller_count` readable entries per the contract.
+        let cores = unsafe { std::slice::from_raw_parts(cfg.poller_cores, cfg.poller_count) };
+        b = b.pollers(cores);
+    } else {
+        b = b.run_to_completion();
+    }
+    if !cfg.name.is_null() {
+        // SAFETY: non-null and NUL-terminated per the contract.
+        let name = unsafe { c_str(what, "cfg->name", cfg.name) }?;
+        b = b.name(name);
+    }
+    Ok(b)
+}

@@ -1,0 +1,60 @@
+//! `libspinwire`: the C ABI of [spinwire](spinwire), in the idiom of Aeron's C API.
+//!
+//! Built as `libspinwire.so` and `libspinwire.a` (`cargo build --release -p spinwire-ffi`, then
+//! link with `-lspinwire`); the header `ffi/include/spinwire.h` is generated from this crate by
+//! cbindgen (`ffi/cbindgen.toml`) and checked in (`ffi/tests/header.rs` fails when it is stale).
+//! `ffi/include/spinwire.hpp` is a header-only C++ RAII wrapper.
+//!
+//! # The API
+//!
+//! * Opaque handles, each a heap object behind a pointer: [`sw_engine`] ([`sw_engine_new`] with
+//!   an [`sw_config`] filled by [`sw_config_init`], [`sw_engine_close`]), [`sw_listener`]
+//!   ([`sw_listen`], [`sw_accept`] with a timeout, [`sw_listener_close`]) and [`sw_conn`]
+//!   ([`sw_connect`] with a timeout, [`sw_conn_close`]).
+//! * The data path: [`sw_offer`] (copies), [`sw_try_claim`] + [`sw_claim_commit`] /
+//!   [`sw_claim_abort`] (zero copy: write in place in a send buffer), [`sw_poll`] (batch
+//!   receive into a handler, Aeron's `subscription_poll`), [`sw_flush`], [`sw_engine_poll`]
+//!   (run-to-completion). These calls allocate nothing and take no lock.
+//! * Events ([`sw_next_event`]) and counters ([`sw_conn_get_stats`], [`sw_engine_get_stats`]) as plain
+//!   structs.
+//!
+//! # Errors
+//!
+//! Every call returns `SW_OK` (0) or a count on success and a negative `SW_*` code on failure
+//! (see [`error`]); [`sw_errmsg`] then holds the failure's message with the whole cause chain
+//! (thread-local), and [`sw_strerror`] names a code. No panic crosses the boundary: each entry
+//! point catches it and returns [`SW_INTERNAL`].
+//!
+//! # Safety across the boundary
+//!
+//! * Handles carry a tag word checked on entry: NULL, a pointer to something else and (while
+//!   its memory is not reused) a closed handle give [`SW_BAD_ARG`]. Using a closed handle is
+//!   still undefined behaviour; the check is a safety net.
+//! * Thread affinity is Rust's: an engine handle may be used from any number of threads at once;
+//!   a listener or a connection (with its claims) from one thread at a time (it may move between
+//!   threads between calls). Nothing checks this.
+//! * A claim borrows its connection's send buffer: commit or abort it before closing the
+//!   connection ([`sw_conn_close`] aborts what is left).
+//! * An [`sw_poll`] handler sees each message during the call only, must not close the
+//!   connection being polled (caught) and must not unwind out of the call.
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod conn;
+pub mod engine;
+pub mod error;
+mod handle;
+
+pub use config::{sw_config, sw_config_init, SW_IDLE_BACKOFF, SW_IDLE_BUSY_SPIN};
+pub use conn::{
+    sw_accept, sw_claim, sw_claim_abort, sw_claim_commit, sw_conn, sw_conn_close,
+    sw_conn_get_stats, sw_conn_id, sw_conn_is_open, sw_conn_max_message_size, sw_conn_stats,
+    sw_flush, sw_handler, sw_listener, sw_listener_close, sw_offer, sw_poll, sw_try_claim,
+};
+pub use engine::{
+    sw_connect, sw_engine, sw_engine_close, sw_engine_get_stats, sw_engine_new, sw_engine_poll,
+    sw_engine_stats, sw_event, sw_listen, sw_next_event, SW_EVENT_CONNECTED, SW_EVENT_DISCONNECTED,
+    SW_EVENT_ERROR, SW_EVENT_OTHER, SW_EVENT_PEER_LEN, SW_EVENT_PEER_UNRESPONSIVE,
+};
+pub use error::*;
