@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use spinwire::{EngineBuilder, IdleStrategy, DEFAULT_LIVENESS_TIMEOUT, INLINE_MAX};
+use spinwire_rs::{EngineBuilder, IdleStrategy, DEFAULT_LIVENESS_TIMEOUT, INLINE_MAX};
 
 use crate::error::{fail_msg, guard, SW_BAD_ARG, SW_BAD_CONFIG, SW_OK};
 use crate::handle::{c_str, timeout};

@@ -9,7 +9,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 
-use spinwire::{Connection, Error, Listener, SendBuf, SendError};
+use spinwire_rs::{Connection, Error, Listener, SendBuf, SendError};
 
 use crate::error::{fail, fail_msg, guard, SW_BAD_ARG, SW_POOL_EXHAUSTED, SW_TIMEOUT};
 use crate::handle::{check, code, destroy, out_ptr, timeout, Tagged};

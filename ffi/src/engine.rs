@@ -3,7 +3,7 @@
 
 use std::ffi::c_char;
 
-use spinwire::{Engine, Error, Event};
+use spinwire_rs::{Engine, Error, Event};
 
 use crate::config::{builder, sw_config};
 use crate::conn::{sw_conn, sw_listener};

@@ -11,7 +11,7 @@ use std::ffi::c_char;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use spinwire::{Error, FabricError};
+use spinwire_rs::{Error, FabricError};
 
 /// Success.
 pub const SW_OK: i32 = 0;

@@ -1,4 +1,4 @@
-//! `libspinwire`: the C ABI of [spinwire](spinwire), in the idiom of Aeron's C API.
+//! `libspinwire`: the C ABI of [spinwire](spinwire_rs), in the idiom of Aeron's C API.
 //!
 //! Built as `libspinwire.so` and `libspinwire.a` (`cargo build --release -p spinwire-ffi`, then
 //! link with `-lspinwire`); the header `ffi/include/spinwire.h` is generated from this crate by

@@ -1,0 +1,249 @@
+/*
+ * pingpong.c - two-process shm ping-pong and one-way stream over libspinwire's C API.
+ *
+ *   pingpong server <endpoint> <messages>          echo <messages> messages, then exit
+ *   pingpong client <endpoint> <messages> [size]   ping-pong, print RTT percentiles
+ *   pingpong sink   <endpoint> <messages>          receive a stream with sw_poll, print rate
+ *   pingpong source <endpoint> <messages> [size]   send a stream with sw_offer
+ *
+ * Every message carries its sequence number and a payload derived from it; the server checks
+ * each one and echoes it, the client checks each echo, the sink checks order and contents.
+ * Both sides run in run-to-completion mode (no poller thread: one spinning thread per process).
+ * Every wait is bounded; exit status 0 means every message was verified.
+ *
+ * Build: gcc -O2 -Iffi/include ffi/examples/pingpong.c -Ltarget/release -lspinwire -o pingpong
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "spinwire.h"
+
+#define WAIT_NS (10ull * 1000 * 1000 * 1000) /* bound of every wait */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, int64_t code) {
+    fprintf(stderr, "pingpong: %s: %s (%s)\n", what, sw_strerror((int32_t)code), sw_errmsg());
+    exit(1);
+}
+
+/* The payload of message `seq`: the sequence number, then bytes derived from it. */
+static void fill(uint8_t *p, size_t size, uint64_t seq) {
+    memcpy(p, &seq, size < 8 ? size : 8);
+    for (size_t i = 8; i < size; i++) p[i] = (uint8_t)(seq * 31 + i);
+}
+
+static int check(const uint8_t *p, size_t len, size_t size, uint64_t seq) {
+    uint8_t want[4096];
+    if (len != size || size > sizeof want) return 0;
+    fill(want, size, seq);
+    return memcmp(p, want, size) == 0;
+}
+
+/* Receive state: what the handler checks and what it copies for an echo. */
+struct rx {
+    uint64_t expect; /* next sequence number */
+    size_t size;     /* 0: learn from the first message */
+    uint64_t bad;
+    uint8_t last[4096];
+    size_t last_len;
+};
+
+static void on_msg(void *clientd, const uint8_t *data, size_t len) {
+    struct rx *rx = clientd;
+    if (rx->size == 0) rx->size = len;
+    if (!check(data, len, rx->size, rx->expect)) rx->bad++;
+    rx->expect++;
+    rx->last_len = len < sizeof rx->last ? len : sizeof rx->last;
+    memcpy(rx->last, data, rx->last_len);
+}
+
+/* Waits (bounded) for one message. */
+static void recv_one(sw_conn *conn, struct rx *rx) {
+    uint64_t deadline = 0;
+    for (uint32_t spins = 0;; spins++) {
+        int64_t n = sw_poll(conn, on_msg, rx, 1);
+        if (n > 0) return;
+        if (n < 0) die("sw_poll", n);
+        if ((spins & 1023) == 0) {
+            uint64_t t = now_ns();
+            if (deadline == 0) deadline = t + WAIT_NS;
+            else if (t > deadline) die("recv", SW_TIMEOUT);
+        }
+    }
+}
+
+/* Sends one message, polling (bounded) while back-pressured, then flushes. */
+static void send_one(sw_conn *conn, const uint8_t *data, size_t len, int flush) {
+    uint64_t deadline = 0;
+    for (uint32_t spins = 0;; spins++) {
+        int64_t r = sw_offer(conn, data, len);
+        if (r > 0) break;
+        if (r != SW_BACK_PRESSURED) die("sw_offer", r);
+        if ((spins & 1023) == 0) {
+            uint64_t t = now_ns();
+            if (deadline == 0) deadline = t + WAIT_NS;
+            else if (t > deadline) die("send", SW_TIMEOUT);
+        }
+        sw_flush(conn);
+    }
+    if (flush) sw_flush(conn);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static sw_conn *connect_retry(sw_engine *engine, const char *ep) {
+    sw_conn *conn = NULL;
+    uint64_t deadline = now_ns() + WAIT_NS;
+    for (;;) {
+        int32_t r = sw_connect(engine, ep, 2000000000ull, &conn);
+        if (r == SW_OK) return conn;
+        /* The server may not listen yet. */
+        if (r != SW_NOT_CONNECTED || now_ns() > deadline) die("sw_connect", r);
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static sw_conn *accept_one(sw_engine *engine, const char *ep, sw_listener **l) {
+    sw_conn *conn = NULL;
+    int32_t r = sw_listen(engine, ep, l);
+    if (r != SW_OK) die("sw_listen", r);
+    fprintf(stderr, "listening on %s\n", ep);
+    r = sw_accept(*l, 30ull * 1000000000ull, &conn);
+    if (r != SW_OK) die("sw_accept", r);
+    return conn;
+}
+
+/* Drains until the peer has closed (bounded), so the last messages are not lost to our exit. */
+static void wait_closed(sw_conn *conn, struct rx *rx) {
+    uint64_t deadline = now_ns() + WAIT_NS;
+    while (now_ns() < deadline) {
+        int64_t n = sw_poll(conn, on_msg, rx, 64);
+        if (n == SW_CLOSED) return;
+        if (n < 0) die("sw_poll", n);
+    }
+    die("waiting for the peer to close", SW_TIMEOUT);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: pingpong server|client|sink|source <endpoint> <messages> [size]\n");
+        return 2;
+    }
+    const char *role = argv[1], *ep = argv[2];
+    uint64_t count = strtoull(argv[3], NULL, 10);
+    size_t size = argc > 4 ? strtoul(argv[4], NULL, 10) : 32;
+    if (size < 8 || size > 4096) {
+        fprintf(stderr, "pingpong: size must be in 8..=4096\n");
+        return 2;
+    }
+    sw_config cfg;
+    sw_config_init(&cfg);
+    cfg.buffer_size = 4096;
+    cfg.buffers = 64;
+    sw_engine *engine = NULL;
+    int32_t r = sw_engine_new(&cfg, &engine);
+    if (r != SW_OK) die("sw_engine_new", r);
+    struct rx rx = {0};
+    sw_listener *l = NULL;
+
+    if (strcmp(role, "server") == 0) {
+        sw_conn *conn = accept_one(engine, ep, &l);
+        uint64_t echoed = 0;
+        while (echoed < count) {
+            recv_one(conn, &rx);
+            send_one(conn, rx.last, rx.last_len, 1);
+            echoed++;
+        }
+        wait_closed(conn, &rx);
+        fprintf(stderr, "server: echoed %llu messages, %llu bad\n", (unsigned long long)echoed,
+                (unsigned long long)rx.bad);
+        sw_conn_close(conn);
+        sw_listener_close(l);
+        sw_engine_close(engine);
+        return rx.bad == 0 ? 0 : 1;
+    }
+    if (strcmp(role, "client") == 0) {
+        sw_conn *conn = connect_retry(engine, ep);
+        /* The first tenth warms up (verified, not timed). */
+        uint64_t warmup = count / 10, timed = count - warmup;
+        uint64_t *rtt = malloc(sizeof(uint64_t) * (timed ? timed : 1));
+        uint8_t msg[4096];
+        uint64_t bad = 0;
+        for (uint64_t i = 0; i < count; i++) {
+            fill(msg, size, i);
+            uint64_t t0 = now_ns();
+            send_one(conn, msg, size, 1);
+            rx.expect = i;
+            rx.size = size;
+            uint64_t bad_before = rx.bad;
+            recv_one(conn, &rx);
+            uint64_t t = now_ns() - t0;
+            if (rx.bad != bad_before) bad++;
+            if (i >= warmup) rtt[i - warmup] = t;
+        }
+        if (timed == 0) timed = 1, rtt[0] = 0;
+        qsort(rtt, timed, sizeof *rtt, cmp_u64);
+        printf("C ping-pong: %llu verified round trips of %zu B (%llu timed), %llu bad: "
+               "RTT p50 %llu ns, p99 %llu ns, max %llu ns\n",
+               (unsigned long long)count, size, (unsigned long long)timed,
+               (unsigned long long)bad, (unsigned long long)rtt[timed / 2],
+               (unsigned long long)rtt[(timed - 1) * 99 / 100],
+               (unsigned long long)rtt[timed - 1]);
+        free(rtt);
+        sw_conn_close(conn);
+        sw_engine_close(engine);
+        return bad == 0 ? 0 : 1;
+    }
+    if (strcmp(role, "sink") == 0) {
+        sw_conn *conn = accept_one(engine, ep, &l);
+        uint64_t t0 = 0, deadline = now_ns() + 4 * WAIT_NS;
+        for (uint32_t spins = 0; rx.expect < count; spins++) {
+            int64_t n = sw_poll(conn, on_msg, &rx, 64);
+            if (n < 0) die("sw_poll", n);
+            if (n > 0 && t0 == 0) t0 = now_ns();
+            if ((spins & 1023) == 0 && now_ns() > deadline) die("sink", SW_TIMEOUT);
+        }
+        uint64_t ns = now_ns() - t0;
+        wait_closed(conn, &rx);
+        printf("C stream (sw_poll): %llu messages of %zu B, %llu bad: %.2f Mmsg/s\n",
+               (unsigned long long)rx.expect, rx.size, (unsigned long long)rx.bad,
+               (double)count * 1e3 / (double)(ns ? ns : 1));
+        sw_conn_close(conn);
+        sw_listener_close(l);
+        sw_engine_close(engine);
+        return rx.bad == 0 ? 0 : 1;
+    }
+    if (strcmp(role, "source") == 0) {
+        sw_conn *conn = connect_retry(engine, ep);
+        uint8_t msg[4096];
+        for (uint64_t i = 0; i < count; i++) {
+            fill(msg, size, i);
+            send_one(conn, msg, size, 0);
+        }
+        sw_flush(conn);
+        /* Let the sink take everything before closing (bounded). */
+        sw_conn_stats st;
+        uint64_t deadline = now_ns() + WAIT_NS;
+        do {
+            sw_engine_poll(engine);
+            sw_conn_get_stats(conn, &st);
+        } while (st.tx_msgs < count && now_ns() < deadline);
+        sw_conn_close(conn);
+        sw_engine_close(engine);
+        return st.tx_msgs >= count ? 0 : 1;
+    }
+    fprintf(stderr, "pingpong: unknown role %s\n", role);
+    return 2;
+}
