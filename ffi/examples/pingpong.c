@@ -13,6 +13,8 @@
  *
  * Build: gcc -O2 -Iffi/include ffi/examples/pingpong.c -Ltarget/release -lspinwire -o pingpong
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

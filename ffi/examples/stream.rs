@@ -34,6 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match role.as_str() {
         "sink" => {
             let listener = engine.listen(ep)?;
+            eprintln!("listening on {ep}");
             let conn = listener.accept_timeout(Duration::from_secs(30))?;
             let (mut expect, mut bad, mut len) = (0u64, 0u64, 0usize);
             let mut want = vec![0u8; 4096];

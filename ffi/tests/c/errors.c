@@ -1,0 +1,290 @@
+/*
+ * errors.c - every result code of spinwire.h, provoked from C.
+ *
+ * Run by scripts/ci/ffi.sh (gcc, against ffi/include/spinwire.h and libspinwire). Each case
+ * checks the code, that sw_errmsg() explains it and that sw_strerror() names it. Three codes
+ * cannot be provoked by a correct program on a healthy host: SW_CONN_FAILED (a peer violating
+ * the protocol or going silent), SW_SHUTDOWN (the engine's control thread gone) and SW_INTERNAL
+ * (a panic inside the library); their mapping is tested in Rust (ffi/src/error.rs tests,
+ * ffi/tests/api.rs), as is the panic guard itself.
+ *
+ * Build: gcc -Wall -Iffi/include ffi/tests/c/errors.c -Ltarget/release -lspinwire -o errors
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "spinwire.h"
+
+static int failures;
+static int seen[1 - SW_CODE_MIN];
+
+#define MS 1000000ull
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Checks that `got` is `want`, with a message that mentions `needle` (NULL: any message). */
+static void expect(const char *what, int64_t got, int32_t want, const char *needle) {
+    const char *msg = sw_errmsg();
+    int ok = got == want;
+    if (ok && want != SW_OK && (msg[0] == '\0' || (needle && !strstr(msg, needle)))) ok = 0;
+    if (ok && strcmp(sw_strerror(want), "SW_UNKNOWN") == 0) ok = 0;
+    printf("%-4s %-52s %-18s %s\n", ok ? "ok" : "FAIL", what, sw_strerror((int32_t)got),
+           want == SW_OK ? "" : msg);
+    if (!ok) {
+        printf("     expected %s\n", sw_strerror(want));
+        failures++;
+    }
+    if (ok && want <= 0 && want >= SW_CODE_MIN) seen[-want] = 1;
+}
+
+static void on_msg(void *clientd, const uint8_t *data, size_t len) {
+    (void)data;
+    (void)len;
+    (*(int *)clientd)++;
+}
+
+static sw_conn *close_target;
+static int32_t close_result = 1;
+static void close_from_handler(void *clientd, const uint8_t *data, size_t len) {
+    (void)clientd;
+    (void)data;
+    (void)len;
+    close_result = sw_conn_close(close_target);
+}
+
+/* A connected pair on `engine` over shm://<name>. */
+static void pair(sw_engine *engine, const char *name, sw_listener **l, sw_conn **client,
+                 sw_conn **server) {
+    int32_t r = sw_listen(engine, name, l);
+    if (r != SW_OK) {
+        printf("FAIL listen %s: %s %s\n", name, sw_strerror(r), sw_errmsg());
+        exit(1);
+    }
+    r = sw_connect(engine, name, 5000 * MS, client);
+    if (r != SW_OK) {
+        printf("FAIL connect %s: %s %s\n", name, sw_strerror(r), sw_errmsg());
+        exit(1);
+    }
+    r = sw_accept(*l, 5000 * MS, server);
+    if (r != SW_OK) {
+        printf("FAIL accept %s: %s %s\n", name, sw_strerror(r), sw_errmsg());
+        exit(1);
+    }
+}
+
+int main(void) {
+    char name[128], name2[128];
+    int pid = (int)getpid();
+    sw_config cfg;
+    sw_engine *engine = NULL;
+    uint8_t buf[8192] = {0};
+
+    /* SW_BAD_ARG: NULL pointers and handles, a pointer that is not a handle. */
+    expect("sw_config_init(NULL)", sw_config_init(NULL), SW_BAD_ARG, "NULL");
+    expect("sw_engine_new(out = NULL)", sw_engine_new(NULL, NULL), SW_BAD_ARG, "NULL");
+    expect("sw_offer(NULL conn)", sw_offer(NULL, buf, 1), SW_BAD_ARG, "sw_conn handle");
+    expect("sw_poll(NULL conn)", sw_poll(NULL, on_msg, NULL, 1), SW_BAD_ARG, "NULL");
+    expect("sw_engine_poll(NULL)", sw_engine_poll(NULL), SW_BAD_ARG, "sw_engine handle");
+    expect("sw_conn_close(NULL)", sw_conn_close(NULL), SW_BAD_ARG, "NULL");
+    uint64_t not_a_handle[8] = {0x1234};
+    expect("sw_flush(not a handle)", sw_flush((sw_conn *)not_a_handle), SW_BAD_ARG,
+           "not a live handle");
+    expect("sw_engine_close(not a handle)", sw_engine_close((sw_engine *)not_a_handle),
+           SW_BAD_ARG, "not a live handle");
+
+    /* SW_BAD_CONFIG. */
+    sw_config_init(&cfg);
+    cfg.buffers = 0;
+    expect("sw_engine_new(buffers = 0)", sw_engine_new(&cfg, &engine), SW_BAD_CONFIG, "buffers");
+    sw_config_init(&cfg);
+    cfg.idle = 7;
+    expect("sw_engine_new(idle = 7)", sw_engine_new(&cfg, &engine), SW_BAD_CONFIG, "idle");
+
+    sw_config_init(&cfg);
+    cfg.buffers = 8;
+    cfg.buffer_size = 256;
+    cfg.idle = SW_IDLE_BACKOFF;
+    expect("sw_engine_new(defaults, 8 x 256 B)", sw_engine_new(&cfg, &engine), SW_OK, NULL);
+    if (!engine) return 1;
+
+    /* SW_BAD_ENDPOINT, SW_UNSUPPORTED, SW_NOT_CONNECTED, SW_SETUP_FAILED. */
+    sw_conn *c = NULL;
+    sw_listener *l = NULL;
+    expect("sw_connect(\"nope://x\")", sw_connect(engine, "nope://x", 0, &c), SW_BAD_ENDPOINT,
+           "nope://x");
+    expect("sw_listen(\"shm://a/b\")", sw_listen(engine, "shm://a/b", &l), SW_BAD_ENDPOINT,
+           "shm://a/b");
+    expect("sw_connect(NULL endpoint)", sw_connect(engine, NULL, 0, &c), SW_BAD_ARG, "endpoint");
+    expect("sw_connect(\"rdma://127.0.0.1:1\")", sw_connect(engine, "rdma://127.0.0.1:1", 0, &c),
+           SW_UNSUPPORTED, "rdma");
+    snprintf(name, sizeof name, "shm://ffi-errors-nobody-%d", pid);
+    expect("sw_connect(nobody listening)", sw_connect(engine, name, 500 * MS, &c),
+           SW_NOT_CONNECTED, "connect to");
+    snprintf(name, sizeof name, "shm://ffi-errors-%d", pid);
+    sw_listener *l1 = NULL, *l2 = NULL;
+    expect("sw_listen", sw_listen(engine, name, &l1), SW_OK, NULL);
+    expect("sw_listen(same name again)", sw_listen(engine, name, &l2), SW_SETUP_FAILED, "listen");
+    expect("sw_listener_close", sw_listener_close(l1), SW_OK, NULL);
+
+    /* SW_TIMEOUT: a TCP peer that accepts (kernel backlog) but never answers the hello; an
+     * accept with nobody connecting. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t salen = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 4) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &salen) != 0) {
+        perror("errors: tcp socket");
+        return 1;
+    }
+    char tcp[64];
+    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", ntohs(sa.sin_port));
+    uint64_t t0 = now_ns();
+    expect("sw_connect(silent tcp peer, 200 ms)", sw_connect(engine, tcp, 200 * MS, &c),
+           SW_TIMEOUT, "timed out");
+    uint64_t took = (now_ns() - t0) / MS;
+    if (took > 2000) {
+        printf("FAIL connect timeout took %llu ms\n", (unsigned long long)took);
+        failures++;
+    }
+    close(fd);
+    snprintf(name2, sizeof name2, "shm://ffi-errors-accept-%d", pid);
+    expect("sw_listen", sw_listen(engine, name2, &l2), SW_OK, NULL);
+    expect("sw_accept(nobody, 0 ns)", sw_accept(l2, 0, &c), SW_TIMEOUT, "no connection");
+    expect("sw_accept(nobody, 50 ms)", sw_accept(l2, 50 * MS, &c), SW_TIMEOUT, "timed out");
+    sw_listener_close(l2);
+
+    /* A connected pair for the data-path codes. */
+    snprintf(name, sizeof name, "shm://ffi-errors-pair-%d", pid);
+    sw_conn *client = NULL, *server = NULL;
+    pair(engine, name, &l, &client, &server);
+    int64_t max = sw_conn_max_message_size(client);
+    if (max < 256 || max > (int64_t)sizeof buf - 1) {
+        printf("FAIL max message size %lld\n", (long long)max);
+        return 1;
+    }
+
+    /* SW_TOO_LARGE. */
+    expect("sw_offer(max + 1 bytes)", sw_offer(client, buf, (size_t)max + 1), SW_TOO_LARGE,
+           "exceeds");
+    sw_claim claim;
+    expect("sw_try_claim(max + 1 bytes)", sw_try_claim(client, (size_t)max + 1, &claim),
+           SW_TOO_LARGE, "exceeds");
+    expect("sw_offer(max bytes)", sw_offer(client, buf, (size_t)max) > 0 ? SW_OK : -99, SW_OK,
+           NULL);
+    expect("sw_poll(NULL handler)", sw_poll(server, NULL, NULL, 1), SW_BAD_ARG, "handler");
+
+    /* Claims: commit, then a stale commit and abort; SW_POOL_EXHAUSTED once the application
+     * holds every buffer. */
+    int got = 0;
+    for (int i = 0; i < 1000 && got == 0; i++) sw_poll(server, on_msg, &got, 8);
+    expect("sw_try_claim(16)", sw_try_claim(client, 16, &claim), SW_OK, NULL);
+    sw_claim copy = claim;
+    memset(claim.data, 0xab, claim.len);
+    expect("sw_claim_commit", sw_claim_commit(&claim) > 0 ? SW_OK : -99, SW_OK, NULL);
+    expect("sw_claim_commit(spent claim)", sw_claim_commit(&claim), SW_BAD_ARG, "stale");
+    expect("sw_claim_commit(stale copy)", sw_claim_commit(&copy), SW_BAD_ARG, "stale");
+    expect("sw_claim_abort(stale copy)", sw_claim_abort(&copy), SW_BAD_ARG, "stale");
+    expect("sw_claim_commit(NULL)", sw_claim_commit(NULL), SW_BAD_ARG, "NULL");
+    /* Let the buffers come back, then claim all of them. */
+    uint64_t deadline = now_ns() + 5000 * MS;
+    sw_claim claims[64];
+    int held = 0;
+    int32_t r = SW_OK;
+    while (now_ns() < deadline) {
+        sw_poll(server, on_msg, &got, 64);
+        r = sw_try_claim(client, 8, &claims[held]);
+        if (r == SW_OK) {
+            if (++held == 64) break;
+        } else if (r != SW_BACK_PRESSURED) {
+            break;
+        }
+    }
+    expect("sw_try_claim(every buffer held)", r, SW_POOL_EXHAUSTED, "exhausted");
+    expect("sw_offer(every buffer held)", sw_offer(client, buf, 8), SW_POOL_EXHAUSTED,
+           "exhausted");
+    for (int i = 0; i < held; i++) {
+        if (sw_claim_abort(&claims[i]) != SW_OK) {
+            printf("FAIL abort claim %d: %s\n", i, sw_errmsg());
+            failures++;
+        }
+    }
+
+    /* SW_BACK_PRESSURED: flood a receiver that does not poll. */
+    r = SW_OK;
+    int64_t o = 0;
+    for (long i = 0; i < 1000000; i++) {
+        o = sw_offer(client, buf, 64);
+        if (o < 0) break;
+        if ((i & 15) == 0) sw_flush(client);
+    }
+    expect("sw_offer(flood, receiver not polling)", o, SW_BACK_PRESSURED, "would block");
+    sw_conn_stats st;
+    expect("sw_conn_get_stats", sw_conn_get_stats(client, &st), SW_OK, NULL);
+    if (st.would_block + st.alloc_failures == 0) {
+        printf("FAIL stats show no back-pressure\n");
+        failures++;
+    }
+
+    /* Closing from inside the connection's own poll handler is refused. */
+    close_target = server;
+    int64_t n = 0;
+    deadline = now_ns() + 5000 * MS;
+    while (n == 0 && now_ns() < deadline) n = sw_poll(server, close_from_handler, NULL, 1);
+    expect("sw_conn_close(inside its sw_poll handler)", close_result, SW_BAD_ARG, "handler");
+
+    /* SW_CLOSED: the peer closes. */
+    expect("sw_conn_close(server side)", sw_conn_close(server), SW_OK, NULL);
+    deadline = now_ns() + 5000 * MS;
+    do {
+        n = sw_poll(client, on_msg, &got, 64);
+    } while (n >= 0 && now_ns() < deadline);
+    expect("sw_poll(peer closed)", n, SW_CLOSED, "disconnected");
+    expect("sw_offer(peer closed)", sw_offer(client, buf, 8), SW_CLOSED, "disconnected");
+    expect("sw_conn_is_open(peer closed)", sw_conn_is_open(client), 0, NULL);
+
+    /* Events: Connected (twice: the pair's two ends) and Disconnected came through. */
+    sw_event ev;
+    int connected = 0, disconnected = 0;
+    while (sw_next_event(engine, 0, &ev) == 1) {
+        connected += ev.kind == SW_EVENT_CONNECTED;
+        disconnected += ev.kind == SW_EVENT_DISCONNECTED;
+    }
+    if (connected == 0) {
+        printf("FAIL no SW_EVENT_CONNECTED seen\n");
+        failures++;
+    }
+    sw_engine_stats es;
+    expect("sw_engine_get_stats", sw_engine_get_stats(engine, &es), SW_OK, NULL);
+    expect("sw_conn_close(client)", sw_conn_close(client), SW_OK, NULL);
+    expect("sw_listener_close", sw_listener_close(l), SW_OK, NULL);
+    expect("sw_engine_close", sw_engine_close(engine), SW_OK, NULL);
+    printf("events: %d connected, %d disconnected; engine: %llu connections opened\n", connected,
+           disconnected, (unsigned long long)es.connections_opened);
+
+    /* Every code that a correct program can provoke was seen. */
+    const int32_t reachable[] = {SW_BACK_PRESSURED, SW_NOT_CONNECTED, SW_CLOSED,     SW_TIMEOUT,
+                                 SW_TOO_LARGE,      SW_BAD_ARG,       SW_BAD_ENDPOINT, SW_BAD_CONFIG,
+                                 SW_POOL_EXHAUSTED, SW_SETUP_FAILED,  SW_UNSUPPORTED};
+    for (size_t i = 0; i < sizeof reachable / sizeof reachable[0]; i++) {
+        if (!seen[-reachable[i]]) {
+            printf("FAIL %s was never provoked\n", sw_strerror(reachable[i]));
+            failures++;
+        }
+    }
+    if (strcmp(sw_strerror(1), "SW_UNKNOWN") != 0) failures++;
+    printf("%s: %d failure(s)\n", failures ? "FAILED" : "errors.c passed", failures);
+    return failures ? 1 : 0;
+}
