@@ -30,7 +30,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let count: u64 = count.parse()?;
     let size: usize = args.get(3).map_or(Ok(32), |s| s.parse())?;
-    let engine = Engine::builder().run_to_completion().pool(4096, 64).build()?;
+    let engine = Engine::builder()
+        .run_to_completion()
+        .pool(4096, 64)
+        .build()?;
     match role.as_str() {
         "sink" => {
             let listener = engine.listen(ep)?;

@@ -1,0 +1,220 @@
+//! The C API driven from Rust through the rlib: a connected pair in one process (one
+//! run-to-completion engine), offers, claims, the batch receive, the claim rules and the
+//! thread-local error message. `ffi/tests/c/errors.c` covers every code from C.
+
+use std::ffi::{c_void, CStr};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use spinwire::*;
+
+fn errmsg() -> String {
+    // SAFETY: `sw_errmsg` returns a valid NUL-terminated string.
+    unsafe { CStr::from_ptr(sw_errmsg()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+struct Pair {
+    engine: *mut sw_engine,
+    listener: *mut sw_listener,
+    client: *mut sw_conn,
+    server: *mut sw_conn,
+}
+
+fn pair(tag: &str, buffers: usize) -> Pair {
+    let mut cfg = sw_config::default();
+    // SAFETY: a valid out pointer.
+    assert_eq!(unsafe { sw_config_init(&mut cfg) }, SW_OK);
+    cfg.buffers = buffers;
+    cfg.buffer_size = 512;
+    cfg.idle = SW_IDLE_BACKOFF;
+    let name =
+        std::ffi::CString::new(format!("shm://ffi-api-{tag}-{}", std::process::id())).unwrap();
+    let mut p = Pair {
+        engine: ptr::null_mut(),
+        listener: ptr::null_mut(),
+        client: ptr::null_mut(),
+        server: ptr::null_mut(),
+    };
+    // SAFETY: valid config and out pointers; the handles are used as the header says.
+    unsafe {
+        assert_eq!(sw_engine_new(&cfg, &mut p.engine), SW_OK, "{}", errmsg());
+        assert_eq!(
+            sw_listen(p.engine, name.as_ptr(), &mut p.listener),
+            SW_OK,
+            "{}",
+            errmsg()
+        );
+        assert_eq!(
+            sw_connect(p.engine, name.as_ptr(), 5_000_000_000, &mut p.client),
+            SW_OK,
+            "{}",
+            errmsg()
+        );
+        assert_eq!(
+            sw_accept(p.listener, 5_000_000_000, &mut p.server),
+            SW_OK,
+            "{}",
+            errmsg()
+        );
+    }
+    p
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // SAFETY: live handles, closed once each (a handle already closed by a test is NULL).
+        unsafe {
+            for c in [self.client, self.server] {
+                if !c.is_null() {
+                    assert_eq!(sw_conn_close(c), SW_OK);
+                }
+            }
+            assert_eq!(sw_listener_close(self.listener), SW_OK);
+            assert_eq!(sw_engine_close(self.engine), SW_OK);
+        }
+    }
+}
+
+unsafe extern "C" fn collect(clientd: *mut c_void, data: *const u8, len: usize) {
+    // SAFETY: `clientd` is the `Vec<Vec<u8>>` passed to `sw_poll`; `data` has `len` bytes.
+    unsafe {
+        let v = &mut *clientd.cast::<Vec<Vec<u8>>>();
+        v.push(std::slice::from_raw_parts(data, len).to_vec());
+    }
+}
+
+/// Polls `conn` until `n` messages arrived (bounded).
+fn recv(conn: *mut sw_conn, n: usize) -> Vec<Vec<u8>> {
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < n {
+        // SAFETY: a live handle; `collect` matches `clientd`.
+        let r = unsafe {
+            sw_poll(
+                conn,
+                Some(collect),
+                ptr::addr_of_mut!(got).cast(),
+                n - got.len(),
+            )
+        };
+        assert!(r >= 0, "sw_poll: {r} {}", errmsg());
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {} messages",
+            got.len()
+        );
+    }
+    got
+}
+
+#[test]
+fn offer_claim_poll_round_trip() {
+    let p = pair("rt", 16);
+    // SAFETY: live handles and valid buffers throughout.
+    unsafe {
+        assert_eq!(sw_conn_max_message_size(p.client), 512);
+        assert!(sw_conn_id(p.client) != 0 && sw_conn_id(p.client) != sw_conn_id(p.server));
+        assert_eq!(sw_offer(p.client, b"hello".as_ptr(), 5), 1);
+        assert_eq!(sw_offer(p.client, ptr::null(), 0), 2, "empty message");
+        let mut claim: sw_claim = std::mem::zeroed();
+        assert_eq!(sw_try_claim(p.client, 300, &mut claim), SW_OK);
+        assert_eq!(claim.len, 300);
+        assert_eq!(claim.conn, p.client);
+        for i in 0..300 {
+            claim.data.add(i).write(i as u8);
+        }
+        assert_eq!(sw_claim_commit(&mut claim), 3);
+        assert!(claim.data.is_null() && claim.token == 0, "spent claim");
+        // An aborted claim sends nothing.
+        assert_eq!(sw_try_claim(p.client, 8, &mut claim), SW_OK);
+        assert_eq!(sw_claim_abort(&mut claim), SW_OK);
+        assert_eq!(sw_claim_abort(&mut claim), SW_BAD_ARG);
+        assert_eq!(sw_flush(p.client), SW_OK);
+
+        let got = recv(p.server, 3);
+        assert_eq!(got[0], b"hello");
+        assert!(got[1].is_empty());
+        assert_eq!(got[2], (0..300).map(|i| i as u8).collect::<Vec<_>>());
+
+        let mut st = sw_conn_stats::default();
+        assert_eq!(sw_conn_get_stats(p.client, &mut st), SW_OK);
+        assert_eq!(st.sent, 3);
+        let mut st = sw_conn_stats::default();
+        assert_eq!(sw_conn_get_stats(p.server, &mut st), SW_OK);
+        assert_eq!(st.received, 3);
+        let mut es = sw_engine_stats::default();
+        assert_eq!(sw_engine_get_stats(p.engine, &mut es), SW_OK);
+        assert_eq!(es.pollers, 1);
+        assert!(es.rx_msgs >= 3);
+    }
+}
+
+#[test]
+fn a_claim_of_one_connection_is_refused_by_another() {
+    let p = pair("foreign", 8);
+    // SAFETY: live handles; the forged claim names a live connection.
+    unsafe {
+        let mut claim: sw_claim = std::mem::zeroed();
+        assert_eq!(sw_try_claim(p.client, 8, &mut claim), SW_OK);
+        let mut forged = sw_claim {
+            data: claim.data,
+            len: claim.len,
+            conn: p.server,
+            token: claim.token,
+        };
+        assert_eq!(sw_claim_commit(&mut forged), i64::from(SW_BAD_ARG));
+        assert!(errmsg().contains("stale claim"), "{}", errmsg());
+        assert_eq!(sw_claim_commit(&mut claim), 1);
+    }
+}
+
+#[test]
+fn close_aborts_outstanding_claims() {
+    let mut p = pair("close", 4);
+    // SAFETY: live handles; the claims are not used after their connection is closed.
+    unsafe {
+        let mut claims: [sw_claim; 4] = std::mem::zeroed();
+        for c in claims.iter_mut() {
+            assert_eq!(sw_try_claim(p.client, 64, c), SW_OK, "{}", errmsg());
+        }
+        let mut extra: sw_claim = std::mem::zeroed();
+        assert_eq!(sw_try_claim(p.client, 64, &mut extra), SW_POOL_EXHAUSTED);
+        assert_eq!(sw_conn_close(p.client), SW_OK);
+        p.client = ptr::null_mut();
+        // The peer sees the close.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = sw_poll(p.server, Some(collect), ptr::null_mut(), 8);
+            if r == i64::from(SW_CLOSED) {
+                break;
+            }
+            assert_eq!(r, 0, "{}", errmsg());
+            assert!(Instant::now() < deadline, "no SW_CLOSED");
+        }
+        assert_eq!(sw_conn_is_open(p.server), 0);
+    }
+}
+
+#[test]
+fn errmsg_keeps_the_cause_chain_per_thread() {
+    let mut e = ptr::null_mut();
+    // SAFETY: valid out pointers; the engine is closed once.
+    unsafe {
+        assert_eq!(sw_engine_new(ptr::null(), &mut e), SW_OK);
+        let name = c"shm://ffi-api-nobody-here";
+        let mut c = ptr::null_mut();
+        assert_eq!(sw_connect(e, name.as_ptr(), 0, &mut c), SW_NOT_CONNECTED);
+        let msg = errmsg();
+        assert!(
+            msg.starts_with("sw_connect: connect to \"shm://ffi-api-nobody-here\" failed: "),
+            "{msg}"
+        );
+        assert!(msg.contains("no shm listener"), "the cause is kept: {msg}");
+        // Another thread has its own message.
+        let other = std::thread::spawn(errmsg).join().unwrap();
+        assert_eq!(other, "");
+        assert_eq!(sw_engine_close(e), SW_OK);
+    }
+}
