@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn chain_and_names() {
-        let io = std::io::Error::new(std::io::ErrorKind::Other, "inner cause");
+        let io = std::io::Error::other("inner cause");
         let e = Error::Thread {
             what: "poller",
             source: io,

@@ -28,6 +28,12 @@ ls -l "$lib/libspinwire.so" "$lib/libspinwire.a"
 echo "--- header: ffi/include/spinwire.h is up to date"
 cargo test -p spinwire-ffi --test header
 
+# The crate's rustdoc is not built by `cargo doc --workspace` (`doc = false`: its lib name,
+# spinwire, would collide with the engine crate's docs), so check it here, in its own target
+# dir so that target/doc/spinwire stays the engine's.
+echo "--- rustdoc of spinwire-ffi (-D warnings)"
+CARGO_TARGET_DIR=$root/target/ffi/doc-check cargo rustdoc -p spinwire-ffi --lib -- -D warnings
+
 echo "--- pkg-config file"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 sed -e "s|@PREFIX@|$root|" -e "s|@LIBDIR@|$lib|" -e "s|@INCLUDEDIR@|$root/ffi/include|" \
