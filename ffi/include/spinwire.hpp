@@ -112,7 +112,8 @@ class Connection {
     /// sw_poll with any callable `f(const uint8_t *data, size_t len)` (must not throw).
     template <class F> int64_t poll(F &&f, size_t limit) {
         using Fn = typename std::remove_reference<F>::type;
-        return sw_poll(h_, &trampoline<Fn>, static_cast<void *>(&f), limit);
+        void *clientd = const_cast<void *>(static_cast<const void *>(&f));
+        return sw_poll(h_, &trampoline<Fn>, clientd, limit);
     }
     int flush() { return sw_flush(h_); }
     int64_t max_message_size() const { return sw_conn_max_message_size(h_); }

@@ -71,8 +71,12 @@ impl Drop for Pair {
                     assert_eq!(sw_conn_close(c), SW_OK);
                 }
             }
-            assert_eq!(sw_listener_close(self.listener), SW_OK);
-            assert_eq!(sw_engine_close(self.engine), SW_OK);
+            if !self.listener.is_null() {
+                assert_eq!(sw_listener_close(self.listener), SW_OK);
+            }
+            if !self.engine.is_null() {
+                assert_eq!(sw_engine_close(self.engine), SW_OK);
+            }
         }
     }
 }
@@ -217,4 +221,23 @@ fn errmsg_keeps_the_cause_chain_per_thread() {
         assert_eq!(other, "");
         assert_eq!(sw_engine_close(e), SW_OK);
     }
+}
+
+#[test]
+fn connections_outlive_a_closed_engine_handle() {
+    let mut p = pair("engine-first", 8);
+    // SAFETY: live handles; the engine handle is not used after it is closed.
+    unsafe {
+        assert_eq!(sw_engine_close(p.engine), SW_OK);
+        assert_eq!(sw_offer(p.client, b"still here".as_ptr(), 10), 1);
+        assert_eq!(sw_flush(p.client), SW_OK);
+        assert_eq!(recv(p.server, 1)[0], b"still here");
+        assert_eq!(sw_conn_close(p.client), SW_OK);
+        assert_eq!(sw_conn_close(p.server), SW_OK);
+        assert_eq!(sw_listener_close(p.listener), SW_OK);
+    }
+    p.client = ptr::null_mut();
+    p.server = ptr::null_mut();
+    p.listener = ptr::null_mut();
+    p.engine = ptr::null_mut();
 }
