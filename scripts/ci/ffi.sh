@@ -66,6 +66,8 @@ two() { # two NAME SERVER_CMD... -- CLIENT_CMD...
   while [ "$1" != -- ]; do srv+=("$1"); shift; done
   shift
   cli=("$@")
+  # Not a previous run's log: the wait below reads it before the server may have written it.
+  rm -f "$out/$name.server.log" "$out/$name.client.log"
   timeout 300 $(pin "$core_a") "${srv[@]}" >"$out/$name.server.log" 2>&1 &
   local spid=$!
   # Every server prints "listening on" once it listens (bounded wait).
