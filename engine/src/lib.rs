@@ -140,18 +140,20 @@
 //! on a host that vanished without a FIN) is found by heartbeats:
 //! [`EngineBuilder::liveness_timeout`] (default [`DEFAULT_LIVENESS_TIMEOUT`], 1 s; zero turns it
 //! off). Each side proves it is alive every quarter of the timeout: over shm its control thread
-//! bumps its heartbeat word in the segment and reads the peer's on every tick (10-20 ms); over
+//! bumps its heartbeat word in the segment, and reads the peer's every twelfth of the timeout
+//! (the control thread's liveness beat, its only periodic wake-up); over
 //! RDMA a connection that sent nothing else for that long sends a heartbeat (an explicit credit
 //! message, so it spends a credit and never causes an RNR) and the poller counts receive
 //! completions. A peer silent for the timeout fails its connection with
 //! [`FabricError::PeerUnresponsive`] (`silent_for`) and is reported once as
-//! [`Event::PeerUnresponsive`], within the timeout plus a tick; the connection is then closed
+//! [`Event::PeerUnresponsive`], within the timeout plus a beat; the connection is then closed
 //! (shm: the segment's closed flag, the bye and the socket; RDMA: the disconnect), so the peer,
 //! should it resume, finds its connection down ([`Error::Disconnected`]), never silently resumed.
 //! Other connections are not affected. A side whose own control thread (shm) or poller (RDMA)
 //! did not run for more than half the timeout restarts its observations instead of blaming its
 //! peers. Nothing is added to the data path per message (RDMA: one plain counter increment per
-//! receive completion; the checks run every few milliseconds by the coarse clock).
+//! receive completion; the checks run by the coarse clock, which the control thread advances
+//! on each beat).
 //!
 //! * With RDMA in run-to-completion mode, heartbeats go out only while the application calls
 //!   into the engine (`poll`, `send`, `try_recv`, `recv_timeout`, ...): call at least every
