@@ -234,7 +234,8 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = Idle::Spin, help_heading = "Threads")]
     pub idle: Idle,
 
-    /// Max work items posted per doorbell / drained per poller cycle.
+    /// Max work items posted per doorbell / drained per poller cycle (the engine's batch; the
+    /// application's is --app-batch).
     #[arg(
         long,
         value_name = "N",
@@ -242,6 +243,17 @@ pub struct CommonArgs {
         help_heading = "Data path"
     )]
     pub batch: usize,
+    /// Rate points: the application batch. The sender flushes once per N messages sent, the
+    /// receiver takes up to N messages per batch-receive call (`Connection::poll(handler, N)`).
+    /// 0: one `send` and one `try_recv` per message, no flush until the end (the behaviour
+    /// before this knob).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Data path"
+    )]
+    pub app_batch: usize,
     /// Credits: max messages in flight per connection (the rate window); at most --buffers.
     #[arg(
         long,
@@ -328,9 +340,13 @@ pub struct RateArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = parse_size,
           help_heading = "Run length")]
     pub size: usize,
-    /// Also measure `floor` on the app cores first and print each figure's ratio to it.
+    /// Measure `floor` on the app cores first and state its streaming rate and the ratio beside
+    /// each figure (the default for `rate`; kept for scripts).
     #[arg(long, help_heading = "Output")]
     pub floor: bool,
+    /// Skip the floor (no floor or ratio columns then).
+    #[arg(long, conflicts_with = "floor", help_heading = "Output")]
+    pub no_floor: bool,
 }
 
 /// How `load` measures latency.
