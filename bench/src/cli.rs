@@ -29,7 +29,10 @@ pub const DEFAULT_SERVER_ENDPOINT: &str = "shm://spinwire-bench";
 ///
 /// CPU use: every report gives user and system seconds and voluntary / involuntary context
 /// switches of each side's busy app thread; involuntary switches mean a side was descheduled,
-/// user + system close to the elapsed time means it was saturated.
+/// user + system close to the elapsed time means it was saturated. The `process` line counts
+/// the context switches of every thread of this process (control and poller threads too) and
+/// their rate: with every core owned by a spinner, involuntary ones are preempted spinners, the
+/// usual cause of a ping-pong's p99.9 tail.
 ///
 /// Threads: in loopback `--mode inline` (the default) runs one app thread per side, pinned to the
 /// two `--app-cores`, each driving its own engine: two busy threads in all, which fits a 2-core
@@ -55,7 +58,10 @@ pub enum Command {
     /// and RTT/2 percentiles.
     Lat(LatArgs),
     /// One-way streaming rate: keeps up to `--depth` messages in flight and reports msgs/s, MB/s
-    /// and Gb/s measured at the receiver.
+    /// and Gb/s measured at the receiver, with the machine's cache-line streaming floor (measured
+    /// first, in the same run, as `floor` does) and the ratio to it beside each figure
+    /// (`--no-floor` skips it). `--app-batch N` sends N messages per flush and receives up to N
+    /// per batch-receive call.
     Rate(RateArgs),
     /// Runs `lat` and/or `rate` over message sizes (powers of two up to `--max-size`, or
     /// `--sizes`), optionally crossed with one other knob, and `load` over `--rates`; measures
