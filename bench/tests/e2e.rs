@@ -495,13 +495,24 @@ fn rate_states_the_floor_and_the_process_switches_with_an_app_batch() {
     assert!(process["involuntary_csw_per_sec"].is_number(), "{p}");
     let csv = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
     let header = csv.lines().next().unwrap();
-    for col in ["floor_msgs_per_sec", "app_batch", "process_involuntary_csw_per_sec"] {
+    for col in [
+        "floor_msgs_per_sec",
+        "app_batch",
+        "process_involuntary_csw_per_sec",
+    ] {
         assert!(header.split(',').any(|c| c == col), "{col} in {header}");
     }
     // And without the floor, when asked.
     let out = run_ok(
         &[
-            "rate", "--no-floor", "--iters", "2000", "--warmup", "100", "--idle", "backoff",
+            "rate",
+            "--no-floor",
+            "--iters",
+            "2000",
+            "--warmup",
+            "100",
+            "--idle",
+            "backoff",
         ],
         Duration::from_secs(60),
     );

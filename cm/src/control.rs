@@ -396,7 +396,10 @@ mod tests {
         ct.shutdown();
         // About 11 (one every 50 ms, never earlier); late wake-ups on a loaded machine make
         // fewer, never more.
-        assert!((2..=12).contains(&n), "{n} ticks in 500 ms at a 50-ms deadline");
+        assert!(
+            (2..=12).contains(&n),
+            "{n} ticks in 500 ms at a 50-ms deadline"
+        );
     }
 
     #[test]

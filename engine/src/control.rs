@@ -191,7 +191,9 @@ impl cm::control::Backend for Dispatcher {
 
     fn tick(&mut self, now: Instant) -> Option<Duration> {
         self.clock.update();
-        self.counters.control_wakeups.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .control_wakeups
+            .fetch_add(1, Ordering::Relaxed);
         let beat = self.cadence.due(now);
         let (fabrics, mut ctx) = self.split();
         let mut next = None;

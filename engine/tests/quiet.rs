@@ -64,5 +64,8 @@ fn an_idle_engine_sleeps_until_woken() {
     let before = wakeups(&e);
     std::thread::sleep(WINDOW);
     // Nothing is due: only the 1-s safety net could turn it.
-    assert!(wakeups(&e) - before <= 1, "an idle engine's control thread turned");
+    assert!(
+        wakeups(&e) - before <= 1,
+        "an idle engine's control thread turned"
+    );
 }
