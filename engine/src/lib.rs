@@ -65,7 +65,12 @@
 //!   the control thread's poll set; a step runs when the peer's message arrives, and an entry
 //!   whose peer is too slow (shm: 250 ms per step; RDMA: 2 s) is dropped, closing its socket.
 //!   So a slow or hostile peer costs one table entry, not time: it delays neither other
-//!   connects and accepts nor hang-up detection and teardown.
+//!   connects and accepts nor hang-up detection and teardown. The control thread has no fixed
+//!   period: it sleeps in `poll(2)` until the next deadline (a handshake step, a close's grace,
+//!   the liveness beat, a twelfth of [`EngineBuilder::liveness_timeout`]) or until a request, a
+//!   descriptor or a poller's notice wakes it, so on a machine whose cores are all owned by
+//!   busy-polling threads it preempts them only at that beat
+//!   ([`EngineStats::control_wakeups`] counts its turns).
 //! * **Fabrics** plug in below the poller through the [`fabric::Fabric`] / [`fabric::FabricConn`]
 //!   traits: the poller is generic and monomorphised (no `dyn` on the data path), and each fabric
 //!   keeps setup code (`fabric/<name>/setup.rs`, or a `setup/` directory, as rdma's) apart
