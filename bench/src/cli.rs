@@ -29,7 +29,10 @@ pub const DEFAULT_SERVER_ENDPOINT: &str = "shm://spinwire-bench";
 ///
 /// CPU use: every report gives user and system seconds and voluntary / involuntary context
 /// switches of each side's busy app thread; involuntary switches mean a side was descheduled,
-/// user + system close to the elapsed time means it was saturated.
+/// user + system close to the elapsed time means it was saturated. The `process` line counts
+/// the context switches of every thread of this process (control and poller threads too) and
+/// their rate: with every core owned by a spinner, involuntary ones are preempted spinners, the
+/// usual cause of a ping-pong's p99.9 tail.
 ///
 /// Threads: in loopback `--mode inline` (the default) runs one app thread per side, pinned to the
 /// two `--app-cores`, each driving its own engine: two busy threads in all, which fits a 2-core
@@ -55,7 +58,10 @@ pub enum Command {
     /// and RTT/2 percentiles.
     Lat(LatArgs),
     /// One-way streaming rate: keeps up to `--depth` messages in flight and reports msgs/s, MB/s
-    /// and Gb/s measured at the receiver.
+    /// and Gb/s measured at the receiver, with the machine's cache-line streaming floor (measured
+    /// first, in the same run, as `floor` does) and the ratio to it beside each figure
+    /// (`--no-floor` skips it). `--app-batch N` sends N messages per flush and receives up to N
+    /// per batch-receive call.
     Rate(RateArgs),
     /// Runs `lat` and/or `rate` over message sizes (powers of two up to `--max-size`, or
     /// `--sizes`), optionally crossed with one other knob, and `load` over `--rates`; measures
@@ -234,7 +240,8 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = Idle::Spin, help_heading = "Threads")]
     pub idle: Idle,
 
-    /// Max work items posted per doorbell / drained per poller cycle.
+    /// Max work items posted per doorbell / drained per poller cycle (the engine's batch; the
+    /// application's is --app-batch).
     #[arg(
         long,
         value_name = "N",
@@ -242,6 +249,17 @@ pub struct CommonArgs {
         help_heading = "Data path"
     )]
     pub batch: usize,
+    /// Rate points: the application batch. The sender flushes once per N messages sent, the
+    /// receiver takes up to N messages per batch-receive call (`Connection::poll(handler, N)`).
+    /// 0: one `send` and one `try_recv` per message, no flush until the end (the behaviour
+    /// before this knob).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Data path"
+    )]
+    pub app_batch: usize,
     /// Credits: max messages in flight per connection (the rate window); at most --buffers.
     #[arg(
         long,
@@ -328,9 +346,13 @@ pub struct RateArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = parse_size,
           help_heading = "Run length")]
     pub size: usize,
-    /// Also measure `floor` on the app cores first and print each figure's ratio to it.
+    /// Measure `floor` on the app cores first and state its streaming rate and the ratio beside
+    /// each figure (the default for `rate`; kept for scripts).
     #[arg(long, help_heading = "Output")]
     pub floor: bool,
+    /// Skip the floor (no floor or ratio columns then).
+    #[arg(long, conflicts_with = "floor", help_heading = "Output")]
+    pub no_floor: bool,
 }
 
 /// How `load` measures latency.

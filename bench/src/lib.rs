@@ -5,7 +5,8 @@
 //! ```text
 //! cargo run --release -p bench -- sweep --sizes 8,64,512,4096 --iters 20000 --out target/bench-out
 //! cargo run --release -p bench -- lat --size 64 --floor           # one latency point, with ratios
-//! cargo run --release -p bench -- rate --size 4k --duration 2s    # one rate point
+//! cargo run --release -p bench -- rate --size 4k --duration 2s    # one rate point, beside the floor
+//! cargo run --release -p bench -- rate --size 8 --app-batch 32     # 32 msgs per flush / per poll call
 //! cargo run --release -p bench -- floor                           # the machine's own floor
 //! cargo run --release -p bench -- cost --sizes 8,64 --batch 32     # engine cost per message / RTT
 //! cargo run --release -p bench -- load --size 64 --rate 1m          # open-loop latency at 1 M msgs/s

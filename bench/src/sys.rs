@@ -1,5 +1,6 @@
 //! The few OS calls `bench` makes itself (all of its `unsafe` lives here): the host-wide
-//! monotonic clock that timestamps open-loop messages, and per-thread CPU use.
+//! monotonic clock that timestamps open-loop messages, per-thread CPU use, and the whole
+//! process's context switches.
 
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +95,58 @@ impl ThreadCpu {
     }
 }
 
+/// Context switches of the whole process over one point (`getrusage(RUSAGE_SELF)`: every thread,
+/// the app threads, pollers and the engines' control threads included), as written to
+/// `summary.json` (`process`).
+///
+/// With every core owned by a busy-polling thread, an involuntary switch is a spinner
+/// preempted (by a control thread's wake-up, another process, a kernel thread): the usual cause
+/// of a ping-pong's p99.9 tail. The rate makes runs of different lengths comparable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessCsw {
+    /// Voluntary context switches (a thread blocked or slept).
+    pub voluntary_csw: u64,
+    /// Involuntary context switches (the scheduler took a core away from a thread).
+    pub involuntary_csw: u64,
+    /// The window they were counted over, seconds.
+    pub elapsed_s: f64,
+    /// `involuntary_csw / elapsed_s`.
+    pub involuntary_csw_per_sec: f64,
+}
+
+/// The process's context-switch totals so far, `(voluntary, involuntary)` (zeros where the OS
+/// cannot tell).
+pub fn process_csw_now() -> (u64, u64) {
+    // SAFETY: rusage is plain old data; all-zero bytes are a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF asks for the whole process, and
+    // getrusage writes only through the pointer it is given.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return (0, 0);
+    }
+    (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64)
+}
+
+impl ProcessCsw {
+    /// The switches between `before` (from [`process_csw_now`]) and now, over `elapsed`.
+    pub fn since(before: (u64, u64), elapsed: std::time::Duration) -> Self {
+        let (v, iv) = process_csw_now();
+        let involuntary_csw = iv.saturating_sub(before.1);
+        let elapsed_s = elapsed.as_secs_f64();
+        Self {
+            voluntary_csw: v.saturating_sub(before.0),
+            involuntary_csw,
+            elapsed_s,
+            involuntary_csw_per_sec: if elapsed_s > 0.0 {
+                involuntary_csw as f64 / elapsed_s
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
 /// CPU use of both sides' app threads over one point.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuUse {
@@ -124,5 +177,15 @@ mod tests {
         );
         let r = ThreadCpu::decode(&d.encode());
         assert!((r.user_s - d.user_s).abs() < 1e-6);
+    }
+
+    #[test]
+    fn process_switches_count_a_sleep() {
+        let before = process_csw_now();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let d = ProcessCsw::since(before, std::time::Duration::from_millis(5));
+        // The sleep blocked this thread at least once.
+        assert!(d.voluntary_csw >= 1, "{d:?}");
+        assert!((d.involuntary_csw_per_sec - d.involuntary_csw as f64 / 0.005).abs() < 1e-6);
     }
 }

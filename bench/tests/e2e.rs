@@ -456,6 +456,70 @@ fn lat_with_floor_prints_ratios() {
     assert!(stdout.contains("cache-line RTT p50"), "{stdout}");
 }
 
+#[test]
+fn rate_states_the_floor_and_the_process_switches_with_an_app_batch() {
+    let _s = serial();
+    let dir = out_dir("rate-app-batch");
+    let out = run_ok(
+        &[
+            "rate",
+            "--app-batch",
+            "16",
+            "--iters",
+            "20000",
+            "--warmup",
+            "100",
+            "--idle",
+            "backoff",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The floor is measured by default and stated beside the figure.
+    assert!(stdout.contains("floor msgs/s"), "{stdout}");
+    assert!(stdout.contains("ivcsw/s"), "{stdout}");
+    let s = summary(&dir);
+    let p = &s["points"][0];
+    check_rate(p);
+    assert_eq!(p["app_batch"], 16);
+    // Every message was counted through the batch receive.
+    assert_eq!(p["iters"], 20000);
+    let floor = p["floor_msgs_per_sec"].as_f64().unwrap();
+    assert_eq!(Some(floor), s["floor"]["msgs_per_sec"].as_f64());
+    let ratio = p["msgs_per_sec_x_floor"].as_f64().unwrap();
+    assert!((ratio - p["msgs_per_sec"].as_f64().unwrap() / floor).abs() < 1e-9);
+    let process = &p["process"];
+    assert!(process["involuntary_csw"].is_u64(), "{p}");
+    assert!(process["involuntary_csw_per_sec"].is_number(), "{p}");
+    let csv = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    for col in [
+        "floor_msgs_per_sec",
+        "app_batch",
+        "process_involuntary_csw_per_sec",
+    ] {
+        assert!(header.split(',').any(|c| c == col), "{col} in {header}");
+    }
+    // And without the floor, when asked.
+    let out = run_ok(
+        &[
+            "rate",
+            "--no-floor",
+            "--iters",
+            "2000",
+            "--warmup",
+            "100",
+            "--idle",
+            "backoff",
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("cache-line RTT p50"), "{stdout}");
+}
+
 /// Every latency recorded in a point's `.hlog`, merged.
 fn hlog_total(path: &Path) -> hdrhistogram::Histogram<u64> {
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};

@@ -39,6 +39,7 @@ fn knobs() -> Knobs {
         poller_cores: vec![],
         app_cores: vec![0, 1],
         offered_rate: 0,
+        app_batch: 0,
     }
 }
 
@@ -64,6 +65,7 @@ fn point(test: &str, size: u64) -> Point {
         cross_value: None,
         rtt_x_floor: None,
         msgs_per_sec_x_floor: None,
+        floor_msgs_per_sec: None,
         counters: None,
         latency_ns: None,
         latency_kind: None,
@@ -72,6 +74,7 @@ fn point(test: &str, size: u64) -> Point {
         rate_shortfall: None,
         rate_warning: false,
         cpu: None,
+        process: None,
         knobs: knobs(),
     }
 }

@@ -11,13 +11,20 @@
 //! 1. drain the request queue ([`ControlHandle::request`]) into [`Backend::on_request`];
 //! 2. ask the backend for the file descriptors it waits on ([`Backend::fds`]: listening sockets,
 //!    rendezvous sockets watched for hang-up, an rdma_cm event channel) and `poll(2)` them together
-//!    with the thread's own wake-up eventfd, for at most [`Backend::tick`]'s answer (capped at
-//!    [`MAX_SLEEP`]);
+//!    with the thread's own wake-up eventfd, until [`Backend::tick`]'s deadline (the next instant
+//!    any timed work is due; with none, until woken, capped at [`MAX_SLEEP`] as a safety net);
 //! 3. hand the ready descriptors to [`Backend::on_ready`];
-//! 4. call [`Backend::tick`] for timed work (connect deadlines, heartbeats, rings from pollers).
+//! 4. call [`Backend::tick`] for timed work (handshake deadlines, heartbeats, liveness checks,
+//!    close grace timers, notices from pollers).
 //!
-//! Requests wake the thread through an eventfd, so a `connect` does not wait for the poll timeout.
-//! Nothing here is on the data path: a poller never calls into this module.
+//! There is no fixed period: the thread sleeps until something is due or until it is woken. On a
+//! machine whose cores are all owned by busy-polling threads, every wake-up of this thread
+//! preempts a spinner (that is the ping-pong's tail), so anything that needs the thread's
+//! attention wakes it through its eventfd instead of waiting for a periodic turn: requests
+//! ([`ControlHandle::request`]) and pollers' notices ([`Waker::wake`], one `write(2)` per
+//! notice: notices are per-connection events, never per message).
+//! Nothing here is on the data path: a poller never calls into this module except
+//! [`Waker::wake`].
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -27,8 +34,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The longest the control thread sleeps in `poll(2)` before it runs [`Backend::tick`] again.
-pub const MAX_SLEEP: Duration = Duration::from_millis(20);
+/// The longest the control thread sleeps in `poll(2)` before it runs [`Backend::tick`] again,
+/// even with nothing due: a safety net, not a period (timed work sets its own deadline through
+/// [`Backend::tick`], and everything else wakes the thread).
+pub const MAX_SLEEP: Duration = Duration::from_secs(1);
 
 /// Errors of the control thread itself.
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +74,11 @@ pub trait Backend: Send + 'static {
     /// least one is ready).
     fn on_ready(&mut self, fds: &[libc::pollfd], now: Instant);
 
-    /// Timed work, run every loop iteration. Returns how long the thread may sleep before the next
-    /// call (`None`: up to [`MAX_SLEEP`]).
+    /// Timed work, run once per loop iteration (every wake-up). Returns how long the thread may
+    /// sleep before the next timed work is due (`None`: nothing is due; the thread sleeps until
+    /// woken, or [`MAX_SLEEP`]). The thread wakes no earlier than that unless a descriptor or
+    /// the waker fires, so work that is not timed must wake it ([`ControlHandle::wake`],
+    /// [`Waker::wake`]).
     fn tick(&mut self, now: Instant) -> Option<Duration>;
 
     /// The thread is stopping: release everything.
@@ -74,13 +86,22 @@ pub trait Backend: Send + 'static {
 }
 
 /// Wakes the control thread out of `poll(2)` (an eventfd).
+///
+/// Made before the thread ([`ControlThread::spawn_with_waker`]) so that threads which exist
+/// before it (pollers) can hold it: a poller wakes the control thread when it leaves a notice
+/// for it, instead of the notice waiting for a periodic turn.
 #[derive(Debug)]
-struct Waker {
+pub struct Waker {
     fd: OwnedFd,
 }
 
 impl Waker {
-    fn new() -> Result<Waker, ControlError> {
+    /// A new eventfd waker.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::EventFd`] when `eventfd(2)` fails.
+    pub fn new() -> Result<Waker, ControlError> {
         // SAFETY: eventfd takes no pointers; the return value is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
@@ -91,7 +112,8 @@ impl Waker {
         Ok(Waker { fd })
     }
 
-    fn wake(&self) {
+    /// Wakes the thread (one `write(2)`; a wake-up already pending absorbs it).
+    pub fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd. A full counter (EAGAIN) means a
         // wake-up is already pending, which is all we want, so the result is ignored.
@@ -177,7 +199,23 @@ impl<R: Send + 'static> ControlThread<R> {
     where
         B: Backend<Request = R>,
     {
-        let waker = Arc::new(Waker::new()?);
+        Self::spawn_with_waker(name, backend, Arc::new(Waker::new()?))
+    }
+
+    /// As [`spawn`](Self::spawn), with a waker made beforehand (and shared with the threads
+    /// that must be able to wake this one).
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Spawn`].
+    pub fn spawn_with_waker<B>(
+        name: &str,
+        backend: B,
+        waker: Arc<Waker>,
+    ) -> Result<ControlThread<R>, ControlError>
+    where
+        B: Backend<Request = R>,
+    {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_waker = waker.clone();
@@ -239,7 +277,7 @@ fn run<B: Backend>(
             revents: 0,
         });
         backend.fds(&mut fds);
-        let timeout_ms = i32::try_from(sleep.as_millis()).unwrap_or(i32::MAX);
+        let timeout_ms = timeout_ms(sleep);
         let nfds = libc::nfds_t::try_from(fds.len()).unwrap_or(libc::nfds_t::MAX);
         // SAFETY: `fds` is a live, initialised array of `nfds` pollfd structs.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), nfds, timeout_ms) };
@@ -254,6 +292,13 @@ fn run<B: Backend>(
         // EINTR and friends: just loop again.
     }
     backend.on_shutdown();
+}
+
+/// `poll(2)`'s timeout for `sleep`, rounded *up* to whole milliseconds: rounding down would wake
+/// the thread just before the deadline, find nothing due and turn again at once.
+fn timeout_ms(sleep: Duration) -> i32 {
+    let ms = sleep.as_nanos().div_ceil(1_000_000);
+    i32::try_from(ms).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]
@@ -298,5 +343,71 @@ mod tests {
             u32::MAX
         );
         assert!(matches!(h.request(1), Err(ControlError::Gone)));
+    }
+
+    /// Counts its ticks; sleeps `every` between them (`None`: until woken).
+    struct Counting {
+        ticks: Arc<std::sync::atomic::AtomicU32>,
+        every: Option<Duration>,
+    }
+
+    impl Backend for Counting {
+        type Request = ();
+        fn on_request(&mut self, _request: (), _now: Instant) {}
+        fn fds(&mut self, _fds: &mut Vec<libc::pollfd>) {}
+        fn on_ready(&mut self, _fds: &[libc::pollfd], _now: Instant) {}
+        fn tick(&mut self, _now: Instant) -> Option<Duration> {
+            self.ticks.fetch_add(1, Ordering::Relaxed);
+            self.every
+        }
+        fn on_shutdown(&mut self) {}
+    }
+
+    fn counting(every: Option<Duration>) -> (ControlThread<()>, Arc<std::sync::atomic::AtomicU32>) {
+        let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let backend = Counting {
+            ticks: ticks.clone(),
+            every,
+        };
+        (ControlThread::spawn("test-quiet", backend).unwrap(), ticks)
+    }
+
+    #[test]
+    fn with_nothing_due_the_thread_sleeps_until_woken() {
+        let (mut ct, ticks) = counting(None);
+        std::thread::sleep(Duration::from_millis(300));
+        // The first turn only: no period (a loaded machine can only make it fewer).
+        assert_eq!(ticks.load(Ordering::Relaxed), 1);
+        let h = ct.handle();
+        h.wake();
+        let end = Instant::now() + Duration::from_secs(5);
+        while ticks.load(Ordering::Relaxed) < 2 {
+            assert!(Instant::now() < end, "wake() did not run a tick");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ct.shutdown();
+    }
+
+    #[test]
+    fn the_thread_wakes_at_the_deadline_tick_asks_for() {
+        let (mut ct, ticks) = counting(Some(Duration::from_millis(50)));
+        std::thread::sleep(Duration::from_millis(500));
+        let n = ticks.load(Ordering::Relaxed);
+        ct.shutdown();
+        // About 11 (one every 50 ms, never earlier); late wake-ups on a loaded machine make
+        // fewer, never more.
+        assert!(
+            (2..=12).contains(&n),
+            "{n} ticks in 500 ms at a 50-ms deadline"
+        );
+    }
+
+    #[test]
+    fn poll_timeouts_round_up() {
+        assert_eq!(timeout_ms(Duration::ZERO), 0);
+        assert_eq!(timeout_ms(Duration::from_nanos(1)), 1);
+        assert_eq!(timeout_ms(Duration::from_millis(83)), 83);
+        assert_eq!(timeout_ms(Duration::from_micros(83_334)), 84);
+        assert_eq!(timeout_ms(Duration::from_secs(1 << 40)), i32::MAX);
     }
 }

@@ -1,4 +1,8 @@
 //! The engine's coarse clock, advanced by the control thread and read by pollers.
+//!
+//! It advances on every wake-up of the control thread; with connections open and nothing else
+//! going on, that is the liveness beat (a twelfth of the liveness timeout), which bounds its
+//! lag. Its readers (the pollers' liveness checks and heartbeats) need no finer resolution.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

@@ -56,8 +56,8 @@ impl Config {
 
 /// Default of [`EngineBuilder::liveness_timeout`].
 pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
-/// Shortest non-zero [`EngineBuilder::liveness_timeout`]: the control thread ticks every 10-20 ms,
-/// and the heartbeat interval is a quarter of the timeout.
+/// Shortest non-zero [`EngineBuilder::liveness_timeout`]: the control thread's liveness beat is a
+/// twelfth of the timeout (under 7 ms here), and the heartbeat interval a quarter.
 pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_millis(80);
 
 /// Builds an [`Engine`](crate::Engine). Start with [`Engine::builder`](crate::Engine::builder).
@@ -181,7 +181,8 @@ impl EngineBuilder {
     /// `timeout / 4`: shm through the heartbeat word in the segment, bumped by the control
     /// thread; RDMA by a heartbeat message over the queue pair when the connection sent nothing
     /// else for that long. A peer stopped (SIGSTOP, a debugger), hung, or on a host that vanished
-    /// is found within `timeout` plus one control-thread tick (10-20 ms).
+    /// is found within `timeout` plus one liveness beat of the control thread (`timeout / 12`).
+    /// Between beats the control thread sleeps, so it does not preempt busy-polling threads.
     ///
     /// Both sides should use the same timeout (each side decides with its own). Default 1 s;
     /// at least [`MIN_LIVENESS_TIMEOUT`]; `Duration::ZERO` turns liveness off (a stopped peer is

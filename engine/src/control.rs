@@ -7,7 +7,14 @@
 //! go to the fabric named by the endpoint's scheme (or, for ids, to the fabric that owns them);
 //! the control loop's `fds`, `on_ready`, `tick` and shutdown go to every fabric in turn. The
 //! dispatcher holds nothing fabric-specific; see [`crate::fabric`] for adding a fabric.
+//!
+//! Timing: the dispatcher owns the engine's liveness [`Cadence`] (one grid of beats for every
+//! fabric) and advances the coarse clock on each turn. Its `tick` answers the earliest of the
+//! fabrics' own deadlines and, while any fabric needs it, the next beat; the control thread
+//! sleeps until then (or until a request, a descriptor or a poller's notice wakes it). Each
+//! turn counts one [`EngineStats::control_wakeups`](crate::EngineStats::control_wakeups).
 
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -18,7 +25,7 @@ use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
-use crate::fabric::control::{Ctx, Established, FabricConnect, FabricControl};
+use crate::fabric::control::{earliest, Cadence, Ctx, Established, FabricConnect, FabricControl};
 use crate::link::ConnParts;
 use crate::poller::AgentLinks;
 use crate::stats::EngineCounters;
@@ -51,6 +58,8 @@ pub(crate) struct Dispatcher {
     fabrics: Vec<Box<dyn FabricControl>>,
     /// How many descriptors each fabric appended in the last `fds`, in `fabrics` order.
     watched: Vec<usize>,
+    /// The liveness beats shared by every fabric.
+    cadence: Cadence,
 }
 
 impl Dispatcher {
@@ -62,6 +71,7 @@ impl Dispatcher {
         counters: Arc<EngineCounters>,
     ) -> Dispatcher {
         let mut d = Dispatcher {
+            cadence: Cadence::new(&cfg, Instant::now()),
             cfg,
             events,
             clock,
@@ -181,12 +191,20 @@ impl cm::control::Backend for Dispatcher {
 
     fn tick(&mut self, now: Instant) -> Option<Duration> {
         self.clock.update();
+        self.counters
+            .control_wakeups
+            .fetch_add(1, Ordering::Relaxed);
+        let beat = self.cadence.due(now);
         let (fabrics, mut ctx) = self.split();
-        let mut busy = false;
+        let mut next = None;
+        let mut beating = false;
         for f in fabrics.iter_mut() {
-            busy |= f.tick(&mut ctx, now);
+            let due = f.tick(&mut ctx, now, beat);
+            next = earliest(next, due.at);
+            beating |= due.beat;
         }
-        busy.then_some(Duration::from_millis(10))
+        let next = earliest(next, beating.then(|| self.cadence.next()))?;
+        Some(next.saturating_duration_since(Instant::now()))
     }
 
     fn on_shutdown(&mut self) {

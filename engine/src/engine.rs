@@ -77,23 +77,34 @@ impl Engine {
         let n_pollers = cfg.pollers.len().max(1);
         let mut poller_counters: Vec<Arc<PollerCounters>> =
             (0..n_pollers).map(|_| Arc::default()).collect();
-        let (mut agents, links) =
-            Agents::build(&poller_counters, cfg.max_connections_per_poller, cfg.batch);
+        let control_error = |e| match e {
+            cm::control::ControlError::Spawn(source)
+            | cm::control::ControlError::EventFd(source) => Error::Thread {
+                what: "control",
+                source,
+            },
+            other => Error::Thread {
+                what: "control",
+                source: std::io::Error::other(other),
+            },
+        };
+        // Made first: the pollers wake the control thread when they leave it a notice.
+        let waker = Arc::new(cm::control::Waker::new().map_err(control_error)?);
+        let (mut agents, links) = Agents::build(
+            &poller_counters,
+            &waker,
+            cfg.max_connections_per_poller,
+            cfg.batch,
+        );
         let backend =
             control::Dispatcher::new(cfg.clone(), links, ev_p, clock.clone(), counters.clone());
         let connectors = backend.connectors();
-        let control = cm::control::ControlThread::spawn(&format!("{}-control", cfg.name), backend)
-            .map_err(|e| match e {
-                cm::control::ControlError::Spawn(source)
-                | cm::control::ControlError::EventFd(source) => Error::Thread {
-                    what: "control",
-                    source,
-                },
-                other => Error::Thread {
-                    what: "control",
-                    source: std::io::Error::other(other),
-                },
-            })?;
+        let control = cm::control::ControlThread::spawn_with_waker(
+            &format!("{}-control", cfg.name),
+            backend,
+            waker,
+        )
+        .map_err(control_error)?;
         let ctl = control.handle();
 
         let mut inner = Inner {
@@ -300,6 +311,7 @@ impl Engine {
             events_dropped: c.events_dropped.load(Ordering::Relaxed),
             connections_opened: c.connections_opened.load(Ordering::Relaxed),
             connections_closed: c.connections_closed.load(Ordering::Relaxed),
+            control_wakeups: c.control_wakeups.load(Ordering::Relaxed),
         }
     }
 

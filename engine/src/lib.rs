@@ -65,7 +65,12 @@
 //!   the control thread's poll set; a step runs when the peer's message arrives, and an entry
 //!   whose peer is too slow (shm: 250 ms per step; RDMA: 2 s) is dropped, closing its socket.
 //!   So a slow or hostile peer costs one table entry, not time: it delays neither other
-//!   connects and accepts nor hang-up detection and teardown.
+//!   connects and accepts nor hang-up detection and teardown. The control thread has no fixed
+//!   period: it sleeps in `poll(2)` until the next deadline (a handshake step, a close's grace,
+//!   the liveness beat, a twelfth of [`EngineBuilder::liveness_timeout`]) or until a request, a
+//!   descriptor or a poller's notice wakes it, so on a machine whose cores are all owned by
+//!   busy-polling threads it preempts them only at that beat
+//!   ([`EngineStats::control_wakeups`] counts its turns).
 //! * **Fabrics** plug in below the poller through the [`fabric::Fabric`] / [`fabric::FabricConn`]
 //!   traits: the poller is generic and monomorphised (no `dyn` on the data path), and each fabric
 //!   keeps setup code (`fabric/<name>/setup.rs`, or a `setup/` directory, as rdma's) apart
@@ -140,18 +145,20 @@
 //! on a host that vanished without a FIN) is found by heartbeats:
 //! [`EngineBuilder::liveness_timeout`] (default [`DEFAULT_LIVENESS_TIMEOUT`], 1 s; zero turns it
 //! off). Each side proves it is alive every quarter of the timeout: over shm its control thread
-//! bumps its heartbeat word in the segment and reads the peer's on every tick (10-20 ms); over
+//! bumps its heartbeat word in the segment, and reads the peer's every twelfth of the timeout
+//! (the control thread's liveness beat, its only periodic wake-up); over
 //! RDMA a connection that sent nothing else for that long sends a heartbeat (an explicit credit
 //! message, so it spends a credit and never causes an RNR) and the poller counts receive
 //! completions. A peer silent for the timeout fails its connection with
 //! [`FabricError::PeerUnresponsive`] (`silent_for`) and is reported once as
-//! [`Event::PeerUnresponsive`], within the timeout plus a tick; the connection is then closed
+//! [`Event::PeerUnresponsive`], within the timeout plus a beat; the connection is then closed
 //! (shm: the segment's closed flag, the bye and the socket; RDMA: the disconnect), so the peer,
 //! should it resume, finds its connection down ([`Error::Disconnected`]), never silently resumed.
 //! Other connections are not affected. A side whose own control thread (shm) or poller (RDMA)
 //! did not run for more than half the timeout restarts its observations instead of blaming its
 //! peers. Nothing is added to the data path per message (RDMA: one plain counter increment per
-//! receive completion; the checks run every few milliseconds by the coarse clock).
+//! receive completion; the checks run by the coarse clock, which the control thread advances
+//! on each beat).
 //!
 //! * With RDMA in run-to-completion mode, heartbeats go out only while the application calls
 //!   into the engine (`poll`, `send`, `try_recv`, `recv_timeout`, ...): call at least every

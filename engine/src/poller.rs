@@ -14,7 +14,9 @@
 //!    send buffers and credits, publish (one index store / doorbell).
 //!
 //! No locks, allocation, syscalls or logging: connection tables and notice backlogs are allocated
-//! up front; failures become counters, connection state and notices to the control thread.
+//! up front; failures become counters, connection state and notices to the control thread. The
+//! one syscall is the control thread's wake-up (`Waker::wake`, an eventfd `write`) when a notice
+//! is pushed: once per retired connection, never per message or per cycle.
 //!
 //! This module is also the floor between the control thread and the pollers: the [`Command`] and
 //! [`Notice`] rings and the control thread's end of them ([`PollerLink`]). The agent set
@@ -24,6 +26,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use cm::control::Waker;
 use rings::{Consumer, Producer, PushError, RingBuffer};
 
 use crate::desc::{PoolView, TxDesc};
@@ -96,6 +99,11 @@ impl<F: Fabric> PollerLink<F> {
         if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
             self.pending.push_back(cmd);
         }
+    }
+
+    /// Commands wait for room in the ring (the control thread retries them soon).
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Pushes pending commands until the ring is full again.
@@ -266,6 +274,9 @@ pub(crate) struct Poller<F: Fabric> {
     commands: Consumer<Command<F>>,
     notices: Producer<Notice<F::Conn>>,
     backlog: Vec<Notice<F::Conn>>,
+    /// Wakes the control thread when a notice is pushed (one `write(2)` per notice: notices
+    /// are per-connection events, never per message or per cycle).
+    waker: Arc<Waker>,
     counters: Arc<PollerCounters>,
     batch: usize,
     cycle: u64,
@@ -279,6 +290,7 @@ impl<F: Fabric> Poller<F> {
         fabric: F,
         commands: Consumer<Command<F>>,
         notices: Producer<Notice<F::Conn>>,
+        waker: Arc<Waker>,
         counters: Arc<PollerCounters>,
         max_conns: usize,
         batch: usize,
@@ -293,6 +305,7 @@ impl<F: Fabric> Poller<F> {
             commands,
             notices,
             backlog: Vec::with_capacity(max_conns),
+            waker,
             counters,
             batch,
             cycle: 0,
@@ -304,13 +317,14 @@ impl<F: Fabric> Poller<F> {
     /// for every connection slot plus slack).
     pub(crate) fn with_link(
         fabric: F,
+        waker: Arc<Waker>,
         counters: Arc<PollerCounters>,
         max_conns: usize,
         batch: usize,
     ) -> (Poller<F>, PollerLink<F>) {
         let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
         let (note_p, note_c) = RingBuffer::new(max_conns + 64);
-        let poller = Poller::new(fabric, cmd_c, note_p, counters, max_conns, batch);
+        let poller = Poller::new(fabric, cmd_c, note_p, waker, counters, max_conns, batch);
         (poller, PollerLink::new(cmd_p, note_c))
     }
 
@@ -457,13 +471,16 @@ impl<F: Fabric> Poller<F> {
         }
     }
 
+    /// Hands `notice` to the control thread and wakes it (a connection event, not a per-message
+    /// path: the control thread has no periodic turn that would pick the notice up).
     fn notify(&mut self, notice: Notice<F::Conn>) {
         if !self.backlog.is_empty() {
             self.flush_backlog();
         }
         if self.backlog.is_empty() {
-            if let Err(rings::PushError::Full(n)) = self.notices.push(notice) {
-                self.backlog.push(n);
+            match self.notices.push(notice) {
+                Ok(()) => self.waker.wake(),
+                Err(rings::PushError::Full(n)) => self.backlog.push(n),
             }
         } else {
             // Capacity reserved up front: at most one notice per connection slot is pending.
@@ -471,12 +488,19 @@ impl<F: Fabric> Poller<F> {
         }
     }
 
+    /// Pushes backlogged notices (only when there are any: the cycle checks first) and wakes
+    /// the control thread if any went out.
     fn flush_backlog(&mut self) {
+        let mut pushed = false;
         while let Some(n) = self.backlog.pop() {
             if let Err(rings::PushError::Full(n)) = self.notices.push(n) {
                 self.backlog.push(n);
                 break;
             }
+            pushed = true;
+        }
+        if pushed {
+            self.waker.wake();
         }
     }
 
@@ -514,6 +538,7 @@ macro_rules! agent_set {
             /// fabrics of one poller), and the control thread's ends of their rings.
             pub(crate) fn build(
                 counters: &[Arc<PollerCounters>],
+                waker: &Arc<Waker>,
                 max_conns: usize,
                 batch: usize,
             ) -> (Vec<Agents>, AgentLinks) {
@@ -524,7 +549,13 @@ macro_rules! agent_set {
                     .iter()
                     .map(|pc| Agents {
                         $($(#[$attr])* $name: {
-                            let (poller, link) = Poller::with_link($make, pc.clone(), max_conns, batch);
+                            let (poller, link) = Poller::with_link(
+                                $make,
+                                waker.clone(),
+                                pc.clone(),
+                                max_conns,
+                                batch,
+                            );
                             links.$name.push(link);
                             poller
                         },)*

@@ -111,6 +111,11 @@ pub struct EngineStats {
     pub connections_opened: u64,
     /// Connections torn down since start.
     pub connections_closed: u64,
+    /// Turns of the control thread since start (each wake-up from `poll(2)`: a deadline, a
+    /// request, a poller's notice, a descriptor). Every one may preempt a busy-polling thread
+    /// on a machine with no spare core; with established connections and nothing in flight it
+    /// grows only at the liveness cadence (twelve a second at the default 1-s timeout).
+    pub control_wakeups: u64,
 }
 
 /// Per-connection counters written by its poller.
@@ -156,4 +161,5 @@ pub(crate) struct EngineCounters {
     pub(crate) events_dropped: AtomicU64,
     pub(crate) connections_opened: AtomicU64,
     pub(crate) connections_closed: AtomicU64,
+    pub(crate) control_wakeups: AtomicU64,
 }

@@ -158,35 +158,39 @@ pub fn render(report: &Report, unit: Unit) -> String {
         );
         let _ = writeln!(
             out,
-            "{:<16} {:>14} {:>12} {:>10} {:>10} {:>12}",
-            "point", "msgs/s", "MB/s", "Gb/s", "x floor", "iters"
+            "{:<16} {:>14} {:>14} {:>10} {:>12} {:>10} {:>12}",
+            "point", "msgs/s", "floor msgs/s", "x floor", "MB/s", "Gb/s", "iters"
         );
         if let Some(f) = &floor {
             let _ = writeln!(
                 out,
-                "{:<16} {:>14.0} {:>12.1} {:>10.3} {:>10} {:>12}",
+                "{:<16} {:>14.0} {:>14.0} {:>10} {:>12.1} {:>10.3} {:>12}",
                 match report.floor.as_ref().map(|f| f.kind) {
                     Some("tcp-raw") => "floor (64KiB)",
                     _ => "floor (8B)",
                 },
                 f.msgs_per_sec,
+                f.msgs_per_sec,
+                "1.00x",
                 f.mb_per_sec,
                 f.mb_per_sec * 8.0 / 1e3,
-                "1.00x",
                 "",
             );
         }
         for p in &rate {
             let _ = writeln!(
                 out,
-                "{:<16} {:>14.0} {:>12.1} {:>10.3} {:>10} {:>12}",
+                "{:<16} {:>14.0} {:>14} {:>10} {:>12.1} {:>10.3} {:>12}",
                 point_name(p),
                 p.msgs_per_sec.unwrap_or(0.0),
-                p.mb_per_sec.unwrap_or(0.0),
-                p.gbit_per_sec.unwrap_or(0.0),
+                p.floor_msgs_per_sec
+                    .map(|f| format!("{f:.0}"))
+                    .unwrap_or_default(),
                 p.msgs_per_sec_x_floor
                     .map(|x| format!("{x:.3}x"))
                     .unwrap_or_default(),
+                p.mb_per_sec.unwrap_or(0.0),
+                p.gbit_per_sec.unwrap_or(0.0),
                 p.iters,
             );
         }
@@ -251,7 +255,8 @@ pub fn render(report: &Report, unit: Unit) -> String {
     if !cpu.is_empty() {
         let _ = writeln!(
             out,
-            "\nCPU per side (app threads; ivcsw: descheduled, user+sys near elapsed: saturated)"
+            "\nCPU per side (app threads; ivcsw: descheduled, user+sys near elapsed: saturated; \
+             process: every thread of this process, the tail's usual cause)"
         );
         let _ = writeln!(
             out,
@@ -276,6 +281,20 @@ pub fn render(report: &Report, unit: Unit) -> String {
                     t.system_s,
                     t.voluntary_csw,
                     t.involuntary_csw
+                );
+            }
+            if let Some(c) = p.process {
+                let _ = writeln!(
+                    out,
+                    "{:<28} {:<7} {:>10.3} {:>10} {:>10} {:>8} {:>8}   ({:.0} ivcsw/s)",
+                    "",
+                    "process",
+                    c.elapsed_s,
+                    "",
+                    "",
+                    c.voluntary_csw,
+                    c.involuntary_csw,
+                    c.involuntary_csw_per_sec
                 );
             }
         }

@@ -33,7 +33,7 @@ use crate::error::BenchError;
 use crate::floor::FloorResult;
 use crate::machine::Machine;
 use crate::stats::{LatencySummary, RateSummary};
-use crate::sys::CpuUse;
+use crate::sys::{CpuUse, ProcessCsw};
 
 /// Version of the `summary.json` layout. Fields are only ever added; a removal or change of
 /// meaning bumps this.
@@ -67,6 +67,10 @@ pub struct Knobs {
     /// Offered load in msgs/s (`--rate`, or the sweep's `--rates` entry of a load point), 0 for
     /// unlimited.
     pub offered_rate: u64,
+    /// `--app-batch`: rate points' application batch (messages per flush and per batch
+    /// receive); 0: one send and one `try_recv` per message.
+    #[serde(default)]
+    pub app_batch: usize,
 }
 
 /// Engine counters on the client side over one point (warm-up and the point's few control
@@ -151,6 +155,10 @@ pub struct Point {
     pub rtt_x_floor: Option<LatencySummary>,
     /// msgs/s divided by the floor's streaming msgs/s (null without a floor or for lat).
     pub msgs_per_sec_x_floor: Option<f64>,
+    /// The floor's streaming msgs/s (cache-line SPSC, measured in the same run), stated beside
+    /// this point's msgs/s (null without a floor or for lat).
+    #[serde(default)]
+    pub floor_msgs_per_sec: Option<f64>,
     /// Engine counters over the point (null for the floor).
     #[serde(default)]
     pub counters: Option<Counters>,
@@ -177,6 +185,11 @@ pub struct Point {
     /// thread over the point (null for the floor).
     #[serde(default)]
     pub cpu: Option<CpuUse>,
+    /// Context switches of this whole process over the point (every thread; in a loopback run
+    /// both sides, their pollers and control threads): the involuntary ones are what
+    /// preempts spinners (null for the floor).
+    #[serde(default)]
+    pub process: Option<ProcessCsw>,
     /// Every knob.
     #[serde(flatten)]
     pub knobs: Knobs,
@@ -279,6 +292,7 @@ impl Report {
                 .msgs_per_sec
                 .filter(|_| f.msgs_per_sec > 0.0)
                 .map(|r| r / f.msgs_per_sec);
+            m.point.floor_msgs_per_sec = m.point.msgs_per_sec.map(|_| f.msgs_per_sec);
         }
         self.measured.push(m);
     }
@@ -608,6 +622,11 @@ pub const CSV_COLUMNS: &[&str] = &[
     "server_system_s",
     "server_voluntary_csw",
     "server_involuntary_csw",
+    "floor_msgs_per_sec",
+    "app_batch",
+    "process_voluntary_csw",
+    "process_involuntary_csw",
+    "process_involuntary_csw_per_sec",
 ];
 
 /// Renders `points` as CSV with a header row ([`CSV_COLUMNS`]); empty cells for nulls, core
@@ -702,6 +721,13 @@ pub fn csv(points: &[Point]) -> String {
                 opt(t.map(|t| t.involuntary_csw)),
             ]);
         }
+        row.extend([
+            opt(p.floor_msgs_per_sec),
+            k.app_batch.to_string(),
+            opt(p.process.map(|c| c.voluntary_csw)),
+            opt(p.process.map(|c| c.involuntary_csw)),
+            opt(p.process.map(|c| c.involuntary_csw_per_sec)),
+        ]);
         debug_assert_eq!(row.len(), CSV_COLUMNS.len());
         let line: Vec<String> = row.iter().map(|s| field(s)).collect();
         out.push_str(&line.join(","));
@@ -743,6 +769,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             cross_value: None,
             rtt_x_floor: None,
             msgs_per_sec_x_floor: None,
+            floor_msgs_per_sec: None,
             counters: None,
             latency_ns: None,
             latency_kind: None,
@@ -751,6 +778,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             rate_shortfall: None,
             rate_warning: false,
             cpu: None,
+            process: None,
             knobs: Knobs {
                 idle: "spin".into(),
                 batch: 1,
@@ -762,6 +790,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
                 poller_cores: Vec::new(),
                 app_cores: f.cores.to_vec(),
                 offered_rate: 0,
+                app_batch: 0,
             },
         },
         rtt: None,

@@ -30,6 +30,24 @@ pub trait BenchConn {
     /// The peer is gone.
     fn try_recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, BenchError>;
 
+    /// Batch receive (`--app-batch`): hands up to `limit` ready messages, in order, to `f`;
+    /// returns how many. The default calls [`try_recv_with`](Self::try_recv_with) per message;
+    /// fabric connections override it with their batch receive (spinwire's
+    /// `Connection::poll(handler, limit)`).
+    ///
+    /// # Errors
+    /// The peer is gone (after every message received before it was delivered).
+    fn poll_batch(&mut self, limit: usize, mut f: impl FnMut(&[u8])) -> Result<usize, BenchError> {
+        let mut n = 0;
+        while n < limit {
+            if self.try_recv_with(&mut f)?.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Pushes out a partially filled send batch.
     fn flush(&mut self) {}
 

@@ -206,6 +206,13 @@ impl BenchConn for EngineConn {
     }
 
     #[inline]
+    fn poll_batch(&mut self, limit: usize, f: impl FnMut(&[u8])) -> Result<usize, BenchError> {
+        self.conn
+            .poll(f, limit)
+            .map_err(|e| engine_err("receiving", e))
+    }
+
+    #[inline]
     fn flush(&mut self) {
         self.conn.flush();
     }

@@ -1,7 +1,7 @@
 //! One client-side point: runs the protocol for it and turns the outcome into a report
 //! [`Point`], with both sides' CPU use.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::proto::{self, PointSpec};
 use super::{conn, load, EngineCfg, Plan};
@@ -9,7 +9,7 @@ use crate::cli::TestKind;
 use crate::error::BenchError;
 use crate::report::{Knobs, Measured, Point, SHORTFALL_WARN};
 use crate::stats::LatencySummary;
-use crate::sys::{CpuUse, ThreadCpu};
+use crate::sys::{self, CpuUse, ProcessCsw, ThreadCpu};
 
 impl Plan {
     /// Measures one `test` point of `size` bytes at offered `rate` (0: unlimited) on `conn`.
@@ -36,6 +36,7 @@ impl Plan {
             latency: self.latency,
             stall: self.stall,
             stall_after: self.stall_after,
+            app_batch: self.app_batch,
         };
         let mut label = format!(
             "{}-{}-{}-{}B",
@@ -71,6 +72,7 @@ impl Plan {
             cross_value: g.cross.map(|(_, v)| v as u64),
             rtt_x_floor: None,
             msgs_per_sec_x_floor: None,
+            floor_msgs_per_sec: None,
             counters: None,
             latency_ns: None,
             latency_kind: None,
@@ -79,6 +81,7 @@ impl Plan {
             rate_shortfall: None,
             rate_warning: false,
             cpu: None,
+            process: None,
             knobs: Knobs {
                 idle: g.idle.as_str().into(),
                 batch: g.batch,
@@ -90,10 +93,13 @@ impl Plan {
                 poller_cores: g.pollers.clone(),
                 app_cores: self.app_cores.to_vec(),
                 offered_rate: rate,
+                app_batch: self.app_batch,
             },
         };
         let before = conn.counters();
         let counters = |conn: &C| Some(conn.counters()?.since(&before?));
+        let csw0 = (Instant::now(), sys::process_csw_now());
+        let process = || Some(ProcessCsw::since(csw0.1, csw0.0.elapsed()));
         let cpu0 = ThreadCpu::now();
         let cpu = |server: ThreadCpu| {
             Some(CpuUse {
@@ -105,6 +111,7 @@ impl Plan {
             TestKind::Lat => {
                 let out = proto::client_lat(conn, &spec, base_offset)?;
                 point.cpu = cpu(out.server_cpu);
+                point.process = process();
                 point.counters = counters(conn);
                 let rtt = LatencySummary::from_histogram(&out.rtt);
                 point.iters = out.count;
@@ -121,6 +128,7 @@ impl Plan {
             TestKind::Rate => {
                 let r = proto::client_rate(conn, &spec)?;
                 point.cpu = cpu(r.cpu);
+                point.process = process();
                 point.counters = counters(conn);
                 point.iters = r.rate.msgs;
                 point.elapsed_s = r.rate.elapsed_ns as f64 / 1e9;
@@ -136,6 +144,7 @@ impl Plan {
             TestKind::Load => {
                 let out = load::client_load(conn, &spec, base_offset)?;
                 point.cpu = cpu(out.server_cpu);
+                point.process = process();
                 point.counters = counters(conn);
                 point.iters = out.count;
                 point.elapsed_s = out.elapsed.as_secs_f64();

@@ -163,7 +163,8 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
                 vec![a.size],
                 None,
                 None,
-                a.floor,
+                // The rate report states the floor beside each figure unless told not to.
+                !a.no_floor,
                 false,
             )?;
             plan.execute(command)

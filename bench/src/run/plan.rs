@@ -77,6 +77,8 @@ pub struct Plan {
     pub interval: Duration,
     /// Measure the floor first.
     pub floor: bool,
+    /// Rate points' application batch (`--app-batch`; 0: per message).
+    pub app_batch: usize,
     /// Show a progress bar.
     pub progress: bool,
     /// Report directory.
@@ -116,6 +118,9 @@ impl Plan {
             (None, Some(ep)) => Role::Client(check_endpoint(ep, c.fabric)?),
             _ => Role::Loopback,
         };
+        if u32::try_from(c.app_batch).is_err() {
+            return Err(BenchError::invalid("--app-batch", "must fit 32 bits"));
+        }
         if c.iters == Some(0) {
             return Err(BenchError::invalid("--iters", "must be at least 1"));
         }
@@ -355,6 +360,7 @@ impl Plan {
             stall_after: c.stall_after,
             interval: c.interval,
             floor: floor && app_cores[0] != app_cores[1],
+            app_batch: c.app_batch,
             progress,
             out: c.out,
             unit: c.unit,

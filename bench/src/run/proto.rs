@@ -212,7 +212,16 @@ pub fn client_rate<C: BenchConn>(
         if conn.try_send_with(spec.size, |b| b.copy_from_slice(&template))? {
             sent += 1;
             w.reset();
+            // `--app-batch N`: one flush per N messages.
+            if spec.app_batch > 0 && sent % spec.app_batch as u64 == 0 {
+                conn.flush();
+            }
         } else {
+            if spec.app_batch > 0 {
+                // A partial batch waits on credits: let it go out (the credits come back for
+                // what the receiver got).
+                conn.flush();
+            }
             w.idle()?;
         }
     }
@@ -279,6 +288,10 @@ pub fn serve<C: BenchConn>(
             (TestKind::Lat, _) | (TestKind::Load, LatencyKind::RoundTrip) => {
                 (serve_lat(conn, &mut w, size, stall)?, None)
             }
+            (TestKind::Rate, _) if hello.app_batch > 0 => (
+                serve_rate_batched(conn, &mut w, size, hello.warmup, hello.app_batch, stall)?,
+                None,
+            ),
             (TestKind::Rate, _) => (serve_rate(conn, &mut w, size, hello.warmup, stall)?, None),
             (TestKind::Load, LatencyKind::OneWay) => {
                 let (rate, raw) = super::load::serve_one_way(conn, &mut w, &hello, stall)?;
@@ -360,6 +373,60 @@ fn serve_rate<C: BenchConn>(
     })
 }
 
+/// [`serve_rate`] with the batch receive: up to `batch` messages per
+/// [`BenchConn::poll_batch`] call (`--app-batch`), counted the same way.
+fn serve_rate_batched<C: BenchConn>(
+    conn: &mut C,
+    w: &mut Waiter,
+    size: usize,
+    warmup: u64,
+    batch: u32,
+    mut stall: Stall,
+) -> Result<RateSummary, BenchError> {
+    let reference = warmup.max(1) - 1;
+    let mut count = 0u64;
+    let mut t0 = None;
+    let mut t_end = None;
+    let mut bad = None;
+    let limit = batch as usize;
+    while t_end.is_none() {
+        let n = conn.poll_batch(limit, |m| {
+            let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+            if t_end.is_some() || bad.is_some() {
+                // Nothing may follow END; keep the first offence.
+                bad.get_or_insert(head);
+            } else if head == (size, TAG_DATA) {
+                stall.check(count);
+                if count == reference {
+                    t0 = Some(Instant::now());
+                }
+                count += 1;
+            } else if head == (1, TAG_END) {
+                t_end = Some(Instant::now());
+            } else {
+                bad = Some(head);
+            }
+        })?;
+        if let Some((len, tag)) = bad {
+            return Err(bad_data(size, len, tag));
+        }
+        if n == 0 {
+            w.idle()?;
+        } else {
+            w.reset();
+        }
+    }
+    let msgs = count.saturating_sub(reference + 1);
+    Ok(RateSummary {
+        msgs,
+        bytes: msgs * size as u64,
+        elapsed_ns: match (t0, t_end) {
+            (Some(a), Some(b)) => duration_ns(b - a),
+            _ => 0,
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +503,7 @@ mod tests {
             latency: LatencyKind::OneWay,
             stall: Duration::ZERO,
             stall_after: 0,
+            app_batch: 0,
         }
     }
 
@@ -455,6 +523,15 @@ mod tests {
         assert_eq!(rate.rate.msgs, 500);
         assert_eq!(rate.rate.bytes, 500 * 200);
         assert!(rate.rate.elapsed_ns > 0);
+        // The same with the application batch (flush per 7 sends, poll_batch of 7): the same
+        // count, whatever the batches' edges.
+        let batched = PointSpec {
+            app_batch: 7,
+            ..spec(200)
+        };
+        let rate = client_rate(&mut client, &batched).unwrap();
+        assert_eq!(rate.rate.msgs, 500);
+        assert_eq!(rate.rate.bytes, 500 * 200);
         // A size over the server's limit is refused with a reason, and the session goes on.
         let err = client_lat(&mut client, &spec(300), Duration::ZERO);
         assert!(

@@ -37,6 +37,9 @@ pub struct PointSpec {
     pub stall: Duration,
     /// ...after receiving this many messages.
     pub stall_after: u64,
+    /// Rate: the application batch (`--app-batch`): messages sent per flush and received per
+    /// `poll(handler, n)` call. 0: one `send` / `try_recv` per message, flushed at the end.
+    pub app_batch: usize,
 }
 
 impl PointSpec {
@@ -50,6 +53,7 @@ impl PointSpec {
             stall_after: self.stall_after,
             stall_ns: duration_ns(self.stall),
             interval_ns: duration_ns(self.interval),
+            app_batch: u32::try_from(self.app_batch).unwrap_or(u32::MAX),
         }
     }
 }

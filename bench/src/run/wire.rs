@@ -67,6 +67,10 @@ pub struct Hello {
     pub stall_ns: u64,
     /// Interval-log period of a one-way receiver, nanoseconds.
     pub interval_ns: u64,
+    /// Rate: the application batch (`--app-batch`; bytes 4..8): the receiver takes up to this
+    /// many messages per `poll(handler, n)` call. 0: one `try_recv` per message (and what a
+    /// client that predates the field sends).
+    pub app_batch: u32,
 }
 
 impl Hello {
@@ -80,6 +84,7 @@ impl Hello {
             TestKind::Load => 3,
         };
         b[2] = u8::from(self.latency == LatencyKind::OneWay);
+        b[4..8].copy_from_slice(&self.app_batch.to_le_bytes());
         for (at, v) in [
             (8, self.size),
             (16, self.warmup),
@@ -122,6 +127,7 @@ impl Hello {
             stall_after: u64_at(m, 24),
             stall_ns: u64_at(m, 32),
             interval_ns: u64_at(m, 40),
+            app_batch: u32::from_le_bytes([m[4], m[5], m[6], m[7]]),
         })
     }
 }
@@ -226,6 +232,7 @@ mod tests {
             stall_after: 9,
             stall_ns: 50_000_000,
             interval_ns: 1_000_000_000,
+            app_batch: 32,
         };
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
         assert!(Hello::decode(&[TAG_HELLO; 3]).is_err());

@@ -71,8 +71,9 @@
 //!
 //! The control thread's half of a fabric implements `FabricControl` (`fabric/control.rs`, crate
 //! private): listen, install a connection, close one, the descriptors to watch and what to do
-//! when they are ready (including those of handshakes in progress), a periodic tick (draining
-//! the pollers' notices, expiring handshakes past their deadline) and shutdown; its
+//! when they are ready (including those of handshakes in progress), a tick on every wake-up of
+//! the control thread (draining the pollers' notices, expiring handshakes past their deadline,
+//! heartbeats on the liveness beat) that says when the fabric next needs one, and shutdown; its
 //! `FabricConnect` runs `connect` on the application's thread. The shared pieces live beside the
 //! trait: a context with `emit()` for events, the generic listener and connection records, the
 //! least-loaded poller choice, and one teardown model (a close is begun with a poller command
@@ -222,7 +223,8 @@ pub trait FabricConn: Send + 'static {
     fn flush(&mut self) -> Result<(), FabricError>;
 
     /// Cheap liveness check, called every few thousand cycles and at least every 10 ms of the
-    /// coarse clock, with the coarse time in ns (shm: the peer's "closed" word; RDMA: sends a
+    /// coarse clock (which advances on the control thread's liveness beat), with the coarse
+    /// time in ns (shm: the peer's "closed" word; RDMA: sends a
     /// heartbeat on an idle connection and fails one whose peer went silent with
     /// [`FabricError::PeerUnresponsive`]). The control thread watches sockets and, for shm,
     /// heartbeats; this catches what is visible only in the data path.

@@ -29,8 +29,8 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, FabricError};
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, NewConn, PendingSetup,
-    Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, NewConn,
+    PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
@@ -289,11 +289,17 @@ impl FabricControl for RdmaControl {
         }
     }
 
-    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
+    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant, _beat: Option<Beat>) -> Due {
         self.reg.drain(ctx);
         // Accepts whose ESTABLISHED did not come in time fail (QP and id destroyed).
         self.accepting.expire(ctx, now);
-        !self.reg.conns.is_empty() || !self.accepting.is_empty()
+        Due {
+            // Pending accepts' deadlines, closes' grace ([`CLOSE_GRACE`]), command retries.
+            at: control::earliest(self.reg.next_due(now), self.accepting.next_deadline()),
+            // The pollers' liveness checks and heartbeats run by the coarse clock, which the
+            // beats advance.
+            beat: ctx.cfg.liveness().is_some() && !self.reg.conns.is_empty(),
+        }
     }
 
     fn shutdown(&mut self, ctx: &mut Ctx<'_>) {

@@ -15,10 +15,12 @@
 //! refused as busy), not control-thread time. Connecting runs the handshake on the calling
 //! thread ([`ShmConnect`]), bounded by its timeout.
 //!
-//! Liveness: every tick it bumps this side's heartbeat word in each segment (every quarter of
-//! the liveness timeout) and samples the peer's; a peer whose word has not moved for the timeout
-//! fails its connection ([`Event::PeerUnresponsive`]) and the connection is closed as if the
-//! application had closed it, so the peer finds it gone when it resumes.
+//! Liveness: on the engine's liveness beats ([`Beat`], a twelfth of the liveness timeout) it
+//! samples the peer's heartbeat word in each segment, and every third beat (a quarter of the
+//! timeout) it bumps this side's; a peer whose word has not moved for the timeout fails its
+//! connection ([`Event::PeerUnresponsive`]) and the connection is closed as if the application
+//! had closed it, so the peer finds it gone when it resumes. Between beats, with no handshake
+//! in flight, the control thread sleeps: nothing here runs per message.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{mpsc, Arc};
@@ -34,16 +36,12 @@ use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, Liveness, NewConn,
+    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, Liveness, NewConn,
     PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
 use crate::poller::{Command, PollerLink};
-
-/// How often this side bumps its heartbeat word in each segment when liveness is off (the word
-/// is then for tooling only).
-const HEARTBEAT_IDLE: Duration = Duration::from_millis(100);
 
 /// The setup side of one shm connection.
 pub(crate) struct ShmSetup {
@@ -75,11 +73,9 @@ pub(crate) struct ShmControl {
     /// run-to-completion mode zero (that poller turns only when the application polls, which it
     /// may never do again; `Connection::drop` already flushed the queued sends).
     close_grace: Option<Duration>,
-    last_heartbeat: Instant,
-    /// This side's heartbeat interval (a quarter of the liveness timeout).
-    heartbeat_every: Duration,
     liveness: Option<Duration>,
-    last_tick: Instant,
+    /// The last liveness check (to tell this thread's own stalls from peers' silence).
+    last_check: Instant,
 }
 
 impl ShmControl {
@@ -88,10 +84,8 @@ impl ShmControl {
             reg: Registry::new(links),
             handshakes: Handshakes::new(MAX_HANDSHAKES),
             close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
-            last_heartbeat: Instant::now(),
-            heartbeat_every: cfg.heartbeat_every().unwrap_or(HEARTBEAT_IDLE),
             liveness: cfg.liveness(),
-            last_tick: Instant::now(),
+            last_check: Instant::now(),
         }
     }
 
@@ -130,7 +124,8 @@ impl ShmControl {
     /// Samples every open connection's peer heartbeat word and fails those silent for
     /// `timeout`. After a stall of this control thread itself the observations restart instead.
     fn check_liveness(&mut self, ctx: &mut Ctx<'_>, now: Instant, timeout: Duration) {
-        let stalled = control::stalled(self.last_tick, now, timeout);
+        let stalled = control::stalled(self.last_check, now, timeout);
+        self.last_check = now;
         let mut silent: Vec<(u64, Duration)> = Vec::new();
         for (&id, c) in self.reg.conns.iter_mut() {
             if c.is_closing() {
@@ -303,22 +298,26 @@ impl FabricControl for ShmControl {
         }
     }
 
-    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
+    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant, beat: Option<Beat>) -> Due {
         self.reg.drain(ctx);
         // Handshakes whose step ran past its deadline fail (their sockets close).
         self.handshakes.expire(ctx, now);
-        if now.duration_since(self.last_heartbeat) >= self.heartbeat_every {
-            self.last_heartbeat = now;
-            for c in self.reg.conns.values() {
-                c.setup.segment.bump_heartbeat();
+        if let Some(beat) = beat {
+            if beat.heartbeat {
+                for c in self.reg.conns.values() {
+                    c.setup.segment.bump_heartbeat();
+                }
+            }
+            if let (true, Some(timeout)) = (beat.check, self.liveness) {
+                self.check_liveness(ctx, now, timeout);
             }
         }
-        if let Some(timeout) = self.liveness {
-            self.check_liveness(ctx, now, timeout);
+        Due {
+            // Pending handshakes' deadlines, closes' grace, command retries.
+            at: control::earliest(self.reg.next_due(now), self.handshakes.next_deadline()),
+            // Heartbeats and liveness checks while there are connections.
+            beat: !self.reg.conns.is_empty(),
         }
-        self.last_tick = now;
-        // Pending handshakes need the next tick soon too (their deadlines).
-        !self.reg.conns.is_empty() || !self.handshakes.is_empty()
     }
 
     fn shutdown(&mut self, ctx: &mut Ctx<'_>) {

@@ -27,8 +27,8 @@ use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, NewConn, PendingSetup,
-    Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, NewConn,
+    PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
@@ -225,10 +225,15 @@ impl FabricControl for TcpControl {
         }
     }
 
-    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
+    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant, _beat: Option<Beat>) -> Due {
         self.reg.drain(ctx);
         self.handshakes.expire(ctx, now);
-        !self.reg.conns.is_empty() || !self.handshakes.is_empty()
+        Due {
+            at: control::earliest(self.reg.next_due(now), self.handshakes.next_deadline()),
+            // The pollers' liveness checks and heartbeats run by the coarse clock, which the
+            // beats advance.
+            beat: ctx.cfg.liveness().is_some() && !self.reg.conns.is_empty(),
+        }
     }
 
     fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
