@@ -27,6 +27,8 @@ pub(crate) struct Config {
     pub(crate) inline_threshold: usize,
     pub(crate) signal_every: usize,
     pub(crate) rdma_srq_buffers: usize,
+    /// RDMA source GID index override (builder, else env [`RDMA_GID_INDEX_ENV`]).
+    pub(crate) rdma_gid_index: Option<u8>,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_connections_per_poller: usize,
     /// How long a peer may stay silent before its connection fails; zero: never.
@@ -52,6 +54,33 @@ impl Config {
     pub(crate) fn liveness(&self) -> Option<Duration> {
         (!self.liveness_timeout.is_zero()).then_some(self.liveness_timeout)
     }
+}
+
+/// The environment variable that sets [`EngineBuilder::rdma_gid_index`] when the builder does
+/// not.
+pub const RDMA_GID_INDEX_ENV: &str = "SPINWIRE_RDMA_GID_INDEX";
+
+/// Parses a value of [`RDMA_GID_INDEX_ENV`] (surrounding whitespace allowed).
+fn parse_gid_index_env(value: &str) -> Result<u8, ConfigError> {
+    value
+        .trim()
+        .parse::<u8>()
+        .map_err(|source| ConfigError::RdmaGidIndexEnv {
+            value: value.to_owned(),
+            source,
+        })
+}
+
+/// The GID index from [`RDMA_GID_INDEX_ENV`], if set (an empty value counts as unset).
+fn gid_index_from_env(value: Option<std::ffi::OsString>) -> Result<Option<u8>, ConfigError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let value = value.to_string_lossy();
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    parse_gid_index_env(&value).map(Some)
 }
 
 /// Default of [`EngineBuilder::liveness_timeout`].
@@ -85,6 +114,7 @@ impl Default for EngineBuilder {
                 inline_threshold: crate::desc::INLINE_MAX,
                 signal_every: 16,
                 rdma_srq_buffers: 0,
+                rdma_gid_index: None,
                 connect_timeout: Duration::from_secs(5),
                 max_connections_per_poller: 1024,
                 liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
@@ -160,6 +190,25 @@ impl EngineBuilder {
     /// Ignored by shm.
     pub fn rdma_srq(mut self, buffers: usize) -> Self {
         self.cfg.rdma_srq_buffers = buffers;
+        self
+    }
+
+    /// RDMA source GID index override: connections this engine makes send from entry `index`
+    /// of the GID table of the device port their route goes through, instead of the GID that
+    /// rdma_cm derives from the route. rdma_cm picks a GID only through an address, so the
+    /// entry must be an IP-based (RoCE) GID of the destination's family; connect reads back the
+    /// index the QP really uses and fails with a typed error if rdma_cm took another entry of
+    /// the same address (e.g. RoCE v1 instead of v2). Accepted connections use the GID of the
+    /// address the client connected to; a listener on the wildcard address binds to the
+    /// override's address instead. The override and the GID chosen are logged (`tracing`,
+    /// info). Ignored by shm and TCP.
+    ///
+    /// `None` (the default) leaves the choice to the environment variable
+    /// [`RDMA_GID_INDEX_ENV`] (`SPINWIRE_RDMA_GID_INDEX`, a number 0..=255), read by
+    /// [`build`](EngineBuilder::build); a value set here wins over the variable. An invalid
+    /// value of the variable fails `build` with [`ConfigError::RdmaGidIndexEnv`].
+    pub fn rdma_gid_index(mut self, index: Option<u8>) -> Self {
+        self.cfg.rdma_gid_index = index;
         self
     }
 
@@ -272,6 +321,9 @@ impl EngineBuilder {
         if let Some(&core) = c.pollers.iter().find(|&&core| core >= configured) {
             return Err(Error::BadCore { core });
         }
+        if c.rdma_gid_index.is_none() {
+            c.rdma_gid_index = gid_index_from_env(std::env::var_os(RDMA_GID_INDEX_ENV))?;
+        }
         let inline_threshold = c
             .inline_threshold
             .min(crate::desc::INLINE_MAX)
@@ -280,5 +332,43 @@ impl EngineBuilder {
             inline_threshold,
             ..c
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_index_env_parses_0_to_255_and_rejects_the_rest_with_a_typed_error() {
+        assert_eq!(gid_index_from_env(None), Ok(None));
+        assert_eq!(gid_index_from_env(Some("".into())), Ok(None));
+        assert_eq!(gid_index_from_env(Some(" ".into())), Ok(None));
+        assert_eq!(gid_index_from_env(Some("0".into())), Ok(Some(0)));
+        assert_eq!(gid_index_from_env(Some(" 3\n".into())), Ok(Some(3)));
+        assert_eq!(gid_index_from_env(Some("255".into())), Ok(Some(255)));
+        for bad in ["256", "-1", "x", "0x3", "1.5"] {
+            let e = gid_index_from_env(Some(bad.into())).unwrap_err();
+            let ConfigError::RdmaGidIndexEnv { value, .. } = &e else {
+                panic!("{bad}: {e:?}");
+            };
+            assert_eq!(value, bad);
+            assert!(e.to_string().contains(RDMA_GID_INDEX_ENV), "{e}");
+            assert!(
+                std::error::Error::source(&e).is_some(),
+                "the parse error is kept"
+            );
+        }
+    }
+
+    #[test]
+    fn builder_gid_index_wins_over_the_environment() {
+        // Whatever the environment holds (it is not changed here: tests run in parallel), a
+        // value set on the builder is what the configuration keeps.
+        let c = EngineBuilder::default()
+            .rdma_gid_index(Some(7))
+            .validate()
+            .unwrap();
+        assert_eq!(c.rdma_gid_index, Some(7));
     }
 }

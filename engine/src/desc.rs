@@ -24,7 +24,9 @@ pub struct TxDesc {
 }
 
 /// A receive descriptor: poller -> application. Either the payload is inline (`buf == u32::MAX`,
-/// first `len` bytes of `data` initialised) or it is in buffer `buf` of the receive pool.
+/// first `len` bytes of `data` initialised) or it is in buffer `buf` of the receive pool, at
+/// byte offset [`offset`](Self::offset) (kept in the first 4 bytes of `data`, which a pooled
+/// descriptor does not otherwise use).
 ///
 /// 128 bytes: two cache lines, so a 64-byte message (plus its header) is delivered inline.
 #[derive(Clone, Copy)]
@@ -35,7 +37,11 @@ pub struct RxDesc {
     pub(crate) data: [MaybeUninit<u8>; INLINE_MAX],
 }
 
+/// Bytes of `RxDesc::data` that hold a pooled descriptor's offset.
+pub(crate) const OFF_BYTES: usize = 4;
+
 const _: () = assert!(core::mem::size_of::<RxDesc>() == 128);
+const _: () = assert!(OFF_BYTES <= INLINE_MAX);
 
 impl RxDesc {
     /// The payload length.
@@ -55,6 +61,26 @@ impl RxDesc {
     pub fn buf(&self) -> Option<u32> {
         (self.buf != BUF_INLINE).then_some(self.buf)
     }
+
+    /// Where the payload starts in its receive-pool buffer (0 when inline). `offset + len` is
+    /// at most the buffer size ([`RxSink::push_pooled_at`](crate::fabric::RxSink::push_pooled_at)
+    /// checks it).
+    #[inline]
+    pub fn offset(&self) -> u32 {
+        if self.buf == BUF_INLINE {
+            return 0;
+        }
+        // SAFETY: a pooled descriptor is only ever written by `RxSink::push_pooled_at`, which
+        // initialises the first `OFF_BYTES` bytes of `data` with the offset (the fields are
+        // crate-private, so nothing else builds one); `OFF_BYTES <= INLINE_MAX`.
+        let b = unsafe {
+            self.data
+                .as_ptr()
+                .cast::<[u8; OFF_BYTES]>()
+                .read_unaligned()
+        };
+        u32::from_ne_bytes(b)
+    }
 }
 
 impl core::fmt::Debug for RxDesc {
@@ -62,6 +88,7 @@ impl core::fmt::Debug for RxDesc {
         f.debug_struct("RxDesc")
             .field("len", &self.len)
             .field("buf", &self.buf())
+            .field("offset", &self.offset())
             .finish()
     }
 }

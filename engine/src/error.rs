@@ -180,6 +180,16 @@ pub enum ConfigError {
         /// [`MIN_LIVENESS_TIMEOUT`](crate::MIN_LIVENESS_TIMEOUT).
         min: std::time::Duration,
     },
+    /// The environment variable `SPINWIRE_RDMA_GID_INDEX`
+    /// ([`RDMA_GID_INDEX_ENV`](crate::RDMA_GID_INDEX_ENV)) is not a GID index (0..=255).
+    #[error("{var}={value:?} is not a GID index (0..=255)", var = crate::RDMA_GID_INDEX_ENV)]
+    RdmaGidIndexEnv {
+        /// The variable's value.
+        value: String,
+        /// The parse error.
+        #[source]
+        source: std::num::ParseIntError,
+    },
     /// `signal_every` is zero.
     #[error("signal_every must be at least 1")]
     SignalEvery,

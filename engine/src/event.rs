@@ -15,8 +15,8 @@ pub enum Event {
         /// The endpoint.
         peer: String,
         /// The path the fabric chose, where it chooses one: for `rdma`, the device, port, GID
-        /// index and GID type rdma_cm resolved (e.g. `device rxe0 port 1 gid index 1 (RoCE
-        /// v2)`); `None` for `shm`.
+        /// index, GID type and GID rdma_cm resolved (e.g. `device rxe0 port 1 gid index 1
+        /// (RoCE v2) gid ::ffff:10.0.2.15`); `None` for `shm`.
         path: Option<String>,
     },
     /// The peer of a connection went away (closed it, or its process died).

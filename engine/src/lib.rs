@@ -271,7 +271,7 @@ mod stats;
 
 pub use config::{
     EngineBuilder, DEFAULT_LIVENESS_TIMEOUT, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE,
-    MIN_LIVENESS_TIMEOUT,
+    MIN_LIVENESS_TIMEOUT, RDMA_GID_INDEX_ENV,
 };
 pub use conn::{Connection, Listener, Message, SendBuf, SendError};
 pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX};

@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::fmt;
 use std::io;
 use std::mem::MaybeUninit;
-use std::net::SocketAddr;
+use std::net::{Ipv6Addr, SocketAddr};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,6 +154,7 @@ impl Default for ConnOptions {
 
 /// Device, port and GID that rdma_cm chose for a connection (for the control thread's log).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PathInfo {
     /// Device name (e.g. `rxe0`).
     pub device: String,
@@ -163,14 +164,16 @@ pub struct PathInfo {
     pub gid_index: u8,
     /// GID type from sysfs (e.g. `RoCE v2`, `IB/RoCE v1`), or `unknown`.
     pub gid_type: String,
+    /// The source GID of the route (on RoCE the IP address, IPv4 as `::ffff:a.b.c.d`).
+    pub gid: Ipv6Addr,
 }
 
 impl fmt::Display for PathInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "device {} port {} gid index {} ({})",
-            self.device, self.port, self.gid_index, self.gid_type
+            "device {} port {} gid index {} ({}) gid {}",
+            self.device, self.port, self.gid_index, self.gid_type, self.gid
         )
     }
 }
@@ -303,12 +306,32 @@ impl CmId {
     /// # Errors
     /// [`CmError::ResolveAddr`].
     pub fn resolve_addr(&self, dst: SocketAddr, timeout_ms: i32) -> Result<(), CmError> {
+        self.resolve_addr_from(None, dst, timeout_ms)
+    }
+
+    /// [`CmId::resolve_addr`] from the local address `src` (port 0: any), if given. rdma_cm
+    /// binds the id to `src` and so takes the device, port and source GID that own it (on RoCE
+    /// the GID is the IP address); `src` and `dst` must be of the same family.
+    ///
+    /// # Errors
+    /// [`CmError::ResolveAddr`].
+    pub fn resolve_addr_from(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout_ms: i32,
+    ) -> Result<(), CmError> {
         let (mut ss, _) = sockaddr_from(&dst);
-        // SAFETY: valid id and sockaddr.
+        let mut src_ss = src.map(|a| sockaddr_from(&a).0);
+        let src_ptr = src_ss.as_mut().map_or(ptr::null_mut(), |s| {
+            (s as *mut libc::sockaddr_storage).cast()
+        });
+        // SAFETY: valid id; `ss` and (if not null) `src_ss` hold valid sockaddrs that outlive
+        // the call (rdma_cm copies them).
         let rc = unsafe {
             ffi::rdma_resolve_addr(
                 self.raw.as_ptr(),
-                ptr::null_mut(),
+                src_ptr,
                 (&mut ss as *mut libc::sockaddr_storage).cast(),
                 timeout_ms,
             )
@@ -333,6 +356,21 @@ impl CmId {
             return Err(CmError::ResolveRoute(errno_io()));
         }
         Ok(())
+    }
+
+    /// The port rdma_cm resolved for this id (0 before address resolution).
+    pub fn port_num(&self) -> u8 {
+        // SAFETY: valid id.
+        unsafe { (*self.raw.as_ptr()).port_num }
+    }
+
+    /// The route's source GID (all zero before address resolution). On RoCE it is the source
+    /// IP address (IPv4 as `::ffff:a.b.c.d`).
+    pub fn source_gid(&self) -> Ipv6Addr {
+        // SAFETY: valid id; the route's address union is plain data that rdma_cm keeps
+        // initialised (zeroed before resolution); `ibaddr.sgid.raw` is 16 bytes of any value.
+        let raw = unsafe { (*self.raw.as_ptr()).route.addr.addr.ibaddr.sgid.raw };
+        Ipv6Addr::from(raw)
     }
 
     /// Whether rdma_cm has resolved a device for this id (after address resolution, or on a
@@ -512,8 +550,7 @@ impl CmId {
         let device = unsafe { CStr::from_ptr((*(*ctx).device).name.as_ptr()) }
             .to_string_lossy()
             .into_owned();
-        // SAFETY: valid id.
-        let port = unsafe { (*self.raw.as_ptr()).port_num };
+        let port = self.port_num();
         // SAFETY: all-zero is a valid ibv_qp_attr.
         let mut attr: ffi::ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
@@ -535,6 +572,7 @@ impl CmId {
             port,
             gid_index,
             gid_type,
+            gid: self.source_gid(),
         })
     }
 

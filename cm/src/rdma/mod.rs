@@ -11,7 +11,8 @@
 //!   so the events of one connection never interleave with another's. [`event_error`] maps
 //!   failure events to typed errors.
 //! - [`CmListener`] (`listener`): a bound, listening id yielding [`ConnectRequest`]s;
-//!   [`resolve`] starts the active side.
+//!   [`resolve`] starts the active side ([`resolve_from`] from a given source address, which
+//!   is how a source GID is chosen: rdma_cm takes the GID that owns the address).
 //! - [`FlowParams`] and [`CmRejectReason`] (`private_data`): the flow-control parameters
 //!   (initial credits, buffer size, inline size) exchanged in the connect/accept private data
 //!   and validated on receipt, and the reason sent with a reject.
@@ -58,9 +59,23 @@ pub use private_data::{CmRejectReason, FlowParams, PrivateDataError};
 /// [`CmError::ResolveAddr`], [`CmError::AddrError`], [`CmError::ResolveRoute`],
 /// [`CmError::RouteError`], [`CmError::Timeout`], and channel/id creation errors.
 pub fn resolve(dst: SocketAddr, opts: &ConnOptions, deadline: Instant) -> Result<CmId, CmError> {
+    resolve_from(None, dst, opts, deadline)
+}
+
+/// [`resolve`] from the local address `src` (see [`CmId::resolve_addr_from`]): rdma_cm then
+/// uses the device, port and source GID that own `src`.
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_from(
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    opts: &ConnOptions,
+    deadline: Instant,
+) -> Result<CmId, CmError> {
     let channel = EventChannel::new()?;
     let id = CmId::new(&channel)?;
-    id.resolve_addr(dst, opts.resolve_timeout_ms)?;
+    id.resolve_addr_from(src, dst, opts.resolve_timeout_ms)?;
     id.wait_for(CmEventKind::AddrResolved, deadline, dst)?;
     id.resolve_route(opts.resolve_timeout_ms)?;
     id.wait_for(CmEventKind::RouteResolved, deadline, dst)?;

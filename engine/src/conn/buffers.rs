@@ -138,12 +138,13 @@ impl Deref for Message<'_> {
             // bytes of `data`.
             unsafe { std::slice::from_raw_parts(self.desc.data.as_ptr().cast::<u8>(), len) }
         } else {
-            // SAFETY: `RxSink::push_pooled` checked `buf < count` and `len <= buf_size`; the pool
-            // stays mapped while the connection this borrows lives. The buffer is lent to us until
-            // this message is dropped; a peer violating the protocol by rewriting it can only
-            // change the bytes we see, not their location.
+            // SAFETY: `RxSink::push_pooled_at` checked `buf < count` and `off + len <= buf_size`;
+            // the pool stays mapped while the connection this borrows lives. The bytes are lent to
+            // us until this message is dropped; a peer violating the protocol by rewriting them can
+            // only change the bytes we see, not their location.
             unsafe {
-                std::slice::from_raw_parts(self.conn.rx_pool.buf_ptr(self.desc.buf).as_ptr(), len)
+                let base = self.conn.rx_pool.buf_ptr(self.desc.buf).as_ptr();
+                std::slice::from_raw_parts(base.add(self.desc.offset() as usize), len)
             }
         }
     }

@@ -65,7 +65,9 @@
 //! engine tracks ownership in a bitmap and rejects a buffer freed twice or never sent (a
 //! [`FabricError::Protocol`]), so a hostile peer can never make two application handles alias one
 //! buffer. Receive buffers go the other way: [`RxSink::push_pooled`] lends one to the application,
-//! and its index comes back to [`FabricConn::release_rx`] when the `Message` is dropped.
+//! and its index comes back to [`FabricConn::release_rx`] when the `Message` is dropped;
+//! [`RxSink::push_pooled_at`] lends a message at an offset inside a buffer, so one buffer can
+//! carry several lent messages (TCP), each coming back with the buffer's index.
 //!
 //! # The control seam
 //!
@@ -110,7 +112,7 @@ use core::mem::MaybeUninit;
 
 use rings::Producer;
 
-use crate::desc::{RxDesc, TxDesc, BUF_INLINE, INLINE_MAX};
+use crate::desc::{RxDesc, TxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
 use crate::error::FabricError;
 use crate::link::{PollerConn, FREE_BATCH};
 
@@ -421,10 +423,23 @@ impl<'a> RxSink<'a> {
     /// `len` exceeds the buffer size.
     #[inline]
     pub fn push_pooled(&mut self, buf: u32, len: u32) -> Result<(), FabricError> {
+        self.push_pooled_at(buf, 0, len)
+    }
+
+    /// Delivers a message that stays in receive-pool buffer `buf`, `len` bytes from byte `off`
+    /// (so several messages can be lent from one buffer, each released through
+    /// [`FabricConn::release_rx`] with the buffer's index when the application drops it).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full, `buf` is not a buffer of the receive pool or
+    /// `off + len` exceeds the buffer size.
+    #[inline]
+    pub fn push_pooled_at(&mut self, buf: u32, off: u32, len: u32) -> Result<(), FabricError> {
         if buf >= self.pool_count {
             return Err(FabricError::Protocol("receive buffer index out of range"));
         }
-        if len > self.buf_size {
+        if u64::from(off) + u64::from(len) > u64::from(self.buf_size) {
             return Err(FabricError::Protocol(
                 "message length exceeds the buffer size",
             ));
@@ -432,10 +447,15 @@ impl<'a> RxSink<'a> {
         let slot = self.next_slot()?;
         let p = slot.as_mut_ptr();
         // SAFETY: `p` points to a writable slot we own; the header fields are written without
-        // reading; `data` stays uninitialised, which `MaybeUninit<u8>` allows.
+        // reading; the offset goes into the first `OFF_BYTES` bytes of `data` (in bounds:
+        // `OFF_BYTES <= INLINE_MAX`; `write_unaligned`, as `data` is a byte array), the rest of
+        // `data` stays uninitialised, which `MaybeUninit<u8>` allows.
         unsafe {
             core::ptr::addr_of_mut!((*p).len).write(len);
             core::ptr::addr_of_mut!((*p).buf).write(buf);
+            core::ptr::addr_of_mut!((*p).data)
+                .cast::<[u8; OFF_BYTES]>()
+                .write_unaligned(off.to_ne_bytes());
         }
         self.written += 1;
         self.bytes += u64::from(len);

@@ -210,7 +210,7 @@ impl FabricControl for RdmaControl {
                 fabric: endpoint.scheme(),
             });
         };
-        let listener = RdmaListener::bind(host, *port, raw)?;
+        let listener = RdmaListener::bind(host, *port, raw, ctx.cfg.rdma_gid_index)?;
         Ok(self.reg.add_listener(ctx, raw, listener))
     }
 

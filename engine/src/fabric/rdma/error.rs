@@ -2,6 +2,7 @@
 //! verbs / rdma_cm / OS error as `#[source]`.
 
 use std::io;
+use std::net::{Ipv6Addr, SocketAddr};
 
 use cm::rdma::{CmError, PrivateDataError};
 
@@ -202,6 +203,104 @@ pub enum RdmaSetupError {
     /// The thread running the bounded connect ended without reporting a result.
     #[error("rdma connect thread ended without a result")]
     ConnectThreadLost,
+    /// Reading the port or GID table for the GID-index override failed (the verbs errno inside).
+    #[error("rdma gid index override {index}: querying device {device} port {port} failed")]
+    GidQuery {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+        /// The requested GID index.
+        index: u8,
+        /// The verbs error.
+        #[source]
+        source: VerbsError,
+    },
+    /// The GID-index override is beyond the port's GID table.
+    #[error(
+        "rdma gid index override {index} is out of range: device {device} port {port} has {table_len} GID entries"
+    )]
+    GidIndexOutOfRange {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+        /// The requested GID index.
+        index: u8,
+        /// Entries in the port's GID table.
+        table_len: u32,
+    },
+    /// The GID-table entry of the override is empty (no address configured there).
+    #[error("rdma gid index override {index}: device {device} port {port} has no GID there (empty entry)")]
+    GidEmpty {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+        /// The requested GID index.
+        index: u8,
+    },
+    /// The GID of the override is not IP-based, so it cannot be chosen through an address.
+    #[error("rdma gid index override {index}: GID {gid} on device {device} port {port} is not an IP-based GID ({why})")]
+    GidNotIp {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+        /// The requested GID index.
+        index: u8,
+        /// The GID found there.
+        gid: Ipv6Addr,
+        /// Why not (InfiniBand link layer, iWARP device).
+        why: &'static str,
+    },
+    /// The GID of the override is of the other address family than the destination.
+    #[error(
+        "rdma gid index override {index}: GID {gid} on device {device} port {port} cannot reach {dst} (the source and destination address families differ)"
+    )]
+    GidFamily {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+        /// The requested GID index.
+        index: u8,
+        /// The GID found there.
+        gid: Ipv6Addr,
+        /// The destination.
+        dst: SocketAddr,
+    },
+    /// rdma_cm connected from another GID index than the override asked for: another entry
+    /// holds the same address (RoCE v1 and v2 entries of one IP), and rdma_cm took the one of
+    /// the port's default RoCE mode.
+    #[error(
+        "rdma gid index override {index} ({requested_type}) on device {device} port {port}: rdma_cm chose gid index {chosen} ({chosen_type}) for the same address; rdma_cm takes the GID type from the port's default RoCE mode (/sys/kernel/config/rdma_cm/{device}/ports/{port}/default_roce_mode): set it to {requested_type}, or use index {chosen}"
+    )]
+    GidMismatch {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+        /// The requested GID index.
+        index: u8,
+        /// Its GID type (sysfs), or `unknown`.
+        requested_type: String,
+        /// The index the connection uses.
+        chosen: u8,
+        /// Its GID type, or `unknown`.
+        chosen_type: String,
+    },
+    /// A listener on the wildcard address with a GID-index override: no device port has a
+    /// usable IP GID of the listener's family at that index.
+    #[error(
+        "rdma gid index override {index}: no RDMA device port has a usable {family} GID at that index to bind the wildcard listener to"
+    )]
+    NoGidForListener {
+        /// The requested GID index.
+        index: u8,
+        /// `IPv4` or `IPv6`.
+        family: &'static str,
+    },
     /// The RDMA device of a connection was removed.
     #[error("rdma device removed")]
     DeviceRemoved,

@@ -40,7 +40,14 @@
 //! reserved from the SRQ's pool, and a connection that does not fit is refused). Receive
 //! buffers an application still holds when its connection dies are not returned to a shared
 //! pool (they stay unpromised, so credits never over-commit it). The control thread logs
-//! (`tracing`, info) the device, port and GID index/type rdma_cm chose per connection.
+//! (`tracing`, info) the device, port, GID index, GID type and GID rdma_cm chose per connection.
+//! [`EngineBuilder::rdma_gid_index`](crate::EngineBuilder::rdma_gid_index) (or env
+//! `SPINWIRE_RDMA_GID_INDEX`) overrides the source GID index of the connections an engine
+//! makes: rdma_cm picks a GID only through an address, so connect resolves the route from the
+//! address of that GID-table entry and reads back the index the QP uses (a typed error if
+//! rdma_cm took another entry of the same address); accepted connections use the GID of the
+//! address the client connected to, and a wildcard listener binds to the override's address.
+//! Both are logged at info.
 //! [`stats`] reports RNR errors (always 0 unless something is broken), error completions and
 //! credit messages.
 //!

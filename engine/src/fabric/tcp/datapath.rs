@@ -13,14 +13,31 @@
 //! buffer is freed ([`TxDone::free_buf`]) once all its bytes are in the kernel. Copying small
 //! messages once costs less than a 16-byte iovec entry per header plus one per payload.
 //!
-//! **Receive.** [`poll_rx`](FabricConn::poll_rx) parses the complete records at the front of
-//! the connection's receive buffer ([`RecordReader::stream`]) and delivers each message: inline
-//! into the application's ring slot, or copied into a receive-pool buffer for larger ones. That
-//! is **one copy after the kernel's**: the engine's receive seam ([`RxSink`]) lends whole pool
-//! buffers (index + length), so a record at an arbitrary stream offset cannot be lent in place.
-//! Then one non-blocking `recv` tops the buffer up, and what arrived is parsed the same way. A
-//! partial record stays in the buffer; it is moved to the front only when the buffer's tail has
-//! no room for a whole record (everything before it was already copied out).
+//! **Receive, in place.** The connection's receive pool ([`rx_chunks`]) is a set of *chunks*,
+//! each large enough for at least two records of the largest size. One non-blocking `recv`
+//! per cycle fills the free tail of the current chunk (the kernel's copy is the only one), and
+//! [`poll_rx`](FabricConn::poll_rx) parses the complete records at its front
+//! ([`RecordReader::stream`]): a small message (up to the inline threshold) is copied into the
+//! application's ring slot, a larger one is lent in place as (chunk, offset, length)
+//! ([`RxSink::push_pooled_at`]). Each chunk counts the messages lent from it; it is reused once
+//! every one came back ([`release_rx`](FabricConn::release_rx)) and the stream has moved on to
+//! another chunk (a chunk whose records were all copied out is simply refilled from its start).
+//! A record split across a chunk's end is moved (one copy of the partial tail, at most once per
+//! record: from the start of a chunk every record fits) to the start of a free chunk before the
+//! next `recv`; at a record boundary with less than a whole record of room left the stream
+//! just moves on to a free chunk. A `recv` for a record of [`BIG_RECORD`] bytes or more stops
+//! at that record's end, so the next record starts at a boundary and a large message is never
+//! moved. Lent messages are bounded by the pool's chunk count (the application's release ring
+//! holds that many): when they are all out, delivery waits, as it waits for ring room.
+//!
+//! Small messages stay copied into the descriptor rather than lent: a lent message costs a
+//! release-ring round trip and a reference count, which for a message of at most
+//! [`INLINE_MAX`] bytes is more than copying its bytes within the cache line the ring slot
+//! takes anyway (this also keeps a chunk holding only small messages immediately reusable).
+//! Measured informally (`bench rate --fabric tcp`, 2-s runs interleaved, on a heavily loaded
+//! 2-core machine, so only a direction): lending 8- and 64-byte messages too was never faster
+//! than copying them (64 B: 80-82 k msgs/s lent vs 124-151 k copied); to be re-measured on a
+//! quiet machine.
 //!
 //! **Credits.** The sender may have `depth` messages in flight (the engine counts them). The
 //! receiver consumes a `DATA` record only when its application's ring has a slot (and, for a
@@ -129,11 +146,13 @@ pub struct TcpConn {
     msgs_sent: u64,
 
     // ---- receive side ----
-    rbuf: Box<[u8]>,
-    /// Unparsed bytes are `rbuf[head..tail_rx]`.
+    /// Bytes per receive chunk.
+    chunk_size: usize,
+    /// Unparsed bytes are `[head..tail_rx]` of the current chunk (`rx.cur`); everything before
+    /// `head` was delivered.
     head: usize,
     tail_rx: usize,
-    /// A whole record of the largest size, padded: the room kept at the tail before a `recv`.
+    /// A whole record of the largest size, padded.
     max_record: usize,
     /// The peer's end of stream (or reset) was seen; nothing more is read.
     eof: bool,
@@ -210,14 +229,46 @@ fn pad_of(len: usize) -> usize {
     (8 - (len % 8)) % 8
 }
 
-/// The receive side's delivery state: the receive pool and the credit counts.
+/// Records of at least this many bytes are read with a `recv` that stops at their end (see the
+/// module docs): above 16 KiB one more `recv` (about a microsecond) costs less than the move of
+/// a partial record that reading on could cause (16 KiB copied at ~16 GB/s).
+pub(crate) const BIG_RECORD: usize = 16 << 10;
+
+/// Smallest receive chunk: 64 KiB lets one `recv` carry thousands of small records.
+const MIN_CHUNK: usize = 64 << 10;
+
+/// The receive pool of a connection with `buffers` buffers of `buf_size` bytes: `(chunk bytes,
+/// chunks)`. A chunk holds at least two records of the largest size (so a record split at a
+/// chunk's end is moved at most once, and large messages mostly fit without a move), at least
+/// [`MIN_CHUNK`]. There is one chunk more than buffers: as on the other fabrics, an
+/// application holding fewer lent messages than it has buffers still receives the next one
+/// (its held messages pin at most `buffers - 1` chunks, one is being read, and one is free for
+/// the move of a split record). The memory is touched only as chunks are used (freed chunks are
+/// reused most recent first).
+pub(crate) fn rx_chunks(buf_size: usize, buffers: usize) -> Option<(usize, u32)> {
+    let max_record = record::record_size(buf_size)?;
+    let chunk = max_record
+        .checked_mul(2)?
+        .max(MIN_CHUNK)
+        .checked_next_multiple_of(64)?;
+    let count = u32::try_from(buffers.max(1).checked_add(1)?).ok()?;
+    Some((chunk, count))
+}
+
+/// The receive side's delivery state: the receive chunks and the credit counts.
 struct Delivery {
     copy_max: usize,
+    /// The receive chunks (the application reads lent messages through the same view).
     rx_pool: PoolView,
-    /// Receive-pool buffers not lent to the application (a stack), and which are lent.
-    rx_free: Box<[u32]>,
-    rx_free_len: usize,
-    rx_lent: Box<[u64]>,
+    /// The chunk the stream is being read into.
+    cur: u32,
+    /// Messages lent from each chunk and not yet released.
+    refs: Box<[u32]>,
+    /// Messages lent in all (at most `rx_pool.count()`, the release ring's capacity).
+    lent: u32,
+    /// Chunks that hold nothing lent and are not `cur` (a stack).
+    free: Box<[u32]>,
+    free_len: usize,
     /// DATA records delivered (cumulative).
     delivered: u64,
     /// Cumulative credits the peer returned; credits not yet reported to the engine.
@@ -226,7 +277,40 @@ struct Delivery {
 }
 
 impl Delivery {
-    /// Handles one parsed record.
+    /// Start of chunk `c`. Every index used here is `cur` or from the free stack, all
+    /// `< count`; the check (a never-taken branch) keeps this sound for any index.
+    #[inline]
+    fn chunk_ptr(&self, c: u32) -> *mut u8 {
+        self.rx_pool.buf_ptr(c).as_ptr()
+    }
+
+    /// Takes a free chunk.
+    #[inline]
+    fn take_free(&mut self) -> Option<u32> {
+        self.free_len = self.free_len.checked_sub(1)?;
+        Some(self.free[self.free_len])
+    }
+
+    /// Makes chunk `next` (from [`take_free`](Self::take_free)) the current one; the old one is
+    /// free at once if nothing of it is lent, else when its last message comes back.
+    #[inline]
+    fn switch_to(&mut self, next: u32) {
+        let old = std::mem::replace(&mut self.cur, next);
+        if self.refs[old as usize] == 0 {
+            self.push_free(old);
+        }
+    }
+
+    #[inline]
+    fn push_free(&mut self, c: u32) {
+        // Each chunk is at most once on the stack, which has room for all of them.
+        if let Some(slot) = self.free.get_mut(self.free_len) {
+            *slot = c;
+            self.free_len += 1;
+        }
+    }
+
+    /// Handles one parsed record (from the current chunk).
     #[inline]
     fn deliver(
         &mut self,
@@ -242,23 +326,18 @@ impl Delivery {
                 if payload.len() <= self.copy_max {
                     sink.push_inline(payload)?;
                 } else {
-                    if self.rx_free_len == 0 {
+                    if self.lent >= self.rx_pool.count() {
                         return Ok(Deliver::Blocked);
                     }
-                    self.rx_free_len -= 1;
-                    let buf = self.rx_free[self.rx_free_len];
-                    // `payload.len() <= max_payload == buf_size` (the reader checked it).
-                    let len = payload.len().min(self.rx_pool.buf_size());
-                    // SAFETY: `buf` came from the free stack, so it is `< count` and not lent to
-                    // the application: the fabric has the only access to it; the pool stays
-                    // mapped while `_pools` lives; `len <= buf_size`; the receive buffer and the
-                    // pool do not overlap.
-                    unsafe {
-                        let dst = self.rx_pool.buf_ptr_unchecked(buf).as_ptr();
-                        core::ptr::copy_nonoverlapping(payload.as_ptr(), dst, len);
-                    }
-                    self.rx_lent[(buf / 64) as usize] |= 1u64 << (buf % 64);
-                    sink.push_pooled(buf, len as u32)?;
+                    // The record was parsed from the current chunk, so its payload lies in it:
+                    // `off + len <= chunk_size` (which `push_pooled_at` checks again).
+                    let off =
+                        (payload.as_ptr() as usize).wrapping_sub(self.chunk_ptr(self.cur) as usize);
+                    let off = u32::try_from(off)
+                        .map_err(|_| FabricError::Protocol("tcp record offset out of range"))?;
+                    sink.push_pooled_at(self.cur, off, payload.len() as u32)?;
+                    self.refs[self.cur as usize] += 1;
+                    self.lent += 1;
                 }
                 self.delivered += 1;
             }
@@ -280,6 +359,17 @@ impl Delivery {
         }
         Ok(Deliver::Done)
     }
+}
+
+/// The length of the record whose first bytes are `buf`, padded, once its whole header is
+/// there (and was checked by [`check_partial`]), at most `max_record`.
+#[inline]
+fn partial_len(buf: &[u8], max_record: usize) -> Option<usize> {
+    if buf.len() < RECORD_HEADER {
+        return None;
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    Some((len + pad_of(len)).min(max_record))
 }
 
 /// The reader stopped at a partial record: its header (when complete) must announce a
@@ -326,8 +416,10 @@ impl TcpConn {
         let small = record::record_size(copy_max).unwrap_or(INLINE_MAX + 16);
         let stage = (depth * small.max(16) + CTL_ROOM).max(64 << 10);
         let max_record = record::record_size(buf_size).unwrap_or(buf_size + 16);
-        let rbuf = (2 * max_record).max(256 << 10);
+        // `rx_pool` comes from `rx_chunks` (setup): at least 2 chunks of two whole records.
         let count = rx_pool.count();
+        let chunk_size = rx_pool.buf_size();
+        debug_assert!(count >= 2 && chunk_size >= 2 * max_record);
         let fd = sock.as_raw_fd();
         TcpConn {
             sock,
@@ -346,7 +438,7 @@ impl TcpConn {
             tail: 0,
             payload_written: 0,
             msgs_sent: 0,
-            rbuf: vec![0u8; rbuf].into_boxed_slice(),
+            chunk_size,
             head: 0,
             tail_rx: 0,
             max_record,
@@ -354,9 +446,12 @@ impl TcpConn {
             rx: Delivery {
                 copy_max,
                 rx_pool,
-                rx_free: (0..count).rev().collect(),
-                rx_free_len: count as usize,
-                rx_lent: vec![0u64; (count as usize).div_ceil(64)].into_boxed_slice(),
+                // Chunk 0 first; the others on the free stack, lowest on top.
+                cur: 0,
+                refs: vec![0u32; count as usize].into_boxed_slice(),
+                lent: 0,
+                free: (1..count).rev().collect(),
+                free_len: count.saturating_sub(1) as usize,
                 delivered: 0,
                 credits_in: 0,
                 credits_unreported: 0,
@@ -510,20 +605,42 @@ impl TcpConn {
         self.stage_written = (self.stage_written + n).min(self.stage_len);
     }
 
-    /// Delivers the complete records in `rbuf[head..tail_rx]`; returns the messages delivered
-    /// and whether delivery stopped for lack of room.
+    /// The unparsed bytes of the current chunk.
+    #[inline]
+    fn unparsed(&self) -> &[u8] {
+        // SAFETY: `head <= tail_rx <= chunk_size`, inside the current chunk, which the pool
+        // (kept alive by `_pools`) holds; those bytes are the fabric's alone: lent messages lie
+        // before `head`, and nothing writes the chunk while this borrow of `self` lives.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.rx.chunk_ptr(self.rx.cur).add(self.head),
+                self.tail_rx - self.head,
+            )
+        }
+    }
+
+    /// Delivers the complete records in `[head..tail_rx]` of the current chunk; returns the
+    /// messages delivered and whether delivery stopped for lack of room.
     #[inline]
     fn parse(&mut self, sink: &mut RxSink<'_>) -> Result<(usize, bool), FabricError> {
         let before = sink.written();
         let mut blocked = false;
         loop {
-            let (head, tail) = (self.head, self.tail_rx);
-            if head == tail {
+            let head = self.head;
+            if head == self.tail_rx {
                 break;
             }
             // One record at a time (a reader per record costs a few loads), so that `head`
             // always marks what was consumed.
-            let buf = &self.rbuf[head..tail];
+            // SAFETY: as in `unparsed`; the slice does not borrow `self`, because delivering
+            // (which updates `self.rx`) needs it, but nothing writes these bytes meanwhile:
+            // only `fill` does, and not during `parse`.
+            let buf = unsafe {
+                std::slice::from_raw_parts(
+                    self.rx.chunk_ptr(self.rx.cur).add(head),
+                    self.tail_rx - head,
+                )
+            };
             let mut reader = RecordReader::stream(buf, self.max_payload).map_err(record_err)?;
             let Some(rec) = reader.next_record().map_err(record_err)? else {
                 check_partial(buf, self.max_payload)?;
@@ -538,27 +655,77 @@ impl TcpConn {
                 }
             }
         }
-        if self.head == self.tail_rx {
-            self.head = 0;
-            self.tail_rx = 0;
-        }
         Ok((sink.written() - before, blocked))
     }
 
-    /// One non-blocking `recv` into the free tail of `rbuf`; `Ok(false)` when nothing came.
+    /// Makes room in the current chunk for the next `recv`, or moves on to a free chunk (see
+    /// the module docs). Returns the end of the range to `recv` into (`> tail_rx`), or `None`
+    /// when there is nowhere to read: every other chunk still holds lent messages.
+    #[inline]
+    fn make_room(&mut self) -> Option<usize> {
+        let size = self.chunk_size;
+        if self.head == self.tail_rx {
+            if self.rx.refs[self.rx.cur as usize] == 0 {
+                // Nothing lent from here: start the chunk over.
+                self.head = 0;
+                self.tail_rx = 0;
+            } else if size - self.tail_rx < self.max_record {
+                // A record boundary with less than a whole record of room: move on (nothing to
+                // copy); with no free chunk, read on into the tail.
+                if let Some(next) = self.rx.take_free() {
+                    self.rx.switch_to(next);
+                    self.head = 0;
+                    self.tail_rx = 0;
+                }
+            }
+            return (self.tail_rx < size).then_some(size);
+        }
+        // A partial record at `head`: its end, when its header is there; else assume the
+        // largest record.
+        let known = partial_len(self.unparsed(), self.max_record);
+        let need = known.unwrap_or(self.max_record);
+        if self.head + need > size {
+            // It cannot complete in this chunk: move its bytes to the start of a free one
+            // (once: from offset 0 every record fits, `chunk_size >= 2 * max_record`).
+            let next = self.rx.take_free()?;
+            let n = self.tail_rx - self.head;
+            // SAFETY: the source is the unparsed bytes of the current chunk (the fabric's), the
+            // destination the start of chunk `next`, free (nothing lent from it, not current),
+            // `n < max_record <= chunk_size` bytes; different chunks do not overlap.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    self.rx.chunk_ptr(self.rx.cur).add(self.head),
+                    self.rx.chunk_ptr(next),
+                    n,
+                );
+            }
+            self.rx.switch_to(next);
+            self.head = 0;
+            self.tail_rx = n;
+        }
+        let end = match known {
+            // A big record: read only to its end (then the next record starts at a boundary).
+            Some(len) if len >= BIG_RECORD => (self.head + len).min(size),
+            _ => size,
+        };
+        (self.tail_rx < end).then_some(end)
+    }
+
+    /// One non-blocking `recv` into the current chunk; `Ok(false)` when nothing came.
     #[inline]
     fn fill(&mut self) -> Result<bool, FabricError> {
-        if self.rbuf.len() - self.tail_rx < self.max_record && self.head > 0 {
-            // Only a partial record (and records not delivered yet) remain; everything before
-            // `head` was copied out.
-            self.rbuf.copy_within(self.head..self.tail_rx, 0);
-            self.tail_rx -= self.head;
-            self.head = 0;
-        }
-        let free = &mut self.rbuf[self.tail_rx..];
-        if free.is_empty() {
+        let Some(end) = self.make_room() else {
             return Ok(false);
-        }
+        };
+        // SAFETY: `tail_rx < end <= chunk_size`: the free tail of the current chunk, which the
+        // pool holds; only the fabric touches it (lent messages lie before `head <= tail_rx`),
+        // and no other borrow of it is live.
+        let free = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.rx.chunk_ptr(self.rx.cur).add(self.tail_rx),
+                end - self.tail_rx,
+            )
+        };
         match sys::recv(self.fd, free) {
             Ok(0) => {
                 self.eof = true;
@@ -666,16 +833,14 @@ impl FabricConn for TcpConn {
     #[inline]
     fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
         for &b in bufs {
-            let word = (b / 64) as usize;
-            let bit = 1u64 << (b % 64);
-            match self.rx.rx_lent.get_mut(word) {
-                Some(w) if *w & bit != 0 => *w &= !bit,
+            let rx = &mut self.rx;
+            match rx.refs.get_mut(b as usize) {
+                Some(r) if *r > 0 => *r -= 1,
                 _ => return Err(FabricError::Protocol("released a receive buffer not lent")),
             }
-            // At most `count` buffers are lent, so the stack has room.
-            if let Some(slot) = self.rx.rx_free.get_mut(self.rx.rx_free_len) {
-                *slot = b;
-                self.rx.rx_free_len += 1;
+            rx.lent -= 1;
+            if rx.refs[b as usize] == 0 && b != rx.cur {
+                rx.push_free(b);
             }
         }
         Ok(())
@@ -766,5 +931,50 @@ impl FabricConn for TcpConn {
         // The last queued bytes, best effort, then our end of stream.
         let _ = self.flush();
         sys::shutdown_write(self.fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::MaybeUninit;
+
+    use crate::desc::RxDesc;
+
+    #[test]
+    fn receive_chunks_hold_two_whole_records_and_one_more_than_the_buffers() {
+        assert_eq!(rx_chunks(4096, 256), Some((MIN_CHUNK, 257)));
+        assert_eq!(rx_chunks(8, 1), Some((MIN_CHUNK, 2)));
+        let (chunk, n) = rx_chunks(40_000, 8).unwrap();
+        assert_eq!(n, 9);
+        assert!(chunk >= 2 * record::record_size(40_000).unwrap() && chunk % 64 == 0);
+        let (chunk, _) = rx_chunks(1 << 20, 4).unwrap();
+        assert_eq!(
+            chunk,
+            (2 * ((1 << 20) + RECORD_HEADER)).next_multiple_of(64)
+        );
+    }
+
+    #[test]
+    fn pooled_descriptors_carry_their_offset_and_the_sink_checks_the_bounds() {
+        let mut mem = vec![0u8; 4 * 256];
+        // SAFETY: `mem` holds 4 buffers of 256 bytes and outlives the view.
+        let pool =
+            unsafe { PoolView::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 256, 4) };
+        let mut slots = [MaybeUninit::<RxDesc>::uninit(); 4];
+        let mut sink = RxSink::new(&mut slots, &mut [], &pool);
+        sink.push_pooled_at(3, 200, 56).unwrap();
+        sink.push_pooled(1, 256).unwrap();
+        assert!(
+            sink.push_pooled_at(0, 200, 57).is_err(),
+            "past the buffer end"
+        );
+        assert!(sink.push_pooled_at(0, u32::MAX, 2).is_err(), "no overflow");
+        assert!(sink.push_pooled_at(4, 0, 1).is_err(), "buffer out of range");
+        assert_eq!(sink.written(), 2);
+        // SAFETY: the sink initialised the first two slots.
+        let (a, b) = unsafe { (slots[0].assume_init(), slots[1].assume_init()) };
+        assert_eq!((a.buf(), a.offset(), a.len()), (Some(3), 200, 56));
+        assert_eq!((b.buf(), b.offset(), b.len()), (Some(1), 0, 256));
     }
 }

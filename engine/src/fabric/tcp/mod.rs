@@ -7,8 +7,9 @@
 //! busy-polls the socket with `recv` and writes everything queued in one cycle with one
 //! `sendmsg` (coalesced; no epoll on the data path). Each side has its own send and receive
 //! buffer pools in process memory; see `datapath` for the buffer flow (small messages are copied
-//! once into a coalescing stage, larger ones are written straight from the send buffer; received
-//! messages are copied once out of the stream buffer, inline or into a receive-pool buffer).
+//! once into a coalescing stage, larger ones are written straight from the send buffer; the
+//! socket is read into the receive pool's chunks, where larger messages are read in place and
+//! small ones are copied into the application's ring slot).
 //!
 //! * `hello`: the 32-byte parameter handshake message.
 //! * `setup` (control thread / connecting thread): the handshake steps, the pools,

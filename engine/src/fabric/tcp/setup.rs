@@ -18,7 +18,7 @@ use crate::desc::PoolView;
 use crate::error::{Error, SetupError};
 use crate::record;
 
-use super::datapath::{ConnSizes, TcpConn};
+use super::datapath::{rx_chunks, ConnSizes, TcpConn};
 use super::error::TcpSetupError;
 use super::hello::{TcpParams, HELLO_LEN, STATUS_BUSY, STATUS_INVALID, STATUS_MISMATCH, STATUS_OK};
 
@@ -114,16 +114,24 @@ fn establish(
         .checked_mul(count as usize)
         .filter(|&b| b <= isize::MAX as usize / 2)
         .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+    // The receive pool is the connection's receive chunks (messages are read in place there).
+    let (chunk, chunks) =
+        rx_chunks(buf_size, cfg.buffers).ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+    let rx_bytes = chunk
+        .checked_mul(chunks as usize)
+        .filter(|&b| b <= isize::MAX as usize / 2 && chunk <= u32::MAX as usize)
+        .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
     let pools = Arc::new(TcpPools {
         tx: Region::new(bytes)?,
-        rx: Region::new(bytes)?,
+        rx: Region::new(rx_bytes)?,
     });
-    // SAFETY: each region is `buf_size * count` bytes (checked above to fit `isize`), zeroed and
-    // alive while `pools` is, which the connection and the application's handles hold.
+    // SAFETY: the send region is `buf_size * count` bytes and the receive region `chunk *
+    // chunks` (both checked above to fit `isize`), zeroed and alive while `pools` is, which the
+    // connection and the application's handles hold.
     let (tx_pool, rx_pool) = unsafe {
         (
             PoolView::new(pools.tx.ptr, buf_size, count),
-            PoolView::new(pools.rx.ptr, buf_size, count),
+            PoolView::new(pools.rx.ptr, chunk, chunks),
         )
     };
     let conn = TcpConn::new(

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use cm::rdma::{self as rcm, CmError, CmEvent, CmEventKind, ConnOptions, FlowParams};
 
 use super::establish::{finish, Established};
+use super::gid;
 use super::prepare::{our_params, prepare, Pending};
 use super::setup_err;
 use super::RdmaDevices;
@@ -38,6 +39,10 @@ fn map_cm(endpoint: &str, e: CmError) -> Error {
 
 /// Connects to `host:port` (active side), blocking up to `timeout` in total; runs on the
 /// calling application thread. The connection will be served by poller `poller`.
+///
+/// With a GID-index override (`cfg.rdma_gid_index`), a first resolution finds the device and
+/// port, the route is resolved again from the address of that GID-table entry, and the QP's
+/// source GID index is read back once established (see [`gid`]).
 pub(crate) fn connect(
     host: &str,
     port: u16,
@@ -49,9 +54,25 @@ pub(crate) fn connect(
     let deadline = Instant::now() + timeout;
     let opts = conn_opts(timeout);
     let addr = rcm::resolve_host(host, port).map_err(|e| map_cm(endpoint, e))?;
-    let id = rcm::resolve(addr, &opts, deadline).map_err(|e| map_cm(endpoint, e))?;
+    let (id, choice) = match cfg.rdma_gid_index {
+        None => (
+            rcm::resolve(addr, &opts, deadline).map_err(|e| map_cm(endpoint, e))?,
+            None,
+        ),
+        Some(index) => {
+            let probe = rcm::resolve(addr, &opts, deadline).map_err(|e| map_cm(endpoint, e))?;
+            let (choice, src) = gid::for_connect(&probe, index, addr)?;
+            drop(probe);
+            let id = rcm::resolve_from(Some(src), addr, &opts, deadline)
+                .map_err(|e| map_cm(endpoint, e))?;
+            (id, Some(choice))
+        }
+    };
     let pending = prepare(id, devices, cfg)?;
     let (pending, ev) = connect_bounded(pending, opts, deadline, addr, endpoint)?;
+    if let Some(choice) = &choice {
+        gid::check_readback(choice, &pending.qp)?;
+    }
     let peer =
         FlowParams::decode(&ev.private_data).map_err(|e| map_cm(endpoint, CmError::from(e)))?;
     pending

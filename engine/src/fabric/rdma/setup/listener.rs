@@ -9,6 +9,7 @@ use cm::rdma::{self as rcm, CmError, CmRejectReason, ConnOptions, FlowParams};
 
 use super::accept::{PendingAccept, ACCEPT_TIMEOUT, MAX_PENDING_ACCEPTS};
 use super::devices::RdmaDevices;
+use super::gid;
 use super::prepare::{our_params, prepare, MIN_CREDITS};
 use super::setup_err;
 use crate::config::Config;
@@ -31,12 +32,54 @@ impl std::fmt::Debug for RdmaListener {
 
 impl RdmaListener {
     /// Binds `host:port` (host must be an address of an RDMA device, or `0.0.0.0`).
-    pub(crate) fn bind(host: &str, port: u16, endpoint: &str) -> Result<Self, Error> {
+    ///
+    /// An accepted connection's source GID follows the address the client connected to, so a
+    /// GID-index override (`gid_index`) does not apply to accepts; but a wildcard listener with
+    /// an override binds to the override's address instead (the first device port whose entry
+    /// `gid_index` is a usable IP GID of the wildcard's family), logged at info.
+    pub(crate) fn bind(
+        host: &str,
+        port: u16,
+        endpoint: &str,
+        gid_index: Option<u8>,
+    ) -> Result<Self, Error> {
         let lerr = |e: CmError| Error::Listen {
             endpoint: endpoint.to_owned(),
             source: Box::new(e),
         };
-        let addr = rcm::resolve_host(host, port).map_err(lerr)?;
+        let mut addr = rcm::resolve_host(host, port).map_err(lerr)?;
+        if let Some(index) = gid_index {
+            if addr.ip().is_unspecified() {
+                let c = gid::for_listener(index, addr.is_ipv4()).map_err(|e| Error::Listen {
+                    endpoint: endpoint.to_owned(),
+                    source: Box::new(e),
+                })?;
+                let wildcard = addr;
+                addr = c.source_for(addr).map_err(|e| Error::Listen {
+                    endpoint: endpoint.to_owned(),
+                    source: Box::new(e),
+                })?;
+                addr.set_port(port);
+                tracing::info!(
+                    endpoint,
+                    %wildcard,
+                    bound = %addr,
+                    device = %c.device,
+                    port = c.port,
+                    gid_index = c.index,
+                    gid = %c.gid,
+                    gid_type = %c.gid_type,
+                    "rdma gid index override: wildcard listener bound to the GID's address"
+                );
+            } else {
+                tracing::info!(
+                    endpoint,
+                    gid_index = index,
+                    "rdma gid index override set: accepted connections use the GID of the \
+                     address clients connect to"
+                );
+            }
+        }
         let inner = rcm::CmListener::bind(addr, 128).map_err(lerr)?;
         inner.id().channel().set_nonblocking(true).map_err(lerr)?;
         Ok(Self {

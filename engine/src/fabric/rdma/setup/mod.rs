@@ -15,6 +15,9 @@
 //!   pre-posted receives (a `Pending` connection).
 //! - `establish`: [`Established`], built from a `Pending` connection and the peer's parameters
 //!   once ESTABLISHED arrived.
+//! - `gid`: the GID-index override (find and check the GID-table entry, the source address
+//!   that selects it, the read-back of the index a connection uses, the wildcard listener's
+//!   address).
 //! - `connect`: the active side ([`connect()`]), with `rdma_connect` on a helper thread.
 //! - `accept`: [`PendingAccept`], the listening side's non-blocking wait for ESTABLISHED.
 //! - `listener`: [`RdmaListener`], taking, validating and accepting requests.
@@ -28,6 +31,7 @@ mod connect;
 mod devices;
 mod establish;
 mod events;
+mod gid;
 mod listener;
 mod prepare;
 

@@ -156,6 +156,105 @@ impl Context {
     }
 }
 
+/// `IBV_LINK_LAYER_ETHERNET` of `enum ibv_link_layer` (bindgen does not export it): the port
+/// runs RoCE (or iWARP), so its GIDs are derived from IP addresses.
+const LINK_LAYER_ETHERNET: u8 = 2;
+
+/// What a GID-table query needs of a port ([`Context::query_port_gids`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortGids {
+    /// Entries in the port's GID table (`gid_tbl_len`).
+    pub table_len: u32,
+    /// The port's link layer is Ethernet (RoCE, iWARP): its GIDs are IP-based. False on
+    /// InfiniBand, where a GID is a subnet prefix and a port GUID.
+    pub ethernet: bool,
+}
+
+impl Context {
+    /// Opens every RDMA device (skipping any that fails to open).
+    ///
+    /// # Errors
+    /// [`VerbsError::NoDevice`].
+    pub fn open_all() -> Result<Vec<Arc<Self>>, VerbsError> {
+        let mut n = 0;
+        // SAFETY: `n` is a valid out pointer; the list is freed below.
+        let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            return Err(VerbsError::NoDevice);
+        }
+        let mut out = Vec::new();
+        for i in 0..n.max(0) as usize {
+            // SAFETY: the list has `n` valid entries; `dev` is valid while the list is alive.
+            let ctx = unsafe { ffi::ibv_open_device(*list.add(i)) };
+            if let Some(raw) = NonNull::new(ctx) {
+                out.push(Arc::new(Self {
+                    raw,
+                    owner: ContextOwner::Opened,
+                }));
+            }
+        }
+        // SAFETY: list came from ibv_get_device_list; opened contexts stay valid after this.
+        unsafe { ffi::ibv_free_device_list(list) };
+        if out.is_empty() {
+            return Err(VerbsError::NoDevice);
+        }
+        Ok(out)
+    }
+
+    /// The device's number of physical ports (numbered from 1).
+    ///
+    /// # Errors
+    /// [`VerbsError::QueryDevice`].
+    pub fn port_count(&self) -> Result<u8, VerbsError> {
+        let mut attr = MaybeUninit::<ffi::ibv_device_attr>::zeroed();
+        // SAFETY: valid context and out pointer.
+        let rc = unsafe { ffi::ibv_query_device(self.as_ptr(), attr.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(VerbsError::QueryDevice(io::Error::from_raw_os_error(rc)));
+        }
+        // SAFETY: zeroed, then filled by ibv_query_device.
+        Ok(unsafe { attr.assume_init() }.phys_port_cnt)
+    }
+
+    /// The size of `port`'s GID table and whether its GIDs are IP-based.
+    ///
+    /// # Errors
+    /// [`VerbsError::QueryPort`].
+    pub fn query_port_gids(&self, port: u8) -> Result<PortGids, VerbsError> {
+        let attr = self.query_port(port)?;
+        Ok(PortGids {
+            table_len: u32::try_from(attr.gid_tbl_len).unwrap_or(0),
+            ethernet: attr.link_layer == LINK_LAYER_ETHERNET,
+        })
+    }
+
+    /// Reads entry `index` of `port`'s GID table (`ibv_query_gid`). An empty entry reads as
+    /// all zeros (libibverbs' documented behaviour).
+    ///
+    /// # Errors
+    /// [`VerbsError::QueryGid`] (e.g. `EINVAL` for an index beyond the table).
+    pub fn query_gid(&self, port: u8, index: u8) -> Result<[u8; 16], VerbsError> {
+        let mut gid = ffi::ibv_gid { raw: [0; 16] };
+        // SAFETY: valid context; `gid` is a valid out pointer.
+        let rc = unsafe { ffi::ibv_query_gid(self.as_ptr(), port, i32::from(index), &mut gid) };
+        if rc != 0 {
+            // libibverbs returns -1; errno normally says why (EINVAL beyond the table).
+            let e = last_os_error();
+            let source = match e.raw_os_error() {
+                Some(0) | None => io::Error::from_raw_os_error(libc::EINVAL),
+                _ => e,
+            };
+            return Err(VerbsError::QueryGid {
+                port,
+                index,
+                source,
+            });
+        }
+        // SAFETY: every bit pattern is a valid `[u8; 16]`; the union was initialised above.
+        Ok(unsafe { gid.raw })
+    }
+}
+
 /// Device limits that sizing depends on (from `ibv_query_device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceLimits {

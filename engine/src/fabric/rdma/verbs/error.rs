@@ -78,6 +78,17 @@ pub enum VerbsError {
     /// `ibv_query_device` failed.
     #[error("ibv_query_device failed")]
     QueryDevice(#[source] io::Error),
+    /// `ibv_query_gid` failed.
+    #[error("ibv_query_gid(port {port}, index {index}) failed")]
+    QueryGid {
+        /// Port number.
+        port: u8,
+        /// GID index.
+        index: u8,
+        /// errno.
+        #[source]
+        source: io::Error,
+    },
     /// `ibv_query_port` failed.
     #[error("ibv_query_port({port}) failed")]
     QueryPort {

@@ -22,7 +22,8 @@
 //! One per verbs object, each holding its FFI calls; `error` and `wr` below all of them:
 //! - `error`: [`VerbsError`], [`PostError`].
 //! - `wr`: work requests ([`SendWr`], [`RecvWr`], [`Sge`]), opcodes and flags.
-//! - `device`: [`Context`], [`DeviceLimits`], [`ProtectionDomain`].
+//! - `device`: [`Context`] (with its port and GID-table queries, [`PortGids`]),
+//!   [`DeviceLimits`], [`ProtectionDomain`].
 //! - `mr`: [`MemoryRegion`], [`Access`].
 //! - `cq`: [`CompletionQueue`], [`WorkCompletion`] and its status codes.
 //! - `srq`: [`SharedReceiveQueue`].
@@ -40,7 +41,7 @@ pub use cq::{
     status_str, CompletionQueue, WcSlot, WcStatus, WorkCompletion, WC_RNR_RETRY_EXC_ERR,
     WC_SUCCESS, WC_WR_FLUSH_ERR,
 };
-pub use device::{Context, DeviceLimits, ProtectionDomain};
+pub use device::{Context, DeviceLimits, PortGids, ProtectionDomain};
 pub use error::{PostError, VerbsError};
 pub use mr::{Access, MemoryRegion};
 pub use qp::{QpCapacity, QpResources, QueuePair};

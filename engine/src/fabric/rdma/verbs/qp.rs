@@ -235,6 +235,31 @@ impl QueuePair {
         Ok(init.cap.max_inline_data)
     }
 
+    /// The source GID index of the QP's address vector (`ibv_query_qp`, `ah_attr.grh.sgid_index`):
+    /// the GID the connection actually sends from, once the QP is connected (RTR or later).
+    ///
+    /// # Errors
+    /// [`VerbsError::QueryQp`].
+    pub fn sgid_index(&self) -> Result<u8, VerbsError> {
+        let mut attr = MaybeUninit::<ffi::ibv_qp_attr>::zeroed();
+        let mut init = MaybeUninit::<ffi::ibv_qp_init_attr>::zeroed();
+        // SAFETY: valid QP and out pointers.
+        let rc = unsafe {
+            ffi::ibv_query_qp(
+                self.as_ptr(),
+                attr.as_mut_ptr(),
+                ffi::ibv_qp_attr_mask::IBV_QP_AV.0 as i32,
+                init.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(VerbsError::QueryQp(io::Error::from_raw_os_error(rc)));
+        }
+        // SAFETY: zeroed then filled by ibv_query_qp.
+        let attr = unsafe { attr.assume_init() };
+        Ok(attr.ah_attr.grh.sgid_index)
+    }
+
     /// Sets the QP's RNR NAK timer (RTS->RTS transition). The protocol never relies on RNR;
     /// this only keeps a stray RNR from stalling 655 ms (timer value 0).
     ///
