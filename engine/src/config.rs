@@ -27,6 +27,8 @@ pub(crate) struct Config {
     pub(crate) inline_threshold: usize,
     pub(crate) signal_every: usize,
     pub(crate) rdma_srq_buffers: usize,
+    /// RDMA frame limit in bytes; `None`: the buffer size.
+    pub(crate) frame_size: Option<usize>,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_connections_per_poller: usize,
     /// How long a peer may stay silent before its connection fails; zero: never.
@@ -48,6 +50,12 @@ impl Config {
         (!self.liveness_timeout.is_zero()).then(|| self.liveness_timeout / 4)
     }
 
+    /// The RDMA frame limit: [`EngineBuilder::frame_size`], by default the buffer size.
+    #[allow(dead_code)] // used by the rdma fabric only
+    pub(crate) fn frame_size(&self) -> usize {
+        self.frame_size.unwrap_or(self.buffer_size)
+    }
+
     /// The liveness timeout, `None` when liveness is off.
     pub(crate) fn liveness(&self) -> Option<Duration> {
         (!self.liveness_timeout.is_zero()).then_some(self.liveness_timeout)
@@ -64,8 +72,8 @@ pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_millis(80);
 ///
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
 /// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 32, inline threshold
-/// [`crate::INLINE_MAX`], signal every 16, connect timeout 5 s, 1024 connections per poller,
-/// liveness timeout 1 s.
+/// [`crate::INLINE_MAX`], signal every 16, RDMA frames up to the buffer size, connect timeout
+/// 5 s, 1024 connections per poller, liveness timeout 1 s.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct EngineBuilder {
@@ -85,6 +93,7 @@ impl Default for EngineBuilder {
                 inline_threshold: crate::desc::INLINE_MAX,
                 signal_every: 16,
                 rdma_srq_buffers: 0,
+                frame_size: None,
                 connect_timeout: Duration::from_secs(5),
                 max_connections_per_poller: 1024,
                 liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
@@ -160,6 +169,19 @@ impl EngineBuilder {
     /// Ignored by shm.
     pub fn rdma_srq(mut self, buffers: usize) -> Self {
         self.cfg.rdma_srq_buffers = buffers;
+        self
+    }
+
+    /// RDMA message coalescing: consecutive small messages of one send batch (each at most the
+    /// inline threshold, itself at most [`crate::INLINE_MAX`]) travel as the records of one
+    /// *frame* of at most `bytes` bytes (further bounded by the receive buffer size), one SEND
+    /// and one receive buffer for all of them; the receiver splits the frame and delivers each
+    /// message inline. A lone message still leaves at once, as a frame of one. Larger messages
+    /// keep their zero-copy SEND, in order with the frames. Default: the buffer size. `0` (or
+    /// any size too small for two records, under 24 bytes) turns coalescing off: one SEND per
+    /// message. Ignored by shm and tcp.
+    pub fn frame_size(mut self, bytes: usize) -> Self {
+        self.cfg.frame_size = Some(bytes);
         self
     }
 

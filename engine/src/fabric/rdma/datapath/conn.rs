@@ -8,15 +8,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::chain::{post_recv_chains, SrqShared, CHAIN};
+use super::frame::{frame_limit, FrameCursor};
 use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::rdma::counters::{bump, PollerRdmaCounters, COUNTERS};
-use crate::fabric::rdma::header::{read_hdr, HdrParts, IMM_CREDITS_MAX, IMM_CREDIT_ONLY};
+use crate::fabric::rdma::header::{
+    read_hdr, HdrParts, IMM_CREDITS_MAX, IMM_CREDIT_ONLY, IMM_FRAME,
+};
 use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge, WorkCompletion};
 use crate::fabric::rdma::wr_id::{recv_wr_id, WR_GEN_SHIFT, WR_RECV, WR_SRQ, WR_VALUE_MASK};
 use crate::fabric::{FabricConn, RxSink, TxDone};
 
 mod iwarp;
+mod send;
 
 /// A fixed-capacity FIFO (allocated at setup, never grown).
 struct Fifo<T: Copy> {
@@ -54,6 +58,33 @@ impl<T: Copy + Default> Fifo<T> {
         self.len -= 1;
         Some(v)
     }
+}
+
+/// What one received buffer holds.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+enum RxKind {
+    /// One message (`len` bytes at the buffer's start).
+    #[default]
+    Message,
+    /// An explicit credit message (no payload) or a failed shared receive to give back.
+    Credit,
+    /// A frame of DATA records ([`IMM_FRAME`]), split by [`FrameCursor`].
+    Frame,
+}
+
+/// One SEND of a [`FabricConn::post_send`] batch, planned before any work request is built:
+/// a message left in its buffer, or a frame written into the first framed message's buffer.
+#[derive(Clone, Copy, Default)]
+struct Planned {
+    /// The send buffer (the message's, or the frame's: its first message's buffer).
+    buf: u32,
+    /// Bytes to send.
+    len: u32,
+    /// A frame ([`IMM_FRAME`]).
+    frame: bool,
+    /// The batch's descriptors it carries: `first .. first + msgs`.
+    first: u16,
+    msgs: u16,
 }
 
 /// One send to build.
@@ -105,6 +136,9 @@ pub(crate) struct RdmaConnParts {
     pub(crate) hdr: Option<HdrParts>,
     /// The liveness timeout (`None`: off); heartbeats go out every quarter of it.
     pub(crate) liveness: Option<Duration>,
+    /// Largest frame to coalesce small messages into (`EngineBuilder::frame_size`), further
+    /// bounded by the buffer sizes; below two records' room, coalescing is off.
+    pub(crate) frame_size: usize,
     /// Keeps the pools' memory regions alive.
     pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
 }
@@ -144,14 +178,25 @@ pub struct RdmaConn {
     uncredited: u64,
     /// Credit messages sent whose credits have not come back yet (not the engine's).
     ctrl_outstanding: u64,
+    /// Per data SEND whose credit has not come back, oldest first: how many of the engine's
+    /// messages it carried (1, or a frame's record count). A returned credit (one receive
+    /// buffer re-posted) gives the engine the messages of the oldest such SEND.
+    sent_msgs: Fifo<u16>,
+    /// Frame limit in bytes (0: coalescing off), see [`frame_limit`].
+    frame_limit: u32,
+    /// Messages up to this size are coalesced into frames (the inline threshold, at most
+    /// `INLINE_MAX`: the receiver copies records into its descriptors).
+    frame_record_max: u32,
     /// Credits to report to the engine at the next `reclaim`.
     engine_credits: u64,
     // ---- receive side
     rx_pool: PoolView,
     rx_lkey: u32,
     rx_inline: u32,
-    /// Received, not yet delivered: (buffer, length, credit-only).
-    rx_pending: Fifo<(u32, u32, bool)>,
+    /// Received, not yet delivered: (buffer, length, kind).
+    rx_pending: Fifo<(u32, u32, RxKind)>,
+    /// The frame being delivered (validated; its buffer is re-posted once every record is out).
+    rx_frame: Option<FrameCursor>,
     /// Receive buffers re-posted whose credits the peer has not been given yet.
     owed: u32,
     /// How many more messages the peer may send us, as far as we know (<= its actual credits).
@@ -218,11 +263,15 @@ impl RdmaConn {
             reserve,
             uncredited: 0,
             ctrl_outstanding: 0,
+            sent_msgs: Fifo::new(p.peer_credits as usize),
+            frame_limit: frame_limit(p.frame_size, p.peer_buffer_size, p.tx_pool.buf_size()),
+            frame_record_max: p.rx_inline_threshold.min(crate::desc::INLINE_MAX as u32),
             engine_credits: 0,
             rx_pool: p.rx_pool,
             rx_lkey: p.rx_lkey,
             rx_inline: p.rx_inline_threshold,
             rx_pending: Fifo::new(p.rx_posted as usize),
+            rx_frame: None,
             owed: 0,
             peer_window: p.rx_posted,
             low_water: (p.rx_posted / 2).max(1),
@@ -265,7 +314,7 @@ impl RdmaConn {
             if is_srq_recv {
                 // The shared buffer must go back to the SRQ: queue it as a no-payload entry.
                 let buf = (wc.wr_id() & WR_VALUE_MASK) as u32;
-                if !self.rx_pending.push((buf, 0, true)) {
+                if !self.rx_pending.push((buf, 0, RxKind::Credit)) {
                     self.error = Some(FabricError::Protocol("more receives completed than posted"));
                 }
             }
@@ -306,15 +355,23 @@ impl RdmaConn {
             };
             let credits = imm & IMM_CREDITS_MAX;
             self.rx_heard += 1;
-            let credit_only = imm & IMM_CREDIT_ONLY != 0;
+            let kind = match (imm & IMM_CREDIT_ONLY != 0, imm & IMM_FRAME != 0) {
+                (false, false) => RxKind::Message,
+                (true, false) => RxKind::Credit,
+                (false, true) => RxKind::Frame,
+                (true, true) => {
+                    self.error = Some(FabricError::Protocol("credit message flagged as a frame"));
+                    return;
+                }
+            };
             self.add_peer_credits(credits);
             self.peer_window = self.peer_window.saturating_sub(1);
-            if !credit_only && len > self.rx_pool.buf_size() as u32 {
+            if kind != RxKind::Credit && len > self.rx_pool.buf_size() as u32 {
                 self.error = Some(FabricError::Protocol("oversized receive"));
                 return;
             }
             // Cannot overflow: at most `rx_posted` receives are outstanding.
-            if !self.rx_pending.push((value as u32, len, credit_only)) {
+            if !self.rx_pending.push((value as u32, len, kind)) {
                 self.error = Some(FabricError::Protocol("more receives completed than posted"));
             }
         } else {
@@ -341,12 +398,24 @@ impl RdmaConn {
         }
         self.uncredited -= u64::from(credits);
         self.peer_credits = self.peer_credits.saturating_add(credits);
-        // Credits first cover our own credit messages, then the engine's data messages.
+        // Credits first cover our own credit messages, then the engine's data SENDs, oldest
+        // first, each giving back the messages it carried (a frame: its records). Every data
+        // SEND is in `sent_msgs` until its credit is back, so the pops cannot run dry.
         let mut n = u64::from(credits);
         let ctrl = n.min(self.ctrl_outstanding);
         self.ctrl_outstanding -= ctrl;
         n -= ctrl;
-        self.engine_credits += n;
+        for _ in 0..n {
+            match self.sent_msgs.pop() {
+                Some(m) => self.engine_credits += u64::from(m),
+                None => {
+                    self.error = Some(FabricError::Protocol(
+                        "peer returned more credits than messages it received",
+                    ));
+                    return;
+                }
+            }
+        }
     }
 
     /// Send-queue slots free.
@@ -431,7 +500,7 @@ impl RdmaConn {
     #[inline]
     fn check(&self) -> Result<(), FabricError> {
         match self.error {
-            Some(e) if self.rx_pending.len == 0 => Err(e),
+            Some(e) if self.rx_pending.len == 0 && self.rx_frame.is_none() => Err(e),
             _ => Ok(()),
         }
     }
@@ -534,27 +603,76 @@ impl RdmaConn {
     }
 }
 
+/// The first `len` bytes of receive buffer `buf`.
+///
+/// # Safety
+///
+/// `buf` is a buffer of `pool` whose receive completed with `len <= buf_size` bytes, not
+/// re-posted while the slice lives.
+#[inline]
+unsafe fn rx_bytes(pool: &PoolView, buf: u32, len: u32) -> &[u8] {
+    let len = (len as usize).min(pool.buf_size());
+    // SAFETY: per the contract; `buf_ptr` names a buffer of the pool, `len` is clamped to it.
+    unsafe { std::slice::from_raw_parts(pool.buf_ptr(buf).as_ptr(), len) }
+}
+
 impl FabricConn for RdmaConn {
     #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         let mut delivered = 0;
         let mut repost = [0u32; CHAIN];
         let mut nrepost = 0;
+        let pool = self.rx_pool;
+        let mut failed = None;
         while sink.room() > 0 && nrepost < CHAIN {
-            let Some((buf, len, credit_only)) = self.rx_pending.pop() else {
+            // First the rest of the frame being split (the sink had no room for all of it).
+            if let Some(mut cur) = self.rx_frame {
+                // SAFETY: the frame's receive completed with `end` bytes (checked on completion
+                // and by the cursor); the buffer stays ours until re-posted below.
+                let bytes = unsafe { rx_bytes(&pool, cur.buf, cur.end) };
+                let room = sink.room();
+                delivered += cur.next_records(bytes, room, |p| sink.push_inline(p))?;
+                if cur.left() == 0 {
+                    self.rx_frame = None;
+                    repost[nrepost] = cur.buf;
+                    nrepost += 1;
+                } else {
+                    self.rx_frame = Some(cur);
+                }
+                continue;
+            }
+            let Some((buf, len, kind)) = self.rx_pending.pop() else {
                 break;
             };
-            if credit_only {
-                repost[nrepost] = buf;
-                nrepost += 1;
-                continue;
+            match kind {
+                RxKind::Message => {}
+                RxKind::Credit => {
+                    repost[nrepost] = buf;
+                    nrepost += 1;
+                    continue;
+                }
+                RxKind::Frame => {
+                    // SAFETY: as below: a completed receive of `len <= buf_size` bytes.
+                    let bytes = unsafe { rx_bytes(&pool, buf, len) };
+                    match FrameCursor::new(buf, bytes) {
+                        Ok(cur) => self.rx_frame = Some(cur),
+                        Err(e) => {
+                            // A hostile frame fails this connection; its (shared) buffer
+                            // still goes back below.
+                            self.error = Some(e);
+                            failed = Some(e);
+                            repost[nrepost] = buf;
+                            nrepost += 1;
+                            break;
+                        }
+                    }
+                    continue;
+                }
             }
             if len <= self.rx_inline {
                 // SAFETY: the receive completed, so the buffer holds `len` (<= buf_size, checked
                 // on completion) bytes written by the HCA and is ours until re-posted below.
-                let data = unsafe {
-                    std::slice::from_raw_parts(self.rx_pool.buf_ptr(buf).as_ptr(), len as usize)
-                };
+                let data = unsafe { rx_bytes(&pool, buf, len) };
                 sink.push_inline(data)?;
                 repost[nrepost] = buf;
                 nrepost += 1;
@@ -566,6 +684,9 @@ impl FabricConn for RdmaConn {
         // Shared buffers always go back to the SRQ (it outlives this connection's QP).
         if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
             self.post_recvs(&repost[..nrepost])?;
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         if delivered == 0 {
             self.check()?;
@@ -581,87 +702,22 @@ impl FabricConn for RdmaConn {
         }
         let credits = self.peer_credits.saturating_sub(self.reserve) as usize;
         let room = self.sq_room().saturating_sub(1) as usize; // keep one for a credit message
-        let n = descs.len().min(credits).min(room).min(CHAIN);
-        if n < descs.len().min(CHAIN) {
+        let max_sends = credits.min(room).min(CHAIN);
+        let mut plan = [Planned::default(); CHAIN];
+        let (nplan, taken) = self.plan_sends(descs, max_sends, &mut plan)?;
+        if taken < descs.len() && nplan == max_sends && max_sends < CHAIN {
             self.counters.credit_stalls.add(1);
         }
-        if n == 0 {
+        if nplan == 0 {
             return Ok(0);
         }
-        if let Some(h) = self.hdr {
-            return self.post_send_hdr(&descs[..n], done, h);
+        let plan = &plan[..nplan];
+        match self.hdr {
+            Some(h) => self.post_plan_hdr(plan, h)?,
+            None => self.post_plan(plan)?,
         }
-        let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
-        let mut sges = [Sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; CHAIN];
-        let held_after =
-            self.held.len + descs[..n].iter().filter(|d| d.len > self.tx_inline).count();
-        let hoarding = held_after * 2 >= self.tx_pool.count() as usize;
-        for (i, d) in descs[..n].iter().enumerate() {
-            if d.len > self.peer_buffer_size {
-                return Err(FabricError::Protocol(
-                    "message larger than the peer's receive buffer",
-                ));
-            }
-            let inline = d.len <= self.tx_inline;
-            let imm = self.take_owed();
-            let addr = self.tx_pool.buf_ptr(d.buf).as_ptr() as u64;
-            let mut wr = verbs::send_wr_zeroed();
-            let last = i + 1 == n;
-            let out = Outgoing {
-                addr,
-                len: d.len,
-                imm,
-                inline,
-                force_signal: last && hoarding,
-            };
-            self.fill_send(&mut wr, &mut sges[i], out);
-            wrs[i].write(wr);
-            if !inline {
-                let ok = self.held.push((self.sq_posted - 1, d.buf));
-                debug_assert!(ok, "held FIFO sized to the pool");
-            }
-        }
-        for i in 0..n {
-            let sg: *mut Sge = &mut sges[i];
-            let next = if i + 1 < n {
-                wrs[i + 1].as_mut_ptr()
-            } else {
-                std::ptr::null_mut()
-            };
-            // SAFETY: entry i was initialised in the loop above.
-            let w = unsafe { wrs[i].assume_init_mut() };
-            w.sg_list = if w.num_sge > 0 {
-                sg
-            } else {
-                std::ptr::null_mut()
-            };
-            w.next = next;
-        }
-        self.peer_credits -= n as u32;
-        self.uncredited += n as u64;
-        // SAFETY: `n` chained, initialised WRs whose scatter entries live in `sges` until the call
-        // returns. Inline payloads are copied by the call. Non-inline buffers are send-pool
-        // buffers (the poller validated the indices) in the pool's registered region; the engine
-        // marked them fabric-owned and they stay so (in `held`) until a later signalled
-        // completion frees them in `reclaim`.
-        let res = unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) };
-        if let Err(e) = res {
-            return Err(FabricError::Io(e.errno));
-        }
-        let mut inl = 0u64;
-        for d in &descs[..n] {
-            if d.len <= self.tx_inline {
-                done.free_buf(d.buf)?;
-                inl += 1;
-            }
-        }
-        self.counters.inline_sends.add(inl);
-        self.counters.pooled_sends.add(n as u64 - inl);
-        Ok(n)
+        self.finish_sends(descs, plan, done)?;
+        Ok(taken)
     }
 
     #[inline]
@@ -715,6 +771,11 @@ impl Drop for RdmaConn {
         // still queued here go back to the SRQ; the count the application still holds is
         // reported so the SRQ's credit budget never counts them as posted.
         if let Some(srq) = &self.srq {
+            if let Some(cur) = self.rx_frame.take() {
+                if srq.post(&[cur.buf]).is_ok() {
+                    self.srq_held = self.srq_held.saturating_sub(1);
+                }
+            }
             let mut bufs = [0u32; CHAIN];
             loop {
                 let mut n = 0;

@@ -71,6 +71,7 @@ use crate::fabric::{ConnTable, Fabric};
 
 mod chain;
 mod conn;
+mod frame;
 
 pub use chain::SrqShared;
 pub use conn::RdmaConn;

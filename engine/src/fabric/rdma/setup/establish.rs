@@ -140,6 +140,7 @@ pub(super) fn finish(
         sq_depth: sz.sq_depth,
         hdr,
         liveness: cfg.liveness(),
+        frame_size: cfg.frame_size(),
         keep: Arc::clone(&keep),
     });
     Ok(Established {
