@@ -35,7 +35,7 @@ pub(crate) fn frame_limit(frame_size: usize, peer_buffer: u32, tx_buffer: usize)
     if limit < MIN_FRAME {
         0
     } else {
-        u32::try_from(limit).unwrap_or(u32::MAX & !7)
+        u32::try_from(limit).unwrap_or(!7)
     }
 }
 
