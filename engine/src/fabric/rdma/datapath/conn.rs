@@ -19,46 +19,11 @@ use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge, WorkCompletion};
 use crate::fabric::rdma::wr_id::{recv_wr_id, WR_GEN_SHIFT, WR_RECV, WR_SRQ, WR_VALUE_MASK};
 use crate::fabric::{FabricConn, RxSink, TxDone};
 
+mod fifo;
 mod iwarp;
 mod send;
 
-/// A fixed-capacity FIFO (allocated at setup, never grown).
-struct Fifo<T: Copy> {
-    buf: Box<[T]>,
-    head: usize,
-    len: usize,
-}
-
-impl<T: Copy + Default> Fifo<T> {
-    fn new(cap: usize) -> Self {
-        Self {
-            buf: vec![T::default(); cap.max(1)].into_boxed_slice(),
-            head: 0,
-            len: 0,
-        }
-    }
-    #[inline]
-    fn push(&mut self, v: T) -> bool {
-        if self.len == self.buf.len() {
-            return false;
-        }
-        let i = (self.head + self.len) % self.buf.len();
-        self.buf[i] = v;
-        self.len += 1;
-        true
-    }
-    #[inline]
-    fn front(&self) -> Option<T> {
-        (self.len > 0).then(|| self.buf[self.head])
-    }
-    #[inline]
-    fn pop(&mut self) -> Option<T> {
-        let v = self.front()?;
-        self.head = (self.head + 1) % self.buf.len();
-        self.len -= 1;
-        Some(v)
-    }
-}
+use fifo::Fifo;
 
 /// What one received buffer holds.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
