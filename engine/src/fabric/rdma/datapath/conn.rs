@@ -101,6 +101,8 @@ pub(crate) struct RdmaConnParts {
     pub(crate) hdr: Option<HdrParts>,
     /// The liveness timeout (`None`: off); heartbeats go out every quarter of it.
     pub(crate) liveness: Option<Duration>,
+    /// The engine's credits per connection (`EngineBuilder::depth`).
+    pub(crate) depth: u32,
     /// Largest frame to coalesce small messages into (`EngineBuilder::frame_size`), further
     /// bounded by the buffer sizes; below two records' room, coalescing is off.
     pub(crate) frame_size: usize,
@@ -164,6 +166,12 @@ pub struct RdmaConn {
     rx_frame: Option<FrameCursor>,
     /// Receive buffers re-posted whose credits the peer has not been given yet.
     owed: u32,
+    /// Messages delivered since the credits were last returned in full (the peer's engine
+    /// counts messages, not buffers).
+    owed_msgs: u64,
+    /// Return credits explicitly once `owed_msgs` reaches this: half our depth (both sides
+    /// are expected to use the same depth, as the same buffer size).
+    credit_msgs: u64,
     /// How many more messages the peer may send us, as far as we know (<= its actual credits).
     peer_window: u32,
     low_water: u32,
@@ -188,6 +196,8 @@ pub struct RdmaConn {
     sent: Option<(u64, u64)>,
     /// Coarse time of the last `check_peer`.
     checked_ns: u64,
+    /// `sq_posted` at the last `check_peer` (idle credit returns).
+    checked_sq: u64,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -238,6 +248,8 @@ impl RdmaConn {
             rx_pending: Fifo::new(p.rx_posted as usize),
             rx_frame: None,
             owed: 0,
+            owed_msgs: 0,
+            credit_msgs: u64::from(p.depth / 2).max(1),
             peer_window: p.rx_posted,
             low_water: (p.rx_posted / 2).max(1),
             error: None,
@@ -253,6 +265,7 @@ impl RdmaConn {
             heard: None,
             sent: None,
             checked_ns: 0,
+            checked_sq: 0,
             _keep: p.keep,
         }
     }
@@ -426,6 +439,9 @@ impl RdmaConn {
     fn take_owed(&mut self) -> u32 {
         let n = self.owed.min(IMM_CREDITS_MAX);
         self.owed -= n;
+        if self.owed == 0 {
+            self.owed_msgs = 0;
+        }
         self.peer_window = self.peer_window.saturating_add(n);
         n
     }
@@ -470,10 +486,13 @@ impl RdmaConn {
         }
     }
 
-    /// Sends an explicit credit message when the peer is low on credits and we owe some.
+    /// Sends an explicit credit message when we owe some and the peer is low on credits: on
+    /// receive buffers (its window at or below half), or on the engine's message credits (the
+    /// messages we took since the last return reach half our depth: a few frames can carry a
+    /// whole depth of messages in a few receive buffers).
     fn maybe_send_credits(&mut self) -> Result<(), FabricError> {
         if self.owed == 0
-            || self.peer_window > self.low_water
+            || (self.peer_window > self.low_water && self.owed_msgs < self.credit_msgs)
             || self.peer_credits == 0
             || self.sq_room() == 0
         {
@@ -481,6 +500,26 @@ impl RdmaConn {
         }
         self.post_credit_message()?;
         self.counters.credit_messages.add(1);
+        Ok(())
+    }
+
+    /// From [`FabricConn::check_peer`] (every few milliseconds): credits still owed while this
+    /// side sent nothing since the last check go back in a credit message, so a peer whose
+    /// depth is smaller than ours (whose window `maybe_send_credits` cannot see) waits at most
+    /// that long, never for a heartbeat.
+    fn return_idle_credits(&mut self) -> Result<(), FabricError> {
+        let idle = self.sq_posted == self.checked_sq;
+        self.checked_sq = self.sq_posted;
+        if idle
+            && self.owed > 0
+            && self.error.is_none()
+            && self.peer_credits > 0
+            && self.sq_room() > 0
+        {
+            self.post_credit_message()?;
+            self.counters.credit_messages.add(1);
+            self.checked_sq = self.sq_posted;
+        }
         Ok(())
     }
 
@@ -650,6 +689,7 @@ impl FabricConn for RdmaConn {
         if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
             self.post_recvs(&repost[..nrepost])?;
         }
+        self.owed_msgs += delivered as u64;
         if let Some(e) = failed {
             return Err(e);
         }
@@ -726,6 +766,7 @@ impl FabricConn for RdmaConn {
     }
 
     fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        self.return_idle_credits()?;
         self.liveness(now_ns)
     }
 }

@@ -141,6 +141,7 @@ pub(super) fn finish(
         hdr,
         liveness: cfg.liveness(),
         frame_size: cfg.frame_size(),
+        depth: u32::try_from(cfg.depth).unwrap_or(u32::MAX),
         keep: Arc::clone(&keep),
     });
     Ok(Established {
