@@ -57,9 +57,14 @@
 //!   credits count messages (`depth`): each returned credit gives the engine back the messages
 //!   of the oldest data SEND whose credit was still out (a frame: its record count), after the
 //!   connection's own credit messages. One credit is kept in reserve for
-//!   credit messages, so two sides flooding each other cannot deadlock; a receiver sends an
-//!   explicit credit message only when the peer is at or below half its window, so credit
-//!   messages never ping-pong at idle.
+//!   credit messages, so two sides flooding each other cannot deadlock. A receiver that owes
+//!   credits and has nothing to piggyback them on sends an explicit credit message when the
+//!   peer is at or below half its window of receive buffers, or when the messages it took
+//!   since the last return reach half its own depth (frames: a whole engine window of
+//!   messages may sit in a few buffers; both sides are expected to use the same depth), and,
+//!   from the every-few-milliseconds check, when it still owes credits and sent nothing since
+//!   the last check (a peer with a smaller depth waits at most that long). Nothing is owed at
+//!   idle, so credit messages never ping-pong then.
 //! * SENDs (messages or frames) up to the QP's actual `max_inline_data` go out with
 //!   `IBV_SEND_INLINE`: their send buffer is free as soon as the post returns. Larger ones hold
 //!   their buffer until a later signalled completion.
