@@ -503,15 +503,20 @@ impl RdmaConn {
         Ok(())
     }
 
-    /// From [`FabricConn::check_peer`] (every few milliseconds): credits still owed while this
-    /// side sent nothing since the last check go back in a credit message, so a peer whose
+    /// From [`FabricConn::check_peer`] (every few milliseconds): credits still owed for
+    /// messages taken while this side sent nothing since the last check go back in a credit
+    /// message, so a peer whose
     /// depth is smaller than ours (whose window `maybe_send_credits` cannot see) waits at most
     /// that long, never for a heartbeat.
     fn return_idle_credits(&mut self) -> Result<(), FabricError> {
         let idle = self.sq_posted == self.checked_sq;
         self.checked_sq = self.sq_posted;
+        // `owed_msgs > 0`: only credits of messages the application took. A buffer that held
+        // a credit message is owed too, but returning that alone would answer each credit
+        // message with another, a ping-pong at idle.
         if idle
             && self.owed > 0
+            && self.owed_msgs > 0
             && self.error.is_none()
             && self.peer_credits > 0
             && self.sq_room() > 0

@@ -62,9 +62,10 @@
 //!   peer is at or below half its window of receive buffers, or when the messages it took
 //!   since the last return reach half its own depth (frames: a whole engine window of
 //!   messages may sit in a few buffers; both sides are expected to use the same depth), and,
-//!   from the every-few-milliseconds check, when it still owes credits and sent nothing since
-//!   the last check (a peer with a smaller depth waits at most that long). Nothing is owed at
-//!   idle, so credit messages never ping-pong then.
+//!   from the every-few-milliseconds check, when it still owes credits for messages it took
+//!   and sent nothing since the last check (a peer with a smaller depth waits at most that
+//!   long). Credits owed only for received credit messages are never returned on their own,
+//!   so credit messages never ping-pong at idle.
 //! * SENDs (messages or frames) up to the QP's actual `max_inline_data` go out with
 //!   `IBV_SEND_INLINE`: their send buffer is free as soon as the post returns. Larger ones hold
 //!   their buffer until a later signalled completion.
