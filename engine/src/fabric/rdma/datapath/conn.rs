@@ -166,8 +166,8 @@ pub struct RdmaConn {
     rx_frame: Option<FrameCursor>,
     /// Receive buffers re-posted whose credits the peer has not been given yet.
     owed: u32,
-    /// Messages delivered since the credits were last returned in full (the peer's engine
-    /// counts messages, not buffers).
+    /// Messages whose receive buffers were re-posted (or, in a frame, delivered) since the
+    /// credits were last returned in full (the peer's engine counts messages, not buffers).
     owed_msgs: u64,
     /// Return credits explicitly once `owed_msgs` reaches this: half our depth (both sides
     /// are expected to use the same depth, as the same buffer size).
@@ -633,6 +633,7 @@ impl FabricConn for RdmaConn {
         let mut nrepost = 0;
         let pool = self.rx_pool;
         let mut failed = None;
+        let mut pooled = 0;
         while sink.room() > 0 && nrepost < CHAIN {
             // First the rest of the frame being split (the sink had no room for all of it).
             if let Some(mut cur) = self.rx_frame {
@@ -687,6 +688,7 @@ impl FabricConn for RdmaConn {
                 nrepost += 1;
             } else {
                 sink.push_pooled(buf, len)?;
+                pooled += 1;
             }
             delivered += 1;
         }
@@ -694,7 +696,8 @@ impl FabricConn for RdmaConn {
         if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
             self.post_recvs(&repost[..nrepost])?;
         }
-        self.owed_msgs += delivered as u64;
+        // Pooled messages count when the application releases their buffers (`release_rx`).
+        self.owed_msgs += (delivered - pooled) as u64;
         if let Some(e) = failed {
             return Err(e);
         }
@@ -736,7 +739,9 @@ impl FabricConn for RdmaConn {
         if self.error.is_some() && self.srq.is_none() {
             return Ok(()); // the QP is in error: nothing to re-post to
         }
-        self.post_recvs(bufs)
+        self.post_recvs(bufs)?;
+        self.owed_msgs += bufs.len() as u64;
+        Ok(())
     }
 
     #[inline]
