@@ -10,13 +10,19 @@
 # one VM boot (scripts/rxe-vm) runs, server pinned to one vCPU and client to
 # another (taskset, the same for every pair):
 #   1. perftest ib_send_lat -F -s 8 -n LAT_ITERS           (latency, 8 B)
-#   2. perftest ib_send_bw  -F -s 64 -n RATE_ITERS         (64-B message rate)
-#   3. bench lat  --fabric rdma --size 8  --iters LAT_ITERS  (server + client)
-#   4. bench rate --fabric rdma --size 64 --iters RATE_ITERS (server + client)
+#   2. perftest ib_send_bw  -F -s 8 -n RATE_ITERS          (8-B message rate)
+#   3. perftest ib_send_bw  -F -s 64 -n RATE_ITERS         (64-B message rate)
+#   4. bench lat  --fabric rdma --size 8  --iters LAT_ITERS  (server + client)
+#   5. bench rate --fabric rdma --size 8  --iters RATE_ITERS (server + client)
+#   6. bench rate --fabric rdma --size 64 --iters RATE_ITERS (server + client)
 # and prints a table:
 #   latency  bench RTT/2 p50 vs ib_send_lat t_typical (one-way, us; lower is better)
-#   rate     bench msgs/s at the receiver vs ib_send_bw MsgRate (Mpps; higher is better)
+#   rate     bench msgs/s at the receiver vs ib_send_bw MsgRate (Mpps; higher is better),
+#            8 B and 64 B
 #   ratio    bench / perftest
+# bench coalesces small messages into frames (one SEND per frame of records,
+# --frame-size, default the buffer size); perftest posts one SEND per message.
+# Issue #10's targets: rate 8 B ratio >= 4, latency ratio <= 1.1.
 # Exit status: 0 if every step passed and every figure was parsed; else 1
 # (the failing step is named), or rxe-vm's 124/125.
 #
@@ -28,6 +34,8 @@
 # Knobs (environment):
 #   RDMA_BENCH_LAT_ITERS=5000    round trips for ib_send_lat and bench lat
 #   RDMA_BENCH_RATE_ITERS=50000  messages for ib_send_bw and bench rate
+#   RDMA_BENCH_FRAME_SIZE=       bench --frame-size BYTES for both rate runs
+#                                (unset: bench's default, the buffer size; 0: off)
 #   RDMA_BENCH_CORES=1,2         server vCPU, client vCPU (default 1,2 with 3+
 #                                vCPUs: vCPU 0 is left to rxe's softirq work)
 #   every RXE_VM_* knob of scripts/rxe-vm; RXE_VM_SMP defaults to 3 here (two
@@ -44,6 +52,8 @@ esac
 
 lat_iters=${RDMA_BENCH_LAT_ITERS:-5000}
 rate_iters=${RDMA_BENCH_RATE_ITERS:-50000}
+frame_size=${RDMA_BENCH_FRAME_SIZE:-}
+[[ -z $frame_size || $frame_size =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_FRAME_SIZE must be a byte count (got $frame_size)" >&2; exit 2; }
 smp=${RXE_VM_SMP:-3}
 if [ -n "${RDMA_BENCH_CORES:-}" ]; then
   cores=$RDMA_BENCH_CORES
@@ -67,10 +77,11 @@ bench=$(cargo build --release -p bench --features rdma --message-format=json |
   { echo "rdma-vm-bench: FAIL: building bench failed" >&2; exit 1; }
 [ -x "$bench" ] || { echo "rdma-vm-bench: FAIL: no bench executable was built" >&2; exit 1; }
 
-# The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE.
+# The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE
+# [FRAME_SIZE].
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
-bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5
+bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 frame=${6:-}
 D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
 W=$(mktemp -d)
 fails=()
@@ -110,34 +121,47 @@ perf_row() { awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }'
 
 pair send_lat ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" -- \
   ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" "$IP"
+pair send_bw8 ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" -- \
+  ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" "$IP"
 pair send_bw ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" "$IP"
 common=(--fabric rdma --mode inline --idle spin)
+rate_knobs=()
+[ -n "$frame" ] && rate_knobs=(--frame-size "$frame")
 pair bench_lat "$bench" lat "${common[@]}" --size 8 --server "rdma://$IP:7471" --once --app-cores "$sc" \
   --iters "$lat_iters" --warmup 500 -- \
   "$bench" lat "${common[@]}" --size 8 --client "rdma://$IP:7471" --app-cores "$cc" \
   --iters "$lat_iters" --warmup 500 --out "$W/lat"
-pair bench_rate "$bench" rate "${common[@]}" --size 64 --server "rdma://$IP:7472" --once --app-cores "$sc" \
-  --iters "$rate_iters" --warmup 5000 -- \
-  "$bench" rate "${common[@]}" --size 64 --client "rdma://$IP:7472" --app-cores "$cc" \
+pair bench_rate8 "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 8 --server "rdma://$IP:7473" --once \
+  --app-cores "$sc" --iters "$rate_iters" --warmup 5000 -- \
+  "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 8 --client "rdma://$IP:7473" --app-cores "$cc" \
+  --iters "$rate_iters" --warmup 5000 --out "$W/rate8"
+pair bench_rate "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 64 --server "rdma://$IP:7472" --once \
+  --app-cores "$sc" --iters "$rate_iters" --warmup 5000 -- \
+  "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 64 --client "rdma://$IP:7472" --app-cores "$cc" \
   --iters "$rate_iters" --warmup 5000 --out "$W/rate"
 
 # perftest: ib_send_lat columns #bytes #iterations t_min t_max t_typical ...;
 # ib_send_bw columns #bytes #iterations BW-peak BW-average MsgRate[Mpps].
 p_lat=$(perf_row "$W/send_lat.client" | awk '{ print $5 }')
+p_mpps8=$(perf_row "$W/send_bw8.client" | awk '{ print $5 }')
 p_mpps=$(perf_row "$W/send_bw.client" | awk '{ print $5 }')
 b_lat=$(jq -r '.points[0].half_rtt_ns.p50 // empty | . / 1000' "$W/lat/summary.json" 2>/dev/null)
+b_mpps8=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate8/summary.json" 2>/dev/null)
 b_mpps=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate/summary.json" 2>/dev/null)
 num='^[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$'
-for v in p_lat p_mpps b_lat b_mpps; do
+for v in p_lat p_mpps8 p_mpps b_lat b_mpps8 b_mpps; do
   [[ ${!v} =~ $num ]] || { echo "rdma-vm-bench: FAIL: could not parse $v (got '${!v}')"; fails+=("parse $v"); }
 done
 echo
 echo "rdma-vm-bench: bench vs perftest on $D, same VM boot, server vCPU $sc / client vCPU $cc (EMULATION: only ratios matter)"
-awk -v pl="$p_lat" -v bl="$b_lat" -v pr="$p_mpps" -v br="$b_mpps" -v li="$lat_iters" -v ri="$rate_iters" 'BEGIN {
+echo "rdma-vm-bench: bench rate --frame-size ${frame:-default (the buffer size)}"
+awk -v pl="$p_lat" -v bl="$b_lat" -v pr8="$p_mpps8" -v br8="$b_mpps8" -v pr="$p_mpps" -v br="$b_mpps" \
+  -v li="$lat_iters" -v ri="$rate_iters" 'BEGIN {
   r = "%-34s %12s %12s %14s\n"
   printf r, "figure", "perftest", "bench", "bench/perftest"
   printf "%-34s %12.3f %12.3f %14.2f\n", "latency 8 B one-way, us (lower)", pl, bl, (pl > 0 ? bl / pl : 0)
+  printf "%-34s %12.4f %12.4f %14.2f\n", "rate 8 B, Mmsg/s (higher)", pr8, br8, (pr8 > 0 ? br8 / pr8 : 0)
   printf "%-34s %12.4f %12.4f %14.2f\n", "rate 64 B, Mmsg/s (higher)", pr, br, (pr > 0 ? br / pr : 0)
   printf "latency: ib_send_lat t_typical vs bench RTT/2 p50, %d round trips\n", li
   printf "rate:    ib_send_bw MsgRate vs bench msgs/s at the receiver, %d messages\n", ri
@@ -149,7 +173,7 @@ fi
 echo "rdma-vm-bench: PASS"
 GUEST
 
-cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}")"
+cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$frame_size")"
 set +e
 RXE_VM_SMP=$smp RXE_VM_TIMES=1 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} "$ROOT/scripts/rxe-vm" "$cmd"
 rc=$?

@@ -280,6 +280,11 @@ pub struct CommonArgs {
         help_heading = "Data path"
     )]
     pub signal_every: usize,
+    /// RDMA message coalescing: small messages of one send batch travel as the records of one
+    /// frame (one SEND) of at most this many bytes [default: the buffer size]; 0 turns
+    /// coalescing off (one SEND per message). Accepts k/m suffixes. Ignored by shm and tcp.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Data path")]
+    pub frame_size: Option<usize>,
     /// Buffers per connection per direction.
     #[arg(
         long,

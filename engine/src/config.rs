@@ -29,6 +29,8 @@ pub(crate) struct Config {
     pub(crate) rdma_srq_buffers: usize,
     /// RDMA source GID index override (builder, else env [`RDMA_GID_INDEX_ENV`]).
     pub(crate) rdma_gid_index: Option<u8>,
+    /// RDMA frame limit in bytes; `None`: the buffer size.
+    pub(crate) frame_size: Option<usize>,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_connections_per_poller: usize,
     /// How long a peer may stay silent before its connection fails; zero: never.
@@ -48,6 +50,12 @@ impl Config {
     /// heartbeats may be late before the peer gives up. `None` when liveness is off.
     pub(crate) fn heartbeat_every(&self) -> Option<Duration> {
         (!self.liveness_timeout.is_zero()).then(|| self.liveness_timeout / 4)
+    }
+
+    /// The RDMA frame limit: [`EngineBuilder::frame_size`], by default the buffer size.
+    #[allow(dead_code)] // used by the rdma fabric only
+    pub(crate) fn frame_size(&self) -> usize {
+        self.frame_size.unwrap_or(self.buffer_size)
     }
 
     /// The liveness timeout, `None` when liveness is off.
@@ -93,8 +101,8 @@ pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_millis(80);
 ///
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
 /// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 32, inline threshold
-/// [`crate::INLINE_MAX`], signal every 16, connect timeout 5 s, 1024 connections per poller,
-/// liveness timeout 1 s.
+/// [`crate::INLINE_MAX`], signal every 16, RDMA frames up to the buffer size, connect timeout
+/// 5 s, 1024 connections per poller, liveness timeout 1 s.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct EngineBuilder {
@@ -115,6 +123,7 @@ impl Default for EngineBuilder {
                 signal_every: 16,
                 rdma_srq_buffers: 0,
                 rdma_gid_index: None,
+                frame_size: None,
                 connect_timeout: Duration::from_secs(5),
                 max_connections_per_poller: 1024,
                 liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
@@ -209,6 +218,19 @@ impl EngineBuilder {
     /// value of the variable fails `build` with [`ConfigError::RdmaGidIndexEnv`].
     pub fn rdma_gid_index(mut self, index: Option<u8>) -> Self {
         self.cfg.rdma_gid_index = index;
+        self
+    }
+
+    /// RDMA message coalescing: consecutive small messages of one send batch (each at most the
+    /// inline threshold, itself at most [`crate::INLINE_MAX`]) travel as the records of one
+    /// *frame* of at most `bytes` bytes (further bounded by the receive buffer size), one SEND
+    /// and one receive buffer for all of them; the receiver splits the frame and delivers each
+    /// message inline. A lone message still leaves at once, as a frame of one. Larger messages
+    /// keep their zero-copy SEND, in order with the frames. Default: the buffer size. `0` (or
+    /// any size too small for two records, under 24 bytes) turns coalescing off: one SEND per
+    /// message. Ignored by shm and tcp.
+    pub fn frame_size(mut self, bytes: usize) -> Self {
+        self.cfg.frame_size = Some(bytes);
         self
     }
 

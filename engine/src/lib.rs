@@ -223,7 +223,8 @@
 //!   DATA, BUF_REF, PAD, CREDIT and HEARTBEAT (FRAG and RNDV are reserved for large messages),
 //!   and frames of records for RDMA SEND and TCP. One codec parses rings, receive buffers and
 //!   byte streams, and rejects hostile input with a typed [`record::RecordError`]. The `tcp://`
-//!   fabric speaks it on its byte stream ([`fabric::tcp`]); shm and RDMA do not yet.
+//!   fabric speaks it on its byte stream ([`fabric::tcp`]); RDMA sends its frames (below);
+//!   shm does not yet.
 //! * [`record::ring`]: the shm record ring, an SPSC byte ring of records over a caller-supplied
 //!   region (positions only in shared memory), batches published by one `Release` store, PAD
 //!   at the wrap, a cached consumer position; validated against a hostile producer, modelled
@@ -231,6 +232,9 @@
 //!   wired into `fabric/shm` yet.
 //! * [`Connection::poll`]: the batch receive, one engine pass per batch, on today's path.
 //! * `bench cost`: the software cost per message and per round trip.
+//! * RDMA frames: small messages of a send batch coalesced into one SEND of DATA records
+//!   ([`EngineBuilder::frame_size`], `bench rate --frame-size`), split by the receiver into
+//!   inline messages (see `fabric::rdma::datapath`).
 //!
 //! *Next:*
 //! 1. The record ring wired into `fabric/shm`: it replaces the descriptor ring, and CREDIT
@@ -238,7 +242,8 @@
 //!    section.
 //! 2. Run-to-completion sends write records straight into the wire ring (no
 //!    application→poller hop), plus a batch send.
-//! 3. RDMA frames of records: one SEND per frame, post lists, selective signalling.
+//! 3. RDMA: read frame records in place in the receive buffer (needs an offset in the receive
+//!    descriptor) instead of copying each into its descriptor.
 //! 4. `bench rate` knobs for the application batch size and the RDMA frame size, with the
 //!    cache-line streaming floor next to every rate figure.
 //! 5. Large messages (FRAG, RNDV, #12) and the C ABI (`sw_try_claim`/`sw_poll`).

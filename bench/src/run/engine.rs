@@ -42,6 +42,10 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
         Mode::Inline => b.run_to_completion(),
         Mode::Dedicated => b.pollers(&g.pollers),
     };
+    let b = match g.frame_size {
+        Some(bytes) => b.frame_size(bytes),
+        None => b,
+    };
     b.idle(match g.idle {
         Idle::Spin => IdleStrategy::BusySpin,
         Idle::Backoff => IdleStrategy::backoff(),

@@ -32,6 +32,8 @@ pub struct EngineCfg {
     pub inline_threshold: usize,
     /// Selective signalling period.
     pub signal_every: usize,
+    /// RDMA frame size in bytes (`None`: the engine's default, the buffer size; 0: off).
+    pub frame_size: Option<usize>,
     /// Connection setup timeout.
     pub connect_timeout: Duration,
     /// The crossed knob and its value for this group.
@@ -273,6 +275,7 @@ impl Plan {
             batch: c.batch,
             inline_threshold: c.inline_threshold,
             signal_every: c.signal_every,
+            frame_size: c.frame_size,
             connect_timeout: c.connect_timeout,
             cross: None,
         };

@@ -5,8 +5,9 @@
 //! rest of the crate, performs no I/O, never allocates and never panics on any input. The
 //! `tcp://` fabric ([`crate::fabric::tcp`]) uses it as its stream framing. Its submodule
 //! [`ring`] is the shared-memory record ring built on it (generic over a byte region,
-//! loom-modelled), not wired into `fabric/shm` yet; today's shm and RDMA wires
-//! ([`crate::fabric::shm::wire`], the RDMA immediate-data protocol) are unchanged. See
+//! loom-modelled), not wired into `fabric/shm` yet; today's shm wire
+//! ([`crate::fabric::shm::wire`]) is unchanged. The RDMA data path sends frames of DATA
+//! records (one SEND per frame, split by the receiver with [`FrameReader`]). See
 //! [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2 plan".
 //!
 //! # Records
@@ -124,10 +125,10 @@
 //! and the shm hello carries [`VERSION`] and the maximum record payload. Then, in
 //! run-to-completion mode `Connection::send` writes the `DATA` record straight into the wire
 //! ring (no application→poller descriptor hop), since the application thread is then the only
-//! producer, with a batch send over [`ring::Claim::commit_batched`]. RDMA: the records queued
-//! on a connection are coalesced into one frame per SEND (post lists, selective signalling);
-//! the receiver splits it with [`FrameReader`] and the application reads each message in place
-//! in the receive buffer.
+//! producer, with a batch send over [`ring::Claim::commit_batched`]. RDMA (landed): the small
+//! messages of a send batch are coalesced into one frame per SEND (post lists, selective
+//! signalling); the receiver splits it with [`FrameReader`] and copies each record into its
+//! descriptor; next, the application reads each message in place in the receive buffer.
 
 mod error;
 mod frame;

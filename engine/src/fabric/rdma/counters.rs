@@ -19,6 +19,8 @@ pub(super) struct RdmaCounters {
     heartbeats: AtomicU64,
     inline_sends: AtomicU64,
     pooled_sends: AtomicU64,
+    frames: AtomicU64,
+    framed_messages: AtomicU64,
 }
 
 /// The process-wide totals.
@@ -31,6 +33,8 @@ pub(super) static COUNTERS: RdmaCounters = RdmaCounters {
     heartbeats: AtomicU64::new(0),
     inline_sends: AtomicU64::new(0),
     pooled_sends: AtomicU64::new(0),
+    frames: AtomicU64::new(0),
+    framed_messages: AtomicU64::new(0),
 };
 
 /// Adds `n` to `c` (a relaxed read-modify-write: for rare events only).
@@ -48,6 +52,8 @@ pub(crate) struct PollerRdmaCounters {
     pub(super) heartbeats: Counter,
     pub(super) inline_sends: Counter,
     pub(super) pooled_sends: Counter,
+    pub(super) frames: Counter,
+    pub(super) framed_messages: Counter,
 }
 
 impl Drop for PollerRdmaCounters {
@@ -57,6 +63,8 @@ impl Drop for PollerRdmaCounters {
         bump(&COUNTERS.heartbeats, self.heartbeats.get());
         bump(&COUNTERS.inline_sends, self.inline_sends.get());
         bump(&COUNTERS.pooled_sends, self.pooled_sends.get());
+        bump(&COUNTERS.frames, self.frames.get());
+        bump(&COUNTERS.framed_messages, self.framed_messages.get());
     }
 }
 
@@ -93,10 +101,15 @@ pub struct RdmaStats {
     /// Completions of connections no longer attached to their poller (ignored; shared receive
     /// buffers among them are re-posted).
     pub stale_completions: u64,
-    /// Messages sent with `IBV_SEND_INLINE`.
+    /// SENDs (messages or frames) posted with `IBV_SEND_INLINE`.
     pub inline_sends: u64,
-    /// Messages sent from the registered pool (not inline).
+    /// SENDs (messages or frames) posted from the registered pool (not inline).
     pub pooled_sends: u64,
+    /// SENDs that were frames of coalesced small messages (counted in `inline_sends` or
+    /// `pooled_sends` too).
+    pub frames: u64,
+    /// Messages that travelled inside those frames.
+    pub framed_messages: u64,
 }
 
 /// Snapshot of the process-wide RDMA counters. Control path (takes a lock); call it from
@@ -112,6 +125,8 @@ pub fn stats() -> RdmaStats {
         stale_completions: c.stale_completions.load(Ordering::Relaxed),
         inline_sends: c.inline_sends.load(Ordering::Relaxed),
         pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
+        frames: c.frames.load(Ordering::Relaxed),
+        framed_messages: c.framed_messages.load(Ordering::Relaxed),
     };
     if let Ok(live) = LIVE.lock() {
         for p in live.iter().filter_map(Weak::upgrade) {
@@ -120,6 +135,8 @@ pub fn stats() -> RdmaStats {
             s.heartbeats += p.heartbeats.get();
             s.inline_sends += p.inline_sends.get();
             s.pooled_sends += p.pooled_sends.get();
+            s.frames += p.frames.get();
+            s.framed_messages += p.framed_messages.get();
         }
     }
     s

@@ -6,11 +6,15 @@ use crate::desc::PoolView;
 
 /// Immediate-data flag of an explicit credit message.
 pub(crate) const IMM_CREDIT_ONLY: u32 = 1 << 31;
-/// Largest credit count one immediate can carry.
-pub(crate) const IMM_CREDITS_MAX: u32 = IMM_CREDIT_ONLY - 1;
+/// Immediate-data flag of a *frame*: the payload is a v2 frame of DATA records
+/// ([`crate::record`]: frame header, then records), not one message. Never set together with
+/// [`IMM_CREDIT_ONLY`].
+pub(crate) const IMM_FRAME: u32 = 1 << 30;
+/// Largest credit count one immediate can carry (bits 0..=29).
+pub(crate) const IMM_CREDITS_MAX: u32 = IMM_FRAME - 1;
 
 /// Bytes of the message header that replaces immediate data on iWARP: the same 32-bit word
-/// (credits | [`IMM_CREDIT_ONLY`]), little-endian.
+/// (credits | [`IMM_CREDIT_ONLY`] | [`IMM_FRAME`]), little-endian.
 pub(crate) const HDR_LEN: u32 = 4;
 
 /// iWARP only: where a connection's message headers live. One slot of [`HDR_LEN`] bytes per
@@ -32,7 +36,8 @@ pub(crate) struct HdrParts {
 
 /// Reads and validates the header of a completed iWARP receive into buffer `buf`: returns the
 /// header word and the payload length. `None` if the message is shorter than a header, the
-/// buffer is out of range, or a credit message carries a payload.
+/// buffer is out of range, or a credit message carries a payload. (The frame flag is checked
+/// with the immediate on every transport, in the completion handler.)
 #[inline]
 pub(super) fn read_hdr(h: &HdrParts, buf: u32, byte_len: u32) -> Option<(u32, u32)> {
     if buf >= h.rx_slots {

@@ -14,9 +14,11 @@
 //!   on a short-lived helper thread, so a connect returns within its timeout even where the
 //!   kernel blocks in `rdma_connect` (soft-iWARP's TCP connect).
 //! - [`datapath`] (pollers; `datapath/`: `mod` for the poller, `conn` and `conn/iwarp` for a
-//!   connection, `chain` for chained receive posting): [`RdmaFabric`] polls each device's CQ in
-//!   bursts and files the completions with their connections; [`RdmaConn`] posts chained
-//!   SEND_WITH_IMM batches (plain SENDs with a header on iWARP; inline when they fit), re-posts
+//!   connection, `chain` for chained receive posting, `frame` for frames): [`RdmaFabric`] polls
+//!   each device's CQ in bursts and files the completions with their connections; [`RdmaConn`]
+//!   coalesces runs of small messages into frames of records (one SEND each, split again on
+//!   receive) and posts chained SEND_WITH_IMM batches (plain SENDs with a header on iWARP;
+//!   inline when they fit), re-posts
 //!   receive buffers in chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
 //!   traffic, in explicit credit messages.
 //!

@@ -8,52 +8,48 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::chain::{post_recv_chains, SrqShared, CHAIN};
+use super::frame::{frame_limit, FrameCursor};
 use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::rdma::counters::{bump, PollerRdmaCounters, COUNTERS};
-use crate::fabric::rdma::header::{read_hdr, HdrParts, IMM_CREDITS_MAX, IMM_CREDIT_ONLY};
+use crate::fabric::rdma::header::{
+    read_hdr, HdrParts, IMM_CREDITS_MAX, IMM_CREDIT_ONLY, IMM_FRAME,
+};
 use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge, WorkCompletion};
 use crate::fabric::rdma::wr_id::{recv_wr_id, WR_GEN_SHIFT, WR_RECV, WR_SRQ, WR_VALUE_MASK};
 use crate::fabric::{FabricConn, RxSink, TxDone};
 
+mod fifo;
 mod iwarp;
+mod send;
 
-/// A fixed-capacity FIFO (allocated at setup, never grown).
-struct Fifo<T: Copy> {
-    buf: Box<[T]>,
-    head: usize,
-    len: usize,
+use fifo::Fifo;
+
+/// What one received buffer holds.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+enum RxKind {
+    /// One message (`len` bytes at the buffer's start).
+    #[default]
+    Message,
+    /// An explicit credit message (no payload) or a failed shared receive to give back.
+    Credit,
+    /// A frame of DATA records ([`IMM_FRAME`]), split by [`FrameCursor`].
+    Frame,
 }
 
-impl<T: Copy + Default> Fifo<T> {
-    fn new(cap: usize) -> Self {
-        Self {
-            buf: vec![T::default(); cap.max(1)].into_boxed_slice(),
-            head: 0,
-            len: 0,
-        }
-    }
-    #[inline]
-    fn push(&mut self, v: T) -> bool {
-        if self.len == self.buf.len() {
-            return false;
-        }
-        let i = (self.head + self.len) % self.buf.len();
-        self.buf[i] = v;
-        self.len += 1;
-        true
-    }
-    #[inline]
-    fn front(&self) -> Option<T> {
-        (self.len > 0).then(|| self.buf[self.head])
-    }
-    #[inline]
-    fn pop(&mut self) -> Option<T> {
-        let v = self.front()?;
-        self.head = (self.head + 1) % self.buf.len();
-        self.len -= 1;
-        Some(v)
-    }
+/// One SEND of a [`FabricConn::post_send`] batch, planned before any work request is built:
+/// a message left in its buffer, or a frame written into the first framed message's buffer.
+#[derive(Clone, Copy, Default)]
+struct Planned {
+    /// The send buffer (the message's, or the frame's: its first message's buffer).
+    buf: u32,
+    /// Bytes to send.
+    len: u32,
+    /// A frame ([`IMM_FRAME`]).
+    frame: bool,
+    /// The batch's descriptors it carries: `first .. first + msgs`.
+    first: u16,
+    msgs: u16,
 }
 
 /// One send to build.
@@ -105,6 +101,11 @@ pub(crate) struct RdmaConnParts {
     pub(crate) hdr: Option<HdrParts>,
     /// The liveness timeout (`None`: off); heartbeats go out every quarter of it.
     pub(crate) liveness: Option<Duration>,
+    /// The engine's credits per connection (`EngineBuilder::depth`).
+    pub(crate) depth: u32,
+    /// Largest frame to coalesce small messages into (`EngineBuilder::frame_size`), further
+    /// bounded by the buffer sizes; below two records' room, coalescing is off.
+    pub(crate) frame_size: usize,
     /// Keeps the pools' memory regions alive.
     pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
 }
@@ -144,16 +145,33 @@ pub struct RdmaConn {
     uncredited: u64,
     /// Credit messages sent whose credits have not come back yet (not the engine's).
     ctrl_outstanding: u64,
+    /// Per data SEND whose credit has not come back, oldest first: how many of the engine's
+    /// messages it carried (1, or a frame's record count). A returned credit (one receive
+    /// buffer re-posted) gives the engine the messages of the oldest such SEND.
+    sent_msgs: Fifo<u16>,
+    /// Frame limit in bytes (0: coalescing off), see [`frame_limit`].
+    frame_limit: u32,
+    /// Messages up to this size are coalesced into frames (the inline threshold, at most
+    /// `INLINE_MAX`: the receiver copies records into its descriptors).
+    frame_record_max: u32,
     /// Credits to report to the engine at the next `reclaim`.
     engine_credits: u64,
     // ---- receive side
     rx_pool: PoolView,
     rx_lkey: u32,
     rx_inline: u32,
-    /// Received, not yet delivered: (buffer, length, credit-only).
-    rx_pending: Fifo<(u32, u32, bool)>,
+    /// Received, not yet delivered: (buffer, length, kind).
+    rx_pending: Fifo<(u32, u32, RxKind)>,
+    /// The frame being delivered (validated; its buffer is re-posted once every record is out).
+    rx_frame: Option<FrameCursor>,
     /// Receive buffers re-posted whose credits the peer has not been given yet.
     owed: u32,
+    /// Messages whose receive buffers were re-posted (or, in a frame, delivered) since the
+    /// credits were last returned in full (the peer's engine counts messages, not buffers).
+    owed_msgs: u64,
+    /// Return credits explicitly once `owed_msgs` reaches this: half our depth (both sides
+    /// are expected to use the same depth, as the same buffer size).
+    credit_msgs: u64,
     /// How many more messages the peer may send us, as far as we know (<= its actual credits).
     peer_window: u32,
     low_water: u32,
@@ -178,6 +196,8 @@ pub struct RdmaConn {
     sent: Option<(u64, u64)>,
     /// Coarse time of the last `check_peer`.
     checked_ns: u64,
+    /// `sq_posted` at the last `check_peer` (idle credit returns).
+    checked_sq: u64,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -218,12 +238,18 @@ impl RdmaConn {
             reserve,
             uncredited: 0,
             ctrl_outstanding: 0,
+            sent_msgs: Fifo::new(p.peer_credits as usize),
+            frame_limit: frame_limit(p.frame_size, p.peer_buffer_size, p.tx_pool.buf_size()),
+            frame_record_max: p.rx_inline_threshold.min(crate::desc::INLINE_MAX as u32),
             engine_credits: 0,
             rx_pool: p.rx_pool,
             rx_lkey: p.rx_lkey,
             rx_inline: p.rx_inline_threshold,
             rx_pending: Fifo::new(p.rx_posted as usize),
+            rx_frame: None,
             owed: 0,
+            owed_msgs: 0,
+            credit_msgs: u64::from(p.depth / 2).max(1),
             peer_window: p.rx_posted,
             low_water: (p.rx_posted / 2).max(1),
             error: None,
@@ -239,6 +265,7 @@ impl RdmaConn {
             heard: None,
             sent: None,
             checked_ns: 0,
+            checked_sq: 0,
             _keep: p.keep,
         }
     }
@@ -265,7 +292,7 @@ impl RdmaConn {
             if is_srq_recv {
                 // The shared buffer must go back to the SRQ: queue it as a no-payload entry.
                 let buf = (wc.wr_id() & WR_VALUE_MASK) as u32;
-                if !self.rx_pending.push((buf, 0, true)) {
+                if !self.rx_pending.push((buf, 0, RxKind::Credit)) {
                     self.error = Some(FabricError::Protocol("more receives completed than posted"));
                 }
             }
@@ -306,15 +333,23 @@ impl RdmaConn {
             };
             let credits = imm & IMM_CREDITS_MAX;
             self.rx_heard += 1;
-            let credit_only = imm & IMM_CREDIT_ONLY != 0;
+            let kind = match (imm & IMM_CREDIT_ONLY != 0, imm & IMM_FRAME != 0) {
+                (false, false) => RxKind::Message,
+                (true, false) => RxKind::Credit,
+                (false, true) => RxKind::Frame,
+                (true, true) => {
+                    self.error = Some(FabricError::Protocol("credit message flagged as a frame"));
+                    return;
+                }
+            };
             self.add_peer_credits(credits);
             self.peer_window = self.peer_window.saturating_sub(1);
-            if !credit_only && len > self.rx_pool.buf_size() as u32 {
+            if kind != RxKind::Credit && len > self.rx_pool.buf_size() as u32 {
                 self.error = Some(FabricError::Protocol("oversized receive"));
                 return;
             }
             // Cannot overflow: at most `rx_posted` receives are outstanding.
-            if !self.rx_pending.push((value as u32, len, credit_only)) {
+            if !self.rx_pending.push((value as u32, len, kind)) {
                 self.error = Some(FabricError::Protocol("more receives completed than posted"));
             }
         } else {
@@ -341,12 +376,24 @@ impl RdmaConn {
         }
         self.uncredited -= u64::from(credits);
         self.peer_credits = self.peer_credits.saturating_add(credits);
-        // Credits first cover our own credit messages, then the engine's data messages.
+        // Credits first cover our own credit messages, then the engine's data SENDs, oldest
+        // first, each giving back the messages it carried (a frame: its records). Every data
+        // SEND is in `sent_msgs` until its credit is back, so the pops cannot run dry.
         let mut n = u64::from(credits);
         let ctrl = n.min(self.ctrl_outstanding);
         self.ctrl_outstanding -= ctrl;
         n -= ctrl;
-        self.engine_credits += n;
+        for _ in 0..n {
+            match self.sent_msgs.pop() {
+                Some(m) => self.engine_credits += u64::from(m),
+                None => {
+                    self.error = Some(FabricError::Protocol(
+                        "peer returned more credits than messages it received",
+                    ));
+                    return;
+                }
+            }
+        }
     }
 
     /// Send-queue slots free.
@@ -392,6 +439,9 @@ impl RdmaConn {
     fn take_owed(&mut self) -> u32 {
         let n = self.owed.min(IMM_CREDITS_MAX);
         self.owed -= n;
+        if self.owed == 0 {
+            self.owed_msgs = 0;
+        }
         self.peer_window = self.peer_window.saturating_add(n);
         n
     }
@@ -431,15 +481,18 @@ impl RdmaConn {
     #[inline]
     fn check(&self) -> Result<(), FabricError> {
         match self.error {
-            Some(e) if self.rx_pending.len == 0 => Err(e),
+            Some(e) if self.rx_pending.len == 0 && self.rx_frame.is_none() => Err(e),
             _ => Ok(()),
         }
     }
 
-    /// Sends an explicit credit message when the peer is low on credits and we owe some.
+    /// Sends an explicit credit message when we owe some and the peer is low on credits: on
+    /// receive buffers (its window at or below half), or on the engine's message credits (the
+    /// messages we took since the last return reach half our depth: a few frames can carry a
+    /// whole depth of messages in a few receive buffers).
     fn maybe_send_credits(&mut self) -> Result<(), FabricError> {
         if self.owed == 0
-            || self.peer_window > self.low_water
+            || (self.peer_window > self.low_water && self.owed_msgs < self.credit_msgs)
             || self.peer_credits == 0
             || self.sq_room() == 0
         {
@@ -447,6 +500,31 @@ impl RdmaConn {
         }
         self.post_credit_message()?;
         self.counters.credit_messages.add(1);
+        Ok(())
+    }
+
+    /// From [`FabricConn::check_peer`] (every few milliseconds): credits still owed for
+    /// messages taken while this side sent nothing since the last check go back in a credit
+    /// message, so a peer whose
+    /// depth is smaller than ours (whose window `maybe_send_credits` cannot see) waits at most
+    /// that long, never for a heartbeat.
+    fn return_idle_credits(&mut self) -> Result<(), FabricError> {
+        let idle = self.sq_posted == self.checked_sq;
+        self.checked_sq = self.sq_posted;
+        // `owed_msgs > 0`: only credits of messages the application took. A buffer that held
+        // a credit message is owed too, but returning that alone would answer each credit
+        // message with another, a ping-pong at idle.
+        if idle
+            && self.owed > 0
+            && self.owed_msgs > 0
+            && self.error.is_none()
+            && self.peer_credits > 0
+            && self.sq_room() > 0
+        {
+            self.post_credit_message()?;
+            self.counters.credit_messages.add(1);
+            self.checked_sq = self.sq_posted;
+        }
         Ok(())
     }
 
@@ -534,38 +612,94 @@ impl RdmaConn {
     }
 }
 
+/// The first `len` bytes of receive buffer `buf`.
+///
+/// # Safety
+///
+/// `buf` is a buffer of `pool` whose receive completed with `len <= buf_size` bytes, not
+/// re-posted while the slice lives.
+#[inline]
+unsafe fn rx_bytes(pool: &PoolView, buf: u32, len: u32) -> &[u8] {
+    let len = (len as usize).min(pool.buf_size());
+    // SAFETY: per the contract; `buf_ptr` names a buffer of the pool, `len` is clamped to it.
+    unsafe { std::slice::from_raw_parts(pool.buf_ptr(buf).as_ptr(), len) }
+}
+
 impl FabricConn for RdmaConn {
     #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         let mut delivered = 0;
         let mut repost = [0u32; CHAIN];
         let mut nrepost = 0;
+        let pool = self.rx_pool;
+        let mut failed = None;
+        let mut pooled = 0;
         while sink.room() > 0 && nrepost < CHAIN {
-            let Some((buf, len, credit_only)) = self.rx_pending.pop() else {
+            // First the rest of the frame being split (the sink had no room for all of it).
+            if let Some(mut cur) = self.rx_frame {
+                // SAFETY: the frame's receive completed with `end` bytes (checked on completion
+                // and by the cursor); the buffer stays ours until re-posted below.
+                let bytes = unsafe { rx_bytes(&pool, cur.buf, cur.end) };
+                let room = sink.room();
+                delivered += cur.next_records(bytes, room, |p| sink.push_inline(p))?;
+                if cur.left() == 0 {
+                    self.rx_frame = None;
+                    repost[nrepost] = cur.buf;
+                    nrepost += 1;
+                } else {
+                    self.rx_frame = Some(cur);
+                }
+                continue;
+            }
+            let Some((buf, len, kind)) = self.rx_pending.pop() else {
                 break;
             };
-            if credit_only {
-                repost[nrepost] = buf;
-                nrepost += 1;
-                continue;
+            match kind {
+                RxKind::Message => {}
+                RxKind::Credit => {
+                    repost[nrepost] = buf;
+                    nrepost += 1;
+                    continue;
+                }
+                RxKind::Frame => {
+                    // SAFETY: as below: a completed receive of `len <= buf_size` bytes.
+                    let bytes = unsafe { rx_bytes(&pool, buf, len) };
+                    match FrameCursor::new(buf, bytes) {
+                        Ok(cur) => self.rx_frame = Some(cur),
+                        Err(e) => {
+                            // A hostile frame fails this connection; its (shared) buffer
+                            // still goes back below.
+                            self.error = Some(e);
+                            failed = Some(e);
+                            repost[nrepost] = buf;
+                            nrepost += 1;
+                            break;
+                        }
+                    }
+                    continue;
+                }
             }
             if len <= self.rx_inline {
                 // SAFETY: the receive completed, so the buffer holds `len` (<= buf_size, checked
                 // on completion) bytes written by the HCA and is ours until re-posted below.
-                let data = unsafe {
-                    std::slice::from_raw_parts(self.rx_pool.buf_ptr(buf).as_ptr(), len as usize)
-                };
+                let data = unsafe { rx_bytes(&pool, buf, len) };
                 sink.push_inline(data)?;
                 repost[nrepost] = buf;
                 nrepost += 1;
             } else {
                 sink.push_pooled(buf, len)?;
+                pooled += 1;
             }
             delivered += 1;
         }
         // Shared buffers always go back to the SRQ (it outlives this connection's QP).
         if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
             self.post_recvs(&repost[..nrepost])?;
+        }
+        // Pooled messages count when the application releases their buffers (`release_rx`).
+        self.owed_msgs += (delivered - pooled) as u64;
+        if let Some(e) = failed {
+            return Err(e);
         }
         if delivered == 0 {
             self.check()?;
@@ -581,87 +715,22 @@ impl FabricConn for RdmaConn {
         }
         let credits = self.peer_credits.saturating_sub(self.reserve) as usize;
         let room = self.sq_room().saturating_sub(1) as usize; // keep one for a credit message
-        let n = descs.len().min(credits).min(room).min(CHAIN);
-        if n < descs.len().min(CHAIN) {
+        let max_sends = credits.min(room).min(CHAIN);
+        let mut plan = [Planned::default(); CHAIN];
+        let (nplan, taken) = self.plan_sends(descs, max_sends, &mut plan)?;
+        if taken < descs.len() && nplan == max_sends && max_sends < CHAIN {
             self.counters.credit_stalls.add(1);
         }
-        if n == 0 {
+        if nplan == 0 {
             return Ok(0);
         }
-        if let Some(h) = self.hdr {
-            return self.post_send_hdr(&descs[..n], done, h);
+        let plan = &plan[..nplan];
+        match self.hdr {
+            Some(h) => self.post_plan_hdr(plan, h)?,
+            None => self.post_plan(plan)?,
         }
-        let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
-        let mut sges = [Sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; CHAIN];
-        let held_after =
-            self.held.len + descs[..n].iter().filter(|d| d.len > self.tx_inline).count();
-        let hoarding = held_after * 2 >= self.tx_pool.count() as usize;
-        for (i, d) in descs[..n].iter().enumerate() {
-            if d.len > self.peer_buffer_size {
-                return Err(FabricError::Protocol(
-                    "message larger than the peer's receive buffer",
-                ));
-            }
-            let inline = d.len <= self.tx_inline;
-            let imm = self.take_owed();
-            let addr = self.tx_pool.buf_ptr(d.buf).as_ptr() as u64;
-            let mut wr = verbs::send_wr_zeroed();
-            let last = i + 1 == n;
-            let out = Outgoing {
-                addr,
-                len: d.len,
-                imm,
-                inline,
-                force_signal: last && hoarding,
-            };
-            self.fill_send(&mut wr, &mut sges[i], out);
-            wrs[i].write(wr);
-            if !inline {
-                let ok = self.held.push((self.sq_posted - 1, d.buf));
-                debug_assert!(ok, "held FIFO sized to the pool");
-            }
-        }
-        for i in 0..n {
-            let sg: *mut Sge = &mut sges[i];
-            let next = if i + 1 < n {
-                wrs[i + 1].as_mut_ptr()
-            } else {
-                std::ptr::null_mut()
-            };
-            // SAFETY: entry i was initialised in the loop above.
-            let w = unsafe { wrs[i].assume_init_mut() };
-            w.sg_list = if w.num_sge > 0 {
-                sg
-            } else {
-                std::ptr::null_mut()
-            };
-            w.next = next;
-        }
-        self.peer_credits -= n as u32;
-        self.uncredited += n as u64;
-        // SAFETY: `n` chained, initialised WRs whose scatter entries live in `sges` until the call
-        // returns. Inline payloads are copied by the call. Non-inline buffers are send-pool
-        // buffers (the poller validated the indices) in the pool's registered region; the engine
-        // marked them fabric-owned and they stay so (in `held`) until a later signalled
-        // completion frees them in `reclaim`.
-        let res = unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) };
-        if let Err(e) = res {
-            return Err(FabricError::Io(e.errno));
-        }
-        let mut inl = 0u64;
-        for d in &descs[..n] {
-            if d.len <= self.tx_inline {
-                done.free_buf(d.buf)?;
-                inl += 1;
-            }
-        }
-        self.counters.inline_sends.add(inl);
-        self.counters.pooled_sends.add(n as u64 - inl);
-        Ok(n)
+        self.finish_sends(descs, plan, done)?;
+        Ok(taken)
     }
 
     #[inline]
@@ -670,7 +739,9 @@ impl FabricConn for RdmaConn {
         if self.error.is_some() && self.srq.is_none() {
             return Ok(()); // the QP is in error: nothing to re-post to
         }
-        self.post_recvs(bufs)
+        self.post_recvs(bufs)?;
+        self.owed_msgs += bufs.len() as u64;
+        Ok(())
     }
 
     #[inline]
@@ -705,6 +776,7 @@ impl FabricConn for RdmaConn {
     }
 
     fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        self.return_idle_credits()?;
         self.liveness(now_ns)
     }
 }
@@ -715,6 +787,11 @@ impl Drop for RdmaConn {
         // still queued here go back to the SRQ; the count the application still holds is
         // reported so the SRQ's credit budget never counts them as posted.
         if let Some(srq) = &self.srq {
+            if let Some(cur) = self.rx_frame.take() {
+                if srq.post(&[cur.buf]).is_ok() {
+                    self.srq_held = self.srq_held.saturating_sub(1);
+                }
+            }
             let mut bufs = [0u32; CHAIN];
             loop {
                 let mut n = 0;

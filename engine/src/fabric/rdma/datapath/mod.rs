@@ -8,19 +8,39 @@
 //!
 //! - this file: [`RdmaFabric`] (per poller): CQ polling in bursts, completions filed with their
 //!   connections by QP number.
-//! - `conn` ([`RdmaConn`], per connection): the [`FabricConn`] implementation; its iWARP header
-//!   variants in `conn/iwarp`.
+//! - `conn` ([`RdmaConn`], per connection): the [`FabricConn`] implementation; the send
+//!   planning and posting (frames, chains) in `conn/send`, its iWARP header variants in
+//!   `conn/iwarp`.
+//! - `frame`: frames of coalesced messages, built in place in a send buffer and validated and
+//!   split on receive (the [`record`](crate::record) frame format).
 //! - `chain`: chained receive posting and the poller's shared receive queue ([`SrqShared`]).
 //! - Below the data path, in [`rdma`](super): `verbs` (FFI), `wr_id` (the `wr_id` encoding),
 //!   `header` (the credit word and iWARP header slots), `counters` ([`RdmaStats`]).
 //!
 //! # Protocol
 //!
-//! * Every message is one `IBV_WR_SEND_WITH_IMM`. The 32-bit immediate carries the credits the
-//!   sender returns (receive buffers it has re-posted since the last return) in bits 0..=30; bit
-//!   31 marks an explicit *credit message* (no payload, sent only when traffic is one-way).
-//! * iWARP (no immediate data): every message is a plain `IBV_WR_SEND` of two gather entries,
-//!   a 4-byte header holding the same word (little-endian) from the send's header
+//! * Every SEND is one `IBV_WR_SEND_WITH_IMM` and consumes one posted receive buffer at the
+//!   peer. The 32-bit immediate carries the credits the sender returns (receive buffers it has
+//!   re-posted since the last return) in bits 0..=29; bit 31 marks an explicit *credit message*
+//!   (no payload, sent only when traffic is one-way); bit 30 marks a *frame*. A SEND is one of
+//!   three things, told apart by those two bits alone: a credit message (bit 31), a frame
+//!   (bit 30) or one message whose bytes are the whole payload (neither; both set is a
+//!   protocol error).
+//! * Frames (issue #10): in one [`FabricConn::post_send`] batch, a run of consecutive small
+//!   messages (each at most the inline threshold, itself at most [`INLINE_MAX`]) becomes one
+//!   frame: a v2 frame header, then one DATA record per message ([`record`](crate::record)),
+//!   written in place into the first message's send buffer (the others are copied in and their
+//!   buffers freed at once, like inline sends), at most [`EngineBuilder::frame_size`] bytes
+//!   and never more than the peer's receive buffer. A lone small message still leaves at once,
+//!   as a frame of one; a larger message closes the frame and keeps its own zero-copy SEND, so
+//!   frames and large messages stay in FIFO order. The receiver validates the whole frame
+//!   before delivering any of it (header, version, `count`, every record a DATA record within
+//!   the inline limit, the frame exactly the bytes received; anything else is a
+//!   [`FabricError::Protocol`] of that connection only), then delivers each record as an inline
+//!   message; a frame larger than the application's receive ring's room is continued on the
+//!   next call (a per-connection cursor), and its buffer is re-posted once every record is out.
+//! * iWARP (no immediate data): every SEND is a plain `IBV_WR_SEND` of two gather entries,
+//!   a 4-byte header holding the same word (frame bit included, little-endian) from the send's header
 //!   slot, then the payload; each receive scatters the header into the buffer's own header slot
 //!   and the payload into the buffer, so payloads start at the buffer's first byte and may fill
 //!   it, exactly as on RoCE. The receiver validates the header (present, credit messages
@@ -30,21 +50,31 @@
 //!   spends a credit: iWARP has no RNR retry, and the credits still guarantee a posted receive
 //!   for every SEND.
 //! * Credits: each side pre-posts all its receive buffers before connecting and grants that many
-//!   credits in the connection's private data. A message is sent only with a credit in hand, so
-//!   a receive is always posted when a message arrives: RNR never happens (and `rnr_retry = 0`
-//!   makes any RNR an error completion instead of a stall). One credit is kept in reserve for
-//!   credit messages, so two sides flooding each other cannot deadlock; a receiver sends an
-//!   explicit credit message only when the peer is at or below half its window, so credit
-//!   messages never ping-pong at idle.
-//! * Messages up to the QP's actual `max_inline_data` go out with `IBV_SEND_INLINE`: their send
-//!   buffer is free as soon as the post returns. Larger ones hold their buffer until a later
-//!   signalled completion.
+//!   credits in the connection's private data. A credit is a *receive buffer*, so it pays for
+//!   one SEND (a message, a frame of many, or a credit message). A SEND is posted only with a
+//!   credit in hand, so a receive is always posted when a SEND arrives: RNR never happens (and
+//!   `rnr_retry = 0` makes any RNR an error completion instead of a stall). The engine's own
+//!   credits count messages (`depth`): each returned credit gives the engine back the messages
+//!   of the oldest data SEND whose credit was still out (a frame: its record count), after the
+//!   connection's own credit messages. One credit is kept in reserve for
+//!   credit messages, so two sides flooding each other cannot deadlock. A receiver that owes
+//!   credits and has nothing to piggyback them on sends an explicit credit message when the
+//!   peer is at or below half its window of receive buffers, or when the messages it took
+//!   since the last return reach half its own depth (frames: a whole engine window of
+//!   messages may sit in a few buffers; both sides are expected to use the same depth), and,
+//!   from the every-few-milliseconds check, when it still owes credits for messages it took
+//!   and sent nothing since the last check (a peer with a smaller depth waits at most that
+//!   long). Credits owed only for received credit messages are never returned on their own,
+//!   so credit messages never ping-pong at idle.
+//! * SENDs (messages or frames) up to the QP's actual `max_inline_data` go out with
+//!   `IBV_SEND_INLINE`: their send buffer is free as soon as the post returns. Larger ones hold
+//!   their buffer until a later signalled completion.
 //! * Selective signalling: one send in `signal_every` is signalled (and the last one of a batch
 //!   when the connection holds many buffers, so a quiet connection does not hoard its pool). A
 //!   signalled completion frees every earlier send of that QP (completions are in order).
-//! * Doorbell batching: each [`FabricConn::post_send`] batch (up to the engine's `batch`) is one
-//!   chain of work requests and one `ibv_post_send`; released receive buffers are re-posted as one
-//!   chain per call.
+//! * Doorbell batching: each [`FabricConn::post_send`] batch (up to the engine's `batch`
+//!   messages, coalesced into frames where small) is one chain of work requests and one
+//!   `ibv_post_send`; released receive buffers are re-posted as one chain per call.
 //! * Liveness ([`FabricConn::check_peer`], every few milliseconds by the coarse clock): a
 //!   connection that sent nothing for a quarter of the liveness timeout sends a *heartbeat*, an
 //!   explicit credit message (so it spends a credit and always finds a posted receive); a
@@ -56,6 +86,9 @@
 //!   the other connections keep running.
 //!
 //! [`FabricConn`]: crate::fabric::FabricConn
+//! [`INLINE_MAX`]: crate::INLINE_MAX
+//! [`EngineBuilder::frame_size`]: crate::EngineBuilder::frame_size
+//! [`FabricError::Protocol`]: crate::FabricError::Protocol
 //! [`FabricConn::post_send`]: crate::fabric::FabricConn::post_send
 //! [`FabricConn::check_peer`]: crate::fabric::FabricConn::check_peer
 //! [`FabricError::PeerUnresponsive`]: crate::FabricError::PeerUnresponsive
@@ -71,6 +104,7 @@ use crate::fabric::{ConnTable, Fabric};
 
 mod chain;
 mod conn;
+mod frame;
 
 pub use chain::SrqShared;
 pub use conn::RdmaConn;

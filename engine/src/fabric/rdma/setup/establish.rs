@@ -140,6 +140,8 @@ pub(super) fn finish(
         sq_depth: sz.sq_depth,
         hdr,
         liveness: cfg.liveness(),
+        frame_size: cfg.frame_size(),
+        depth: u32::try_from(cfg.depth).unwrap_or(u32::MAX),
         keep: Arc::clone(&keep),
     });
     Ok(Established {

@@ -1,14 +1,12 @@
 //! iWARP (no immediate data): the [`RdmaConn`] posting variants that carry the credit word in a
 //! header slot ([`HdrParts`]) as a separate gather/scatter entry.
 
-use super::{Outgoing, RdmaConn};
-use crate::desc::TxDesc;
+use super::{Outgoing, Planned, RdmaConn};
 use crate::error::FabricError;
 use crate::fabric::rdma::datapath::chain::CHAIN;
 use crate::fabric::rdma::header::{HdrParts, HDR_LEN};
 use crate::fabric::rdma::verbs::{self, RecvWr, SendWr, Sge};
 use crate::fabric::rdma::wr_id::recv_wr_id;
-use crate::fabric::TxDone;
 
 impl RdmaConn {
     /// [`Self::post_recvs`] on iWARP: each receive scatters the header into the buffer's header
@@ -90,15 +88,15 @@ impl RdmaConn {
         }
     }
 
-    /// [`FabricConn::post_send`] on iWARP for `descs` (already limited to the credits and
-    /// send-queue room): plain SENDs of header + payload (two gather entries).
-    pub(super) fn post_send_hdr(
+    /// [`Self::post_plan`] on iWARP for `plan` (already limited to the credits and send-queue
+    /// room): plain SENDs of header + payload (two gather entries); a frame carries the frame
+    /// flag in its header word.
+    pub(super) fn post_plan_hdr(
         &mut self,
-        descs: &[TxDesc],
-        done: &mut TxDone<'_>,
+        plan: &[Planned],
         h: HdrParts,
-    ) -> Result<usize, FabricError> {
-        let n = descs.len();
+    ) -> Result<(), FabricError> {
+        let n = plan.len();
         let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
         let zero = Sge {
             addr: 0,
@@ -106,38 +104,24 @@ impl RdmaConn {
             lkey: 0,
         };
         let mut sges = [[zero; 2]; CHAIN];
-        let mut inlined = [false; CHAIN];
-        let held_after = self.held.len + descs.iter().filter(|d| d.len > self.tx_inline).count();
-        let hoarding = held_after * 2 >= self.tx_pool.count() as usize;
-        for (i, d) in descs.iter().enumerate() {
-            if d.len > self.peer_buffer_size {
-                return Err(FabricError::Protocol(
-                    "message larger than the peer's receive buffer",
-                ));
-            }
-            // `tx_inline` already leaves room for the header (setup).
-            let inline = h.inline && d.len <= self.tx_inline;
-            let imm = self.take_owed();
-            let hdr = self.write_send_hdr(&h, imm);
-            let addr = self.tx_pool.buf_ptr(d.buf).as_ptr() as u64;
-            let mut wr = verbs::send_wr_zeroed();
+        let hoarding = self.hoarding(plan);
+        for (i, p) in plan.iter().enumerate() {
+            let word = self.send_word(p.frame);
+            let hdr = self.write_send_hdr(&h, word);
             let out = Outgoing {
-                addr,
-                len: d.len,
-                imm,
-                inline,
+                addr: self.tx_pool.buf_ptr(p.buf).as_ptr() as u64,
+                len: p.len,
+                imm: word,
+                inline: self.send_inline(p.len),
                 force_signal: i + 1 == n && hoarding,
             };
+            let mut wr = verbs::send_wr_zeroed();
             self.fill_send(&mut wr, &mut sges[i][1], out);
             sges[i][0] = hdr;
             wr.opcode = verbs::WR_SEND;
-            wr.num_sge = 1 + i32::from(d.len > 0);
+            wr.num_sge = 1 + i32::from(p.len > 0);
             wrs[i].write(wr);
-            inlined[i] = inline;
-            if !inline {
-                let ok = self.held.push((self.sq_posted - 1, d.buf));
-                debug_assert!(ok, "held FIFO sized to the pool");
-            }
+            self.track_send(p, self.sq_posted - 1);
         }
         for i in 0..n {
             let sg = sges[i].as_mut_ptr();
@@ -153,22 +137,9 @@ impl RdmaConn {
         }
         self.peer_credits -= n as u32;
         self.uncredited += n as u64;
-        // SAFETY: as in `post_send`; in addition each WR's first gather entry is its own header
+        // SAFETY: as in `post_plan`; in addition each WR's first gather entry is its own header
         // slot in the registered header region (kept by `_keep`), untouched until the send
         // completes (see `write_send_hdr`).
-        let res = unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) };
-        if let Err(e) = res {
-            return Err(FabricError::Io(e.errno));
-        }
-        let mut inl = 0u64;
-        for (d, &was_inline) in descs.iter().zip(&inlined) {
-            if was_inline {
-                done.free_buf(d.buf)?;
-                inl += 1;
-            }
-        }
-        self.counters.inline_sends.add(inl);
-        self.counters.pooled_sends.add(n as u64 - inl);
-        Ok(n)
+        unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) }.map_err(|e| FabricError::Io(e.errno))
     }
 }

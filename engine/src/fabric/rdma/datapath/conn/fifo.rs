@@ -1,0 +1,41 @@
+//! [`Fifo`]: the fixed-capacity queues of a connection (held send buffers, pending receives,
+//! per-SEND message counts).
+
+/// A fixed-capacity FIFO (allocated at setup, never grown).
+pub(super) struct Fifo<T: Copy> {
+    buf: Box<[T]>,
+    head: usize,
+    /// Entries queued, `<= buf.len()`.
+    pub(super) len: usize,
+}
+
+impl<T: Copy + Default> Fifo<T> {
+    pub(super) fn new(cap: usize) -> Self {
+        Self {
+            buf: vec![T::default(); cap.max(1)].into_boxed_slice(),
+            head: 0,
+            len: 0,
+        }
+    }
+    #[inline]
+    pub(super) fn push(&mut self, v: T) -> bool {
+        if self.len == self.buf.len() {
+            return false;
+        }
+        let i = (self.head + self.len) % self.buf.len();
+        self.buf[i] = v;
+        self.len += 1;
+        true
+    }
+    #[inline]
+    pub(super) fn front(&self) -> Option<T> {
+        (self.len > 0).then(|| self.buf[self.head])
+    }
+    #[inline]
+    pub(super) fn pop(&mut self) -> Option<T> {
+        let v = self.front()?;
+        self.head = (self.head + 1) % self.buf.len();
+        self.len -= 1;
+        Some(v)
+    }
+}

@@ -1,0 +1,205 @@
+//! The send half of [`FabricConn::post_send`](crate::fabric::FabricConn::post_send) on
+//! RoCE/InfiniBand: planning a batch into SENDs (runs of small messages coalesced into frames,
+//! larger ones left zero-copy in their buffers, in FIFO order), posting the plan as one chain
+//! with immediate data, and freeing the buffers the frames copied.
+
+use super::{Outgoing, Planned, RdmaConn};
+use crate::desc::TxDesc;
+use crate::error::FabricError;
+use crate::fabric::rdma::datapath::chain::CHAIN;
+use crate::fabric::rdma::datapath::frame::{record_bytes, FrameBuilder};
+use crate::fabric::rdma::header::IMM_FRAME;
+use crate::fabric::rdma::verbs::{self, SendWr, Sge};
+use crate::fabric::TxDone;
+use crate::record::FRAME_HEADER;
+
+impl RdmaConn {
+    /// Whether a `len`-byte SEND goes out with `IBV_SEND_INLINE` (its buffer free at once).
+    /// `tx_inline` already leaves room for the iWARP header (setup).
+    #[inline]
+    pub(super) fn send_inline(&self, len: u32) -> bool {
+        len <= self.tx_inline && !matches!(self.hdr, Some(h) if !h.inline)
+    }
+
+    /// The immediate (iWARP: header word) of the next SEND: the owed credits, and the frame
+    /// flag.
+    #[inline]
+    pub(super) fn send_word(&mut self, frame: bool) -> u32 {
+        self.take_owed() | if frame { IMM_FRAME } else { 0 }
+    }
+
+    /// Plans at most `max_sends` SENDs from the front of `descs` into `plan`; returns the
+    /// number of SENDs and of descriptors they carry (a prefix of `descs`).
+    ///
+    /// A message of at most `frame_record_max` bytes starts a frame (when coalescing is on):
+    /// its own buffer becomes the frame, and the following small messages are copied in while
+    /// they fit the frame limit. A lone small message is a frame of one: nothing waits for a
+    /// frame to fill. A larger message closes the frame and is a SEND of its own buffer.
+    pub(super) fn plan_sends(
+        &self,
+        descs: &[TxDesc],
+        max_sends: usize,
+        plan: &mut [Planned; CHAIN],
+    ) -> Result<(usize, usize), FabricError> {
+        let limit = self.frame_limit as usize;
+        let small = self.frame_record_max;
+        let mut n = 0;
+        let mut i = 0;
+        while i < descs.len() && n < max_sends.min(CHAIN) {
+            let d = descs[i];
+            if d.len > self.peer_buffer_size {
+                return Err(FabricError::Protocol(
+                    "message larger than the peer's receive buffer",
+                ));
+            }
+            if limit > 0 && d.len <= small && FRAME_HEADER + record_bytes(d.len) <= limit {
+                let base = self.tx_pool.buf_ptr(d.buf).as_ptr();
+                // SAFETY: `base` is send-pool buffer `d.buf` (index checked by `buf_ptr`), which
+                // the engine handed to the fabric with this batch, `buf_size >= limit` bytes
+                // long (`frame_limit`), and the frame's first record fits the limit; `d.len <=
+                // small <= INLINE_MAX`.
+                let mut f = unsafe { FrameBuilder::start(base, d.len) };
+                let mut j = i + 1;
+                while let Some(e) = descs.get(j) {
+                    if e.len > small || f.len() + record_bytes(e.len) > limit {
+                        break;
+                    }
+                    let src = self.tx_pool.buf_ptr(e.buf).as_ptr();
+                    // SAFETY: the record fits the limit, inside the frame's buffer (above);
+                    // `src` is send-pool buffer `e.buf`, holding `e.len <= buf_size` bytes (the
+                    // engine checked), handed over with this batch; `copy` tolerates overlap.
+                    unsafe { f.push(src, e.len) };
+                    j += 1;
+                }
+                // SAFETY: the frame header lies in the frame's buffer (above).
+                let len = unsafe { f.finish() };
+                plan[n] = Planned {
+                    buf: d.buf,
+                    len,
+                    frame: true,
+                    first: i as u16,
+                    msgs: (j - i) as u16,
+                };
+                i = j;
+            } else {
+                plan[n] = Planned {
+                    buf: d.buf,
+                    len: d.len,
+                    frame: false,
+                    first: i as u16,
+                    msgs: 1,
+                };
+                i += 1;
+            }
+            n += 1;
+        }
+        Ok((n, i))
+    }
+
+    /// Accounting shared by both transports for one planned SEND with sequence `seq`: the
+    /// buffer held until a completion (unless inline) and the messages its credit stands for.
+    #[inline]
+    pub(super) fn track_send(&mut self, p: &Planned, seq: u64) {
+        if !self.send_inline(p.len) {
+            let ok = self.held.push((seq, p.buf));
+            debug_assert!(ok, "held FIFO sized to the pool");
+        }
+        let ok = self.sent_msgs.push(p.msgs);
+        debug_assert!(ok, "sent_msgs sized to the peer's credits");
+    }
+
+    /// Whether the batch should end with a signalled send: the connection would hold half its
+    /// pool or more until a completion.
+    #[inline]
+    pub(super) fn hoarding(&self, plan: &[Planned]) -> bool {
+        let held_after = self.held.len + plan.iter().filter(|p| !self.send_inline(p.len)).count();
+        held_after * 2 >= self.tx_pool.count() as usize
+    }
+
+    /// Posts `plan` (already limited to the credits and send-queue room) as one chain of
+    /// `SEND_WITH_IMM` work requests (RoCE, InfiniBand).
+    pub(super) fn post_plan(&mut self, plan: &[Planned]) -> Result<(), FabricError> {
+        let n = plan.len();
+        let mut wrs = [const { std::mem::MaybeUninit::<SendWr>::uninit() }; CHAIN];
+        let mut sges = [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; CHAIN];
+        let hoarding = self.hoarding(plan);
+        for (i, p) in plan.iter().enumerate() {
+            let imm = self.send_word(p.frame);
+            let out = Outgoing {
+                addr: self.tx_pool.buf_ptr(p.buf).as_ptr() as u64,
+                len: p.len,
+                imm,
+                inline: self.send_inline(p.len),
+                force_signal: i + 1 == n && hoarding,
+            };
+            let mut wr = verbs::send_wr_zeroed();
+            self.fill_send(&mut wr, &mut sges[i], out);
+            wrs[i].write(wr);
+            self.track_send(p, self.sq_posted - 1);
+        }
+        for i in 0..n {
+            let sg: *mut Sge = &mut sges[i];
+            let next = if i + 1 < n {
+                wrs[i + 1].as_mut_ptr()
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: entry i was initialised in the loop above.
+            let w = unsafe { wrs[i].assume_init_mut() };
+            w.sg_list = if w.num_sge > 0 {
+                sg
+            } else {
+                std::ptr::null_mut()
+            };
+            w.next = next;
+        }
+        self.peer_credits -= n as u32;
+        self.uncredited += n as u64;
+        // SAFETY: `n` chained, initialised WRs whose scatter entries live in `sges` until the call
+        // returns. Inline payloads are copied by the call. Non-inline buffers are send-pool
+        // buffers (the poller validated the indices) in the pool's registered region; the engine
+        // marked them fabric-owned and they stay so (in `held`) until a later signalled
+        // completion frees them in `reclaim`. A frame's buffer is its first message's, written
+        // by `plan_sends` before this call.
+        unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) }.map_err(|e| FabricError::Io(e.errno))
+    }
+
+    /// After a posted `plan`: frees the buffers of inline SENDs and of the messages copied into
+    /// frames (not the frame's own buffer, unless inline), and counts.
+    pub(super) fn finish_sends(
+        &mut self,
+        descs: &[TxDesc],
+        plan: &[Planned],
+        done: &mut TxDone<'_>,
+    ) -> Result<(), FabricError> {
+        let (mut inl, mut frames, mut framed) = (0u64, 0u64, 0u64);
+        for p in plan {
+            if self.send_inline(p.len) {
+                done.free_buf(p.buf)?;
+                inl += 1;
+            }
+            if p.frame {
+                frames += 1;
+                framed += u64::from(p.msgs);
+                let first = usize::from(p.first);
+                let copied = descs
+                    .get(first + 1..first + usize::from(p.msgs))
+                    .unwrap_or(&[]);
+                for d in copied {
+                    done.free_buf(d.buf)?;
+                }
+            }
+        }
+        self.counters.inline_sends.add(inl);
+        self.counters.pooled_sends.add(plan.len() as u64 - inl);
+        if frames > 0 {
+            self.counters.frames.add(frames);
+            self.counters.framed_messages.add(framed);
+        }
+        Ok(())
+    }
+}
