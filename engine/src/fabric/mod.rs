@@ -115,6 +115,133 @@ use crate::link::{PollerConn, FREE_BATCH};
 
 pub use crate::desc::PoolView;
 
+/// The fabrics whose connections have a *direct path*: the application's
+/// [`Connection`](crate::Connection) drives the fabric's data path itself, with no poller and
+/// no application↔poller rings (shm: both ends of each record ring are the two applications'
+/// threads). One variant per such fabric, as in the poller's agent set; the connection
+/// branches once per call between this and the poller path, and the dispatch below is static.
+///
+/// A direct path's handle takes `&self` and is `Send + !Sync`; its calls never block, lock,
+/// allocate or log. Errors are [`FabricError`]s that fail the connection.
+pub(crate) enum DirectPath {
+    /// `shm://`: [`shm::direct::ShmDirect`].
+    Shm(shm::direct::ShmDirect),
+}
+
+/// The direct path's per-call result of a send.
+pub(crate) use shm::direct::Sent;
+
+impl DirectPath {
+    /// Largest message sent inline (copied into the fabric's records).
+    #[inline]
+    pub(crate) fn inline_max(&self) -> usize {
+        match self {
+            DirectPath::Shm(d) => d.inline_max(),
+        }
+    }
+
+    /// Moves send buffers the peer gave back into `free` (within its capacity).
+    #[inline]
+    pub(crate) fn reclaim(&self, free: &mut Vec<u32>) -> Result<usize, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.reclaim(free),
+        }
+    }
+
+    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated).
+    #[inline]
+    pub(crate) fn send(&self, pool: &PoolView, idx: u32, len: u32) -> Result<Sent, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.send(pool, idx, len),
+        }
+    }
+
+    /// Whether a claim of record space is open.
+    #[inline]
+    pub(crate) fn claim_open(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.claim_open(),
+        }
+    }
+
+    /// Claims `len <= inline_max` bytes of record space to write in place (`None`: full).
+    #[inline]
+    pub(crate) fn claim(&self, len: usize) -> Result<Option<core::ptr::NonNull<u8>>, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.claim(len),
+        }
+    }
+
+    /// Publishes the open claim as a `len`-byte message.
+    #[inline]
+    pub(crate) fn commit_claim(&self, len: usize) {
+        match self {
+            DirectPath::Shm(d) => d.commit_claim(len),
+        }
+    }
+
+    /// Drops the open claim (nothing is published).
+    #[inline]
+    pub(crate) fn abort_claim(&self) {
+        match self {
+            DirectPath::Shm(d) => d.abort_claim(),
+        }
+    }
+
+    /// Batch receive in place; returns messages and bytes delivered.
+    #[inline]
+    pub(crate) fn poll<H: FnMut(&[u8])>(
+        &self,
+        rx_pool: &PoolView,
+        handler: &mut H,
+        limit: usize,
+    ) -> Result<(usize, u64), FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.poll(rx_pool, handler, limit),
+        }
+    }
+
+    /// The next received message as a descriptor (a pooled one held until released).
+    #[inline]
+    pub(crate) fn recv(&self) -> Result<Option<crate::desc::RxDesc>, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.recv(),
+        }
+    }
+
+    /// Gives received buffer `buf` back to the peer.
+    #[inline]
+    pub(crate) fn release(&self, buf: u32) -> Result<(), FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.release(buf),
+        }
+    }
+
+    /// Whether the peer published something not yet received (a hint).
+    #[inline]
+    pub(crate) fn rx_pending(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.rx_pending(),
+        }
+    }
+
+    /// Messages in flight: sent, not yet consumed by the peer (reads the peer's position).
+    #[inline]
+    pub(crate) fn unconsumed(&self) -> Result<usize, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.unconsumed(),
+        }
+    }
+
+    /// Whether the peer marked the connection closed in the data path's shared state.
+    #[inline]
+    pub(crate) fn peer_closed(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.peer_closed(),
+        }
+    }
+}
+
 /// Per-poller state of a fabric (RDMA: the completion queue shared by the poller's connections).
 ///
 /// Owned and driven by exactly one poller; see the [module docs](self) for the cycle.

@@ -34,11 +34,12 @@ use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, Liveness, NewConn,
-    PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, Liveness, PendingSetup,
+    Registry, SetupSide, Watched, ACCEPT_BURST,
 };
-use crate::fabric::Fabric;
-use crate::link::ConnParts;
+use crate::error::FabricError;
+use crate::fabric::{DirectPath, Fabric};
+use crate::link::{ConnParts, Down};
 use crate::poller::{Command, PollerLink};
 
 /// How often this side bumps its heartbeat word in each segment when liveness is off (the word
@@ -95,36 +96,55 @@ impl ShmControl {
         }
     }
 
-    /// Hands an established connection to the least-loaded poller.
+    /// Registers an established connection: its data path goes to the application (the
+    /// direct path), not to a poller; this side keeps the socket and a segment handle for
+    /// hang-up detection, heartbeats and the close.
     fn install_est(
         &mut self,
         ctx: &mut Ctx<'_>,
         est: Established,
         raw: String,
     ) -> Result<ConnParts, Error> {
-        let poller = self.reg.least_loaded(ctx.cfg.max_connections_per_poller)?;
         let Established {
-            conn,
+            direct,
             tx_pool,
             rx_pool,
             keep,
             segment,
             stream,
         } = est;
-        let new = NewConn {
-            poller,
-            conn,
-            tx_pool,
-            rx_pool,
-            keep,
-            setup: ShmSetup {
-                peer: Liveness::new(segment.peer_state().heartbeat, Instant::now()),
-                stream,
-                segment,
-            },
-            path: None,
+        let setup = ShmSetup {
+            peer: Liveness::new(segment.peer_state().heartbeat, Instant::now()),
+            stream,
+            segment,
         };
-        self.reg.register(ctx, new, raw, None)
+        let direct: Box<dyn std::any::Any + Send> = Box::new(DirectPath::Shm(direct));
+        Ok(self
+            .reg
+            .register_direct(ctx, direct, tx_pool, rx_pool, keep, setup, raw, None))
+    }
+
+    /// Reports and closes connections whose application found a protocol violation on the
+    /// direct path (it failed the shared state; there is no poller to retire them).
+    fn reap_failed(&mut self, ctx: &mut Ctx<'_>) {
+        let failed: Vec<(u64, FabricError)> = self
+            .reg
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.is_closing())
+            .filter_map(|(&id, c)| match c.shared.down() {
+                Some(Down::Failed(e)) => Some((id, e)),
+                _ => None,
+            })
+            .collect();
+        for (id, e) in failed {
+            ctx.emit(Event::Error {
+                conn: Some(id),
+                error: Error::Fabric(e),
+            });
+            self.reg
+                .close(ctx, id, Command::Remove(id), Some(Duration::ZERO));
+        }
     }
 
     /// Samples every open connection's peer heartbeat word and fails those silent for
@@ -295,6 +315,11 @@ impl FabricControl for ShmControl {
                             cause = "rendezvous socket hung up",
                             "disconnect"
                         );
+                        // The application delivers what the peer sent before (its receive
+                        // calls drain the ring before they report the state).
+                        if let Some(c) = self.reg.conns.get(&id) {
+                            c.shared.disconnect();
+                        }
                         ctx.emit(Event::Disconnected { conn: id });
                         self.reg.close(ctx, id, Command::PeerGone(id), None);
                     }
@@ -305,6 +330,7 @@ impl FabricControl for ShmControl {
 
     fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant) -> bool {
         self.reg.drain(ctx);
+        self.reap_failed(ctx);
         // Handshakes whose step ran past its deadline fail (their sockets close).
         self.handshakes.expire(ctx, now);
         if now.duration_since(self.last_heartbeat) >= self.heartbeat_every {

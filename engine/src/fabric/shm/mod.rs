@@ -16,6 +16,7 @@
 
 pub(crate) mod control;
 mod datapath;
+pub(crate) mod direct;
 mod error;
 pub(crate) mod setup;
 pub mod wire;
