@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use crate::desc::{PoolView, TxDesc};
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::idle::{IdleStrategy, Idler};
 use crate::error::FabricError;
 use crate::fabric::{DirectPath, Sent};
+use crate::idle::{IdleStrategy, Idler};
 use crate::link::{AppPath, AppRings, ConnParts, ConnShared};
 use crate::stats::ConnStats;
 
@@ -201,7 +201,9 @@ impl Connection {
     #[cold]
     fn fail(&self, e: FabricError) -> Error {
         self.shared.fail(e);
-        self.shared.down().map_or(Error::Fabric(e), |d| d.to_error())
+        self.shared
+            .down()
+            .map_or(Error::Fabric(e), |d| d.to_error())
     }
 
     #[inline]

@@ -93,19 +93,13 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
                 scribble(&seg, &mut rng, outgoing.rel_entries, 4);
                 let tail = outgoing.rel_tail;
                 // SAFETY: `rel_tail` is an 8-aligned word inside the live mapping.
-                let w = unsafe {
-                    &*(seg.as_ptr().add(tail) as *const std::sync::atomic::AtomicU64)
-                };
+                let w =
+                    unsafe { &*(seg.as_ptr().add(tail) as *const std::sync::atomic::AtomicU64) };
                 w.store(2, Ordering::Release);
             }
             // A random consumer position of the engine's ring, and a random record header.
             _ => {
-                scribble(
-                    &seg,
-                    &mut rng,
-                    outgoing.ring + CONSUMER_POSITION_OFFSET,
-                    8,
-                );
+                scribble(&seg, &mut rng, outgoing.ring + CONSUMER_POSITION_OFFSET, 8);
                 scribble(&seg, &mut rng, area, 8);
             }
         }

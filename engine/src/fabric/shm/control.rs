@@ -32,12 +32,12 @@ use super::ShmFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
+use crate::error::FabricError;
 use crate::event::Event;
 use crate::fabric::control::{
     self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, Liveness, PendingSetup,
     Registry, SetupSide, Watched, ACCEPT_BURST,
 };
-use crate::error::FabricError;
 use crate::fabric::{DirectPath, Fabric};
 use crate::link::{ConnParts, Down};
 use crate::poller::{Command, PollerLink};

@@ -5,9 +5,9 @@
 //! ([`super::direct`]). `ShmFabric` stays in the poller's agent set so that the control half
 //! keeps the same seam as every fabric; its connection type [`ShmConn`] has no values.
 
+use crate::desc::TxDesc;
 use crate::error::FabricError;
 use crate::fabric::{Fabric, FabricConn, RxSink, TxDone};
-use crate::desc::TxDesc;
 
 /// Per-poller state of the shm fabric: none, and it never serves a connection.
 #[derive(Debug, Default)]
@@ -30,7 +30,11 @@ impl FabricConn for ShmConn {
         match *self {}
     }
 
-    fn post_send(&mut self, _descs: &[TxDesc], _done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+    fn post_send(
+        &mut self,
+        _descs: &[TxDesc],
+        _done: &mut TxDone<'_>,
+    ) -> Result<usize, FabricError> {
         match *self {}
     }
 
