@@ -172,7 +172,10 @@ fn mixed_sizes_claims_and_stalls_both_directions_two_processes() {
             Err(Error::Disconnected) => break,
             Err(e) => panic!("{e}"),
         }
-        assert!(t0.elapsed() < WAIT, "no disconnect after the child finished");
+        assert!(
+            t0.elapsed() < WAIT,
+            "no disconnect after the child finished"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     wait_success(&mut child, Duration::from_secs(60));
@@ -233,7 +236,10 @@ fn claim_is_one_at_a_time_and_abort_publishes_nothing() {
     a.set_len(2).unwrap();
     assert!(matches!(
         a.set_len(101),
-        Err(Error::MessageTooLarge { size: 101, max: 100 })
+        Err(Error::MessageTooLarge {
+            size: 101,
+            max: 100
+        })
     ));
     c.send(a).unwrap();
     assert_eq!(&*s.recv_timeout(WAIT).unwrap(), b"ok");

@@ -1,11 +1,14 @@
 //! The shm half of the control thread: [`ShmControl`], the [`FabricControl`] of `shm://`.
 //!
-//! It owns the listeners (Unix-domain sockets by name), every connection's rendezvous socket and
-//! segment handle, and the producer ends of the pollers' shm command rings. A hang-up of a
-//! rendezvous socket (the peer process closed or died) is reported at once
-//! ([`Event::Disconnected`]) and tells the poller to deliver what the peer sent before and then
-//! drop the connection (`PeerGone`). The segment's closed mark and the bye on the socket go out
-//! only once the poller has let go, after this side's last sends were posted.
+//! It owns the listeners (Unix-domain sockets by name) and every connection's rendezvous socket
+//! and segment handle. The data path is the application's (the direct path: no poller is
+//! involved; see [`super`]). A hang-up of a rendezvous socket (the peer process closed or died)
+//! is reported at once ([`Event::Disconnected`]) and marks the connection disconnected; the
+//! application still receives everything the peer published before (its receive calls drain
+//! the ring before they report the state). A protocol violation that the application's direct
+//! path found (it failed the connection's shared state) is reported on the next
+//! [`tick`](FabricControl::tick) ([`Event::Error`]) and the connection closed. The segment's
+//! closed mark and the bye on the socket go out when the connection is closed.
 //!
 //! Accepting never waits on a peer: each accepted socket becomes a pending [`Handshake`] entry
 //! whose socket is in the poll set; the control thread runs a step when its message arrives and
@@ -46,6 +49,11 @@ use crate::poller::{Command, PollerLink};
 /// is then for tooling only).
 const HEARTBEAT_IDLE: Duration = Duration::from_millis(100);
 
+/// Grace of every close: none. No poller holds an shm connection (the direct path is the
+/// application's, and `Connection::drop` has published everything it sent), so a close is
+/// finished at once.
+const CLOSE_NOW: Option<Duration> = Some(Duration::ZERO);
+
 /// The setup side of one shm connection.
 pub(crate) struct ShmSetup {
     stream: UdsStream,
@@ -71,11 +79,6 @@ pub(crate) struct ShmControl {
     /// Accepted connections whose handshake is under way; their sockets follow the registry's
     /// in the poll set.
     handshakes: Handshakes<Handshake>,
-    /// Grace of a close by the application: with dedicated pollers, none (the poller's
-    /// `Retired` notice finishes it, after its last service pass posted the queued sends); in
-    /// run-to-completion mode zero (that poller turns only when the application polls, which it
-    /// may never do again; `Connection::drop` already flushed the queued sends).
-    close_grace: Option<Duration>,
     last_heartbeat: Instant,
     /// This side's heartbeat interval (a quarter of the liveness timeout).
     heartbeat_every: Duration,
@@ -88,7 +91,6 @@ impl ShmControl {
         ShmControl {
             reg: Registry::new(links),
             handshakes: Handshakes::new(MAX_HANDSHAKES),
-            close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
             last_heartbeat: Instant::now(),
             heartbeat_every: cfg.heartbeat_every().unwrap_or(HEARTBEAT_IDLE),
             liveness: cfg.liveness(),
@@ -142,8 +144,7 @@ impl ShmControl {
                 conn: Some(id),
                 error: Error::Fabric(e),
             });
-            self.reg
-                .close(ctx, id, Command::Remove(id), Some(Duration::ZERO));
+            self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW);
         }
     }
 
@@ -164,10 +165,11 @@ impl ShmControl {
             }
         }
         for (id, silent_for) in silent {
-            // The poller's close marks the segment closed; finishing the setup side sends the
-            // bye and closes the socket: a peer that resumes sees its connection gone.
+            // Finishing the setup side (at once: no poller holds the connection) marks the
+            // segment closed, sends the bye and closes the socket: a peer that resumes sees its
+            // connection gone.
             self.reg
-                .fail_unresponsive(ctx, id, silent_for, Command::Remove(id), self.close_grace);
+                .fail_unresponsive(ctx, id, silent_for, Command::Remove(id), CLOSE_NOW);
         }
     }
 
@@ -283,8 +285,7 @@ impl FabricControl for ShmControl {
     }
 
     fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
-        self.reg
-            .close(ctx, id, Command::Remove(id), self.close_grace)
+        self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW)
     }
 
     fn fds(&mut self, fds: &mut Vec<libc::pollfd>) {
@@ -308,8 +309,6 @@ impl FabricControl for ShmControl {
                         None => false,
                     };
                     if gone {
-                        // The poller delivers what the peer sent before, then marks it
-                        // disconnected for the application (within microseconds).
                         tracing::debug!(
                             conn = id,
                             cause = "rendezvous socket hung up",
@@ -321,7 +320,7 @@ impl FabricControl for ShmControl {
                             c.shared.disconnect();
                         }
                         ctx.emit(Event::Disconnected { conn: id });
-                        self.reg.close(ctx, id, Command::PeerGone(id), None);
+                        self.reg.close(ctx, id, Command::PeerGone(id), CLOSE_NOW);
                     }
                 }
             }
@@ -349,7 +348,7 @@ impl FabricControl for ShmControl {
 
     fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.handshakes.clear();
-        self.reg.shutdown(ctx, self.close_grace);
+        self.reg.shutdown(ctx, CLOSE_NOW);
     }
 }
 
