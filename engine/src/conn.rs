@@ -193,7 +193,7 @@ impl Connection {
         unsafe { self.app() }
             .rings
             .as_mut()
-            .is_none_or(|r| r.rx.is_empty())
+            .map_or(true, |r| r.rx.is_empty())
     }
 
     /// A direct path found the peer breaking the protocol: the connection fails (the control

@@ -665,7 +665,7 @@ fn hostile_value(rng: &mut XorShift, p: &Params, cap: u64) -> u64 {
         3 => header(16, 2) | rng.below(4) << 40,
         4 => rng.below(4 * cap),
         5 => header(rng.below(64) as u32, 1 + rng.below(8) as u8),
-        6 => u64::from(p.buffer_size) + rng.below(3) | (rng.below(8) << 32),
+        6 => (u64::from(p.buffer_size) + rng.below(3)) | (rng.below(8) << 32),
         _ => u64::MAX - rng.below(3),
     }
 }

@@ -75,7 +75,7 @@
 //! A fabric whose two ends of the data path can be the two applications' threads (shm: each
 //! direction's record ring in the shared segment has exactly one producer and one consumer)
 //! gives the application a *direct path* instead of a [`FabricConn`]: one variant of
-//! [`DirectPath`] (crate private; one line per such fabric, as in the poller's agent set). Its
+//! `DirectPath` (crate private; one line per such fabric, as in the poller's agent set). Its
 //! setup builds the handle; its control half registers the connection without a poller
 //! (`Registry::register_direct`) and keeps only what liveness and the close need (shm: the
 //! rendezvous socket and a segment handle for the heartbeat words and the closed flag). The

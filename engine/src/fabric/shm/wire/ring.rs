@@ -22,7 +22,7 @@
 //! Buffers of direction `d` belong to `d`'s sender. The receiver returns each buffer index it
 //! was given through a single-producer ring of `u32` entries (capacity `buffer_count` rounded up to
 //! a power of two) with a tail (written by the receiver, published in batches by
-//! [`RxRing::publish_releases`]) and a head (written by the sender in [`TxRing::reclaim`]).
+//! [`Releaser::publish_releases`]) and a head (written by the sender in [`TxRing::reclaim`]).
 //!
 //! # Validation
 //! Every word read from the peer is checked before use: record headers and the consumer
@@ -33,7 +33,7 @@
 //! bounded amount of work; nothing waits for the peer. After such an error the handle's state
 //! is unspecified (but memory safe): fail the connection and drop it.
 //!
-//! [`RxRing::publish_releases`]: super::RxRing::publish_releases
+//! [`Releaser::publish_releases`]: super::Releaser::publish_releases
 //! [`TxRing::reclaim`]: super::TxRing::reclaim
 //! [`WireError::Corrupt`]: super::WireError::Corrupt
 //! [`WireError::Ring`]: super::WireError::Ring
