@@ -3,7 +3,6 @@
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
-#[cfg(not(loom))]
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -177,7 +176,6 @@ impl Producer {
     /// # Errors
     ///
     /// As [`claim`](Self::claim), and [`RingError::ClaimOpen`].
-    #[cfg(not(loom))]
     #[inline]
     pub fn claim_raw(&mut self, payload: usize) -> Result<Option<NonNull<u8>>, RingError> {
         let ptr = match self.claim(payload)? {
@@ -193,7 +191,6 @@ impl Producer {
 
     /// Publishes the open raw claim as a DATA record of `len` bytes (at most the claimed size,
     /// clamped to it). Returns `false` (and writes nothing) when no raw claim is open.
-    #[cfg(not(loom))]
     #[inline]
     pub fn commit_raw(&mut self, len: usize) -> bool {
         let Some(claimed) = self.raw.take() else {

@@ -45,16 +45,22 @@ use std::sync::Arc;
 use super::error::WireError;
 use super::layout::Dir;
 use super::mapping::Mapping;
+#[cfg(loom)]
+use crate::record::ring::RingError;
+#[cfg(not(loom))]
 use crate::record::ring::{region_size, RingMemory};
+use crate::record::ring::{Consumer, Producer};
 
 /// One direction's record ring region, as [`RingMemory`] for the ring handles: the mapping
 /// (kept alive by the `Arc`) plus the region's offset and size from the local layout.
+#[cfg(not(loom))]
 pub(super) struct SegRing {
     map: Arc<Mapping>,
     off: usize,
     len: usize,
 }
 
+#[cfg(not(loom))]
 impl SegRing {
     pub(super) fn new(map: Arc<Mapping>, dir: Dir) -> SegRing {
         let off = map.layout().dir(dir).ring;
@@ -63,12 +69,57 @@ impl SegRing {
     }
 }
 
+/// The producing end of direction `dir`'s record ring (DATA payloads up to `max_payload`).
+#[cfg(not(loom))]
+pub(super) fn ring_producer(
+    map: &Arc<Mapping>,
+    dir: Dir,
+    max_payload: usize,
+) -> Result<Producer, WireError> {
+    Producer::attach(Arc::new(SegRing::new(Arc::clone(map), dir)), max_payload)
+        .map_err(|source| WireError::Ring { source })
+}
+
+/// The consuming end of direction `dir`'s record ring.
+#[cfg(not(loom))]
+pub(super) fn ring_consumer(
+    map: &Arc<Mapping>,
+    dir: Dir,
+    max_payload: usize,
+) -> Result<Consumer, WireError> {
+    Consumer::attach(Arc::new(SegRing::new(Arc::clone(map), dir)), max_payload)
+        .map_err(|source| WireError::Ring { source })
+}
+
+/// Under `--cfg loom` the ring runs over loom's tracked heap words only (the loom model tests
+/// the ring itself): a segment's rings cannot be attached.
+#[cfg(loom)]
+fn not_modelled() -> WireError {
+    WireError::Ring {
+        source: RingError::BadGeometry {
+            reason: "shm segment rings are not available under loom",
+            size_bytes: 0,
+        },
+    }
+}
+
+#[cfg(loom)]
+pub(super) fn ring_producer(_: &Arc<Mapping>, _: Dir, _: usize) -> Result<Producer, WireError> {
+    Err(not_modelled())
+}
+
+#[cfg(loom)]
+pub(super) fn ring_consumer(_: &Arc<Mapping>, _: Dir, _: usize) -> Result<Consumer, WireError> {
+    Err(not_modelled())
+}
+
 // SAFETY: `off .. off + len` is the direction's ring region of the locally computed layout:
 // inside the mapping (which the `Arc` keeps mapped for as long as this value lives, at a fixed
 // address), 128-byte aligned (`Layout` places it at a multiple of `CACHE_PAD` from the
 // page-aligned base). In this process only the ring handle attached to it (one producer or one
 // consumer per side) accesses it; the peer process is untrusted, which the ring's trust model
 // covers.
+#[cfg(not(loom))]
 unsafe impl RingMemory for SegRing {
     fn as_ptr(&self) -> *mut u8 {
         self.map.base().wrapping_add(self.off)

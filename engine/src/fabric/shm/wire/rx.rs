@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::error::{Field, WireError};
 use super::layout::Dir;
 use super::mapping::Mapping;
-use super::ring::{Bitmap, Pool, RelRing, SegRing};
+use super::ring::{ring_consumer, Bitmap, Pool, RelRing};
 use crate::record::ring::Consumer;
 use crate::record::Record;
 
@@ -63,11 +63,7 @@ impl std::fmt::Debug for RxRing {
 impl RxRing {
     pub(crate) fn new(map: Arc<Mapping>, dir: Dir) -> Result<Self, WireError> {
         let p = *map.layout().params();
-        let ring = Consumer::attach(
-            Arc::new(SegRing::new(Arc::clone(&map), dir)),
-            p.inline_max as usize,
-        )
-        .map_err(|source| WireError::Ring { source })?;
+        let ring = ring_consumer(&map, dir, p.inline_max as usize)?;
         Ok(RxRing {
             ring,
             inline_max: p.inline_max,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::error::{Field, WireError};
 use super::layout::Dir;
 use super::mapping::Mapping;
-use super::ring::{Bitmap, Pool, RelRing, SegRing};
+use super::ring::{ring_producer, Bitmap, Pool, RelRing};
 use crate::record::ring::{Claim, Producer};
 
 /// The sending half of this side's direction: writes records (inline payloads or buffer
@@ -52,11 +52,7 @@ impl std::fmt::Debug for TxRing {
 impl TxRing {
     pub(crate) fn new(map: Arc<Mapping>, dir: Dir) -> Result<Self, WireError> {
         let p = *map.layout().params();
-        let ring = Producer::attach(
-            Arc::new(SegRing::new(Arc::clone(&map), dir)),
-            p.inline_max as usize,
-        )
-        .map_err(|source| WireError::Ring { source })?;
+        let ring = ring_producer(&map, dir, p.inline_max as usize)?;
         let rel = RelRing::new(&map, dir);
         let pool = Pool::new(&map, dir);
         Ok(TxRing {
