@@ -398,15 +398,20 @@ impl Connection {
         Some(idx)
     }
 
-    /// Sends a message (zero copy: the buffer itself is handed to the poller). In
+    /// Sends a message (zero copy: the buffer itself is handed to the poller; on a direct path
+    /// (shm) a message up to the inline threshold is copied into a ring record and its buffer
+    /// is free again at once, a larger one is sent by reference, and either is visible to the
+    /// peer when `send` returns; a buffer from [`claim`](Self::claim) is committed in place). In
     /// run-to-completion mode it is posted when `batch` sends have queued, on [`flush`](Self::flush),
     /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]).
     ///
     /// # Errors
     ///
     /// [`SendError::WouldBlock`] (buffer handed back) when `depth` messages are in flight: the
-    /// receiver has no room for more yet. [`SendError::Closed`] when the connection is down or
-    /// the buffer belongs to another connection.
+    /// receiver has no room for more yet (shm: or the ring is full). [`SendError::Closed`] when
+    /// the connection is down or the buffer belongs to another connection, or with
+    /// [`Error::ClaimOpen`] for a pool buffer while a ring claim is open (send or drop the
+    /// claim first).
     #[inline]
     pub fn send<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
         if !std::ptr::eq(buf.conn, self) {
@@ -546,7 +551,8 @@ impl Connection {
         }
     }
 
-    /// Pushes queued sends out now. In run-to-completion mode this runs a poller cycle; with
+    /// Pushes queued sends out now. Nothing to do on a direct path (shm: `send` published
+    /// already). In run-to-completion mode this runs a poller cycle; with
     /// dedicated pollers it does nothing (they drain continuously).
     pub fn flush(&self) {
         if self.run_to_completion && self.direct.is_none() {
@@ -644,6 +650,9 @@ impl Connection {
     /// Cheaper per message than [`try_recv`](Self::try_recv) in a loop: no poller cycle, no
     /// connection-state check and no `Option<Message>` per message (`bench cost --batch N`
     /// measures both).
+    ///
+    /// On a direct path (shm) the messages are read in place in the segment and nothing runs
+    /// the poller; a receive call on this connection from inside the handler finds nothing.
     ///
     /// A handler that panics loses nothing: the message it was given is recycled during the
     /// unwind, the ones not yet delivered stay queued.
