@@ -147,8 +147,16 @@ pub(crate) enum DirectPath {
     Shm(shm::direct::ShmDirect),
 }
 
-/// The direct path's per-call result of a send.
-pub(crate) use shm::direct::Sent;
+/// What a direct path's send did with the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Copied into the fabric's record: the buffer is free again at once.
+    Copied,
+    /// Sent by reference: in flight until the peer gives it back.
+    Referenced,
+    /// No room (the window or the ring is full); nothing was sent.
+    Full,
+}
 
 impl DirectPath {
     /// Largest message sent inline (copied into the fabric's records).

@@ -19,23 +19,13 @@ use std::marker::PhantomData;
 
 use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX};
 use crate::error::FabricError;
+use crate::fabric::Sent;
 use crate::record::ring::RingError;
 
 use super::wire::{Releaser, RxMsg, RxRing, Segment, TxRing, WireError};
 
 /// Buffers reclaimed per release-ring read.
 const RECLAIM_BURST: usize = 32;
-
-/// What [`ShmDirect::send`] did with a buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sent {
-    /// Copied into a `DATA` record: the buffer is free again at once.
-    Copied,
-    /// Sent by reference (`BUF_REF`): in flight until the peer releases it.
-    Referenced,
-    /// The ring is full (back-pressure); nothing was sent.
-    Full,
-}
 
 /// The sending half: the ring and the credit window over it.
 struct TxSide {
