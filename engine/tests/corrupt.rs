@@ -149,8 +149,9 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
         failed >= rounds * 9 / 10,
         "only {failed} of {rounds} corruptions detected"
     );
-    // Each failure produced an error event. The control thread emits them once it has drained
-    // the poller's notices (on its next tick), so they may still be on their way: wait, bounded.
+    // Each failure produced an error event. The control thread emits them on its next tick or
+    // when the application drops the failed connection, so they may still be on their way:
+    // wait, bounded.
     let mut errors = 0;
     let deadline = Instant::now() + WAIT;
     while errors == 0 && Instant::now() < deadline {

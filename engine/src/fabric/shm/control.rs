@@ -35,7 +35,6 @@ use super::ShmFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::error::FabricError;
 use crate::event::Event;
 use crate::fabric::control::{
     self, Accepting, Ctx, FabricConnect, FabricControl, Handshakes, Liveness, PendingSetup,
@@ -129,22 +128,34 @@ impl ShmControl {
     /// Reports and closes connections whose application found a protocol violation on the
     /// direct path (it failed the shared state; there is no poller to retire them).
     fn reap_failed(&mut self, ctx: &mut Ctx<'_>) {
-        let failed: Vec<(u64, FabricError)> = self
+        let failed: Vec<u64> = self
             .reg
             .conns
             .iter()
-            .filter(|(_, c)| !c.is_closing())
-            .filter_map(|(&id, c)| match c.shared.down() {
-                Some(Down::Failed(e)) => Some((id, e)),
-                _ => None,
-            })
+            .filter(|(_, c)| !c.is_closing() && matches!(c.shared.down(), Some(Down::Failed(_))))
+            .map(|(&id, _)| id)
             .collect();
-        for (id, e) in failed {
+        for id in failed {
+            self.report_failed(ctx, id);
+            self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW);
+        }
+    }
+
+    /// Emits [`Event::Error`] for connection `id` if the application's direct path failed it
+    /// and its close has not begun (a failure is reported once: a close begun by the control
+    /// thread, e.g. for an unresponsive peer, has reported its own).
+    fn report_failed(&mut self, ctx: &mut Ctx<'_>, id: u64) {
+        let Some(c) = self.reg.conns.get(&id) else {
+            return;
+        };
+        if c.is_closing() {
+            return;
+        }
+        if let Some(Down::Failed(e)) = c.shared.down() {
             ctx.emit(Event::Error {
                 conn: Some(id),
                 error: Error::Fabric(e),
             });
-            self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW);
         }
     }
 
@@ -285,6 +296,8 @@ impl FabricControl for ShmControl {
     }
 
     fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
+        // A connection the application failed and dropped before the next tick: report it now.
+        self.report_failed(ctx, id);
         self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW)
     }
 
