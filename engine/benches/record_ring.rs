@@ -5,9 +5,10 @@
 //!   record or one per 32.
 //! * `record_ring/stream/*`: one-way streaming between two pinned threads (cores 0 and 1 when
 //!   available), the consumer copying each payload out and publishing its position once per poll
-//!   of up to 32: `bare_lines` is the one-64-B-line-per-message floor and `wire_inline_*` today's
-//!   descriptor ring (both shared with the `shm_wire` bench), `record_*` the record ring with
-//!   one publication per record, `record_batch32_*` with one per 32.
+//!   of up to 32: `bare_lines` is the one-64-B-line-per-message floor and `wire_inline_*` the shm
+//!   wire (the record ring inside a shared segment, read in place; both shared with the
+//!   `shm_wire` bench), `record_*` the record ring on the heap with one publication per record,
+//!   `record_batch32_*` with one per 32.
 //!
 //! Run with `cargo bench -p spinwire --bench record_ring` (`SHM_WIRE_BENCH_NOPIN=1` to leave
 //! the threads unpinned); `cargo test --benches` runs each once, unpinned, as a smoke test.
@@ -24,7 +25,7 @@ use criterion::{Criterion, Throughput};
 use spinwire::record::ring;
 use spinwire::record::Record;
 
-/// Streaming ring capacity: 64 KiB, the same bytes as the wire ring's 1024 slots.
+/// Streaming ring capacity: 64 KiB, about the shm wire ring's of the `common` helpers.
 const STREAM_CAPACITY: usize = 64 << 10;
 const MAX_PAYLOAD: usize = 256;
 

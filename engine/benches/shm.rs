@@ -277,7 +277,7 @@ fn single_thread_rtt(o: &Opts, size: usize) -> f64 {
 /// Baseline: the shm wire rings alone (no engine), one thread sending inline records, one
 /// receiving; messages per second.
 fn wire_rate(o: &Opts, size: usize) -> f64 {
-    use spinwire::fabric::shm::wire::{Params, Segment};
+    use spinwire::fabric::shm::wire::{Params, RxMsg, Segment};
     let params = Params {
         buffer_size: 4096,
         buffer_count: 16,
@@ -286,8 +286,8 @@ fn wire_rate(o: &Opts, size: usize) -> f64 {
     };
     let (a, fd) = Segment::create(&params).unwrap();
     let b = Segment::attach(std::os::fd::AsFd::as_fd(&fd), &params).unwrap();
-    let (mut tx, _rx_a) = a.split().unwrap();
-    let (_tx_b, mut rx) = b.split().unwrap();
+    let (mut tx, _rx_a, _rel_a) = a.split().unwrap();
+    let (_tx_b, mut rx, _rel_b) = b.split().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let c1 = o.cores[1];
@@ -297,18 +297,13 @@ fn wire_rate(o: &Opts, size: usize) -> f64 {
         let t0 = Instant::now();
         let mut out = [0u8; 128];
         while !stop2.load(Ordering::Relaxed) {
-            let mut k = 0;
-            while let Some(d) = rx.poll().unwrap() {
-                rx.copy_inline(&d, &mut out).unwrap();
-                k += 1;
-                if k == 32 {
-                    break;
-                }
-            }
-            if k > 0 {
-                rx.commit();
-                n += k;
-            }
+            n += rx
+                .poll(32, |m| {
+                    if let RxMsg::Inline(b) = m {
+                        out[..b.len()].copy_from_slice(b);
+                    }
+                })
+                .unwrap() as u64;
         }
         (n, t0.elapsed())
     });
@@ -318,7 +313,7 @@ fn wire_rate(o: &Opts, size: usize) -> f64 {
     let dur = Duration::from_secs_f64(o.rate_secs);
     let mut i = 0u32;
     loop {
-        if tx.try_send_inline(&payload, 0).unwrap() {
+        if tx.try_send_inline(&payload).unwrap() {
             i = i.wrapping_add(1);
             if i % 4096 == 0 && t0.elapsed() >= dur {
                 break;

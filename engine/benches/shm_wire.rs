@@ -2,11 +2,12 @@
 //!
 //! * `rtt/bare_cacheline`: two atomics on separate 128-B lines bounced between the threads: the
 //!   floor any shared-memory ping-pong pays.
-//! * `rtt/ring_inline_{8,40,64}B`: a message sent inline through the descriptor ring, echoed back
-//!   through the other direction's ring (poll + copy out + commit on each side).
+//! * `rtt/ring_inline_{8,40,64}B`: a message sent inline (a DATA record) through the segment's
+//!   record ring, echoed back through the other direction's ring (poll in place + copy into the
+//!   echo's record on one side, poll on the other).
 //! * `stream/bare_lines`: one producer writing 64-B lines with a sequence word into a ring, one
 //!   consumer reading them (publishing its head every 32): the one-line-per-message floor.
-//! * `stream/ring_inline_{8,64}B`: one-way inline messages, consumer commits every 32.
+//! * `stream/ring_inline_{8,64}B`: one-way inline messages, consumer polls batches of up to 32.
 //!
 //! Run with `cargo bench -p spinwire --bench shm_wire` (`harness = false`, std only: prints the
 //! best and median of many short direct runs and the ring/floor ratios). Without `--bench` (e.g.
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use common::{
     bare_stream, pin, pinning, wire_rings as rings, wire_stream as ring_stream, Line, NO_PIN,
 };
-use spinwire::fabric::shm::wire::RxRing;
+use spinwire::fabric::shm::wire::{RxMsg, RxRing, TxRing};
 
 fn bare_rtt(iters: u64) -> Duration {
     let ping = Arc::new(Line(AtomicU64::new(0)));
@@ -50,40 +51,45 @@ fn bare_rtt(iters: u64) -> Duration {
     e
 }
 
-fn poll_spin(rx: &mut RxRing) -> spinwire::fabric::shm::wire::RxRecord {
+/// Waits for one inline message and hands it to `f`.
+fn poll_spin(rx: &mut RxRing, mut f: impl FnMut(&[u8])) {
     loop {
-        if let Some(d) = rx.poll().expect("poll") {
-            return d;
+        let n = rx
+            .poll(1, |m| {
+                if let RxMsg::Inline(b) = m {
+                    f(b);
+                }
+            })
+            .expect("poll");
+        if n > 0 {
+            return;
         }
         spin_loop();
     }
 }
 
+fn send_spin(tx: &mut TxRing, msg: &[u8]) {
+    while !tx.try_send_inline(msg).expect("send") {
+        spin_loop();
+    }
+}
+
 fn ring_rtt(iters: u64, len: usize) -> Duration {
-    let ((mut tx_a, mut rx_a), (mut tx_b, mut rx_b)) = rings(256);
+    let ((mut tx_a, mut rx_a, _rel_a), (mut tx_b, mut rx_b, _rel_b)) = rings(256);
     let echo = std::thread::spawn(move || {
         pin(1);
-        let mut buf = [0u8; 256];
         for _ in 0..iters {
-            let d = poll_spin(&mut rx_b);
-            let k = rx_b.copy_inline(&d, &mut buf).expect("copy");
-            rx_b.commit();
-            while !tx_b.try_send_inline(&buf[..k], 0).expect("send") {
-                spin_loop();
-            }
+            poll_spin(&mut rx_b, |m| send_spin(&mut tx_b, m));
         }
     });
     pin(0);
     let msg = vec![7u8; len];
-    let mut buf = [0u8; 256];
     let t0 = Instant::now();
     for _ in 0..iters {
-        while !tx_a.try_send_inline(&msg, 0).expect("send") {
-            spin_loop();
-        }
-        let d = poll_spin(&mut rx_a);
-        rx_a.copy_inline(&d, &mut buf).expect("copy");
-        rx_a.commit();
+        send_spin(&mut tx_a, &msg);
+        poll_spin(&mut rx_a, |m| {
+            std::hint::black_box(m);
+        });
     }
     let e = t0.elapsed();
     echo.join().expect("echo thread");

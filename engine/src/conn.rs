@@ -19,9 +19,15 @@ use std::time::{Duration, Instant};
 use crate::desc::{PoolView, TxDesc};
 use crate::engine::Engine;
 use crate::error::Error;
+use crate::error::FabricError;
+use crate::fabric::{DirectPath, Sent};
 use crate::idle::{IdleStrategy, Idler};
-use crate::link::{AppRings, ConnParts, ConnShared};
+use crate::link::{AppPath, AppRings, ConnParts, ConnShared};
 use crate::stats::ConnStats;
+
+/// `SendBuf::idx` of a claim of ring space ([`Connection::claim`] on a direct path), not a
+/// pool buffer.
+const RING_CLAIM: u32 = u32::MAX;
 
 mod buffers;
 mod listener;
@@ -32,7 +38,8 @@ pub use listener::Listener;
 pub use send_error::SendError;
 
 struct AppSide {
-    rings: AppRings,
+    /// The rings to the poller; `None` on a direct path.
+    rings: Option<AppRings>,
     /// Buffers allocated and dropped unsent (reused first). Capacity = pool size: never grows.
     spare: Vec<u32>,
     /// Buffers the application holds as `SendBuf`s.
@@ -43,6 +50,9 @@ struct AppSide {
     received: u64,
     would_block: u64,
     alloc_failures: u64,
+    /// Direct path only (the poller counts these on the poller path).
+    tx_bytes: u64,
+    rx_bytes: u64,
 }
 
 /// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send), receive with
@@ -55,6 +65,10 @@ struct AppSide {
 /// posted first on a best-effort basis.
 pub struct Connection {
     app: UnsafeCell<AppSide>,
+    /// The fabric's direct path (shm): sends and receives go straight to the fabric, no poller.
+    /// Outside `app` because its handle is used while application code runs (a `poll`
+    /// handler that sends).
+    direct: Option<DirectPath>,
     shared: Arc<ConnShared>,
     engine: Engine,
     tx_pool: PoolView,
@@ -83,10 +97,23 @@ impl Connection {
     pub(crate) fn new(engine: Engine, parts: ConnParts) -> Connection {
         let cfg = engine.config();
         let count = parts.tx_pool.count() as usize;
+        let mut spare = Vec::with_capacity(count);
+        let (rings, direct) = match parts.path {
+            AppPath::Rings(r) => (Some(r), None),
+            AppPath::Direct(d) => {
+                // A direct path owns its whole pool from the start (the poller path's free ring
+                // starts full instead). Popped from the end: buffer 0 first.
+                spare.extend((0..parts.tx_pool.count()).rev());
+                // The fabric's control half built it as a `DirectPath`.
+                let d = d.downcast::<DirectPath>().ok().map(|b| *b);
+                (None, d)
+            }
+        };
         Connection {
+            direct,
             app: UnsafeCell::new(AppSide {
-                rings: parts.rings,
-                spare: Vec::with_capacity(count),
+                rings,
+                spare,
                 held: 0,
                 sent: 0,
                 credits_seen: 0,
@@ -94,6 +121,8 @@ impl Connection {
                 received: 0,
                 would_block: 0,
                 alloc_failures: 0,
+                tx_bytes: 0,
+                rx_bytes: 0,
             }),
             shared: parts.shared,
             tx_pool: parts.tx_pool,
@@ -157,13 +186,31 @@ impl Connection {
 
     /// True when no received message waits to be taken (`try_recv` would find none queued).
     pub(crate) fn rx_is_empty(&self) -> bool {
+        if let Some(d) = &self.direct {
+            return !d.rx_pending();
+        }
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
-        unsafe { self.app() }.rings.rx.is_empty()
+        unsafe { self.app() }
+            .rings
+            .as_mut()
+            .map_or(true, |r| r.rx.is_empty())
+    }
+
+    /// A direct path found the peer breaking the protocol: the connection fails (the control
+    /// thread reports it on its next tick and closes it).
+    #[cold]
+    fn fail(&self, e: FabricError) -> Error {
+        self.shared.fail(e);
+        self.shared
+            .down()
+            .map_or(Error::Fabric(e), |d| d.to_error())
     }
 
     #[inline]
     fn drive_poller(&self) -> usize {
-        if self.run_to_completion {
+        // A direct path has no poller to drive (other fabrics' connections are served by the
+        // application's own `Engine::poll`).
+        if self.run_to_completion && self.direct.is_none() {
             self.engine.poll()
         } else {
             0
@@ -180,6 +227,9 @@ impl Connection {
     /// buffer, [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down.
     #[inline]
     pub fn alloc(&self) -> Result<SendBuf<'_>, Error> {
+        if let Some(d) = &self.direct {
+            return self.alloc_direct(d);
+        }
         let idx = match self.take_buf() {
             Some(i) => i,
             None => {
@@ -236,12 +286,109 @@ impl Connection {
     }
 
     #[inline]
+    fn alloc_direct(&self, d: &DirectPath) -> Result<SendBuf<'_>, Error> {
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
+        let idx = match app.spare.pop() {
+            Some(i) => i,
+            None => {
+                // The free list is empty: take back what the peer released.
+                if let Err(e) = d.reclaim(&mut app.spare) {
+                    return Err(self.fail(e));
+                }
+                match app.spare.pop() {
+                    Some(i) => i,
+                    None => {
+                        app.alloc_failures += 1;
+                        if let Some(d) = self.shared.down() {
+                            return Err(d.to_error());
+                        }
+                        return Err(if app.held >= self.tx_pool.count() {
+                            Error::PoolExhausted {
+                                count: self.tx_pool.count() as usize,
+                            }
+                        } else {
+                            Error::WouldBlock
+                        });
+                    }
+                }
+            }
+        };
+        if idx >= self.tx_pool.count() {
+            // Only buffers the wire layer validated reach the list; checked anyway.
+            return Err(Error::WouldBlock);
+        }
+        app.held += 1;
+        Ok(SendBuf {
+            conn: self,
+            idx,
+            len: 0,
+            // SAFETY: `idx < count`, checked above.
+            ptr: unsafe { self.tx_pool.buf_ptr_unchecked(idx) },
+            cap: self.tx_pool.buf_size(),
+        })
+    }
+
+    /// Takes `len` bytes to write a message in place, for zero-copy sends: on a direct path
+    /// (shm) a message up to the inline threshold is written straight into the connection's
+    /// record ring; a larger one, and every message on other fabrics, gets a pool buffer
+    /// ([`alloc`](Self::alloc) with the length set). Fill it through
+    /// [`as_mut_slice`](SendBuf::as_mut_slice) (or deref), then [`send`](Self::send) it (one
+    /// `Release` store of the record header); dropping it aborts (nothing is published).
+    ///
+    /// At most one ring claim is open at a time, and while it is open nothing else is sent on
+    /// the connection: commit or drop it first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimOpen`] while a ring claim is open; [`Error::MessageTooLarge`] above
+    /// [`max_message_size`](Self::max_message_size); [`Error::WouldBlock`] when the ring (or
+    /// the pool) is full for now; otherwise as [`alloc`](Self::alloc).
+    #[inline]
+    pub fn claim(&self, len: usize) -> Result<SendBuf<'_>, Error> {
+        if let Some(d) = &self.direct {
+            if d.claim_open() {
+                return Err(Error::ClaimOpen);
+            }
+            if len <= d.inline_max() {
+                if let Some(down) = self.shared.down() {
+                    return Err(down.to_error());
+                }
+                return match d.claim(len) {
+                    Ok(Some(ptr)) => Ok(SendBuf {
+                        conn: self,
+                        idx: RING_CLAIM,
+                        len: len as u32,
+                        ptr,
+                        cap: len,
+                    }),
+                    Ok(None) => {
+                        // SAFETY: no other `AppSide` reference is live.
+                        unsafe { self.app() }.would_block += 1;
+                        Err(Error::WouldBlock)
+                    }
+                    Err(e) => Err(self.fail(e)),
+                };
+            }
+        }
+        if len > self.max_message_size() {
+            return Err(Error::MessageTooLarge {
+                size: len,
+                max: self.max_message_size(),
+            });
+        }
+        let mut b = self.alloc()?;
+        b.set_len(len)?;
+        Ok(b)
+    }
+
+    #[inline]
     fn take_buf(&self) -> Option<u32> {
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
         let idx = match app.spare.pop() {
             Some(i) => i,
-            None => app.rings.free.pop().ok()?,
+            None => app.rings.as_mut()?.free.pop().ok()?,
         };
         // The poller only frees buffers of this pool; checked anyway since `SendBuf` relies on it.
         if idx >= self.tx_pool.count() {
@@ -251,15 +398,20 @@ impl Connection {
         Some(idx)
     }
 
-    /// Sends a message (zero copy: the buffer itself is handed to the poller). In
+    /// Sends a message (zero copy: the buffer itself is handed to the poller; on a direct path
+    /// (shm) a message up to the inline threshold is copied into a ring record and its buffer
+    /// is free again at once, a larger one is sent by reference, and either is visible to the
+    /// peer when `send` returns; a buffer from [`claim`](Self::claim) is committed in place). In
     /// run-to-completion mode it is posted when `batch` sends have queued, on [`flush`](Self::flush),
     /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]).
     ///
     /// # Errors
     ///
     /// [`SendError::WouldBlock`] (buffer handed back) when `depth` messages are in flight: the
-    /// receiver has no room for more yet. [`SendError::Closed`] when the connection is down or
-    /// the buffer belongs to another connection.
+    /// receiver has no room for more yet (shm: or the ring is full). [`SendError::Closed`] when
+    /// the connection is down or the buffer belongs to another connection, or with
+    /// [`Error::ClaimOpen`] for a pool buffer while a ring claim is open (send or drop the
+    /// claim first).
     #[inline]
     pub fn send<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
         if !std::ptr::eq(buf.conn, self) {
@@ -273,6 +425,9 @@ impl Connection {
                 buf,
                 error: d.to_error(),
             });
+        }
+        if let Some(d) = &self.direct {
+            return self.send_direct(d, buf);
         }
         if !self.has_credit() {
             self.drive_poller();
@@ -288,7 +443,11 @@ impl Connection {
         };
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
-        if app.rings.tx.push(desc).is_err() {
+        let pushed = match app.rings.as_mut() {
+            Some(r) => r.tx.push(desc).is_ok(),
+            None => false,
+        };
+        if !pushed {
             // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
             app.would_block += 1;
             return Err(SendError::WouldBlock(buf));
@@ -304,6 +463,53 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    #[inline]
+    fn send_direct<'c>(&'c self, d: &DirectPath, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+        if buf.idx == RING_CLAIM {
+            // The record is in the ring already: publish it.
+            d.commit_claim(buf.len as usize);
+            let len = buf.len;
+            std::mem::forget(buf);
+            // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+            let app = unsafe { self.app() };
+            app.sent += 1;
+            app.tx_bytes += u64::from(len);
+            return Ok(());
+        }
+        if d.claim_open() {
+            return Err(SendError::Closed {
+                buf,
+                error: Error::ClaimOpen,
+            });
+        }
+        let (idx, len) = (buf.idx, buf.len);
+        match d.send(&self.tx_pool, idx, len) {
+            Ok(Sent::Full) => {
+                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+                unsafe { self.app() }.would_block += 1;
+                Err(SendError::WouldBlock(buf))
+            }
+            Ok(sent) => {
+                std::mem::forget(buf);
+                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+                let app = unsafe { self.app() };
+                app.held -= 1;
+                if sent == Sent::Copied {
+                    // Copied into the ring: the buffer is ours again at once. `spare` has
+                    // capacity for the whole pool: no reallocation.
+                    app.spare.push(idx);
+                }
+                app.sent += 1;
+                app.tx_bytes += u64::from(len);
+                Ok(())
+            }
+            Err(e) => {
+                let error = self.fail(e);
+                Err(SendError::Closed { buf, error })
+            }
+        }
     }
 
     #[inline]
@@ -345,10 +551,11 @@ impl Connection {
         }
     }
 
-    /// Pushes queued sends out now. In run-to-completion mode this runs a poller cycle; with
+    /// Pushes queued sends out now. Nothing to do on a direct path (shm: `send` published
+    /// already). In run-to-completion mode this runs a poller cycle; with
     /// dedicated pollers it does nothing (they drain continuously).
     pub fn flush(&self) {
-        if self.run_to_completion {
+        if self.run_to_completion && self.direct.is_none() {
             // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
             unsafe { self.app() }.unflushed = 0;
             self.engine.poll();
@@ -364,6 +571,9 @@ impl Connection {
     /// received before is taken.
     #[inline]
     pub fn try_recv(&self) -> Result<Option<Message<'_>>, Error> {
+        if let Some(d) = &self.direct {
+            return self.try_recv_direct(d);
+        }
         if let Some(m) = self.pop_rx() {
             return Ok(Some(m));
         }
@@ -382,6 +592,52 @@ impl Connection {
         Ok(None)
     }
 
+    #[inline]
+    fn recv_direct(&self, d: &DirectPath) -> Result<Option<Message<'_>>, Error> {
+        match d.recv() {
+            Ok(Some(desc)) => {
+                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+                let app = unsafe { self.app() };
+                app.received += 1;
+                app.rx_bytes += u64::from(desc.len);
+                Ok(Some(Message { conn: self, desc }))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    #[inline]
+    fn try_recv_direct(&self, d: &DirectPath) -> Result<Option<Message<'_>>, Error> {
+        if let Some(m) = self.recv_direct(d)? {
+            return Ok(Some(m));
+        }
+        // The ring is empty: only now look at the connection's state.
+        match self.direct_down(d) {
+            Some(e) => match self.recv_direct(d)? {
+                // Published before the state changed: still ours.
+                Some(m) => Ok(Some(m)),
+                None => Err(e),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// The error a direct-path connection is down with, if it is: its shared state, or the
+    /// peer's closed flag in the fabric (then the connection is marked disconnected). Called
+    /// only when the ring was found empty, never per message.
+    #[inline]
+    fn direct_down(&self, d: &DirectPath) -> Option<Error> {
+        if let Some(down) = self.shared.down() {
+            return Some(down.to_error());
+        }
+        if d.peer_closed() {
+            self.shared.disconnect();
+            return self.shared.down().map(|down| down.to_error());
+        }
+        None
+    }
+
     /// Batch receive, in Aeron's style: hands up to `limit` received messages, in order, to
     /// `handler`, each read in place, and recycles each buffer as soon as the handler returns
     /// for it. Returns how many were delivered (0 when none was waiting).
@@ -395,6 +651,9 @@ impl Connection {
     /// connection-state check and no `Option<Message>` per message (`bench cost --batch N`
     /// measures both).
     ///
+    /// On a direct path (shm) the messages are read in place in the segment and nothing runs
+    /// the poller; a receive call on this connection from inside the handler finds nothing.
+    ///
     /// A handler that panics loses nothing: the message it was given is recycled during the
     /// unwind, the ones not yet delivered stay queued.
     ///
@@ -403,6 +662,19 @@ impl Connection {
     /// [`Error::Disconnected`] / [`Error::Fabric`] once the connection is down and every message
     /// received before has been delivered (a call that delivers messages returns `Ok`).
     pub fn poll(&self, mut handler: impl FnMut(&[u8]), limit: usize) -> Result<usize, Error> {
+        if let Some(d) = &self.direct {
+            let n = self.poll_direct(d, &mut handler, limit)?;
+            if n > 0 || limit == 0 {
+                return Ok(n);
+            }
+            return match self.direct_down(d) {
+                Some(e) => match self.poll_direct(d, &mut handler, limit)? {
+                    0 => Err(e),
+                    n => Ok(n),
+                },
+                None => Ok(0),
+            };
+        }
         let mut n = self.drain_rx(&mut handler, limit);
         if n < limit && self.drive_poller() > 0 {
             n += self.drain_rx(&mut handler, limit - n);
@@ -420,6 +692,27 @@ impl Connection {
     }
 
     #[inline]
+    fn poll_direct(
+        &self,
+        d: &DirectPath,
+        handler: &mut impl FnMut(&[u8]),
+        limit: usize,
+    ) -> Result<usize, Error> {
+        match d.poll(&self.rx_pool, handler, limit) {
+            Ok((n, bytes)) => {
+                if n > 0 {
+                    // SAFETY: no other `AppSide` reference is live (the handlers have returned).
+                    let app = unsafe { self.app() };
+                    app.received += n as u64;
+                    app.rx_bytes += bytes;
+                }
+                Ok(n)
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    #[inline]
     fn drain_rx(&self, handler: &mut impl FnMut(&[u8]), limit: usize) -> usize {
         let mut n = 0;
         while n < limit {
@@ -427,7 +720,7 @@ impl Connection {
                 // SAFETY: no other `AppSide` reference is live, and this one ends before the
                 // handler runs (the handler may call back into this connection).
                 let app = unsafe { self.app() };
-                let Ok(desc) = app.rings.rx.pop() else {
+                let Some(Ok(desc)) = app.rings.as_mut().map(|r| r.rx.pop()) else {
                     break;
                 };
                 app.received += 1;
@@ -445,7 +738,7 @@ impl Connection {
     fn pop_rx(&self) -> Option<Message<'_>> {
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
-        let desc = app.rings.rx.pop().ok()?;
+        let desc = app.rings.as_mut()?.rx.pop().ok()?;
         app.received += 1;
         Some(Message { conn: self, desc })
     }
@@ -462,6 +755,19 @@ impl Connection {
         }
         let deadline = Instant::now() + timeout;
         let mut idler = Idler::new(self.idle);
+        if let Some(d) = &self.direct {
+            let mut spins = 0u32;
+            loop {
+                if let Some(m) = self.try_recv_direct(d)? {
+                    return Ok(m);
+                }
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 && Instant::now() >= deadline {
+                    return Err(Error::Timeout);
+                }
+                idler.idle(0);
+            }
+        }
         // Run-to-completion and busy-spinning: hold the poller for the whole wait (one ownership
         // CAS per wait, not per cycle). Other connections keep being served: by this thread.
         let mut guard = if self.run_to_completion && self.idle == IdleStrategy::BusySpin {
@@ -503,6 +809,27 @@ impl Connection {
         let c = &self.shared.counters;
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
+        if let Some(d) = &self.direct {
+            // No poller: the application's own counts are the connection's.
+            return ConnStats {
+                rx_msgs: app.received,
+                rx_bytes: app.rx_bytes,
+                tx_msgs: app.sent,
+                tx_bytes: app.tx_bytes,
+                tx_stalls: app.would_block,
+                sent: app.sent,
+                received: app.received,
+                would_block: app.would_block,
+                alloc_failures: app.alloc_failures,
+                in_flight: match d.unconsumed() {
+                    Ok(n) => n as u64,
+                    Err(e) => {
+                        self.shared.fail(e);
+                        0
+                    }
+                },
+            };
+        }
         let credits = self.shared.credits.load(Ordering::Acquire);
         ConnStats {
             rx_msgs: c.rx_msgs.get(),
@@ -519,6 +846,12 @@ impl Connection {
     }
 
     fn give_back(&self, idx: u32) {
+        if idx == RING_CLAIM {
+            if let Some(d) = &self.direct {
+                d.abort_claim();
+            }
+            return;
+        }
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
         app.held -= 1;
@@ -527,16 +860,24 @@ impl Connection {
     }
 
     fn release_rx(&self, idx: u32) {
+        if let Some(d) = &self.direct {
+            if let Err(e) = d.release(idx) {
+                self.fail(e);
+            }
+            return;
+        }
         // The release ring holds the whole receive pool; a peer delivering a buffer twice could
         // overflow it, in which case the buffer is simply not returned (the peer's loss).
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
-        let _ = unsafe { self.app() }.rings.release.push(idx);
+        if let Some(r) = unsafe { self.app() }.rings.as_mut() {
+            let _ = r.release.push(idx);
+        }
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if self.run_to_completion {
+        if self.run_to_completion && self.direct.is_none() {
             self.engine.poll();
         }
         self.shared.close();

@@ -81,6 +81,10 @@ pub enum Error {
     /// Nothing available right now (no free buffer yet, no credits): retry.
     #[error("would block")]
     WouldBlock,
+    /// A claim of ring space ([`Connection::claim`](crate::Connection::claim)) is open on this
+    /// connection: commit (send) or drop it before claiming or sending anything else.
+    #[error("a claim is open on this connection")]
+    ClaimOpen,
     /// No free buffer: every buffer of the connection's send pool is in flight or held by the
     /// application.
     #[error("send buffer pool exhausted ({count} buffers, all in flight or held)")]

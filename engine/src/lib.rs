@@ -3,7 +3,8 @@
 //! Dedicated poller threads, each pinned to a core, spin on their fabric's completions with no fd
 //! wake-ups; lock-free single-producer/single-consumer rings ([`rings`]) carry descriptors between
 //! pollers and application threads; messages are written and read in place in pre-allocated buffer
-//! pools (zero copy); credit-based flow control means a receiver is never overrun, and
+//! pools (zero copy); over shared memory the application threads themselves write and read the
+//! segment's record rings (the *direct path*: no poller, no application↔poller hop); credit-based flow control means a receiver is never overrun, and
 //! back-pressure reaches the sender as [`SendError::WouldBlock`] carrying the buffer back. One
 //! engine serves several fabrics selected by endpoint URL: `shm://name` (shared memory between
 //! processes on one host, always built), `tcp://host:port` (busy-polled kernel TCP across hosts
@@ -71,6 +72,12 @@
 //!   descriptor or a poller's notice wakes it, so on a machine whose cores are all owned by
 //!   busy-polling threads it preempts them only at that beat
 //!   ([`EngineStats::control_wakeups`] counts its turns).
+//! * **Direct path (shm).** An `shm://` connection has no poller: its [`Connection`] writes
+//!   records straight into this side's record ring in the shared segment and reads the peer's
+//!   ring in place, in run-to-completion and dedicated-poller mode alike (the two ends of each
+//!   ring are the two applications' threads, Aeron IPC's shape). The control thread keeps the
+//!   rendezvous socket and a segment handle for hang-up detection, heartbeats and the close.
+//!   See [`fabric`] (`DirectPath`) and [`fabric::shm`].
 //! * **Fabrics** plug in below the poller through the [`fabric::Fabric`] / [`fabric::FabricConn`]
 //!   traits: the poller is generic and monomorphised (no `dyn` on the data path), and each fabric
 //!   keeps setup code (`fabric/<name>/setup.rs`, or a `setup/` directory, as rdma's) apart
@@ -94,7 +101,9 @@
 //!   (every `batch` sends or when out of credits), [`Connection::flush`], `try_recv` and
 //!   `recv_timeout`. An uncontended, non-blocking ownership flag keeps it single-threaded; a thread
 //!   that finds it taken does not wait. Sends queued by `send` are posted at the latest by the next
-//!   `flush`/`try_recv`/`recv_timeout`/`poll`.
+//!   `flush`/`try_recv`/`recv_timeout`/`poll`. A direct-path (shm) connection's calls never run
+//!   the poller: a `send` is visible to the peer when it returns, and `flush` does nothing; other
+//!   fabrics' connections on the same engine are served by the application's [`Engine::poll`].
 //!
 //! # Which configuration for which machine
 //!
@@ -116,14 +125,21 @@
 //!
 //! * Each connection has a send pool of `buffers` buffers of `buffer_size` bytes (shm: inside the
 //!   shared segment; RDMA: one registered memory region). [`Connection::alloc`] takes one,
-//!   [`Connection::send`] hands it to the poller, and the fabric frees it when the message was
-//!   copied (small messages, up to the inline threshold, travel inside the descriptor) or when the
-//!   receiver released it. Buffers move only through SPSC rings.
+//!   [`Connection::send`] hands it to the poller (shm: writes it to the ring itself), and the
+//!   fabric frees it when the message was copied (small messages, up to the inline threshold,
+//!   travel inside the descriptor; shm: as a `DATA` record in the ring, the buffer back to the
+//!   application at once) or when the receiver released it (shm: a `BUF_REF` record, the buffer
+//!   taken back by `alloc` from the release ring when its free list is empty). Buffers move only
+//!   through SPSC rings. [`Connection::claim`] writes a message in place without a pool buffer
+//!   (shm, up to the inline threshold: straight into the ring record; `send` commits it, dropping
+//!   it aborts).
 //! * At most `depth` messages per connection are in flight (sent, not yet taken by the receiving
-//!   poller); beyond that `send` returns [`SendError::WouldBlock`] with the buffer, and
-//!   [`Connection::send_timeout`] waits (bounded). A receiving poller only takes messages its
-//!   application's receive ring has room for, so credits come back only as the receiver makes
-//!   room: the sender never has more in flight than the receiver can hold.
+//!   poller; shm: not yet consumed from the ring by the receiving application); beyond that
+//!   `send` returns [`SendError::WouldBlock`] with the buffer, and [`Connection::send_timeout`]
+//!   waits (bounded). A receiving poller only takes messages its application's receive ring has
+//!   room for, so credits come back only as the receiver makes room: the sender never has more
+//!   in flight than the receiver can hold. shm's ring holds at least `depth` records of the
+//!   inline size, so a full ring (also `WouldBlock`) only binds for a peer that does not consume.
 //! * Messages are at most [`Connection::max_message_size`] bytes (the buffer size, for shm
 //!   rounded up to a multiple of 64); larger ones get [`Error::MessageTooLarge`] stating the limit.
 //!   `alloc` says [`Error::WouldBlock`] while buffers are in flight and
@@ -181,7 +197,8 @@
 //! # Resource cleanup
 //!
 //! Dropping a [`Connection`] posts its queued sends (best effort), closes it (the peer sees a
-//! disconnect) and lets the control thread release its segment once the poller has let go.
+//! disconnect) and lets the control thread release its segment once the poller has let go (shm:
+//! at once; the connection's own mapping goes with the handle).
 //! Dropping a [`Listener`] stops listening (its socket file is removed). The engine shuts down when
 //! the last [`Engine`], [`Connection`] and [`Listener`] handle is gone: pollers are stopped and
 //! joined first, then the control thread closes every socket and segment. shm segments are memfds
@@ -198,13 +215,12 @@
 //!
 //! `cargo bench -p spinwire --bench shm` measures, in one run, the bare cache-line ping-pong
 //! between the two cores (the floor), shm ping-pong RTT percentiles per message size and one-way
-//! message rates, in run-to-completion mode and with a dedicated poller. On the 2-core
-//! development VM (shared with other builds, so noisy) run-to-completion ping-pong of 8-32 B
-//! messages measured p50 ≈ 430-500 ns against a floor of ≈ 230-260 ns (1.7-1.9x); messages up
-//! to 40 B take one descriptor slot (one cache-line transfer), 64 B take two. A dedicated
-//! poller adds two application↔poller hops per direction, so use it for throughput and for
-//! serving many connections from few cores, and run-to-completion for the lowest latency.
-//!
+//! message rates, in run-to-completion mode and with a dedicated poller. Before the direct path,
+//! on the 2-core development VM (shared with other builds, so noisy) run-to-completion
+//! ping-pong of 8-32 B messages measured p50 ≈ 430-500 ns against a floor of ≈ 230-260 ns
+//! (1.7-1.9x); the lead re-measures with the direct path (a message is now one record in the
+//! segment's ring, several small ones per cache line, with no poller pass on either side).
+
 //! The engine's software cost alone (both ends of a connection on one thread, no cross-core
 //! traffic) is `bench cost` (`cargo run --release -p bench -- cost --sizes 8,64 --batch 32`):
 //! ns per message streamed and received with [`Connection::try_recv`] in a loop or with the
@@ -223,36 +239,42 @@
 //!   DATA, BUF_REF, PAD, CREDIT and HEARTBEAT (FRAG and RNDV are reserved for large messages),
 //!   and frames of records for RDMA SEND and TCP. One codec parses rings, receive buffers and
 //!   byte streams, and rejects hostile input with a typed [`record::RecordError`]. The `tcp://`
-//!   fabric speaks it on its byte stream ([`fabric::tcp`]); RDMA sends its frames (below);
-//!   shm does not yet.
+//!   fabric speaks it on its byte stream ([`fabric::tcp`]); RDMA sends its frames (below).
 //! * [`record::ring`]: the shm record ring, an SPSC byte ring of records over a caller-supplied
 //!   region (positions only in shared memory), batches published by one `Release` store, PAD
 //!   at the wrap, a cached consumer position; validated against a hostile producer, modelled
-//!   with loom, stress-tested, benchmarked next to the wire ring (`--bench record_ring`). Not
-//!   wired into `fabric/shm` yet.
-//! * [`Connection::poll`]: the batch receive, one engine pass per batch, on today's path.
-//! * `bench cost`: the software cost per message and per round trip.
+//!   with loom, stress-tested, benchmarked next to the cache-line floor (`--bench record_ring`).
+//! * **shm segment v2** ([`fabric::shm::wire`], `WIRE_VERSION` 2): one record ring per
+//!   direction replaces the descriptor ring of 64-byte slots; the release ring and the sender's
+//!   buffer pool stay. Inline messages are `DATA` records, larger ones `BUF_REF`.
+//! * **The shm direct path**: the application's [`Connection`] writes records straight into
+//!   the ring and reads the peer's in place, with no application↔poller rings, no poller and
+//!   no engine pass, in both run-to-completion and dedicated-poller mode;
+//!   [`Connection::claim`] writes a message into the ring record itself (the zero-copy claim
+//!   that the C ABI's `sw_try_claim`/`sw_claim_commit`/`sw_claim_abort` wrap).
+//! * [`Connection::poll`]: the batch receive (shm: in place, one consumer-position store and
+//!   one release-ring publication per call).
+//! * `bench cost`: the software cost per message and per round trip (shm: the direct path).
 //! * RDMA frames: small messages of a send batch coalesced into one SEND of DATA records
 //!   ([`EngineBuilder::frame_size`], `bench rate --frame-size`), split by the receiver into
 //!   inline messages (see `fabric::rdma::datapath`).
+//! * `bench rate --app-batch N` and the cache-line streaming floor next to every rate figure;
+//!   the control thread sleeps until its next deadline instead of ticking every 10 ms.
 //!
 //! *Next:*
-//! 1. The record ring wired into `fabric/shm`: it replaces the descriptor ring, and CREDIT
-//!    records replace the release ring and the credit counter. See [`record`]'s "Plan"
-//!    section.
-//! 2. Run-to-completion sends write records straight into the wire ring (no
-//!    application→poller hop), plus a batch send.
-//! 3. RDMA: read frame records in place in the receive buffer (needs an offset in the receive
-//!    descriptor) instead of copying each into its descriptor.
-//! 4. `bench rate` knobs for the application batch size and the RDMA frame size, with the
-//!    cache-line streaming floor next to every rate figure.
-//! 5. Large messages (FRAG, RNDV, #12) and the C ABI (`sw_try_claim`/`sw_poll`).
+//! 1. A batch send on the direct path over [`record::ring::Claim::commit_batched`] (one
+//!    publication per batch); CREDIT records instead of the release ring.
+//! 2. RDMA: read frame records in place in the receive buffer ([`RxSink`](fabric::RxSink)'s
+//!    offset, as TCP does) instead of copying each into its descriptor.
+//! 3. Large messages (FRAG, RNDV, #12).
 //!
 //! # Counters
 //!
 //! [`Engine::counters`] snapshots every poller (cycles, busy and empty cycles, messages, batches,
 //! stalls, errors) and [`Connection::stats`] one connection (both the poller's and the
 //! application's view). Counters are single-writer atomics: no read-modify-write on the data path.
+//! A direct-path (shm) connection has no poller: its traffic shows in [`Connection::stats`]
+//! (plain counters of the owning thread), not in the pollers' counters.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

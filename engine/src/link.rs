@@ -3,7 +3,8 @@
 //!
 //! [`ConnShared`] is the state all three see (credits, up/down state, counters); [`conn_pair`]
 //! builds the rings between the application and the poller and splits a fabric connection into
-//! the application's [`ConnParts`] and the poller's [`PollerConn`]. This module is the floor the
+//! the application's [`ConnParts`] and the poller's [`PollerConn`]; [`direct_parts`] builds the
+//! application's parts of a connection with a direct path (shm), which has no poller half. This module is the floor the
 //! handles (`conn`), the pollers (`poller`), the fabric seam (`fabric`) and the control thread
 //! (`control`, `fabric::*::control`) stand on; it imports none of them.
 
@@ -110,11 +111,21 @@ pub(crate) struct AppRings {
     pub(crate) release: Producer<u32>,
 }
 
+/// How the application reaches a connection's data path.
+pub(crate) enum AppPath {
+    /// Through a poller: the application's ends of the rings to it.
+    Rings(AppRings),
+    /// Directly: the fabric's direct-path handle (a `crate::fabric::DirectPath`). Carried
+    /// type-erased because this module sits below `fabric`; `Connection::new` unpacks it once,
+    /// at setup, and the data path then dispatches statically.
+    Direct(Box<dyn Any + Send>),
+}
+
 /// Everything the control thread hands to the application for a new connection.
 pub(crate) struct ConnParts {
     pub(crate) id: u64,
     pub(crate) peer: String,
-    pub(crate) rings: AppRings,
+    pub(crate) path: AppPath,
     pub(crate) tx_pool: PoolView,
     pub(crate) rx_pool: PoolView,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
@@ -164,18 +175,39 @@ pub(crate) fn conn_pair<C>(
     let parts = ConnParts {
         id,
         peer,
-        rings: AppRings {
+        path: AppPath::Rings(AppRings {
             tx: tx_p,
             free: free_c,
             rx: rx_c,
             release: rel_p,
-        },
+        }),
         tx_pool,
         rx_pool,
         keep,
         shared,
     };
     (parts, poller)
+}
+
+/// The application's parts of a connection with a direct path (no poller half): `direct` is
+/// the fabric's `DirectPath`.
+pub(crate) fn direct_parts(
+    id: u64,
+    peer: String,
+    direct: Box<dyn Any + Send>,
+    tx_pool: PoolView,
+    rx_pool: PoolView,
+    keep: Arc<dyn Any + Send + Sync>,
+) -> ConnParts {
+    ConnParts {
+        id,
+        peer,
+        path: AppPath::Direct(direct),
+        tx_pool,
+        rx_pool,
+        keep,
+        shared: Arc::new(ConnShared::new(id)),
+    }
 }
 
 /// The poller's half of one connection.

@@ -31,12 +31,11 @@
 //!   [`ReconnectEvent::Lost`] carries `unconfirmed`, the messages handed to `send` on the lost
 //!   connection whose credit had not come back when it failed (its final
 //!   [`ConnStats::in_flight`](crate::ConnStats::in_flight)). A credit comes back when the
-//!   receiving *poller* took the message (shm: consumed its descriptor slot; RDMA: re-posted its
-//!   receive buffer), so every message not counted reached the peer's engine. The count is an
-//!   upper bound of the loss: some unconfirmed messages may have arrived, because credits are
-//!   collected lazily (shm reads them once half the window is in flight, so up to `depth / 2`
-//!   of a quiet connection's last messages stay unconfirmed) and because a credit can be in
-//!   transit when the peer dies. A message the peer's engine took but its application had not
+//!   receiving side took the message (shm: the peer application consumed its record from the
+//!   ring; RDMA: the poller re-posted its receive buffer), so every message not counted reached
+//!   the peer. The count is an upper bound of the loss: some unconfirmed messages may have
+//!   arrived, because a credit can be in transit when the peer dies (shm reads the peer's
+//!   consumer position when `stats` is taken, so its count is exact up to that moment). A message the peer's engine took but its application had not
 //!   yet read when it died is confirmed and lost with the peer: an end-to-end guarantee needs
 //!   application acknowledgements.
 //!

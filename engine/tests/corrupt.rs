@@ -1,12 +1,15 @@
-//! A hostile peer writes random bytes into the rings it shares with the engine: the connection
-//! fails with a typed error (and an event), never a panic or a hang, and the engine keeps serving
-//! other connections. (Wire-level fuzzing of every field lives with the wire format's tests.)
+//! A hostile peer writes random bytes into the rings it shares with the engine (record headers
+//! and payloads of its record ring, the consumer position of ours, the release ring's tail and
+//! entries): the connection fails with a typed error (and an event), never a panic or a hang,
+//! and the engine keeps serving other connections, during and after. (Wire-level fuzzing of
+//! every field lives with the wire format's and the record ring's tests.)
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use cm::uds::{self, ConnParams};
 use spinwire::fabric::shm::wire::{Dir, Params, Segment};
+use spinwire::record::ring::{CONSUMER_POSITION_OFFSET, RING_HEADER_SIZE};
 use spinwire::{Error, Event, FabricError};
 use spinwire_testkit::data::XorShift;
 use spinwire_testkit::engine::*;
@@ -58,29 +61,46 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
     let ep = endpoint("corrupt");
     let listener = engine.listen(&ep).unwrap();
     let mut rng = XorShift::new(0x5eed_1234_abcd_ef01);
+    // A healthy connection on the same engine, exercised every round: unaffected throughout.
+    let healthy_peer = inline_engine(BUF, COUNT as usize);
+    let (hs, hc) = pair(&engine, &healthy_peer, &endpoint("corrupt-healthy"));
     let mut failed = 0;
     let rounds = 60;
     for round in 0..rounds {
         let (seg, _stream) = hostile_connect(&ep);
         let conn = listener.accept_timeout(WAIT).expect("accept");
-        // Put a pooled buffer in flight so the engine also reads the release ring.
+        // Put a pooled buffer in flight (a BUF_REF) so the engine also reads the release ring.
         send_msg(&conn, round, BUF);
         let layout = *seg.layout();
         let incoming = layout.dir(Dir::BToA); // the peer writes, the engine reads
-        let outgoing = layout.dir(Dir::AToB); // the peer consumes: head and release ring
-        let slots_len = layout.params().ring_depth as usize * 64;
-        match round % 4 {
-            0 => scribble(&seg, &mut rng, incoming.desc_slots, 64),
+        let outgoing = layout.dir(Dir::AToB); // the peer consumes: position and release ring
+        let area = incoming.ring + RING_HEADER_SIZE;
+        let area_len = layout.ring_capacity();
+        match round % 5 {
+            // A random record header where the engine looks first.
+            0 => scribble(&seg, &mut rng, area, 8),
+            // Random bytes over a random span of records, then a random first header.
             1 => {
-                let off = incoming.desc_slots + rng.index(slots_len);
-                let len = 1 + rng.index(slots_len);
+                let off = area + rng.index(area_len);
+                let len = 1 + rng.index(area_len);
                 scribble(&seg, &mut rng, off, len);
-                scribble(&seg, &mut rng, incoming.desc_slots, 8);
+                scribble(&seg, &mut rng, area, 8);
             }
+            // A random release-ring tail.
             2 => scribble(&seg, &mut rng, outgoing.rel_tail, 8),
+            // One release entry with a random index (or one of a buffer never sent).
+            3 => {
+                scribble(&seg, &mut rng, outgoing.rel_entries, 4);
+                let tail = outgoing.rel_tail;
+                // SAFETY: `rel_tail` is an 8-aligned word inside the live mapping.
+                let w =
+                    unsafe { &*(seg.as_ptr().add(tail) as *const std::sync::atomic::AtomicU64) };
+                w.store(2, Ordering::Release);
+            }
+            // A random consumer position of the engine's ring, and a random record header.
             _ => {
-                scribble(&seg, &mut rng, outgoing.desc_head, 8);
-                scribble(&seg, &mut rng, incoming.desc_slots, 24);
+                scribble(&seg, &mut rng, outgoing.ring + CONSUMER_POSITION_OFFSET, 8);
+                scribble(&seg, &mut rng, area, 8);
             }
         }
         // Drive the engine: receive, and send enough to need credits back.
@@ -93,14 +113,23 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
                 Ok(None) => {}
                 Err(e) => outcome = Some(e),
             }
+            // Small and pooled sends in turn: the window and the pool run out, so the engine
+            // reads the peer's consumer position and its release ring.
             if let Ok(mut b) = conn.alloc() {
-                b.set_len(8).unwrap();
+                b.set_len(if seq % 2 == 0 { 8 } else { BUF }).unwrap();
                 let _ = conn.send(b);
                 seq += 1;
             }
+            // Hold every free buffer and ask for one more: with the free list empty, `alloc`
+            // reclaims from the peer's release ring.
+            let held: Vec<_> = (0..=COUNT).map_while(|_| conn.alloc().ok()).collect();
+            drop(held);
             engine.poll();
             std::thread::yield_now();
         }
+        // The healthy connection is not affected.
+        send_msg(&hc, round, 1 + round as usize * 61);
+        recv_msg(&hs, round, 1 + round as usize * 61);
         let _ = seq;
         match outcome {
             Some(Error::Fabric(FabricError::Protocol(what))) => {
@@ -108,7 +137,7 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
                 failed += 1;
             }
             Some(Error::Fabric(FabricError::PeerClosed)) | Some(Error::Disconnected) => failed += 1,
-            Some(e) => panic!("unexpected error {e}"),
+            Some(e) => panic!("round {round}: unexpected error {e}"),
             None => {}
         }
         assert!(conn.try_recv().is_err() || outcome.is_none());
@@ -120,8 +149,9 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
         failed >= rounds * 9 / 10,
         "only {failed} of {rounds} corruptions detected"
     );
-    // Each failure produced an error event. The control thread emits them once it has drained
-    // the poller's notices (on its next tick), so they may still be on their way: wait, bounded.
+    // Each failure produced an error event. The control thread emits them on its next tick or
+    // when the application drops the failed connection, so they may still be on their way:
+    // wait, bounded.
     let mut errors = 0;
     let deadline = Instant::now() + WAIT;
     while errors == 0 && Instant::now() < deadline {

@@ -1,4 +1,6 @@
-//! Many connections on one poller, and connections spread over several pollers.
+//! Many connections on one poller, and connections spread over several pollers. Over
+//! `tcp://` loopback: shm connections take the direct path and never reach a poller (the last
+//! test checks that).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -6,6 +8,12 @@ use std::time::Duration;
 
 use spinwire::{Connection, Engine, IdleStrategy};
 use spinwire_testkit::engine::{endpoint, inline_engine, poller_builder, recv_msg, send_msg};
+
+/// A loopback TCP endpoint on a port that was free a moment ago.
+fn tcp_endpoint() -> String {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+    format!("tcp://127.0.0.1:{}", l.local_addr().expect("addr").port())
+}
 use spinwire_testkit::{cores, pin, serial, WAIT};
 
 const CONNS: usize = 16;
@@ -14,7 +22,7 @@ const ROUNDS: u32 = 50;
 fn many_connections(cores: &[usize]) -> Vec<spinwire::PollerStats> {
     let server = poller_builder(cores, 1024, 8).build().unwrap();
     let client = inline_engine(1024, 8);
-    let ep = endpoint(&format!("many{}", cores.len()));
+    let ep = tcp_endpoint();
     let listener = server.listen(&ep).unwrap();
     let mut clients = Vec::new();
     let mut servers: Vec<Connection> = Vec::new();
@@ -95,6 +103,26 @@ fn connections_spread_over_several_pollers() {
         stats.iter().map(|p| p.rx_msgs).sum::<u64>(),
         u64::from(ROUNDS) * CONNS as u64
     );
+}
+
+#[test]
+fn shm_connections_bypass_the_pollers() {
+    let _g = serial();
+    let server = poller_builder(&[cores()[0]], 1024, 8).build().unwrap();
+    let client = inline_engine(1024, 8);
+    let ep = endpoint("bypass");
+    let listener = server.listen(&ep).unwrap();
+    let c = client.connect(&ep).unwrap();
+    let s = listener.accept_timeout(WAIT).unwrap();
+    for seq in 0..100 {
+        send_msg(&c, seq, 1 + (seq as usize * 7) % 1000);
+        recv_msg(&s, seq, 1 + (seq as usize * 7) % 1000);
+    }
+    let stats = server.counters().pollers;
+    assert_eq!(stats[0].connections, 0);
+    assert_eq!(stats[0].rx_msgs, 0);
+    assert_eq!(s.stats().received, 100);
+    assert_eq!(c.stats().sent, 100);
 }
 
 #[test]

@@ -370,3 +370,74 @@ fn fixed_types_round_trip() {
         ]
     );
 }
+
+#[test]
+fn raw_claims_block_other_writes_until_committed_or_aborted() {
+    let (mut tx, mut rx) = ring::with_capacity(256, 64).unwrap();
+    let p = tx.claim_raw(10).unwrap().expect("room");
+    // One open raw claim: every other write is refused (nothing else touches its bytes).
+    assert!(matches!(tx.claim(1), Err(RingError::ClaimOpen)));
+    assert!(matches!(tx.push(b"x"), Err(RingError::ClaimOpen)));
+    assert!(matches!(tx.claim_raw(1), Err(RingError::ClaimOpen)));
+    // SAFETY: `p` points to the open claim's 10 payload bytes, which only we write.
+    unsafe { std::ptr::copy_nonoverlapping(b"0123456789".as_ptr(), p.as_ptr(), 10) };
+    assert_eq!(
+        rx.poll(8, |_| {}).unwrap(),
+        0,
+        "not published before the commit"
+    );
+    // Committed shorter than claimed.
+    assert!(tx.commit_raw(4));
+    assert!(!tx.commit_raw(4), "nothing open any more");
+    let mut got = Vec::new();
+    let n = rx
+        .poll(8, |r| {
+            if let Record::Data(d) = r {
+                got.push(d.to_vec())
+            }
+        })
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(got, [b"0123".to_vec()]);
+    // Aborted: nothing published, the space is claimed by the next record.
+    let before = tx.position();
+    let _ = tx.claim_raw(20).unwrap().expect("room");
+    tx.abort_raw();
+    assert_eq!(tx.position(), before);
+    assert!(tx.push(b"next").unwrap());
+    let mut got = Vec::new();
+    rx.poll(8, |r| {
+        if let Record::Data(d) = r {
+            got.push(d.to_vec())
+        }
+    })
+    .unwrap();
+    assert_eq!(got, [b"next".to_vec()]);
+    assert_eq!(tx.consumer_position().unwrap(), tx.position());
+    // Too long for the ring's maximum.
+    assert!(matches!(tx.claim_raw(65), Err(RingError::TooLong { .. })));
+}
+
+#[test]
+fn a_record_is_handed_over_once_even_if_the_handler_unwinds() {
+    let (mut tx, mut rx) = ring::with_capacity(256, 64).unwrap();
+    for b in [b"a", b"b", b"c"] {
+        assert!(tx.push(b).unwrap());
+    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rx.poll(8, |r| {
+            if r == Record::Data(b"b") {
+                panic!("handler");
+            }
+        })
+    }));
+    assert!(r.is_err());
+    let mut got = Vec::new();
+    rx.poll(8, |r| {
+        if let Record::Data(d) = r {
+            got.push(d.to_vec())
+        }
+    })
+    .unwrap();
+    assert_eq!(got, [b"c".to_vec()]);
+}

@@ -1,16 +1,16 @@
-//! shm wire format: segment creation/attachment checks, ring semantics, hostile-peer
-//! validation (targeted values and a seeded fuzz), and two-thread and two-process stress with
-//! verified payloads.
+//! shm wire format (version 2): segment creation/attachment checks, record-ring and release-ring
+//! semantics, hostile-peer validation (targeted values and a seeded fuzz), and two-thread and
+//! two-process stress with verified payloads.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use spinwire::fabric::shm::wire::layout::{hdr, slot, CONT_SLOT_INLINE, FIRST_SLOT_INLINE};
-use spinwire::fabric::shm::wire::ring::{CONT_BIT, INLINE_BUF};
+use spinwire::fabric::shm::wire::layout::hdr;
 use spinwire::fabric::shm::wire::{
-    Dir, Field, Params, RxPayload, RxRing, Segment, Side, TxRing, WireError,
+    Dir, Field, Params, Releaser, RxMsg, RxRing, Segment, Side, TxRing, WireError,
 };
+use spinwire::record::ring::{CONSUMER_POSITION_OFFSET, RING_HEADER_SIZE};
 use spinwire_testkit::data::{self, XorShift};
 use spinwire_testkit::process::{wait_timeout, KillOnDrop};
 use spinwire_testkit::{role, serial};
@@ -29,22 +29,26 @@ struct Pair {
     b: Segment,
     tx_a: TxRing,
     rx_a: RxRing,
+    rel_a: Releaser,
     tx_b: TxRing,
     rx_b: RxRing,
+    rel_b: Releaser,
 }
 
 fn pair(p: &Params) -> Pair {
     let (a, fd) = Segment::create(p).unwrap();
     let b = Segment::attach(fd.as_fd(), p).unwrap();
-    let (tx_a, rx_a) = a.split().unwrap();
-    let (tx_b, rx_b) = b.split().unwrap();
+    let (tx_a, rx_a, rel_a) = a.split().unwrap();
+    let (tx_b, rx_b, rel_b) = b.split().unwrap();
     Pair {
         a,
         b,
         tx_a,
         rx_a,
+        rel_a,
         tx_b,
         rx_b,
+        rel_b,
     }
 }
 
@@ -68,15 +72,61 @@ fn peek_u64(seg: &Segment, off: usize) -> u64 {
     unsafe { AtomicU64::from_ptr(seg.as_ptr().add(off).cast()) }.load(Ordering::Acquire)
 }
 
-fn slot_off(seg: &Segment, dir: Dir, pos: u64) -> usize {
-    let depth = u64::from(seg.params().ring_depth);
-    seg.layout().dir(dir).desc_slots + ((pos % depth) as usize) * 64
+/// Offset of ring position `pos` of direction `dir`'s record area.
+fn area_off(seg: &Segment, dir: Dir, pos: u64) -> usize {
+    let cap = seg.layout().ring_capacity() as u64;
+    seg.layout().dir(dir).ring + RING_HEADER_SIZE + (pos % cap) as usize
+}
+
+/// A record header word (`len` includes the 8-byte header).
+fn header(len: u32, ty: u8) -> u64 {
+    u64::from(len) | u64::from(ty) << 32
+}
+
+/// Publishes a raw BUF_REF record at `pos` of `dir`, as a (hostile) sender would.
+fn raw_buf_ref(seg: &Segment, dir: Dir, pos: u64, index: u32, len: u32) {
+    poke_u64(
+        seg,
+        area_off(seg, dir, pos + 8),
+        u64::from(index) | u64::from(len) << 32,
+    );
+    poke_u64(seg, area_off(seg, dir, pos + 16), 0);
+    poke_u64(seg, area_off(seg, dir, pos), header(16, 2));
 }
 
 fn corrupt_field(r: Result<impl std::fmt::Debug, WireError>) -> Field {
     match r {
         Err(WireError::Corrupt { what, .. }) => what,
         other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+/// A message as [`poll1`] got it.
+#[derive(Debug, PartialEq, Eq)]
+enum Got {
+    Inline(Vec<u8>),
+    Buffer(u32, Vec<u8>),
+}
+
+/// Polls one message; a buffer is held, read and left held (release it with `rel`).
+fn poll1(rx: &mut RxRing, rel: &mut Releaser) -> Result<Option<Got>, WireError> {
+    let mut got = None;
+    let mut err = None;
+    rx.poll(1, |m| match m {
+        RxMsg::Inline(b) => got = Some(Got::Inline(b.to_vec())),
+        RxMsg::Buffer { index, len } => match rel.hold(index) {
+            Ok(()) => {
+                got = Some(Got::Buffer(
+                    index,
+                    rel.buffer(index, len as usize).unwrap().to_vec(),
+                ))
+            }
+            Err(e) => err = Some(e),
+        },
+    })?;
+    match err {
+        Some(e) => Err(e),
+        None => Ok(got),
     }
 }
 
@@ -109,7 +159,7 @@ fn attach_checks_params_against_header_and_size() {
     let (a, fd) = Segment::create(&p).unwrap();
     // Same layout size, different inline_max: caught by the header check.
     let q = Params {
-        inline_max: 100,
+        inline_max: 150,
         ..p
     };
     match Segment::attach(fd.as_fd(), &q) {
@@ -225,45 +275,41 @@ fn split_twice_and_peer_state() {
 // Ring semantics
 
 #[test]
+fn segment_has_version_2_and_the_ring_capacity_of_the_params() {
+    let p = params();
+    let (a, _fd) = Segment::create(&p).unwrap();
+    assert_eq!(peek_u64(&a, hdr::VERSION) as u32, 2);
+    let cap = a.layout().ring_capacity();
+    assert!(cap.is_power_of_two());
+    // At least `ring_depth` records of `inline_max` payload.
+    assert!(cap >= p.ring_depth as usize * (8 + p.inline_max as usize).next_multiple_of(8));
+    for dir in [Dir::AToB, Dir::BToA] {
+        assert_eq!(a.layout().dir(dir).ring % 128, 0);
+    }
+}
+
+#[test]
 fn inline_round_trip_every_size_across_wraps() {
     let p = Params {
         buffer_size: 64,
         buffer_count: 1,
-        ring_depth: 8,
-        inline_max: (FIRST_SLOT_INLINE + 6 * CONT_SLOT_INLINE) as u32,
+        ring_depth: 2,
+        inline_max: 400,
     };
     let mut s = pair(&p);
-    let mut out = vec![0u8; p.inline_max as usize];
     for round in 0..3u8 {
         for len in 0..=p.inline_max as usize {
             let msg: Vec<u8> = (0..len).map(|i| (i as u8) ^ round ^ (len as u8)).collect();
-            assert!(s.tx_a.try_send_inline(&msg, len as u32).unwrap());
-            let d = s.rx_b.poll().unwrap().expect("published");
-            assert_eq!(d.len(), len);
-            assert_eq!(d.aux(), len as u32);
-            assert!(matches!(d.payload(), RxPayload::Inline { .. }));
-            assert_eq!(s.rx_b.copy_inline(&d, &mut out).unwrap(), len);
-            assert_eq!(&out[..len], &msg[..]);
-            // The same payload copied into uninitialised memory (the engine's receive path).
-            let mut un = vec![std::mem::MaybeUninit::<u8>::uninit(); p.inline_max as usize];
-            assert_eq!(s.rx_b.copy_inline_uninit(&d, &mut un).unwrap(), len);
-            // SAFETY: `copy_inline_uninit` returned `len`: it initialised the first `len` bytes.
-            let got: Vec<u8> = un[..len]
-                .iter()
-                .map(|b| unsafe { b.assume_init() })
-                .collect();
-            assert_eq!(got, msg);
-            assert!(
-                matches!(
-                    s.rx_b
-                        .copy_inline_uninit(&d, &mut un[..len.saturating_sub(1)]),
-                    Err(WireError::PayloadTooLarge { .. })
-                ) || len == 0
+            assert!(s.tx_a.try_send_inline(&msg).unwrap());
+            assert_eq!(
+                poll1(&mut s.rx_b, &mut s.rel_b).unwrap(),
+                Some(Got::Inline(msg))
             );
-            assert!(s.rx_b.poll().unwrap().is_none());
-            s.rx_b.commit();
+            assert_eq!(poll1(&mut s.rx_b, &mut s.rel_b).unwrap(), None);
         }
     }
+    // The ring wrapped many times.
+    assert!(s.rx_b.position() > 10 * s.tx_a.ring_capacity() as u64);
 }
 
 #[test]
@@ -273,27 +319,29 @@ fn buffers_round_trip_and_reclaim() {
     for i in 0..p.buffer_count {
         let b = s.tx_b.buffer_mut(i).unwrap();
         b.fill(i as u8);
-        assert!(s.tx_b.try_send_buf(i, 100 + i, 7).unwrap());
+        assert!(s.tx_b.try_send_buf(i, 100 + i).unwrap());
     }
     assert_eq!(s.tx_b.in_flight(), p.buffer_count);
-    let mut descs = Vec::new();
-    while let Some(d) = s.rx_a.poll().unwrap() {
-        descs.push(d);
+    let mut got = Vec::new();
+    while let Some(g) = poll1(&mut s.rx_a, &mut s.rel_a).unwrap() {
+        got.push(g);
     }
-    s.rx_a.commit();
-    assert_eq!(descs.len(), p.buffer_count as usize);
-    for (i, d) in descs.iter().enumerate() {
-        assert_eq!(d.payload(), RxPayload::Buffer { index: i as u32 });
-        assert_eq!(d.aux(), 7);
-        let data = s.rx_a.buffer(i as u32, d.len()).unwrap();
+    assert_eq!(got.len(), p.buffer_count as usize);
+    assert_eq!(s.rel_a.held(), p.buffer_count);
+    for (i, g) in got.iter().enumerate() {
+        let Got::Buffer(index, data) = g else {
+            panic!("{g:?}");
+        };
+        assert_eq!(*index, i as u32);
         assert_eq!(data.len(), 100 + i);
         assert!(data.iter().all(|&x| x == i as u8));
-        s.rx_a.release(i as u32).unwrap();
+        s.rel_a.release(i as u32).unwrap();
     }
     let mut freed = [0u32; 64];
     // Not published yet.
     assert_eq!(s.tx_b.reclaim(&mut freed).unwrap(), 0);
-    s.rx_a.publish_releases();
+    assert!(s.rel_a.has_unpublished_releases());
+    s.rel_a.publish_releases();
     assert_eq!(s.tx_b.reclaim(&mut freed[..5]).unwrap(), 5);
     assert_eq!(s.tx_b.reclaim(&mut freed[5..]).unwrap(), 11);
     let mut got: Vec<u32> = freed[..16].to_vec();
@@ -303,23 +351,33 @@ fn buffers_round_trip_and_reclaim() {
 }
 
 #[test]
-fn ring_full_is_backpressure_until_commit() {
+fn ring_full_is_backpressure_until_poll() {
     let p = params();
     let mut s = pair(&p);
-    let mut sent = 0;
-    while s.tx_a.try_send_inline(b"x", 0).unwrap() {
+    let mut sent = 0usize;
+    while s.tx_a.try_send_inline(&[7u8; 200]).unwrap() {
         sent += 1;
-        assert!(sent <= p.ring_depth);
+        assert!(sent <= s.tx_a.ring_capacity() / 8);
     }
-    assert_eq!(sent, p.ring_depth);
-    // Polling without committing keeps the slots reserved.
-    let d = s.rx_b.poll().unwrap().unwrap();
-    assert!(!s.tx_a.try_send_inline(b"y", 0).unwrap());
-    // A multi-slot record needs several free slots.
-    s.rx_b.commit();
-    assert!(!s.tx_a.try_send_inline(&[0u8; 100], 0).unwrap());
-    assert!(s.tx_a.try_send_inline(b"y", 0).unwrap());
-    assert_eq!(d.len(), 1);
+    // At least `ring_depth` messages of `inline_max` bytes fit.
+    assert!(sent >= p.ring_depth as usize, "{sent}");
+    // Smaller records fill the rest.
+    while s.tx_a.try_send_inline(b"y").unwrap() {
+        sent += 1;
+    }
+    while s.tx_a.try_send_inline(b"").unwrap() {
+        sent += 1;
+    }
+    assert!(!s.tx_a.try_send_buf(0, 1).unwrap());
+    // One poll of one record gives its space back.
+    assert!(poll1(&mut s.rx_b, &mut s.rel_b).unwrap().is_some());
+    assert!(s.tx_a.try_send_inline(b"y").unwrap());
+    let mut n = 0;
+    while poll1(&mut s.rx_b, &mut s.rel_b).unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, sent);
+    assert_eq!(s.tx_a.consumer_position().unwrap(), s.tx_a.position());
 }
 
 #[test]
@@ -327,23 +385,23 @@ fn local_misuse_is_typed() {
     let p = params();
     let mut s = pair(&p);
     assert!(matches!(
-        s.tx_a.try_send_inline(&[0; 201], 0),
+        s.tx_a.try_send_inline(&[0; 201]),
         Err(WireError::PayloadTooLarge { len: 201, max: 200 })
     ));
     assert!(matches!(
-        s.tx_a.try_send_buf(16, 1, 0),
+        s.tx_a.try_send_buf(16, 1),
         Err(WireError::BadBufferIndex {
             index: 16,
             count: 16
         })
     ));
     assert!(matches!(
-        s.tx_a.try_send_buf(0, 1025, 0),
+        s.tx_a.try_send_buf(0, 1025),
         Err(WireError::PayloadTooLarge { .. })
     ));
-    assert!(s.tx_a.try_send_buf(0, 10, 0).unwrap());
+    assert!(s.tx_a.try_send_buf(0, 10).unwrap());
     assert!(matches!(
-        s.tx_a.try_send_buf(0, 10, 0),
+        s.tx_a.try_send_buf(0, 10),
         Err(WireError::BufferInFlight { index: 0 })
     ));
     assert!(matches!(
@@ -351,30 +409,28 @@ fn local_misuse_is_typed() {
         Err(WireError::BufferInFlight { index: 0 })
     ));
     assert!(matches!(
-        s.rx_b.release(0),
+        s.rel_b.release(0),
         Err(WireError::BufferNotHeld { index: 0 })
     ));
     assert!(matches!(
-        s.rx_b.buffer(0, 10),
+        s.rel_b.buffer(0, 10),
         Err(WireError::BufferNotHeld { index: 0 })
     ));
-    let d = s.rx_b.poll().unwrap().unwrap();
     assert!(matches!(
-        s.rx_b.copy_inline(&d, &mut [0u8; 64]),
-        Err(WireError::PayloadTooLarge { .. })
+        s.rel_b.hold(16),
+        Err(WireError::BadBufferIndex { .. })
     ));
     assert!(matches!(
-        s.rx_b
-            .copy_inline_uninit(&d, &mut [std::mem::MaybeUninit::uninit(); 64]),
-        Err(WireError::PayloadTooLarge { .. })
+        poll1(&mut s.rx_b, &mut s.rel_b).unwrap(),
+        Some(Got::Buffer(0, _))
     ));
     assert!(matches!(
-        s.rx_b.buffer(0, 2000),
+        s.rel_b.buffer(0, 2000),
         Err(WireError::PayloadTooLarge { .. })
     ));
-    s.rx_b.release(0).unwrap();
+    s.rel_b.release(0).unwrap();
     assert!(matches!(
-        s.rx_b.release(0),
+        s.rel_b.release(0),
         Err(WireError::BufferNotHeld { index: 0 })
     ));
 }
@@ -383,55 +439,63 @@ fn local_misuse_is_typed() {
 // Hostile peer: targeted values
 
 #[test]
-fn hostile_descriptor_values_are_corrupt() {
+fn hostile_record_values_are_corrupt() {
     let p = params();
-    // Each case: let A send something honest, then overwrite fields as a hostile A would.
-    type Case = (&'static str, fn(&Segment), Field);
-    let cases: [Case; 7] = [
+    // Each case: let A send something honest, then overwrite it as a hostile A would.
+    type Case = (&'static str, fn(&Segment), Option<Field>);
+    let cases: [Case; 8] = [
         (
-            "huge inline len",
-            |a| poke_u32(a, slot_off(a, Dir::AToB, 0) + slot::LEN, u32::MAX - 1),
-            Field::DescLen,
+            "unknown type",
+            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(16, 9)),
+            None,
         ),
         (
-            "buffer len > size",
-            |a| {
-                poke_u32(a, slot_off(a, Dir::AToB, 0) + slot::BUF, 3);
-                poke_u32(a, slot_off(a, Dir::AToB, 0) + slot::LEN, 4096);
-            },
-            Field::DescLen,
+            "reserved flags",
+            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(16, 1) | 1 << 40),
+            None,
+        ),
+        (
+            "length below the header",
+            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(3, 1)),
+            None,
+        ),
+        (
+            "inline longer than inline_max",
+            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(8 + 201, 1)),
+            None,
+        ),
+        (
+            "record past the ring's end",
+            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(u32::MAX, 3)),
+            None,
+        ),
+        (
+            "reserved type FRAG",
+            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(16, 6)),
+            None,
         ),
         (
             "buffer index out of range",
-            |a| poke_u32(a, slot_off(a, Dir::AToB, 0) + slot::BUF, 16),
-            Field::DescBufIndex,
+            |a| raw_buf_ref(a, Dir::AToB, 0, 16, 1),
+            Some(Field::BufRefIndex),
         ),
         (
-            "flags",
-            |a| poke_u32(a, slot_off(a, Dir::AToB, 0) + slot::FLAGS, 1),
-            Field::DescFlags,
-        ),
-        (
-            "seq jump",
-            |a| poke_u64(a, slot_off(a, Dir::AToB, 0) + slot::SEQ, 5),
-            Field::DescSeq,
-        ),
-        (
-            "seq garbage",
-            |a| poke_u64(a, slot_off(a, Dir::AToB, 0) + slot::SEQ, u64::MAX),
-            Field::DescSeq,
-        ),
-        (
-            "bad continuation stamp",
-            |a| poke_u64(a, slot_off(a, Dir::AToB, 1), 2),
-            Field::ContStamp,
+            "buffer len > size",
+            |a| raw_buf_ref(a, Dir::AToB, 0, 3, 4096),
+            Some(Field::BufRefLen),
         ),
     ];
     for (what, corrupt, field) in cases {
         let mut s = pair(&p);
-        assert!(s.tx_a.try_send_inline(&[1u8; 100], 0).unwrap(), "{what}");
+        assert!(s.tx_a.try_send_inline(&[1u8; 100]).unwrap(), "{what}");
         corrupt(&s.a);
-        assert_eq!(corrupt_field(s.rx_b.poll()), field, "{what}");
+        let r = poll1(&mut s.rx_b, &mut s.rel_b);
+        match field {
+            Some(f) => assert_eq!(corrupt_field(r), f, "{what}"),
+            None => assert!(matches!(&r, Err(WireError::Ring { .. })), "{what}: {r:?}"),
+        }
+        // The handle stays failed.
+        assert!(poll1(&mut s.rx_b, &mut s.rel_b).is_err(), "{what}");
     }
 }
 
@@ -439,73 +503,69 @@ fn hostile_descriptor_values_are_corrupt() {
 fn buffer_sent_twice_without_release_is_corrupt() {
     let p = params();
     let mut s = pair(&p);
-    assert!(s.tx_a.try_send_buf(3, 10, 0).unwrap());
-    assert!(s.rx_b.poll().unwrap().is_some());
-    // Hostile A re-publishes buffer 3 at position 1.
-    let off = slot_off(&s.a, Dir::AToB, 1);
-    poke_u32(&s.a, off + slot::LEN, 10);
-    poke_u32(&s.a, off + slot::BUF, 3);
-    poke_u64(&s.a, off + slot::SEQ, 2);
-    assert_eq!(corrupt_field(s.rx_b.poll()), Field::DescBufHeld);
-}
-
-#[test]
-fn stale_sequence_from_previous_lap_reads_empty() {
-    let p = params();
-    let mut s = pair(&p);
-    for _ in 0..p.ring_depth {
-        assert!(s.tx_a.try_send_inline(b"a", 0).unwrap());
-        assert!(s.rx_b.poll().unwrap().is_some());
-        s.rx_b.commit();
-    }
-    // Slot 0 still holds seq 1 from lap 0: empty, not corrupt.
-    assert!(s.rx_b.poll().unwrap().is_none());
-    assert!(!s.rx_b.has_pending());
-    assert!(s.tx_a.try_send_inline(b"b", 0).unwrap());
-    assert!(s.rx_b.has_pending());
-    assert!(s.rx_b.poll().unwrap().is_some());
-    assert!(!s.rx_b.has_pending());
-    // But a seq from two laps back cannot be there: corrupt (and `has_pending` says so).
-    assert_eq!(peek_u64(&s.a, slot_off(&s.a, Dir::AToB, 1)), 2);
-    poke_u64(
-        &s.a,
-        slot_off(&s.a, Dir::AToB, 1),
-        2 + u64::from(p.ring_depth) * 2,
+    assert!(s.tx_a.try_send_buf(3, 10).unwrap());
+    assert!(poll1(&mut s.rx_b, &mut s.rel_b).unwrap().is_some());
+    // Hostile A re-publishes buffer 3 after the first record.
+    raw_buf_ref(&s.a, Dir::AToB, 16, 3, 10);
+    assert_eq!(
+        corrupt_field(poll1(&mut s.rx_b, &mut s.rel_b)),
+        Field::BufRefHeld
     );
-    assert!(s.rx_b.has_pending());
-    assert_eq!(corrupt_field(s.rx_b.poll()), Field::DescSeq);
 }
 
 #[test]
-fn hostile_consumer_head_is_corrupt() {
+fn stale_records_from_the_previous_lap_read_empty() {
     let p = params();
     let mut s = pair(&p);
-    let head = s.a.layout().dir(Dir::AToB).desc_head;
-    for _ in 0..p.ring_depth {
-        assert!(s.tx_a.try_send_inline(b"a", 0).unwrap());
+    let cap = s.tx_a.ring_capacity();
+    // Variable sizes, so later laps' headers fall on earlier laps' payload bytes.
+    let mut total = 0;
+    let mut i = 0usize;
+    while total < 3 * cap {
+        let len = (i * 37) % 200;
+        assert!(s.tx_a.try_send_inline(&vec![0xAB; len]).unwrap());
+        assert_eq!(
+            poll1(&mut s.rx_b, &mut s.rel_b).unwrap(),
+            Some(Got::Inline(vec![0xAB; len]))
+        );
+        assert_eq!(poll1(&mut s.rx_b, &mut s.rel_b).unwrap(), None);
+        total += 8 + len;
+        i += 1;
     }
+    assert_eq!(s.rx_b.pending_hint(), 0);
+}
+
+#[test]
+fn hostile_consumer_position_is_corrupt() {
+    let p = params();
+    let pos_word = |s: &Pair| s.a.layout().dir(Dir::AToB).ring + CONSUMER_POSITION_OFFSET;
     // B (hostile) claims to have consumed more than A produced.
-    poke_u64(&s.b, head, u64::from(p.ring_depth) + 1);
-    assert_eq!(
-        corrupt_field(s.tx_a.try_send_inline(b"a", 0)),
-        Field::DescHead
-    );
-
     let mut s = pair(&p);
-    for _ in 0..p.ring_depth {
-        assert!(s.tx_a.try_send_inline(b"a", 0).unwrap());
-    }
-    poke_u64(&s.b, head, 4);
-    assert!(s.tx_a.try_send_inline(b"a", 0).unwrap());
-    // Moving backwards is corrupt too.
-    for _ in 0..3 {
-        assert!(s.tx_a.try_send_inline(b"a", 0).unwrap());
-    }
-    poke_u64(&s.b, head, 2);
-    assert_eq!(
-        corrupt_field(s.tx_a.try_send_inline(b"a", 0)),
-        Field::DescHead
-    );
+    while s.tx_a.try_send_inline(&[0; 200]).unwrap() {}
+    while s.tx_a.try_send_inline(b"a").unwrap() {}
+    poke_u64(&s.b, pos_word(&s), s.tx_a.position() + 8);
+    assert!(matches!(
+        s.tx_a.try_send_inline(b"a"),
+        Err(WireError::Ring { .. })
+    ));
+    // Misaligned.
+    let mut s = pair(&p);
+    while s.tx_a.try_send_inline(&[0; 200]).unwrap() {}
+    poke_u64(&s.b, pos_word(&s), 4);
+    assert!(matches!(
+        s.tx_a.consumer_position(),
+        Err(WireError::Ring { .. })
+    ));
+    // Moving backwards.
+    let mut s = pair(&p);
+    while s.tx_a.try_send_inline(&[0; 200]).unwrap() {}
+    poke_u64(&s.b, pos_word(&s), 416);
+    assert_eq!(s.tx_a.consumer_position().unwrap(), 416);
+    poke_u64(&s.b, pos_word(&s), 208);
+    assert!(matches!(
+        s.tx_a.consumer_position(),
+        Err(WireError::Ring { .. })
+    ));
 }
 
 #[test]
@@ -517,14 +577,14 @@ fn hostile_release_ring_is_corrupt() {
     // Index out of range.
     let mut s = pair(&p);
     let l = rel(&s);
-    assert!(s.tx_a.try_send_buf(1, 1, 0).unwrap());
+    assert!(s.tx_a.try_send_buf(1, 1).unwrap());
     poke_u32(&s.b, l.rel_entries, 99);
     poke_u64(&s.b, l.rel_tail, 1);
     assert_eq!(corrupt_field(s.tx_a.reclaim(&mut out)), Field::ReleaseIndex);
 
     // Release of a buffer never sent (forged), and a duplicate release.
     let mut s = pair(&p);
-    assert!(s.tx_a.try_send_buf(1, 1, 0).unwrap());
+    assert!(s.tx_a.try_send_buf(1, 1).unwrap());
     poke_u32(&s.b, l.rel_entries, 1);
     poke_u32(&s.b, l.rel_entries + 4, 1);
     poke_u64(&s.b, l.rel_tail, 2);
@@ -546,11 +606,11 @@ fn hostile_release_ring_is_corrupt() {
     assert_eq!(corrupt_field(s.tx_a.reclaim(&mut out)), Field::ReleaseTail);
     let mut s = pair(&p);
     for i in 0..2 {
-        assert!(s.tx_a.try_send_buf(i, 1, 0).unwrap());
-        s.rx_b.poll().unwrap().unwrap();
-        s.rx_b.release(i).unwrap();
+        assert!(s.tx_a.try_send_buf(i, 1).unwrap());
+        poll1(&mut s.rx_b, &mut s.rel_b).unwrap().unwrap();
+        s.rel_b.release(i).unwrap();
     }
-    s.rx_b.publish_releases();
+    s.rel_b.publish_releases();
     assert_eq!(s.tx_a.reclaim(&mut out).unwrap(), 2);
     poke_u64(&s.b, l.rel_tail, 1);
     assert_eq!(corrupt_field(s.tx_a.reclaim(&mut out)), Field::ReleaseTail);
@@ -564,37 +624,29 @@ fn hostile_release_head_and_overflow_are_corrupt() {
     };
     let mut s = pair(&p);
     let l = *s.a.layout().dir(Dir::AToB);
-    // Hostile A sends buffers 0..4, then keeps re-sending them without reclaiming.
+    // Hostile A sends buffers 0..4, then re-sends one without reclaiming.
     let mut pos = 0u64;
-    let mut send = |s: &Pair, idx: u32| {
-        let off = slot_off(&s.a, Dir::AToB, pos);
-        poke_u32(&s.a, off + slot::LEN, 1);
-        poke_u32(&s.a, off + slot::BUF, idx);
-        poke_u32(&s.a, off + slot::AUX, 0);
-        poke_u32(&s.a, off + slot::FLAGS, 0);
-        poke_u64(&s.a, off + slot::SEQ, pos + 1);
-        pos += 1;
-    };
     for i in 0..4 {
-        send(&s, i);
-        s.rx_b.poll().unwrap().unwrap();
-        s.rx_b.release(i).unwrap();
+        raw_buf_ref(&s.a, Dir::AToB, pos, i, 1);
+        pos += 16;
+        poll1(&mut s.rx_b, &mut s.rel_b).unwrap().unwrap();
+        s.rel_b.release(i).unwrap();
     }
-    s.rx_b.publish_releases();
-    send(&s, 0);
-    s.rx_b.poll().unwrap().unwrap();
-    // Ring (capacity 4) is full and A never reclaimed: overflow.
-    assert_eq!(corrupt_field(s.rx_b.release(0)), Field::ReleaseOverflow);
+    s.rel_b.publish_releases();
+    raw_buf_ref(&s.a, Dir::AToB, pos, 0, 1);
+    poll1(&mut s.rx_b, &mut s.rel_b).unwrap().unwrap();
+    // Release ring (capacity 4) is full and A never reclaimed: overflow.
+    assert_eq!(corrupt_field(s.rel_b.release(0)), Field::ReleaseOverflow);
     // A head beyond what was published is corrupt.
     poke_u64(&s.a, l.rel_head, 9);
-    assert_eq!(corrupt_field(s.rx_b.release(0)), Field::ReleaseHead);
+    assert_eq!(corrupt_field(s.rel_b.release(0)), Field::ReleaseHead);
     let _ = &s.tx_a;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Hostile peer: seeded fuzz
 
-/// Checks a result: Ok, or a Corrupt error (the only error an honest caller can get from a
+/// Checks a result: Ok, or a corrupt error (the only error an honest caller can get from a
 /// hostile peer). Returns whether the connection must be failed.
 fn check<T>(r: Result<T, WireError>) -> (Option<T>, bool) {
     match r {
@@ -605,15 +657,15 @@ fn check<T>(r: Result<T, WireError>) -> (Option<T>, bool) {
 }
 
 /// A hostile value for a random peer-writable word: random bits, or one near a boundary.
-fn hostile_value(rng: &mut XorShift, p: &Params) -> u64 {
+fn hostile_value(rng: &mut XorShift, p: &Params, cap: u64) -> u64 {
     match rng.below(8) {
         0 => rng.next(),
         1 => u64::from(p.buffer_count) + rng.below(3),
-        2 => u64::from(p.inline_max) + rng.below(3),
-        3 => u64::from(p.buffer_size) + rng.below(3),
-        4 => rng.below(4 * u64::from(p.ring_depth)),
-        5 => rng.below(64) | CONT_BIT,
-        6 => u64::from(INLINE_BUF),
+        2 => header(8 + p.inline_max + rng.below(3) as u32, 1),
+        3 => header(16, 2) | rng.below(4) << 40,
+        4 => rng.below(4 * cap),
+        5 => header(rng.below(64) as u32, 1 + rng.below(8) as u8),
+        6 => (u64::from(p.buffer_size) + rng.below(3)) | (rng.below(8) << 32),
         _ => u64::MAX - rng.below(3),
     }
 }
@@ -624,21 +676,15 @@ fn fuzz_one(seed: u64, steps: u32) -> (u32, u32) {
         buffer_size: 64 << rng.below(3),
         buffer_count: 1 + rng.below(8) as u32,
         ring_depth: 2 << rng.below(4),
-        inline_max: 0,
-    };
-    let p = Params {
-        inline_max: rng.below(
-            1 + (FIRST_SLOT_INLINE + (p.ring_depth as usize - 1) * CONT_SLOT_INLINE).min(300)
-                as u64,
-        ) as u32,
-        ..p
+        inline_max: rng.below(300) as u32,
     };
     p.validate().unwrap();
     let mut s = pair(&p);
     let len = s.a.len();
+    let cap = s.a.layout().ring_capacity() as u64;
     let mut free_a: Vec<u32> = (0..p.buffer_count).collect();
     let mut held_b: Vec<u32> = Vec::new();
-    let mut out = vec![0u8; p.inline_max as usize + 1];
+    let out = vec![0u8; p.inline_max as usize + 1];
     let mut reclaimed = vec![0u32; p.buffer_count as usize];
     let (mut corrupt, mut received) = (0u32, 0u32);
     for _ in 0..steps {
@@ -646,15 +692,14 @@ fn fuzz_one(seed: u64, steps: u32) -> (u32, u32) {
             // Honest traffic A -> B.
             0..=2 => {
                 let n = rng.below(u64::from(p.inline_max) + 1) as usize;
-                check(s.tx_a.try_send_inline(&out[..n], 0)).1
+                check(s.tx_a.try_send_inline(&out[..n])).1
             }
             3 | 4 => match free_a.pop() {
                 Some(i) => {
-                    let (ok, f) = check(s.tx_a.try_send_buf(
-                        i,
-                        rng.below(u64::from(p.buffer_size) + 1) as u32,
-                        0,
-                    ));
+                    let (ok, f) = check(
+                        s.tx_a
+                            .try_send_buf(i, rng.below(u64::from(p.buffer_size) + 1) as u32),
+                    );
                     if ok != Some(true) {
                         free_a.push(i);
                     }
@@ -663,29 +708,36 @@ fn fuzz_one(seed: u64, steps: u32) -> (u32, u32) {
                 None => false,
             },
             5..=8 => {
-                let (d, f) = check(s.rx_b.poll());
-                if let Some(Some(d)) = d {
+                let limit = 1 + rng.below(4) as usize;
+                let rel = &mut s.rel_b;
+                let mut held = Vec::new();
+                let mut bad = false;
+                let r = s.rx_b.poll(limit, |m| {
                     received += 1;
-                    match d.payload() {
-                        RxPayload::Inline { .. } => {
-                            assert_eq!(s.rx_b.copy_inline(&d, &mut out).unwrap(), d.len());
-                        }
-                        RxPayload::Buffer { index } => {
-                            let b = s.rx_b.buffer(index, d.len()).unwrap();
-                            assert_eq!(b.len(), d.len());
-                            held_b.push(index);
-                        }
+                    match m {
+                        RxMsg::Inline(b) => assert!(b.len() <= p.inline_max as usize),
+                        RxMsg::Buffer { index, len } => match rel.hold(index) {
+                            Ok(()) => {
+                                assert_eq!(
+                                    rel.buffer(index, len as usize).unwrap().len(),
+                                    len as usize
+                                );
+                                held.push(index);
+                            }
+                            Err(e) => {
+                                assert!(e.is_corrupt());
+                                bad = true;
+                            }
+                        },
                     }
-                }
-                if rng.below(2) == 0 {
-                    s.rx_b.commit();
-                }
-                f
+                });
+                held_b.extend(held);
+                check(r).1 || bad
             }
             9 | 10 => match held_b.pop() {
                 Some(i) => {
-                    let f = check(s.rx_b.release(i)).1;
-                    s.rx_b.publish_releases();
+                    let f = check(s.rel_b.release(i)).1;
+                    s.rel_b.publish_releases();
                     f
                 }
                 None => false,
@@ -700,29 +752,33 @@ fn fuzz_one(seed: u64, steps: u32) -> (u32, u32) {
             // Hostile writes anywhere in the segment (everything in it is peer writable).
             13 => {
                 let off = (rng.below(len as u64 / 8) * 8) as usize;
-                poke_u64(&s.a, off, hostile_value(&mut rng, &p));
+                poke_u64(&s.a, off, hostile_value(&mut rng, &p, cap));
                 false
             }
-            // Targeted: a field of a descriptor slot near the reader, or a ring index word.
+            // Targeted: a record header or payload word near the reader.
             14 => {
-                let pos = rng.below(4 * u64::from(p.ring_depth));
-                let base = slot_off(&s.a, Dir::AToB, pos);
-                let field = [slot::SEQ, slot::LEN, slot::FLAGS, 32, 56][rng.below(5) as usize];
-                if field == slot::LEN || field == slot::FLAGS {
-                    poke_u32(&s.a, base + field, hostile_value(&mut rng, &p) as u32);
-                } else {
-                    poke_u64(&s.a, base + field, hostile_value(&mut rng, &p));
-                }
+                let pos = s.rx_b.position() + rng.below(8) * 8;
+                poke_u64(
+                    &s.a,
+                    area_off(&s.a, Dir::AToB, pos),
+                    hostile_value(&mut rng, &p, cap),
+                );
                 false
             }
+            // A position or release-ring word.
             _ => {
                 let l = s.a.layout().dir(Dir::AToB);
-                let word = [l.desc_head, l.rel_tail, l.rel_head][rng.below(3) as usize];
+                let word = [
+                    l.ring + CONSUMER_POSITION_OFFSET,
+                    l.ring,
+                    l.rel_tail,
+                    l.rel_head,
+                ][rng.below(4) as usize];
                 let cur = peek_u64(&s.a, word);
                 let v = match rng.below(3) {
-                    0 => cur.wrapping_add(rng.below(3)),
+                    0 => cur.wrapping_add(rng.below(3) * 8),
                     1 => cur.wrapping_sub(rng.below(3)),
-                    _ => hostile_value(&mut rng, &p),
+                    _ => hostile_value(&mut rng, &p, cap),
                 };
                 poke_u64(&s.a, word, v);
                 false
@@ -731,16 +787,16 @@ fn fuzz_one(seed: u64, steps: u32) -> (u32, u32) {
         if failed {
             // The connection would be failed; keep poking the dead handles once more to prove
             // they stay memory safe, then start a new connection.
-            let _ = s.rx_b.poll();
+            let _ = s.rx_b.poll(8, |_| {});
             let _ = s.tx_a.reclaim(&mut reclaimed);
-            let _ = s.tx_a.try_send_inline(&[], 0);
+            let _ = s.tx_a.try_send_inline(&[]);
             corrupt += 1;
             s = pair(&p);
             free_a = (0..p.buffer_count).collect();
             held_b.clear();
         }
     }
-    let _ = (&s.b, &s.rx_a, &s.tx_b);
+    let _ = (&s.b, &s.rx_a, &s.tx_b, &s.rel_a);
     (corrupt, received)
 }
 
@@ -799,7 +855,6 @@ fn backoff(idle: &mut u32, deadline: Instant, what: &str) {
 struct Sending {
     free: Vec<u32>,
     reclaimed: Vec<u32>,
-    scratch: Vec<u8>,
 }
 
 impl Sending {
@@ -807,7 +862,6 @@ impl Sending {
         Sending {
             free: (0..p.buffer_count).collect(),
             reclaimed: vec![0u32; p.buffer_count as usize],
-            scratch: vec![0u8; p.inline_max as usize],
         }
     }
 
@@ -816,10 +870,13 @@ impl Sending {
     fn try_send(&mut self, tx: &mut TxRing, p: &Params, seq: u64) -> bool {
         let (len, inline) = expected_len(seq, p);
         if inline {
-            data::fill(&mut self.scratch[..len], seq as u32);
-            return tx
-                .try_send_inline(&self.scratch[..len], seq as u32)
-                .unwrap();
+            // In place in the ring.
+            let Some(mut c) = tx.claim(len).unwrap() else {
+                return false;
+            };
+            data::fill(c.payload_mut(), seq as u32);
+            c.commit();
+            return true;
         }
         if self.free.is_empty() {
             let k = tx.reclaim(&mut self.reclaimed).unwrap();
@@ -829,7 +886,7 @@ impl Sending {
             return false;
         };
         data::fill(&mut tx.buffer_mut(i).unwrap()[..len], seq as u32);
-        let ok = tx.try_send_buf(i, len as u32, seq as u32).unwrap();
+        let ok = tx.try_send_buf(i, len as u32).unwrap();
         if !ok {
             self.free.push(i);
         }
@@ -837,24 +894,24 @@ impl Sending {
     }
 }
 
-/// Polls `rx` once; if a message is there, checks that it is message `seq` (releasing its
-/// buffer, not yet published) and returns true.
-fn try_recv(rx: &mut RxRing, out: &mut [u8], p: &Params, seq: u64) -> bool {
-    let Some(d) = rx.poll().unwrap() else {
-        return false;
-    };
-    assert_eq!(d.aux(), seq as u32);
-    match d.payload() {
-        RxPayload::Inline { .. } => {
-            let k = rx.copy_inline(&d, out).unwrap();
-            verify(seq, &out[..k], p, true);
-        }
-        RxPayload::Buffer { index } => {
-            verify(seq, rx.buffer(index, d.len()).unwrap(), p, false);
-            rx.release(index).unwrap();
-        }
-    }
-    true
+/// Polls up to `limit` messages, checking that they are messages `*seq..` (releasing their
+/// buffers, published once per batch); returns how many.
+fn try_recv(rx: &mut RxRing, rel: &mut Releaser, p: &Params, seq: &mut u64, limit: usize) -> usize {
+    let n = rx
+        .poll(limit, |m| {
+            match m {
+                RxMsg::Inline(b) => verify(*seq, b, p, true),
+                RxMsg::Buffer { index, len } => {
+                    rel.hold(index).unwrap();
+                    verify(*seq, rel.buffer(index, len as usize).unwrap(), p, false);
+                    rel.release(index).unwrap();
+                }
+            }
+            *seq += 1;
+        })
+        .unwrap();
+    rel.publish_releases();
+    n
 }
 
 /// Sends messages `0..n` from `tx`, verifying nothing; reclaims buffers as needed.
@@ -872,35 +929,33 @@ fn sender(tx: &mut TxRing, p: &Params, n: u64, deadline: Instant) {
     }
 }
 
-/// Receives and verifies messages `0..n`, releasing buffers in small batches.
-fn receiver(rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
-    let mut out = vec![0u8; p.inline_max as usize];
+/// Receives and verifies messages `0..n` in batches of varying size.
+fn receiver(rx: &mut RxRing, rel: &mut Releaser, p: &Params, n: u64, deadline: Instant) {
     let mut idle = 0;
     let mut seq = 0;
     while seq < n {
-        if try_recv(rx, &mut out, p, seq) {
-            seq += 1;
+        let limit = 1 + (seq % 13) as usize;
+        let limit = limit.min((n - seq) as usize);
+        if try_recv(rx, rel, p, &mut seq, limit) > 0 {
             idle = 0;
-            if seq % 8 == 0 {
-                rx.commit();
-                rx.publish_releases();
-            }
         } else {
-            rx.commit();
-            rx.publish_releases();
             backoff(&mut idle, deadline, "receiver");
         }
     }
-    rx.commit();
-    rx.publish_releases();
-    assert!(rx.poll().unwrap().is_none());
+    assert_eq!(rx.poll(8, |_| {}).unwrap(), 0);
 }
 
 /// Both directions at once on one thread: interleaves non-blocking send and receive steps until
 /// `n` messages went each way, verifying every received payload.
-fn duplex(tx: &mut TxRing, rx: &mut RxRing, p: &Params, n: u64, deadline: Instant) {
+fn duplex(
+    tx: &mut TxRing,
+    rx: &mut RxRing,
+    rel: &mut Releaser,
+    p: &Params,
+    n: u64,
+    deadline: Instant,
+) {
     let mut sending = Sending::new(p);
-    let mut out = vec![0u8; p.inline_max as usize];
     let (mut sent, mut got, mut idle) = (0u64, 0u64, 0u32);
     while sent < n || got < n {
         let mut progress = false;
@@ -908,13 +963,9 @@ fn duplex(tx: &mut TxRing, rx: &mut RxRing, p: &Params, n: u64, deadline: Instan
             sent += 1;
             progress = true;
         }
-        if try_recv(rx, &mut out, p, got) {
-            got += 1;
+        let limit = (1 + (got % 5) as usize).min((n - got) as usize);
+        if limit > 0 && try_recv(rx, rel, p, &mut got, limit) > 0 {
             progress = true;
-        }
-        if got % 4 == 0 || !progress {
-            rx.commit();
-            rx.publish_releases();
         }
         if progress {
             idle = 0;
@@ -922,8 +973,6 @@ fn duplex(tx: &mut TxRing, rx: &mut RxRing, p: &Params, n: u64, deadline: Instan
             backoff(&mut idle, deadline, "duplex");
         }
     }
-    rx.commit();
-    rx.publish_releases();
 }
 
 #[test]
@@ -940,13 +989,15 @@ fn two_thread_duplex_stress_verified_payloads() {
         b: _b,
         mut tx_a,
         mut rx_a,
+        mut rel_a,
         mut tx_b,
         mut rx_b,
+        mut rel_b,
     } = pair(&p);
     let n = stress_count() / 4;
     let deadline = Instant::now() + Duration::from_secs(120);
-    let t = std::thread::spawn(move || duplex(&mut tx_b, &mut rx_b, &p, n, deadline));
-    duplex(&mut tx_a, &mut rx_a, &p, n, deadline);
+    let t = std::thread::spawn(move || duplex(&mut tx_b, &mut rx_b, &mut rel_b, &p, n, deadline));
+    duplex(&mut tx_a, &mut rx_a, &mut rel_a, &p, n, deadline);
     t.join().unwrap();
 }
 
@@ -972,18 +1023,20 @@ fn two_thread_stress_verified_payloads() {
         b,
         mut tx_a,
         rx_a: _rx_a,
+        rel_a: _rel_a,
         tx_b: _tx_b,
         mut rx_b,
+        mut rel_b,
     } = pair(&p);
     let n = stress_count();
     let deadline = Instant::now() + Duration::from_secs(120);
     let t = std::thread::spawn(move || {
-        receiver(&mut rx_b, &p, n, deadline);
-        rx_b
+        receiver(&mut rx_b, &mut rel_b, &p, n, deadline);
+        rel_b
     });
     sender(&mut tx_a, &p, n, deadline);
-    let rx_b = t.join().unwrap();
-    assert_eq!(rx_b.held(), 0);
+    let rel_b = t.join().unwrap();
+    assert_eq!(rel_b.held(), 0);
     drop((a, b));
 }
 
@@ -996,8 +1049,10 @@ fn two_thread_ping_pong_both_directions() {
         b: _b,
         mut tx_a,
         mut rx_a,
+        mut rel_a,
         mut tx_b,
         mut rx_b,
+        mut rel_b,
     } = pair(&p);
     let n: u64 = if cfg!(debug_assertions) {
         5_000
@@ -1006,38 +1061,31 @@ fn two_thread_ping_pong_both_directions() {
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     let echo = std::thread::spawn(move || {
-        let mut buf = [0u8; 200];
         let mut idle = 0;
         for _ in 0..n {
-            let d = loop {
-                if let Some(d) = rx_b.poll().unwrap() {
-                    break d;
+            let m = loop {
+                if let Some(Got::Inline(m)) = poll1(&mut rx_b, &mut rel_b).unwrap() {
+                    break m;
                 }
                 backoff(&mut idle, deadline, "echo");
             };
-            let k = rx_b.copy_inline(&d, &mut buf).unwrap();
-            rx_b.commit();
-            while !tx_b.try_send_inline(&buf[..k], d.aux() + 1).unwrap() {
+            while !tx_b.try_send_inline(&m).unwrap() {
                 backoff(&mut idle, deadline, "echo send");
             }
         }
     });
-    let mut buf = [0u8; 200];
     let mut idle = 0;
     for i in 0..n {
         let len = (i % 201) as usize;
         let msg: Vec<u8> = (0..len).map(|j| (i as u8).wrapping_add(j as u8)).collect();
-        assert!(tx_a.try_send_inline(&msg, i as u32).unwrap());
-        let d = loop {
-            if let Some(d) = rx_a.poll().unwrap() {
-                break d;
+        assert!(tx_a.try_send_inline(&msg).unwrap());
+        let m = loop {
+            if let Some(g) = poll1(&mut rx_a, &mut rel_a).unwrap() {
+                break g;
             }
             backoff(&mut idle, deadline, "ping");
         };
-        assert_eq!(d.aux(), i as u32 + 1);
-        let k = rx_a.copy_inline(&d, &mut buf).unwrap();
-        assert_eq!(&buf[..k], &msg[..]);
-        rx_a.commit();
+        assert_eq!(m, Got::Inline(msg));
     }
     echo.join().unwrap();
 }
@@ -1090,11 +1138,11 @@ fn child_receiver_process() {
     let seg = Segment::attach(offer.segment.as_fd(), &p).unwrap();
     drop(offer);
     c.send_ready(T).unwrap();
-    let (mut tx, mut rx) = seg.split().unwrap();
+    let (mut tx, mut rx, mut rel) = seg.split().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
-    receiver(&mut rx, &p, proc_count(), deadline);
+    receiver(&mut rx, &mut rel, &p, proc_count(), deadline);
     // Report success in-band.
-    assert!(tx.try_send_inline(b"verified", 0).unwrap());
+    assert!(tx.try_send_inline(b"verified").unwrap());
     // Wait for the parent to read it and hang up.
     let t0 = Instant::now();
     while !c.poll_hangup().unwrap() && t0.elapsed() < T {
@@ -1123,20 +1171,18 @@ fn two_process_stress_over_uds_rendezvous() {
     s.recv_ready(T).unwrap();
     assert!(seg.peer_state().attached);
     assert_eq!(seg.peer_state().pid, child.id());
-    let (mut tx, mut rx) = seg.split().unwrap();
+    let (mut tx, mut rx, mut rel) = seg.split().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     sender(&mut tx, &p, proc_count(), deadline);
     let mut idle = 0;
-    let d = loop {
-        if let Some(d) = rx.poll().unwrap() {
-            break d;
+    let m = loop {
+        if let Some(m) = poll1(&mut rx, &mut rel).unwrap() {
+            break m;
         }
         assert!(!s.poll_hangup().unwrap(), "child died");
         backoff(&mut idle, deadline, "child report");
     };
-    let mut out = [0u8; 16];
-    let k = rx.copy_inline(&d, &mut out).unwrap();
-    assert_eq!(&out[..k], b"verified");
+    assert_eq!(m, Got::Inline(b"verified".to_vec()));
     drop(s); // hang up: the child exits
     let status = wait_timeout(&mut child, T).expect("child exits after the hang-up");
     assert!(status.success(), "child failed: {status:?}");
@@ -1160,8 +1206,8 @@ fn child_attach_and_wait() {
     let offer = c.recv_offer(T).unwrap();
     let seg = Segment::attach(offer.segment.as_fd(), &p).unwrap();
     c.send_ready(T).unwrap();
-    let (mut tx, _rx) = seg.split().unwrap();
-    assert!(tx.try_send_inline(b"attached", 0).unwrap());
+    let (mut tx, _rx, _rel) = seg.split().unwrap();
+    assert!(tx.try_send_inline(b"attached").unwrap());
     std::thread::sleep(Duration::from_secs(30));
 }
 
@@ -1182,19 +1228,16 @@ fn sigkilled_peer_is_seen_and_segment_stays_valid() {
     s.send_accept(&hello.params, fd.as_fd(), T).unwrap();
     drop(fd);
     s.recv_ready(T).unwrap();
-    let (mut tx, mut rx) = seg.split().unwrap();
+    let (mut tx, mut rx, mut rel) = seg.split().unwrap();
     let deadline = Instant::now() + T;
     let mut idle = 0;
-    let d = loop {
-        if let Some(d) = rx.poll().unwrap() {
-            break d;
+    let m = loop {
+        if let Some(m) = poll1(&mut rx, &mut rel).unwrap() {
+            break m;
         }
         backoff(&mut idle, deadline, "child message");
     };
-    let mut out = [0u8; 16];
-    let k = rx.copy_inline(&d, &mut out).unwrap();
-    assert_eq!(&out[..k], b"attached");
-    rx.commit();
+    assert_eq!(m, Got::Inline(b"attached".to_vec()));
 
     child.kill().unwrap(); // SIGKILL: no clean close
     let t0 = Instant::now();
@@ -1211,6 +1254,6 @@ fn sigkilled_peer_is_seen_and_segment_stays_valid() {
         "a killed peer never marks itself closed"
     );
     // Our mapping stays valid: the rings still work (the messages just go nowhere).
-    assert!(tx.try_send_inline(b"anyone?", 0).unwrap());
-    assert!(rx.poll().unwrap().is_none());
+    assert!(tx.try_send_inline(b"anyone?").unwrap());
+    assert!(poll1(&mut rx, &mut rel).unwrap().is_none());
 }

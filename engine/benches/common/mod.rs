@@ -1,6 +1,6 @@
 //! Two-thread streaming measurements shared by the `shm_wire` and `record_ring` benches: the
-//! bare one-line-per-message floor and today's descriptor ring, so that every ring figure can be
-//! put next to the floor measured in the same run.
+//! bare one-line-per-message floor and the shm wire (segment v2: the record ring in a shared
+//! segment), so that every ring figure can be put next to the floor measured in the same run.
 
 #![allow(dead_code)] // each bench uses a subset
 
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spinwire::fabric::shm::wire::{Params, RxRing, Segment, TxRing};
+use spinwire::fabric::shm::wire::{Params, Releaser, RxMsg, RxRing, Segment, TxRing};
 
 /// Set in smoke-test mode: pinned spinners on a busy shared host can stall for whole time slices.
 pub static NO_PIN: AtomicBool = AtomicBool::new(false);
@@ -40,8 +40,9 @@ pub fn pin(which: usize) {
     }
 }
 
-/// Both directions' descriptor rings of a fresh shm segment.
-pub fn wire_rings(depth: u32) -> ((TxRing, RxRing), (TxRing, RxRing)) {
+/// Both sides' handles of a fresh shm segment (`depth` messages of up to 256 B per direction).
+#[allow(clippy::type_complexity)]
+pub fn wire_rings(depth: u32) -> ((TxRing, RxRing, Releaser), (TxRing, RxRing, Releaser)) {
     let p = Params {
         buffer_size: 4096,
         buffer_count: 64,
@@ -97,38 +98,36 @@ pub fn bare_stream(iters: u64) -> Duration {
     t0.elapsed()
 }
 
-/// Today's descriptor ring: one-way inline messages of `len` bytes, consumer commits every 32.
+/// The shm wire: one-way inline messages of `len` bytes through the segment's record ring,
+/// the consumer reading batches of up to 32 in place (one position store per batch).
 pub fn wire_stream(iters: u64, len: usize) -> Duration {
-    let ((mut tx_a, _rx_a), (_tx_b, mut rx_b)) = wire_rings(1024);
+    let ((mut tx_a, _rx_a, _rel_a), (_tx_b, mut rx_b, _rel_b)) = wire_rings(1024);
     let consumer = std::thread::spawn(move || {
         pin(1);
-        let mut buf = [0u8; 256];
         let mut got = 0u64;
+        let mut sum = 0u64;
         while got < iters {
-            let mut k = 0;
-            while k < 32 {
-                match rx_b.poll().expect("poll") {
-                    Some(d) => {
-                        rx_b.copy_inline(&d, &mut buf).expect("copy");
-                        k += 1;
+            let k = rx_b
+                .poll(32, |m| {
+                    if let RxMsg::Inline(b) = m {
+                        sum = sum.wrapping_add(b.len() as u64);
                     }
-                    None => break,
-                }
-            }
+                })
+                .expect("poll");
             if k > 0 {
-                rx_b.commit();
-                got += k;
+                got += k as u64;
             } else {
                 spin_loop();
             }
         }
+        std::hint::black_box(sum);
     });
     pin(0);
     let msg = vec![7u8; len];
     let t0 = Instant::now();
     let mut sent = 0;
     while sent < iters {
-        if tx_a.try_send_inline(&msg, 0).expect("send") {
+        if tx_a.try_send_inline(&msg).expect("send") {
             sent += 1;
         } else {
             spin_loop();

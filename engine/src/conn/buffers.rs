@@ -9,10 +9,13 @@ use super::Connection;
 use crate::desc::{RxDesc, BUF_INLINE};
 use crate::error::Error;
 
-/// A send buffer of a connection's pool, written in place. Derefs to the message bytes
-/// (`len` of them); [`as_mut_slice`](Self::as_mut_slice) exposes the whole buffer for writing.
+/// A send buffer of a connection's pool, written in place, or (from
+/// [`Connection::claim`] on a direct path) the payload of a record claimed in the connection's
+/// ring. Derefs to the message bytes (`len` of them); [`as_mut_slice`](Self::as_mut_slice)
+/// exposes the whole buffer for writing.
 ///
-/// Dropping it without sending returns it to the pool.
+/// Dropping it without sending returns it to the pool (a ring claim is aborted: nothing is
+/// published).
 pub struct SendBuf<'c> {
     pub(super) conn: &'c Connection,
     pub(super) idx: u32,
@@ -31,7 +34,7 @@ impl std::fmt::Debug for SendBuf<'_> {
 }
 
 impl SendBuf<'_> {
-    /// The buffer's capacity: the largest message.
+    /// The buffer's capacity: the largest message (for a ring claim, the length claimed).
     #[inline]
     pub fn capacity(&self) -> usize {
         self.cap
@@ -42,8 +45,11 @@ impl SendBuf<'_> {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: `ptr .. ptr + cap` is this buffer of the send pool, kept mapped by the
         // connection this borrows; the buffer is owned by this handle alone (the poller hands a
-        // buffer out once and the engine's ownership bitmap rejects double frees), and by protocol
-        // the peer only reads it.
+        // buffer out once and the engine's ownership bitmap rejects double frees; on a direct
+        // path the wire layer's in-flight bitmap does), and by protocol the peer only reads it.
+        // For a ring claim it is the claimed record's payload in the ring: the producer writes
+        // nothing else while the claim is open (`RingError::ClaimOpen`), the peer does not read
+        // it before the commit, and the connection allows one open claim.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
     }
 

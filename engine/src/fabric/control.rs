@@ -53,7 +53,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Chain, Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::Fabric;
-use crate::link::{conn_pair, ConnParts, ConnShared};
+use crate::link::{conn_pair, direct_parts, ConnParts, ConnShared};
 use crate::poller::{Command, Notice, PollerLink};
 use crate::stats::EngineCounters;
 
@@ -483,6 +483,45 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
             path: new.path,
         });
         Ok(parts)
+    }
+
+    /// Registers an established connection with a direct path (no poller: the application
+    /// drives it, see `crate::fabric::DirectPath`) and emits [`Event::Connected`]. Its close
+    /// is finished at once (nothing to retire).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn register_direct(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        direct: Box<dyn Any + Send>,
+        tx_pool: PoolView,
+        rx_pool: PoolView,
+        keep: Arc<dyn Any + Send + Sync>,
+        setup: R,
+        peer: String,
+        path: Option<String>,
+    ) -> ConnParts {
+        let id = ctx.next_id();
+        let parts = direct_parts(id, peer.clone(), direct, tx_pool, rx_pool, keep);
+        self.conns.insert(
+            id,
+            ConnRec {
+                poller: usize::MAX,
+                shared: parts.shared.clone(),
+                live: false,
+                closing: None,
+                grace: None,
+                setup,
+            },
+        );
+        ctx.counters
+            .connections_opened
+            .fetch_add(1, Ordering::Relaxed);
+        ctx.emit(Event::Connected {
+            conn: id,
+            peer,
+            path,
+        });
+        parts
     }
 
     /// Hands an accepted connection to listener `lid`'s application side; returns the id back

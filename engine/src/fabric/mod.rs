@@ -5,9 +5,11 @@
 //! * **setup** (`fabric/<name>/setup.rs`, or a `setup/` directory, as rdma's): runs on the
 //!   control thread. It performs rendezvous (shm: a Unix-socket hello plus memfd passing; RDMA:
 //!   rdma_cm), creates the per-connection resources (shm: the segment; RDMA: the queue pair and
-//!   the registered pool memory regions) and produces a [`FabricConn`] plus the application's views of the pools ([`PoolView`]). The
+//!   the registered pool memory regions) and produces a [`FabricConn`] (or a direct path, see
+//!   [below](#direct-paths)) plus the application's views of the pools ([`PoolView`]). The
 //!   fabric's control half (`fabric/<name>/control.rs`, see [the control seam](#the-control-seam))
-//!   then hands the connection to a poller through its command ring. Setup code makes syscalls;
+//!   then hands the connection to a poller through its command ring (a direct path goes to the
+//!   application instead). Setup code makes syscalls;
 //!   on the control thread it never waits on a peer (a handshake step that needs the peer's
 //!   answer is a pending entry with a deadline, advanced when its descriptor is ready); on a
 //!   connecting thread it blocks, bounded by the connect timeout.
@@ -21,14 +23,14 @@
 //! # The poller cycle, as a fabric sees it
 //!
 //! A poller owns one `F: Fabric` value (per-poller state: RDMA's completion queue shared by all of
-//! that poller's connections; nothing for shm) and a table of connections, each with a
+//! that poller's connections; nothing for TCP) and a table of connections, each with a
 //! `F::Conn: FabricConn`. One call of the poller's `do_work(now)` does:
 //!
 //! 1. drain at most a bounded number of commands (new connection, remove connection,
 //!    [`Fabric::Command`] for the fabric itself, e.g. "here is the CQ of device X");
 //! 2. [`Fabric::poll_shared`] once: RDMA polls its CQ in bursts (e.g. 32 `ibv_wc` into a stack
 //!    array) and files each completion with its connection through [`ConnTable::get_mut`] (the
-//!    `wr_id` carries the slot given to [`FabricConn::attached`]); shm does nothing here;
+//!    `wr_id` carries the slot given to [`FabricConn::attached`]); TCP does nothing here;
 //! 3. for every connection:
 //!    * [`FabricConn::poll_rx`] delivers received messages into an [`RxSink`] (room for at most
 //!      `min(batch, free slots of the application's receive ring)`; a fabric must not consume more
@@ -36,12 +38,12 @@
 //!    * [`FabricConn::post_send`] gets the application's send descriptors ([`TxDesc`], a batch
 //!      of at most `batch`) and returns how many it accepted; the rest stay queued in the
 //!      application's send ring and are offered again next cycle;
-//!    * [`FabricConn::release_rx`] gets receive buffers the application dropped (shm: write them
-//!      to the release ring for the peer; RDMA: re-post them as receives);
+//!    * [`FabricConn::release_rx`] gets receive buffers the application dropped (RDMA: re-post
+//!      them as receives);
 //!    * [`FabricConn::reclaim`] reports send buffers that are free again ([`TxDone::free_buf`])
 //!      and credits that came back ([`TxDone::credits`]);
-//!    * [`FabricConn::flush`] publishes what was posted (shm: one index store per batch; RDMA:
-//!      one doorbell for the chained work requests).
+//!    * [`FabricConn::flush`] publishes what was posted (RDMA: one doorbell for the chained work
+//!      requests; TCP: one `sendmsg` of the coalesced records).
 //!
 //! Every `FabricError` fails only that connection: the poller removes it, marks it failed for the
 //! application and reports it to the control thread, which emits an [`Event`](crate::Event).
@@ -51,23 +53,40 @@
 //! The engine counts credits per connection: the application may have at most `depth` messages
 //! "in flight" (handed to `send`, credit not yet returned); `send` returns `WouldBlock` beyond.
 //! A fabric returns a credit ([`TxDone::credits`]) only when the *receiver* has made room for one
-//! more message: shm returns it when the peer's poller consumed the descriptor slot (it consumes
-//! only what its application's receive ring can take); RDMA when the credit count piggybacked in
+//! more message: RDMA when the credit count piggybacked in
 //! the peer's immediate data (or an explicit credit message when traffic is one-way) says a
 //! receive buffer was re-posted. So the sender never has more in flight than the receiver has
-//! buffers ready.
+//! buffers ready. (shm's direct path keeps the same `depth` window itself: a message counts until
+//! the peer application consumed its record from the ring.)
 //!
 //! # Buffers
 //!
 //! Send buffers are owned by the application from `alloc` until `send`; then by the poller and
-//! fabric until the fabric frees them through [`TxDone::free_buf`] (shm: right after copying an
-//! inline message, or when the peer releases a pooled one; RDMA: on the send completion). The
+//! fabric until the fabric frees them through [`TxDone::free_buf`] (RDMA: on the send
+//! completion; a fabric that copies small messages, [`FabricConn::copies`], right after the
+//! copy). The
 //! engine tracks ownership in a bitmap and rejects a buffer freed twice or never sent (a
 //! [`FabricError::Protocol`]), so a hostile peer can never make two application handles alias one
 //! buffer. Receive buffers go the other way: [`RxSink::push_pooled`] lends one to the application,
 //! and its index comes back to [`FabricConn::release_rx`] when the `Message` is dropped;
 //! [`RxSink::push_pooled_at`] lends a message at an offset inside a buffer, so one buffer can
 //! carry several lent messages (TCP), each coming back with the buffer's index.
+//!
+//! # Direct paths
+//!
+//! A fabric whose two ends of the data path can be the two applications' threads (shm: each
+//! direction's record ring in the shared segment has exactly one producer and one consumer)
+//! gives the application a *direct path* instead of a [`FabricConn`]: one variant of
+//! `DirectPath` (crate private; one line per such fabric, as in the poller's agent set). Its
+//! setup builds the handle; its control half registers the connection without a poller
+//! (`Registry::register_direct`) and keeps only what liveness and the close need (shm: the
+//! rendezvous socket and a segment handle for the heartbeat words and the closed flag). The
+//! `Connection` branches once per call between its poller path (the application↔poller rings)
+//! and its direct path, whose calls dispatch statically and never block, lock, allocate or log.
+//! A protocol violation found on a direct path fails the connection's shared state; the control
+//! half reports it ([`Event::Error`](crate::Event)) and closes the connection on its next tick.
+//! A direct-path fabric still has its [`Fabric`] in the poller's agent set (shm: one without
+//! connections), so the control seam stays the same for every fabric.
 //!
 //! # The control seam
 //!
@@ -118,6 +137,141 @@ use crate::link::{PollerConn, FREE_BATCH};
 
 pub use crate::desc::PoolView;
 
+/// The fabrics whose connections have a *direct path*: the application's
+/// [`Connection`](crate::Connection) drives the fabric's data path itself, with no poller and
+/// no application↔poller rings (shm: both ends of each record ring are the two applications'
+/// threads). One variant per such fabric, as in the poller's agent set; the connection
+/// branches once per call between this and the poller path, and the dispatch below is static.
+///
+/// A direct path's handle takes `&self` and is `Send + !Sync`; its calls never block, lock,
+/// allocate or log. Errors are [`FabricError`]s that fail the connection.
+pub(crate) enum DirectPath {
+    /// `shm://`: [`shm::direct::ShmDirect`].
+    Shm(shm::direct::ShmDirect),
+}
+
+/// What a direct path's send did with the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Copied into the fabric's record: the buffer is free again at once.
+    Copied,
+    /// Sent by reference: in flight until the peer gives it back.
+    Referenced,
+    /// No room (the window or the ring is full); nothing was sent.
+    Full,
+}
+
+impl DirectPath {
+    /// Largest message sent inline (copied into the fabric's records).
+    #[inline]
+    pub(crate) fn inline_max(&self) -> usize {
+        match self {
+            DirectPath::Shm(d) => d.inline_max(),
+        }
+    }
+
+    /// Moves send buffers the peer gave back into `free` (within its capacity).
+    #[inline]
+    pub(crate) fn reclaim(&self, free: &mut Vec<u32>) -> Result<usize, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.reclaim(free),
+        }
+    }
+
+    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated).
+    #[inline]
+    pub(crate) fn send(&self, pool: &PoolView, idx: u32, len: u32) -> Result<Sent, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.send(pool, idx, len),
+        }
+    }
+
+    /// Whether a claim of record space is open.
+    #[inline]
+    pub(crate) fn claim_open(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.claim_open(),
+        }
+    }
+
+    /// Claims `len <= inline_max` bytes of record space to write in place (`None`: full).
+    #[inline]
+    pub(crate) fn claim(&self, len: usize) -> Result<Option<core::ptr::NonNull<u8>>, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.claim(len),
+        }
+    }
+
+    /// Publishes the open claim as a `len`-byte message.
+    #[inline]
+    pub(crate) fn commit_claim(&self, len: usize) {
+        match self {
+            DirectPath::Shm(d) => d.commit_claim(len),
+        }
+    }
+
+    /// Drops the open claim (nothing is published).
+    #[inline]
+    pub(crate) fn abort_claim(&self) {
+        match self {
+            DirectPath::Shm(d) => d.abort_claim(),
+        }
+    }
+
+    /// Batch receive in place; returns messages and bytes delivered.
+    #[inline]
+    pub(crate) fn poll<H: FnMut(&[u8])>(
+        &self,
+        rx_pool: &PoolView,
+        handler: &mut H,
+        limit: usize,
+    ) -> Result<(usize, u64), FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.poll(rx_pool, handler, limit),
+        }
+    }
+
+    /// The next received message as a descriptor (a pooled one held until released).
+    #[inline]
+    pub(crate) fn recv(&self) -> Result<Option<crate::desc::RxDesc>, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.recv(),
+        }
+    }
+
+    /// Gives received buffer `buf` back to the peer.
+    #[inline]
+    pub(crate) fn release(&self, buf: u32) -> Result<(), FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.release(buf),
+        }
+    }
+
+    /// Whether the peer published something not yet received (a hint).
+    #[inline]
+    pub(crate) fn rx_pending(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.rx_pending(),
+        }
+    }
+
+    /// Messages in flight: sent, not yet consumed by the peer (reads the peer's position).
+    #[inline]
+    pub(crate) fn unconsumed(&self) -> Result<usize, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.unconsumed(),
+        }
+    }
+
+    /// Whether the peer marked the connection closed in the data path's shared state.
+    #[inline]
+    pub(crate) fn peer_closed(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.peer_closed(),
+        }
+    }
+}
+
 /// Per-poller state of a fabric (RDMA: the completion queue shared by the poller's connections).
 ///
 /// Owned and driven by exactly one poller; see the [module docs](self) for the cycle.
@@ -157,7 +311,7 @@ pub trait FabricConn: Send + 'static {
     }
 
     /// Cheap hint: `false` when there is certainly nothing to receive, so the poller can skip
-    /// setting up a receive pass (shm: one load of the next slot's sequence word). A fabric that
+    /// setting up a receive pass (e.g. one load of a ring's next header word). A fabric that
     /// cannot tell returns `true` (the default).
     #[inline]
     fn rx_pending(&mut self) -> bool {
@@ -175,7 +329,7 @@ pub trait FabricConn: Send + 'static {
     }
 
     /// Cheap hint: `true` when [`post_send`](FabricConn::post_send) copies a `len`-byte message
-    /// (shm: inline in the descriptor ring) and frees its buffer right there with
+    /// (inline in the fabric's own records) and frees its buffer right there with
     /// [`TxDone::free_copied`]. The engine then does not track that buffer in its ownership bitmap
     /// (nothing but the fabric's own copy can free it). The default is `false`: every buffer is
     /// tracked and freed through [`TxDone::free_buf`].
@@ -217,7 +371,7 @@ pub trait FabricConn: Send + 'static {
     /// A [`FabricError`] fails this connection (e.g. the peer released a buffer it never got).
     fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError>;
 
-    /// Publishes everything posted this cycle (shm: index stores; RDMA: the doorbell).
+    /// Publishes everything posted this cycle (RDMA: the doorbell; TCP: the write).
     ///
     /// # Errors
     ///
@@ -226,10 +380,10 @@ pub trait FabricConn: Send + 'static {
 
     /// Cheap liveness check, called every few thousand cycles and at least every 10 ms of the
     /// coarse clock (which advances on the control thread's liveness beat), with the coarse
-    /// time in ns (shm: the peer's "closed" word; RDMA: sends a
+    /// time in ns (RDMA: sends a
     /// heartbeat on an idle connection and fails one whose peer went silent with
-    /// [`FabricError::PeerUnresponsive`]). The control thread watches sockets and, for shm,
-    /// heartbeats; this catches what is visible only in the data path.
+    /// [`FabricError::PeerUnresponsive`]). The control thread watches sockets; this catches
+    /// what is visible only in the data path.
     ///
     /// # Errors
     ///

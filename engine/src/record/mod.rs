@@ -5,10 +5,11 @@
 //! rest of the crate, performs no I/O, never allocates and never panics on any input. The
 //! `tcp://` fabric ([`crate::fabric::tcp`]) uses it as its stream framing. Its submodule
 //! [`ring`] is the shared-memory record ring built on it (generic over a byte region,
-//! loom-modelled), not wired into `fabric/shm` yet; today's shm wire
-//! ([`crate::fabric::shm::wire`]) is unchanged. The RDMA data path sends frames of DATA
-//! records (one SEND per frame, split by the receiver with [`FrameReader`]). See
-//! [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2 plan".
+//! loom-modelled), which the shm segment ([`crate::fabric::shm::wire`], version 2) holds, one
+//! per direction, and the shm direct path drives from the applications' threads. The RDMA data
+//! path sends frames of DATA records (one SEND per frame, split by the receiver with
+//! [`FrameReader`]). See [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2
+//! plan".
 //!
 //! # Records
 //!
@@ -109,23 +110,23 @@
 //! records over a caller-supplied region (positions, never pointers, in shared memory), with a
 //! loom model (`scripts/ci/loom.sh`), two-thread stress and hostile-producer tests
 //! (`engine/tests/record_ring.rs`) and `cargo bench -p spinwire --bench record_ring` next to the
-//! wire ring and the cache-line floor.
+//! shm wire and the cache-line floor.
 //!
-//! Next step, shm (`fabric/shm/wire`): the ring goes into the segment, one per direction, and
-//! replaces the descriptor ring of 64-byte slots (`wire::ring`'s `TxRing`/`RxRing`
-//! descriptor half: first and continuation slots, the `seq` stamps, `CONT_BIT`, the per-slot
-//! inline limit of `layout::slots_for_inline`). `layout` places each direction's ring region
-//! (128-byte aligned, [`ring::region_size`]) where the slots were; a small `RingMemory`
-//! implementation over the `Arc<Mapping>` plus an offset keeps the mapping alive. Inline
-//! messages become `DATA` records; pooled ones `BUF_REF`. The separate release ring of buffer
-//! indices and the credit counter become `CREDIT` records sent once per batch on the reverse
-//! ring (the receiving poller still only consumes what its application's receive ring can
-//! hold, so back-pressure is unchanged), and the heartbeat word becomes a `HEARTBEAT` record.
-//! The ring's typed [`ring::RingError`] maps onto `WireError::Corrupt` (the connection fails),
-//! and the shm hello carries [`VERSION`] and the maximum record payload. Then, in
-//! run-to-completion mode `Connection::send` writes the `DATA` record straight into the wire
-//! ring (no application→poller descriptor hop), since the application thread is then the only
-//! producer, with a batch send over [`ring::Claim::commit_batched`]. RDMA (landed): the small
+//! Landed, shm (`fabric/shm/wire`, segment version 2): the ring is in the segment, one per
+//! direction (128-byte aligned, [`ring::region_size`]), where the descriptor ring of 64-byte
+//! slots was; `wire::ring`'s `SegRing` is the `RingMemory` over the `Arc<Mapping>` plus an
+//! offset that keeps the mapping alive. Inline messages are `DATA` records, pooled ones
+//! `BUF_REF`; the release ring of buffer indices stays. The ring's typed [`ring::RingError`]
+//! surfaces as `WireError::Ring` (the connection fails). The application's `Connection` is the
+//! producer and the consumer (the direct path, `fabric/shm/direct.rs`): `send` writes the
+//! record into the ring (no application→poller descriptor hop, no poller), `Connection::claim`
+//! writes a message into the record itself ([`ring::Producer::claim_raw`]), and
+//! `Connection::poll` reads the peer's records in place, publishing its position once per call.
+//! The `depth` window is counted against the consumer's published position.
+//!
+//! Next: a batch send over [`ring::Claim::commit_batched`]; `CREDIT` records on the reverse
+//! ring instead of the release ring, and the heartbeat word as a `HEARTBEAT` record; the shm
+//! hello carrying [`VERSION`] and the maximum record payload. RDMA (landed): the small
 //! messages of a send batch are coalesced into one frame per SEND (post lists, selective
 //! signalling); the receiver splits it with [`FrameReader`] and copies each record into its
 //! descriptor; next, the application reads each message in place in the receive buffer.

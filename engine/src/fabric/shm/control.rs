@@ -1,11 +1,14 @@
 //! The shm half of the control thread: [`ShmControl`], the [`FabricControl`] of `shm://`.
 //!
-//! It owns the listeners (Unix-domain sockets by name), every connection's rendezvous socket and
-//! segment handle, and the producer ends of the pollers' shm command rings. A hang-up of a
-//! rendezvous socket (the peer process closed or died) is reported at once
-//! ([`Event::Disconnected`]) and tells the poller to deliver what the peer sent before and then
-//! drop the connection (`PeerGone`). The segment's closed mark and the bye on the socket go out
-//! only once the poller has let go, after this side's last sends were posted.
+//! It owns the listeners (Unix-domain sockets by name) and every connection's rendezvous socket
+//! and segment handle. The data path is the application's (the direct path: no poller is
+//! involved; see [`super`]). A hang-up of a rendezvous socket (the peer process closed or died)
+//! is reported at once ([`Event::Disconnected`]) and marks the connection disconnected; the
+//! application still receives everything the peer published before (its receive calls drain
+//! the ring before they report the state). A protocol violation that the application's direct
+//! path found (it failed the connection's shared state) is reported on the next
+//! [`tick`](FabricControl::tick) ([`Event::Error`]) and the connection closed. The segment's
+//! closed mark and the bye on the socket go out when the connection is closed.
 //!
 //! Accepting never waits on a peer: each accepted socket becomes a pending [`Handshake`] entry
 //! whose socket is in the poll set; the control thread runs a step when its message arrives and
@@ -36,12 +39,17 @@ use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
 use crate::fabric::control::{
-    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, Liveness, NewConn,
+    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, Liveness,
     PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
-use crate::fabric::Fabric;
-use crate::link::ConnParts;
+use crate::fabric::{DirectPath, Fabric};
+use crate::link::{ConnParts, Down};
 use crate::poller::{Command, PollerLink};
+
+/// Grace of every close: none. No poller holds an shm connection (the direct path is the
+/// application's, and `Connection::drop` has published everything it sent), so a close is
+/// finished at once.
+const CLOSE_NOW: Option<Duration> = Some(Duration::ZERO);
 
 /// The setup side of one shm connection.
 pub(crate) struct ShmSetup {
@@ -68,11 +76,6 @@ pub(crate) struct ShmControl {
     /// Accepted connections whose handshake is under way; their sockets follow the registry's
     /// in the poll set.
     handshakes: Handshakes<Handshake>,
-    /// Grace of a close by the application: with dedicated pollers, none (the poller's
-    /// `Retired` notice finishes it, after its last service pass posted the queued sends); in
-    /// run-to-completion mode zero (that poller turns only when the application polls, which it
-    /// may never do again; `Connection::drop` already flushed the queued sends).
-    close_grace: Option<Duration>,
     liveness: Option<Duration>,
     /// The last liveness check (to tell this thread's own stalls from peers' silence).
     last_check: Instant,
@@ -83,42 +86,71 @@ impl ShmControl {
         ShmControl {
             reg: Registry::new(links),
             handshakes: Handshakes::new(MAX_HANDSHAKES),
-            close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
             liveness: cfg.liveness(),
             last_check: Instant::now(),
         }
     }
 
-    /// Hands an established connection to the least-loaded poller.
+    /// Registers an established connection: its data path goes to the application (the
+    /// direct path), not to a poller; this side keeps the socket and a segment handle for
+    /// hang-up detection, heartbeats and the close.
     fn install_est(
         &mut self,
         ctx: &mut Ctx<'_>,
         est: Established,
         raw: String,
     ) -> Result<ConnParts, Error> {
-        let poller = self.reg.least_loaded(ctx.cfg.max_connections_per_poller)?;
         let Established {
-            conn,
+            direct,
             tx_pool,
             rx_pool,
             keep,
             segment,
             stream,
         } = est;
-        let new = NewConn {
-            poller,
-            conn,
-            tx_pool,
-            rx_pool,
-            keep,
-            setup: ShmSetup {
-                peer: Liveness::new(segment.peer_state().heartbeat, Instant::now()),
-                stream,
-                segment,
-            },
-            path: None,
+        let setup = ShmSetup {
+            peer: Liveness::new(segment.peer_state().heartbeat, Instant::now()),
+            stream,
+            segment,
         };
-        self.reg.register(ctx, new, raw, None)
+        let direct: Box<dyn std::any::Any + Send> = Box::new(DirectPath::Shm(direct));
+        Ok(self
+            .reg
+            .register_direct(ctx, direct, tx_pool, rx_pool, keep, setup, raw, None))
+    }
+
+    /// Reports and closes connections whose application found a protocol violation on the
+    /// direct path (it failed the shared state; there is no poller to retire them).
+    fn reap_failed(&mut self, ctx: &mut Ctx<'_>) {
+        let failed: Vec<u64> = self
+            .reg
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.is_closing() && matches!(c.shared.down(), Some(Down::Failed(_))))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in failed {
+            self.report_failed(ctx, id);
+            self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW);
+        }
+    }
+
+    /// Emits [`Event::Error`] for connection `id` if the application's direct path failed it
+    /// and its close has not begun (a failure is reported once: a close begun by the control
+    /// thread, e.g. for an unresponsive peer, has reported its own).
+    fn report_failed(&mut self, ctx: &mut Ctx<'_>, id: u64) {
+        let Some(c) = self.reg.conns.get(&id) else {
+            return;
+        };
+        if c.is_closing() {
+            return;
+        }
+        if let Some(Down::Failed(e)) = c.shared.down() {
+            ctx.emit(Event::Error {
+                conn: Some(id),
+                error: Error::Fabric(e),
+            });
+        }
     }
 
     /// Samples every open connection's peer heartbeat word and fails those silent for
@@ -139,10 +171,11 @@ impl ShmControl {
             }
         }
         for (id, silent_for) in silent {
-            // The poller's close marks the segment closed; finishing the setup side sends the
-            // bye and closes the socket: a peer that resumes sees its connection gone.
+            // Finishing the setup side (at once: no poller holds the connection) marks the
+            // segment closed, sends the bye and closes the socket: a peer that resumes sees its
+            // connection gone.
             self.reg
-                .fail_unresponsive(ctx, id, silent_for, Command::Remove(id), self.close_grace);
+                .fail_unresponsive(ctx, id, silent_for, Command::Remove(id), CLOSE_NOW);
         }
     }
 
@@ -258,8 +291,9 @@ impl FabricControl for ShmControl {
     }
 
     fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
-        self.reg
-            .close(ctx, id, Command::Remove(id), self.close_grace)
+        // A connection the application failed and dropped before the next tick: report it now.
+        self.report_failed(ctx, id);
+        self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW)
     }
 
     fn fds(&mut self, fds: &mut Vec<libc::pollfd>) {
@@ -283,15 +317,18 @@ impl FabricControl for ShmControl {
                         None => false,
                     };
                     if gone {
-                        // The poller delivers what the peer sent before, then marks it
-                        // disconnected for the application (within microseconds).
                         tracing::debug!(
                             conn = id,
                             cause = "rendezvous socket hung up",
                             "disconnect"
                         );
+                        // The application delivers what the peer sent before (its receive
+                        // calls drain the ring before they report the state).
+                        if let Some(c) = self.reg.conns.get(&id) {
+                            c.shared.disconnect();
+                        }
                         ctx.emit(Event::Disconnected { conn: id });
-                        self.reg.close(ctx, id, Command::PeerGone(id), None);
+                        self.reg.close(ctx, id, Command::PeerGone(id), CLOSE_NOW);
                     }
                 }
             }
@@ -300,6 +337,7 @@ impl FabricControl for ShmControl {
 
     fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant, beat: Option<Beat>) -> Due {
         self.reg.drain(ctx);
+        self.reap_failed(ctx);
         // Handshakes whose step ran past its deadline fail (their sockets close).
         self.handshakes.expire(ctx, now);
         if let Some(beat) = beat {
@@ -322,7 +360,7 @@ impl FabricControl for ShmControl {
 
     fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
         self.handshakes.clear();
-        self.reg.shutdown(ctx, self.close_grace);
+        self.reg.shutdown(ctx, CLOSE_NOW);
     }
 }
 

@@ -14,9 +14,9 @@ use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
 use crate::error::Error;
 
-use super::datapath::ShmConn;
+use super::direct::ShmDirect;
 use super::error::ShmSetupError;
-use super::wire::{self, slots_for_inline, Params, Segment, WireError};
+use super::wire::{self, Params, Segment, WireError};
 
 /// How long the listening side waits for each handshake step of an accepted connection (the
 /// hello after the accept, the ready after the offer). The control thread does not wait: the
@@ -25,7 +25,7 @@ pub(crate) const ACCEPT_STEP_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A fully set-up shm connection, before it is registered with the engine.
 pub(crate) struct Established {
-    pub(crate) conn: ShmConn,
+    pub(crate) direct: ShmDirect,
     pub(crate) tx_pool: PoolView,
     pub(crate) rx_pool: PoolView,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
@@ -45,9 +45,8 @@ pub(crate) fn params_for(cfg: &Config) -> Result<Params, Error> {
             max: wire::layout::MAX_BUFFER_SIZE,
         })?;
     let inline_max = cfg.inline_threshold.min(INLINE_MAX);
-    // Enough slots for `depth` messages of the largest inline size.
-    let slots = cfg.depth.saturating_mul(slots_for_inline(inline_max));
-    let ring_depth = slots.next_power_of_two().clamp(
+    // The record ring holds at least `depth` messages (`wire::ring_capacity`).
+    let ring_depth = cfg.depth.next_power_of_two().clamp(
         wire::layout::MIN_RING_DEPTH as usize,
         wire::layout::MAX_RING_DEPTH as usize,
     );
@@ -84,9 +83,9 @@ fn setup_err(step: &'static str, source: WireError) -> Error {
     ShmSetupError::Wire { step, source }.into()
 }
 
-/// Builds the data-path state and pool views of a segment both sides are attached to.
-fn establish(segment: Segment, stream: UdsStream, cfg: &Config) -> Result<Established, Error> {
-    let (tx, rx) = segment
+/// Builds the direct data path and pool views of a segment both sides are attached to.
+fn establish(segment: Segment, stream: UdsStream, depth: usize) -> Result<Established, Error> {
+    let (tx, rx, rel) = segment
         .split()
         .map_err(|e| setup_err("splitting the shm segment", e))?;
     let p = *segment.params();
@@ -105,16 +104,9 @@ fn establish(segment: Segment, stream: UdsStream, cfg: &Config) -> Result<Establ
             PoolView::new(rx_base, p.buffer_size as usize, p.buffer_count),
         )
     };
-    let conn = ShmConn::new(
-        tx,
-        rx,
-        segment.clone(),
-        tx_pool,
-        p.inline_max as usize,
-        cfg.depth,
-    );
+    let direct = ShmDirect::new(tx, rx, rel, segment.clone(), depth);
     Ok(Established {
-        conn,
+        direct,
         tx_pool,
         rx_pool,
         keep: Arc::new(segment.clone()),
@@ -164,7 +156,7 @@ pub(crate) fn connect(
     };
     drop(offer);
     stream.send_ready(left()).map_err(cerr)?;
-    establish(segment, stream, cfg)
+    establish(segment, stream, cfg.depth)
 }
 
 /// A listening shm endpoint (segment side A for every accepted connection).
@@ -254,7 +246,7 @@ impl ShmListener {
             return Ok(Step::Pending(hs));
         };
         match hs.stream.recv_ready(nowait) {
-            Ok(()) => establish(segment, hs.stream, cfg).map(|e| Step::Done(Box::new(e))),
+            Ok(()) => establish(segment, hs.stream, cfg.depth).map(|e| Step::Done(Box::new(e))),
             Err(uds::UdsError::Timeout { .. }) => {
                 hs.segment = Some(segment);
                 Ok(Step::Pending(hs))

@@ -145,9 +145,13 @@ impl Consumer {
                     limit: limit_pos,
                 });
             }
+            // Consumed from here on, also if the handler unwinds: a record is handed over once.
+            // (The producer gets the space back only when the position is published below.)
+            let next = position + size as u64;
             match header.record_type() {
-                RecordType::Pad => {}
+                RecordType::Pad => self.pos = next,
                 RecordType::Data => {
+                    self.pos = next;
                     let len = header.payload_len();
                     #[cfg(not(loom))]
                     {
@@ -183,27 +187,34 @@ impl Consumer {
                         guard.end();
                     }
                     match header.decode(off, &fixed) {
-                        Ok(rec) => handler(rec),
+                        Ok(rec) => {
+                            self.pos = next;
+                            handler(rec);
+                        }
                         Err(source) => break Err(RingError::Record { position, source }),
                     }
                     n += 1;
                 }
             }
-            self.pos = position + size as u64;
         };
-        if self.pos != start {
-            // Release: our reads of every record before `pos` happen before the producer's
-            // writes over them (it Acquire-loads this word before reusing the space).
-            self.region
-                .consumer_pos()
-                .store(self.pos, Ordering::Release);
-        }
+        self.publish_from(start);
         match result {
             Ok(()) => Ok(n),
             Err(e) => {
                 self.failed = Some(e);
                 Err(e)
             }
+        }
+    }
+
+    #[inline]
+    fn publish_from(&mut self, start: u64) {
+        if self.pos != start {
+            // Release: our reads of every record before `pos` happen before the producer's
+            // writes over them (it Acquire-loads this word before reusing the space).
+            self.region
+                .consumer_pos()
+                .store(self.pos, Ordering::Release);
         }
     }
 }

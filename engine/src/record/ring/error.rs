@@ -54,6 +54,10 @@ pub enum RingError {
         /// The furthest position an honest producer can have reached.
         limit: u64,
     },
+    /// A raw claim ([`Producer::claim_raw`](super::Producer::claim_raw)) is open: nothing else
+    /// is written until it is committed or aborted (a caller error; the ring is unchanged).
+    #[error("a raw claim is open")]
+    ClaimOpen,
     /// The consumer's position word is misaligned, went backwards or is past the producer.
     #[error("consumer position {value} is not an 8-aligned value in {low}..={high}")]
     BadConsumerPosition {

@@ -33,12 +33,17 @@
 //!   that word free: at most `capacity - 8` bytes are ever outstanding.
 //! * The producer caches the consumer's position and re-reads it (`Acquire`) only when the
 //!   cached window cannot hold the claim.
+//! * [`Producer::claim_raw`] is a claim that outlives the borrow (a pointer to the payload, for
+//!   a handle that keeps it open across calls); while it is open every other write fails with
+//!   [`RingError::ClaimOpen`]. [`Producer::commit_raw`] publishes it (possibly shorter than
+//!   claimed), [`Producer::abort_raw`] drops it (nothing is written).
 //! * The consumer [`poll`](Consumer::poll)s: it loads the header word at its position
 //!   (`Acquire`), `0` meaning nothing more is published, validates it with the record codec
 //!   ([`RecordHeader::parse`](super::RecordHeader::parse)) and against the ring's geometry,
 //!   hands the record to the handler (a DATA payload in place), skips PAD records, and after
-//!   the batch publishes its position once (`Release`). The consumer never writes the record
-//!   area.
+//!   the batch publishes its position once (`Release`). A record handed to the handler is
+//!   consumed, also if the handler unwinds (it is never handed over twice). The consumer never
+//!   writes the record area.
 //!
 //! Why zero-ahead rather than the consumer zeroing the length words it consumed: records have
 //! variable sizes, so the next lap's headers fall on offsets where this lap held payload bytes

@@ -3,6 +3,7 @@
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::error::RingError;
@@ -35,6 +36,9 @@ pub struct Producer {
     first_word: u64,
     first_off: usize,
     failed: Option<RingError>,
+    /// The payload size of the open raw claim ([`Producer::claim_raw`]), if any: no other
+    /// record is written until it is committed or aborted.
+    raw: Option<usize>,
     /// Loom only: the claim's payload is written here, then copied into the tracked words.
     #[cfg(loom)]
     stage: Vec<u8>,
@@ -63,6 +67,7 @@ impl Producer {
             first_word: 0,
             first_off: 0,
             failed: None,
+            raw: None,
             #[cfg(loom)]
             stage: vec![0; max_payload],
             _not_sync: PhantomData,
@@ -130,6 +135,9 @@ impl Producer {
         if let Some(e) = self.failed {
             return Err(e);
         }
+        if self.raw.is_some() {
+            return Err(RingError::ClaimOpen);
+        }
         // `payload <= cap / 2 - 8`: no overflow, and `size <= cap / 2`.
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         let off = self.tail as usize & (self.cap - 1);
@@ -153,6 +161,74 @@ impl Producer {
             payload,
             size,
         }))
+    }
+
+    /// Reserves a DATA record of `payload` bytes like [`claim`](Self::claim), but returns a
+    /// pointer to its payload instead of a borrowing [`Claim`], for a handle that keeps the
+    /// claim open across calls (the engine's zero-copy `Connection::claim`). The claim stays open
+    /// until [`commit_raw`](Self::commit_raw) or [`abort_raw`](Self::abort_raw); meanwhile every
+    /// other claim or push fails with [`RingError::ClaimOpen`], so nothing else writes those
+    /// bytes. `Ok(None)`: the ring is full.
+    ///
+    /// The pointer is valid for writes of `payload` bytes while the claim is open and the
+    /// region lives (the producer holds it).
+    ///
+    /// # Errors
+    ///
+    /// As [`claim`](Self::claim), and [`RingError::ClaimOpen`].
+    #[inline]
+    pub fn claim_raw(&mut self, payload: usize) -> Result<Option<NonNull<u8>>, RingError> {
+        let ptr = match self.claim(payload)? {
+            Some(mut c) => NonNull::new(c.payload_mut().as_mut_ptr()),
+            None => return Ok(None),
+        };
+        let Some(ptr) = ptr else {
+            return Ok(None);
+        };
+        self.raw = Some(payload);
+        Ok(Some(ptr))
+    }
+
+    /// Publishes the open raw claim as a DATA record of `len` bytes (at most the claimed size,
+    /// clamped to it). Returns `false` (and writes nothing) when no raw claim is open.
+    #[inline]
+    pub fn commit_raw(&mut self, len: usize) -> bool {
+        let Some(claimed) = self.raw.take() else {
+            return false;
+        };
+        let payload = len.min(claimed);
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        // The claimed record fitted (`reserve`), so the smaller one does: same offset.
+        Claim {
+            p: self,
+            ty: RecordType::Data,
+            payload,
+            size,
+        }
+        .commit();
+        true
+    }
+
+    /// Closes the open raw claim without writing its record (the space is claimed again by
+    /// the next record). Does nothing when none is open.
+    #[inline]
+    pub fn abort_raw(&mut self) {
+        self.raw = None;
+    }
+
+    /// Re-reads (and validates) the consumer's position and returns it: every record ending at
+    /// or before it has been consumed. For credit accounting on top of the ring.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::BadConsumerPosition`] (the producer is then failed).
+    #[inline]
+    pub fn consumer_position(&mut self) -> Result<u64, RingError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        self.refresh(0)?;
+        Ok(self.head_cache)
     }
 
     /// Re-reads the consumer's position; whether `need` bytes now fit.

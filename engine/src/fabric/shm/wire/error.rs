@@ -2,25 +2,19 @@
 
 use std::io;
 
+use crate::record::ring::RingError;
+
 /// Which value read from the peer's side of the segment failed validation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Field {
-    /// A descriptor slot's sequence word is neither the expected one nor a stale one from an
-    /// earlier lap (a sequence jump or garbage).
-    DescSeq,
-    /// A continuation slot of a multi-slot inline record does not carry its stamp.
-    ContStamp,
-    /// A descriptor's length exceeds `inline_max` (inline) or `buffer_size` (buffer).
-    DescLen,
-    /// A descriptor's buffer index is `>= buffer_count` (and not the inline marker).
-    DescBufIndex,
-    /// A descriptor names a buffer the receiver still holds (sent twice without a release).
-    DescBufHeld,
-    /// A descriptor's reserved flags word is not zero.
-    DescFlags,
-    /// The consumer head of a descriptor ring moved backwards or past the producer's tail.
-    DescHead,
+    /// A `BUF_REF` record's length exceeds `buffer_size`.
+    BufRefLen,
+    /// A `BUF_REF` record's buffer index is `>= buffer_count`.
+    BufRefIndex,
+    /// A `BUF_REF` record names a buffer the receiver still holds (sent twice without a
+    /// release).
+    BufRefHeld,
     /// The release-ring tail moved backwards or more than the ring capacity ahead of the head.
     ReleaseTail,
     /// The release-ring head moved backwards or past the tail.
@@ -38,13 +32,9 @@ impl Field {
     /// A short name of the field, for messages and counters.
     pub const fn name(self) -> &'static str {
         match self {
-            Field::DescSeq => "descriptor seq",
-            Field::ContStamp => "continuation stamp",
-            Field::DescLen => "descriptor len",
-            Field::DescBufIndex => "descriptor buffer index",
-            Field::DescBufHeld => "descriptor buffer already held",
-            Field::DescFlags => "descriptor flags",
-            Field::DescHead => "descriptor-ring consumer head",
+            Field::BufRefLen => "buffer reference len",
+            Field::BufRefIndex => "buffer reference index",
+            Field::BufRefHeld => "buffer reference to a buffer already held",
             Field::ReleaseTail => "release-ring tail",
             Field::ReleaseHead => "release-ring head",
             Field::ReleaseIndex => "release index",
@@ -132,7 +122,7 @@ pub enum WireError {
     /// [`crate::fabric::shm::wire::Segment::split`] was called a second time.
     #[error("shm segment rings were already split off")]
     AlreadySplit,
-    /// An inline payload is longer than `inline_max`.
+    /// A payload is longer than `inline_max` (inline) or `buffer_size` (buffer reference).
     #[error("inline payload of {len} bytes exceeds the inline limit of {max} bytes")]
     PayloadTooLarge {
         /// Payload length.
@@ -160,6 +150,15 @@ pub enum WireError {
         /// The index.
         index: u32,
     },
+    /// The record ring rejected what the peer wrote (a record header, a record running past
+    /// its limit, the consumer position), or could not be set up over the segment: fail the
+    /// connection.
+    #[error("shm record ring")]
+    Ring {
+        /// The ring's error.
+        #[source]
+        source: RingError,
+    },
     /// The peer wrote an invalid value: fail the connection.
     #[error("corrupt shm segment: {what} = {value:#x} (at ring position {position})")]
     Corrupt {
@@ -167,16 +166,17 @@ pub enum WireError {
         what: Field,
         /// The offending value read from the segment.
         value: u64,
-        /// Ring position (descriptor or release ring) where it was read, for diagnostics.
+        /// Ring position (record or release ring) where it was read, for diagnostics.
         position: u64,
     },
 }
 
 impl WireError {
-    /// `true` for [`WireError::Corrupt`]: the peer misbehaved and the connection must be failed.
+    /// `true` for [`WireError::Corrupt`] and [`WireError::Ring`]: the peer misbehaved and the
+    /// connection must be failed.
     #[inline]
     pub fn is_corrupt(&self) -> bool {
-        matches!(self, WireError::Corrupt { .. })
+        matches!(self, WireError::Corrupt { .. } | WireError::Ring { .. })
     }
 
     #[cold]

@@ -10,27 +10,30 @@
 //! offset 128    side A state    attached, closed, heartbeat, pid             (128 B)
 //! offset 256    side B state    attached, closed, heartbeat, pid             (128 B)
 //! then, for dir in [A->B, B->A]:
-//!   desc head   consumer head index (written by the receiver)                (128 B)
-//!   desc slots  ring_depth x 64-B slots (written by the sender)
+//!   ring        record ring region (crate::record::ring): producer position line,
+//!               consumer position line, ring_capacity bytes of records      (region_size)
 //!   rel tail    release-ring tail (written by the receiver)                  (128 B)
 //!   rel head    release-ring head (written by the sender)                    (128 B)
 //!   rel entries release_capacity x u32 buffer indices (written by receiver)  (padded to 128 B)
 //!   buffers     buffer_count x buffer_size bytes (written by the sender)     (page aligned)
 //! total length rounded up to the page size.
 //! ```
+//!
+//! # Ring capacity and footprint
+//!
+//! Each direction's record ring holds at least `ring_depth` records of `inline_max` payload
+//! (and so at least `ring_depth` messages of any size: a larger message travels as a 16-byte
+//! `BUF_REF` record, a smaller one in a smaller `DATA` record). [`ring_capacity`] is the
+//! smallest power of two that holds `ring_depth + 1` such records (the extra one covers the PAD
+//! of a wrap) plus the 8-byte zero-ahead word, and at least twice the largest record (the
+//! ring's own limit). Example: the defaults (depth 128, inline threshold 120: 128-byte records)
+//! give a 32 KiB ring per direction; a connection's segment is then
+//! `2 x (32 KiB + 256 B + release ring + buffer_count x buffer_size)`, rounded to pages.
 
 use super::WireError;
+use crate::record::ring::{region_size, MIN_CAPACITY};
+use crate::record::RECORD_HEADER;
 
-/// Size of one descriptor slot, and the unit of the descriptor ring: one cache line.
-pub const SLOT_SIZE: usize = 64;
-/// Bytes of header at the start of the first slot of a record (`seq`, `len`, `buf`, `aux`, `flags`).
-pub const SLOT_HEADER_SIZE: usize = 24;
-/// Inline payload bytes carried by the first slot of a record.
-pub const FIRST_SLOT_INLINE: usize = SLOT_SIZE - SLOT_HEADER_SIZE;
-/// Bytes at the start of a continuation slot (its stamp).
-pub const CONT_SLOT_HEADER_SIZE: usize = 8;
-/// Inline payload bytes carried by each continuation slot of a multi-slot inline record.
-pub const CONT_SLOT_INLINE: usize = SLOT_SIZE - CONT_SLOT_HEADER_SIZE;
 /// Padding unit that keeps independently written words apart (x86_64 adjacent-line prefetch pairs
 /// 64-B lines, so 128 B, as crossbeam's `CachePadded`).
 pub const CACHE_PAD: usize = 128;
@@ -40,7 +43,7 @@ pub const PAGE_SIZE: usize = 4096;
 /// Magic number at offset 0 of every segment: `b"SPWIRE\0"` followed by a format byte.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"SPWIRE\x00\x01");
 /// Version of the segment format. Bumped on any incompatible layout change.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// Smallest allowed [`Params::buffer_size`].
 pub const MIN_BUFFER_SIZE: u32 = 64;
@@ -52,7 +55,7 @@ pub const MAX_BUFFER_COUNT: u32 = 1 << 16;
 pub const MIN_RING_DEPTH: u32 = 2;
 /// Largest allowed [`Params::ring_depth`].
 pub const MAX_RING_DEPTH: u32 = 1 << 16;
-/// Largest allowed [`Params::inline_max`] (before the ring-depth limit, see [`Params::validate`]).
+/// Largest allowed [`Params::inline_max`].
 pub const MAX_INLINE: u32 = 4096;
 /// Largest segment this format will create or attach (64 GiB).
 pub const MAX_SEGMENT_LEN: u64 = 1 << 36;
@@ -87,24 +90,6 @@ pub mod hdr {
     pub const END: usize = 384;
 }
 
-/// Byte offsets inside the first slot of a record (part of the wire format).
-///
-/// The four `u32` fields are accessed as two native-endian `u64` words, `LEN | BUF << 32` at
-/// offset 8 and `AUX | FLAGS << 32` at offset 16, so the `u32` offsets below hold on
-/// little-endian hosts (x86_64, aarch64); both sides of a segment always share one host.
-pub mod slot {
-    /// `u64`: sequence word, `position + 1`; stored last with `Release`.
-    pub const SEQ: usize = 0;
-    /// `u32`: payload length.
-    pub const LEN: usize = 8;
-    /// `u32`: buffer index, or `ring::INLINE_BUF` for an inline payload.
-    pub const BUF: usize = 12;
-    /// `u32`: opaque word for the engine (credits/flags); not validated by the wire layer.
-    pub const AUX: usize = 16;
-    /// `u32`: reserved flags, must be 0.
-    pub const FLAGS: usize = 20;
-}
-
 /// Connection parameters that fix the segment layout. Negotiated over the control socket;
 /// both sides validate them with [`Params::validate`] before computing a [`Layout`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,10 +100,11 @@ pub struct Params {
     /// Buffers per direction, in `1 ..= MAX_BUFFER_COUNT`. Each side owns the buffers of the
     /// direction it sends on.
     pub buffer_count: u32,
-    /// Descriptor-ring slots per direction: a power of two in `MIN_RING_DEPTH ..= MAX_RING_DEPTH`.
+    /// Messages each direction's record ring holds at least (see [`ring_capacity`]): a power of
+    /// two in `MIN_RING_DEPTH ..= MAX_RING_DEPTH`.
     pub ring_depth: u32,
-    /// Largest payload sent inline in the descriptor ring, in `0 ..= MAX_INLINE`, needing at most
-    /// `ring_depth` slots (see [`slots_for_inline`]). `0` disables inline sends.
+    /// Largest payload sent inline (as a `DATA` record in the ring), in `0 ..= MAX_INLINE`.
+    /// `0` sends every non-empty message by buffer reference.
     pub inline_max: u32,
 }
 
@@ -147,22 +133,31 @@ impl Params {
         {
             return bad("ring_depth", self.ring_depth);
         }
-        if self.inline_max > MAX_INLINE
-            || slots_for_inline(self.inline_max as usize) > self.ring_depth as usize
-        {
+        if self.inline_max > MAX_INLINE {
             return bad("inline_max", self.inline_max);
         }
         Ok(())
     }
 }
 
-/// Number of 64-B slots an inline record with `len` payload bytes occupies (at least 1).
-#[inline]
-pub const fn slots_for_inline(len: usize) -> usize {
-    if len <= FIRST_SLOT_INLINE {
-        1
+/// Capacity in bytes of each direction's record ring for `ring_depth` records of up to
+/// `inline_max` payload bytes (see the [module docs](self#ring-capacity-and-footprint)).
+/// Callers pass validated [`Params`] (so the result is at most 512 MiB).
+pub const fn ring_capacity(ring_depth: u32, inline_max: u32) -> usize {
+    // A record of `inline_max` payload, and never less than a BUF_REF record (16 bytes).
+    let rec = (RECORD_HEADER + inline_max as usize).div_ceil(8) * 8;
+    let rec = if rec < 16 { 16 } else { rec };
+    let need = (ring_depth as usize + 1) * rec + 8;
+    let cap = need.next_power_of_two();
+    let min = if 2 * rec > MIN_CAPACITY {
+        (2 * rec).next_power_of_two()
     } else {
-        1 + (len - FIRST_SLOT_INLINE).div_ceil(CONT_SLOT_INLINE)
+        MIN_CAPACITY
+    };
+    if cap < min {
+        min
+    } else {
+        cap
     }
 }
 
@@ -178,10 +173,9 @@ pub enum Dir {
 /// Byte offsets of one direction's structures, relative to the segment base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirLayout {
-    /// `AtomicU64`: consumer head of the descriptor ring (positions `< head` are free again).
-    pub desc_head: usize,
-    /// First of `ring_depth` 64-B descriptor slots.
-    pub desc_slots: usize,
+    /// The record ring region ([`crate::record::ring`]): producer position line at `ring`,
+    /// consumer position line at `ring + 128`, then [`Layout::ring_capacity`] bytes of records.
+    pub ring: usize,
     /// `AtomicU64`: release-ring tail, written by the receiver of this direction.
     pub rel_tail: usize,
     /// `AtomicU64`: release-ring head, written by the sender of this direction.
@@ -197,6 +191,7 @@ pub struct DirLayout {
 pub struct Layout {
     params: Params,
     release_capacity: u32,
+    ring_capacity: usize,
     dirs: [DirLayout; 2],
     total_len: usize,
 }
@@ -214,33 +209,30 @@ impl Layout {
     pub fn new(params: &Params) -> Result<Self, WireError> {
         params.validate()?;
         let release_capacity = params.buffer_count.next_power_of_two();
-        let depth = params.ring_depth as usize;
+        let ring_capacity = ring_capacity(params.ring_depth, params.inline_max);
         // All factors are bounded by the limits above (< 2^17 * 2^24), so u64 math cannot
         // overflow; the sum is checked against MAX_SEGMENT_LEN before converting to usize.
         let buffers_len = u64::from(params.buffer_size) * u64::from(params.buffer_count);
         let mut off: u64 = hdr::END as u64;
         let mut dirs = [DirLayout {
-            desc_head: 0,
-            desc_slots: 0,
+            ring: 0,
             rel_tail: 0,
             rel_head: 0,
             rel_entries: 0,
             buffers: 0,
         }; 2];
-        let mut offsets = [0u64; 6];
+        let mut offsets = [0u64; 5];
         for d in &mut dirs {
             offsets[0] = off;
-            off += CACHE_PAD as u64;
+            off += round_up(region_size(ring_capacity), CACHE_PAD) as u64;
             offsets[1] = off;
-            off += round_up(depth * SLOT_SIZE, CACHE_PAD) as u64;
+            off += CACHE_PAD as u64;
             offsets[2] = off;
             off += CACHE_PAD as u64;
             offsets[3] = off;
-            off += CACHE_PAD as u64;
-            offsets[4] = off;
             off += round_up(release_capacity as usize * 4, CACHE_PAD) as u64;
             off = off.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
-            offsets[5] = off;
+            offsets[4] = off;
             off += buffers_len;
             off = off.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
             if off > MAX_SEGMENT_LEN || off > isize::MAX as u64 {
@@ -250,17 +242,17 @@ impl Layout {
                 });
             }
             *d = DirLayout {
-                desc_head: offsets[0] as usize,
-                desc_slots: offsets[1] as usize,
-                rel_tail: offsets[2] as usize,
-                rel_head: offsets[3] as usize,
-                rel_entries: offsets[4] as usize,
-                buffers: offsets[5] as usize,
+                ring: offsets[0] as usize,
+                rel_tail: offsets[1] as usize,
+                rel_head: offsets[2] as usize,
+                rel_entries: offsets[3] as usize,
+                buffers: offsets[4] as usize,
             };
         }
         Ok(Self {
             params: *params,
             release_capacity,
+            ring_capacity,
             dirs,
             total_len: off as usize,
         })
@@ -282,6 +274,12 @@ impl Layout {
     #[inline]
     pub fn release_capacity(&self) -> u32 {
         self.release_capacity
+    }
+
+    /// Capacity in bytes of each direction's record ring ([`ring_capacity`]).
+    #[inline]
+    pub fn ring_capacity(&self) -> usize {
+        self.ring_capacity
     }
 
     /// Offsets of one direction's structures.
@@ -311,16 +309,16 @@ mod tests {
     }
 
     #[test]
-    fn slots_for_inline_boundaries() {
-        assert_eq!(slots_for_inline(0), 1);
-        assert_eq!(slots_for_inline(FIRST_SLOT_INLINE), 1);
-        assert_eq!(slots_for_inline(FIRST_SLOT_INLINE + 1), 2);
-        assert_eq!(slots_for_inline(64), 2);
-        assert_eq!(slots_for_inline(FIRST_SLOT_INLINE + CONT_SLOT_INLINE), 2);
-        assert_eq!(
-            slots_for_inline(FIRST_SLOT_INLINE + CONT_SLOT_INLINE + 1),
-            3
-        );
+    fn ring_capacity_holds_depth_records() {
+        use crate::record::ring::max_payload_for;
+        for (depth, inline) in [(2, 0), (2, 7), (64, 120), (128, 120), (1024, 4096), (4, 40)] {
+            let cap = ring_capacity(depth, inline);
+            assert!(cap.is_power_of_two());
+            let rec = crate::record::record_size(inline as usize).unwrap().max(16);
+            assert!(cap >= (depth as usize + 1) * rec + 8, "{depth} {inline}");
+            assert!(max_payload_for(cap) >= inline as usize);
+        }
+        assert_eq!(ring_capacity(128, 120), 32 << 10);
     }
 
     #[test]
@@ -336,7 +334,6 @@ mod tests {
             (p(64, 1, 3, 0), "ring_depth"),
             (p(64, 1, MAX_RING_DEPTH * 2, 0), "ring_depth"),
             (p(64, 1, 2, MAX_INLINE + 1), "inline_max"),
-            (p(64, 1, 2, 200), "inline_max"),
         ];
         for (params, field) in cases {
             match params.validate() {
@@ -359,20 +356,12 @@ mod tests {
             let mut regions = vec![(0usize, hdr::END)];
             for dir in [Dir::AToB, Dir::BToA] {
                 let d = l.dir(dir);
-                for off in [
-                    d.desc_head,
-                    d.desc_slots,
-                    d.rel_tail,
-                    d.rel_head,
-                    d.rel_entries,
-                ] {
+                for off in [d.ring, d.rel_tail, d.rel_head, d.rel_entries] {
                     assert_eq!(off % CACHE_PAD, 0);
                 }
                 assert_eq!(d.buffers % PAGE_SIZE, 0);
-                let depth = params.ring_depth as usize;
                 let cap = l.release_capacity() as usize;
-                regions.push((d.desc_head, d.desc_head + 8));
-                regions.push((d.desc_slots, d.desc_slots + depth * SLOT_SIZE));
+                regions.push((d.ring, d.ring + region_size(l.ring_capacity())));
                 regions.push((d.rel_tail, d.rel_tail + 8));
                 regions.push((d.rel_head, d.rel_head + 8));
                 regions.push((d.rel_entries, d.rel_entries + cap * 4));

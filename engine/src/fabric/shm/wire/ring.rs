@@ -1,177 +1,132 @@
-//! The ring protocol shared by the data-path handles [`TxRing`] (send descriptors, reclaim
-//! released buffers) and [`RxRing`] (poll descriptors, release buffers).
+//! The protocol shared by the data-path handles [`TxRing`] (write records, reclaim released
+//! buffers) and [`RxRing`] (poll records, release buffers).
 //!
-//! This module holds the protocol (below), its wire constants and the geometry both halves
-//! share: typed views of one direction's descriptor ring, release ring and buffer pool, the
-//! payload copies, and the ownership bitmap. The halves themselves live in `tx` ([`TxRing`])
+//! This module holds the protocol (below) and the geometry both halves share: the record ring
+//! region of one direction as [`RingMemory`] over the mapping, typed views of its release ring
+//! and buffer pool, and the ownership bitmap. The halves themselves live in `tx` ([`TxRing`])
 //! and `rx` ([`RxRing`]); both only read this module, never each other.
 //!
 //! [`TxRing`]: super::TxRing
 //! [`RxRing`]: super::RxRing
 //!
-//! # Descriptor ring protocol
-//! Each direction has `ring_depth` 64-B slots. Positions are `u64` counters that never wrap;
-//! position `p` lives in slot `p & (ring_depth - 1)`.
-//!
-//! * A record starts with a *first slot*: `seq: u64 = p + 1` (stored last, with `Release`),
-//!   `len: u32`, `buf: u32` (buffer index, or [`INLINE_BUF`]), `aux: u32` (opaque to the wire:
-//!   the engine's piggybacked credits/flags), `flags: u32` (reserved, must be 0), then 40 inline
-//!   payload bytes.
-//! * An inline payload longer than 40 bytes continues in the following slots (wrapping around the
-//!   ring end naturally): each *continuation slot* holds a stamp `(q + 1) | CONT_BIT` for its
-//!   position `q`, then 56 payload bytes. Continuations are written before the first slot's `seq`.
-//! * The receiver polls only the `seq` word of the next expected position: no shared tail
-//!   counter, so one small message costs one cache-line transfer, and a burst of records is
-//!   naturally batched (each slot is published independently, in order).
-//! * The receiver publishes its consumer head (one `AtomicU64` on its own 128-B line) on
-//!   [`RxRing::commit`]; the sender re-reads it only when its cached copy says the ring is full.
+//! # Record ring protocol
+//! Each direction has one SPSC record ring ([`crate::record::ring`]) in the segment: the sender
+//! of the direction is its producer, the receiver its consumer. A message up to `inline_max`
+//! bytes is a `DATA` record (header + payload, 8-aligned, several per cache line); a larger one
+//! stays in a pool buffer and travels as a 16-byte `BUF_REF` record (`buf`, `len`). The header
+//! word is the commit flag (stored last, `Release`), a batch is published with one store, the
+//! consumer publishes its position once per poll and the producer re-reads it only when its
+//! cached window runs out. The ring is the credit: a full ring is back-pressure.
 //!
 //! # Release ring protocol
 //! Buffers of direction `d` belong to `d`'s sender. The receiver returns each buffer index it
 //! was given through a single-producer ring of `u32` entries (capacity `buffer_count` rounded up to
 //! a power of two) with a tail (written by the receiver, published in batches by
-//! [`RxRing::publish_releases`]) and a head (written by the sender in [`TxRing::reclaim`]).
-//!
-//! # Performance
-//! `cargo bench -p spinwire --bench shm_wire` compares the ring with bare cache-line transfers in
-//! the same run. Best of 30 short runs on the 2-core development VM (shared with other builds, so
-//! medians were far worse and unreliable): ping-pong RTT bare cache line 260-290 ns; ring inline
-//! 8 B 309 ns (1.17x), 40 B 287 ns, 64 B (two slots) 335 ns (1.27x). One-way streaming: bare 64-B
-//! lines 72-85 M/s; ring inline 8 B up to 43 M msgs/s, 64 B up to 39 M msgs/s (two slots per
-//! message, i.e. about 78 M lines/s). Single-thread cost of send + poll + copy-out: about 8 ns
-//! (8 B) to 18 ns (64 B).
+//! [`Releaser::publish_releases`]) and a head (written by the sender in [`TxRing::reclaim`]).
 //!
 //! # Validation
-//! Every word read from the peer is checked before use; a bad one yields
-//! [`WireError::Corrupt`]. Both sides keep a private bitmap of buffer ownership, so a buffer the
-//! peer sends twice, or releases twice or without having it, is detected. Every call does a
-//! bounded amount of work; nothing waits for the peer. After a `Corrupt` error the handle's state
+//! Every word read from the peer is checked before use: record headers and the consumer
+//! position by the record ring ([`crate::record::ring::RingError`], surfaced as
+//! [`WireError::Ring`]), buffer references, release entries and release positions here
+//! ([`WireError::Corrupt`]). Both sides keep a private bitmap of buffer ownership, so a buffer
+//! the peer sends twice, or releases twice or without having it, is detected. Every call does a
+//! bounded amount of work; nothing waits for the peer. After such an error the handle's state
 //! is unspecified (but memory safe): fail the connection and drop it.
 //!
-//! [`RxRing::commit`]: super::RxRing::commit
-//! [`RxRing::publish_releases`]: super::RxRing::publish_releases
+//! [`Releaser::publish_releases`]: super::Releaser::publish_releases
 //! [`TxRing::reclaim`]: super::TxRing::reclaim
 //! [`WireError::Corrupt`]: super::WireError::Corrupt
+//! [`WireError::Ring`]: super::WireError::Ring
 
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
 
 use super::error::WireError;
-use super::layout::{Dir, SLOT_SIZE};
+use super::layout::Dir;
 use super::mapping::Mapping;
+#[cfg(loom)]
+use crate::record::ring::RingError;
+#[cfg(not(loom))]
+use crate::record::ring::{region_size, RingMemory};
+use crate::record::ring::{Consumer, Producer};
 
-/// `buf` value of an inline record.
-pub const INLINE_BUF: u32 = u32::MAX;
-/// Bit set in the stamp of a continuation slot.
-pub const CONT_BIT: u64 = 1 << 63;
-
-/// Ring geometry shared by both handle types; pointers are into the `Arc<Mapping>` they hold.
-pub(super) struct DescRing {
-    slots: *mut u8,
-    mask: u64,
-    /// Slots in the ring (a power of two).
-    pub(super) depth: u64,
-    head_word: *const AtomicU64,
-}
-
-impl DescRing {
-    pub(super) fn new(map: &Mapping, dir: Dir) -> Self {
-        let l = map.layout().dir(dir);
-        let depth = u64::from(map.layout().params().ring_depth);
-        DescRing {
-            // `wrapping_add` keeps this safe; offsets are in bounds by construction of `Layout`.
-            slots: map.base().wrapping_add(l.desc_slots),
-            mask: depth - 1,
-            depth,
-            head_word: map.atomic_u64(l.desc_head),
-        }
-    }
-
-    /// Pointer to the slot of position `pos`.
-    #[inline(always)]
-    fn slot(&self, pos: u64) -> *mut u8 {
-        let index = (pos & self.mask) as usize;
-        // `index < depth`, so the slot lies inside the ring: computed without `unsafe`.
-        self.slots.wrapping_add(index * SLOT_SIZE)
-    }
-
-    /// The word at byte `off` of the slot of position `pos`.
-    #[inline(always)]
-    pub(super) fn u64_at(&self, pos: u64, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= SLOT_SIZE);
-        // SAFETY: the slot is inside the live mapping (held by the owning handle's Arc), slots
-        // are 64-B aligned and `off` is an 8-aligned offset inside the slot (all call sites use
-        // constants or 8-B steps bounded by SLOT_SIZE). Shared memory is accessed atomically only.
-        unsafe { &*self.slot(pos).add(off).cast::<AtomicU64>() }
-    }
-
-    #[inline(always)]
-    pub(super) fn head(&self) -> &AtomicU64 {
-        // SAFETY: points at an 8-aligned word of the live mapping (see `DescRing::new`).
-        unsafe { &*self.head_word }
-    }
-}
-
-/// Copies `src` into a slot's payload area starting at 8-aligned `off`, as relaxed u64 stores
-/// (the last chunk zero padded; payload areas are multiples of 8 bytes).
-#[inline(always)]
-pub(super) fn store_payload(ring: &DescRing, pos: u64, off: usize, src: &[u8]) {
-    let mut chunks = src.chunks_exact(8);
-    let mut o = off;
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        ring.u64_at(pos, o)
-            .store(u64::from_ne_bytes(w), Ordering::Relaxed);
-        o += 8;
-    }
-    let rem = chunks.remainder();
-    if !rem.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rem.len()].copy_from_slice(rem);
-        ring.u64_at(pos, o)
-            .store(u64::from_ne_bytes(w), Ordering::Relaxed);
-    }
-}
-
-/// Copies a slot's payload area starting at 8-aligned `off` into `dst` with relaxed u64 loads.
-#[inline(always)]
-pub(super) fn load_payload(ring: &DescRing, pos: u64, off: usize, dst: &mut [u8]) {
-    let mut o = off;
-    let mut chunks = dst.chunks_exact_mut(8);
-    for c in &mut chunks {
-        c.copy_from_slice(&ring.u64_at(pos, o).load(Ordering::Relaxed).to_ne_bytes());
-        o += 8;
-    }
-    let rem = chunks.into_remainder();
-    if !rem.is_empty() {
-        let w = ring.u64_at(pos, o).load(Ordering::Relaxed).to_ne_bytes();
-        let n = rem.len();
-        rem.copy_from_slice(&w[..n]);
-    }
-}
-
-/// [`load_payload`] into uninitialised memory: every byte of `dst` is written.
-#[inline(always)]
-pub(super) fn load_payload_uninit(
-    ring: &DescRing,
-    pos: u64,
+/// One direction's record ring region, as [`RingMemory`] for the ring handles: the mapping
+/// (kept alive by the `Arc`) plus the region's offset and size from the local layout.
+#[cfg(not(loom))]
+pub(super) struct SegRing {
+    map: Arc<Mapping>,
     off: usize,
-    dst: &mut [MaybeUninit<u8>],
-) {
-    let mut o = off;
-    let mut chunks = dst.chunks_exact_mut(8);
-    for c in &mut chunks {
-        let w = ring.u64_at(pos, o).load(Ordering::Relaxed).to_ne_bytes();
-        c.copy_from_slice(&w.map(MaybeUninit::new));
-        o += 8;
+    len: usize,
+}
+
+#[cfg(not(loom))]
+impl SegRing {
+    pub(super) fn new(map: Arc<Mapping>, dir: Dir) -> SegRing {
+        let off = map.layout().dir(dir).ring;
+        let len = region_size(map.layout().ring_capacity());
+        SegRing { map, off, len }
     }
-    let rem = chunks.into_remainder();
-    if !rem.is_empty() {
-        let w = ring.u64_at(pos, o).load(Ordering::Relaxed).to_ne_bytes();
-        let n = rem.len();
-        rem.copy_from_slice(&w.map(MaybeUninit::new)[..n]);
+}
+
+/// The producing end of direction `dir`'s record ring (DATA payloads up to `max_payload`).
+#[cfg(not(loom))]
+pub(super) fn ring_producer(
+    map: &Arc<Mapping>,
+    dir: Dir,
+    max_payload: usize,
+) -> Result<Producer, WireError> {
+    Producer::attach(Arc::new(SegRing::new(Arc::clone(map), dir)), max_payload)
+        .map_err(|source| WireError::Ring { source })
+}
+
+/// The consuming end of direction `dir`'s record ring.
+#[cfg(not(loom))]
+pub(super) fn ring_consumer(
+    map: &Arc<Mapping>,
+    dir: Dir,
+    max_payload: usize,
+) -> Result<Consumer, WireError> {
+    Consumer::attach(Arc::new(SegRing::new(Arc::clone(map), dir)), max_payload)
+        .map_err(|source| WireError::Ring { source })
+}
+
+/// Under `--cfg loom` the ring runs over loom's tracked heap words only (the loom model tests
+/// the ring itself): a segment's rings cannot be attached.
+#[cfg(loom)]
+fn not_modelled() -> WireError {
+    WireError::Ring {
+        source: RingError::BadGeometry {
+            reason: "shm segment rings are not available under loom",
+            size_bytes: 0,
+        },
+    }
+}
+
+#[cfg(loom)]
+pub(super) fn ring_producer(_: &Arc<Mapping>, _: Dir, _: usize) -> Result<Producer, WireError> {
+    Err(not_modelled())
+}
+
+#[cfg(loom)]
+pub(super) fn ring_consumer(_: &Arc<Mapping>, _: Dir, _: usize) -> Result<Consumer, WireError> {
+    Err(not_modelled())
+}
+
+// SAFETY: `off .. off + len` is the direction's ring region of the locally computed layout:
+// inside the mapping (which the `Arc` keeps mapped for as long as this value lives, at a fixed
+// address), 128-byte aligned (`Layout` places it at a multiple of `CACHE_PAD` from the
+// page-aligned base). In this process only the ring handle attached to it (one producer or one
+// consumer per side) accesses it; the peer process is untrusted, which the ring's trust model
+// covers.
+#[cfg(not(loom))]
+unsafe impl RingMemory for SegRing {
+    fn as_ptr(&self) -> *mut u8 {
+        self.map.base().wrapping_add(self.off)
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.len
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::error::WireError;
 use super::layout::{hdr, Layout, Params, SEGMENT_MAGIC, WIRE_VERSION};
 use super::mapping::{Mapping, Side};
-use super::rx::RxRing;
+use super::rx::{Releaser, RxRing};
 use super::tx::TxRing;
 
 /// A snapshot of the peer's state words in the segment header.
@@ -58,10 +58,11 @@ fn map_shared(fd: BorrowedFd<'_>, len: usize, create: bool) -> Result<NonNull<u8
     NonNull::new(p.cast::<u8>()).ok_or_else(|| os_err("mmap", create))
 }
 
-/// One connection's shared segment: header, both directions' rings and both buffer pools.
+/// One connection's shared segment: header, both directions' record rings, release rings and
+/// buffer pools.
 ///
 /// `Segment` is a cheap handle (`Clone`, `Send + Sync`) to the mapping; the mapping stays valid
-/// while any `Segment`, [`TxRing`] or [`RxRing`] of it is alive, so holding a clone keeps buffer
+/// while any `Segment`, [`TxRing`], [`RxRing`] or [`Releaser`] of it is alive, so holding a clone keeps buffer
 /// pointers handed out by the rings valid. The control thread keeps one for liveness
 /// ([`Segment::bump_heartbeat`], [`Segment::peer_state`]); the data path uses the rings from
 /// [`Segment::split`].
@@ -272,20 +273,23 @@ impl Segment {
         Ok(Segment { map: Arc::new(map) })
     }
 
-    /// Splits off this side's data-path handles: the [`TxRing`] for [`Side::tx_dir`] and the
-    /// [`RxRing`] for [`Side::rx_dir`]. Allocates the per-buffer ownership tables (setup time,
-    /// not the data path).
+    /// Splits off this side's data-path handles: the [`TxRing`] for [`Side::tx_dir`], and the
+    /// [`RxRing`] and [`Releaser`] for [`Side::rx_dir`]. Allocates the per-buffer ownership
+    /// tables (setup time, not the data path).
     ///
     /// # Errors
-    /// [`WireError::AlreadySplit`] if called before on any clone of this segment.
-    pub fn split(&self) -> Result<(TxRing, RxRing), WireError> {
+    /// [`WireError::AlreadySplit`] if called before on any clone of this segment;
+    /// [`WireError::Ring`] if a record ring cannot be set up over its region (not with a
+    /// layout from validated params).
+    pub fn split(&self) -> Result<(TxRing, RxRing, Releaser), WireError> {
         if self.map.split.swap(true, Ordering::AcqRel) {
             return Err(WireError::AlreadySplit);
         }
         let side = self.map.side;
         Ok((
-            TxRing::new(Arc::clone(&self.map), side.tx_dir()),
-            RxRing::new(Arc::clone(&self.map), side.rx_dir()),
+            TxRing::new(Arc::clone(&self.map), side.tx_dir())?,
+            RxRing::new(Arc::clone(&self.map), side.rx_dir())?,
+            Releaser::new(Arc::clone(&self.map), side.rx_dir()),
         ))
     }
 

@@ -1,6 +1,6 @@
-//! The sending half of a direction: [`TxRing`] writes records (inline payloads or buffer
-//! references) into the descriptor ring and reclaims the buffers the receiver released. The
-//! protocol is described in [`ring`](super::ring).
+//! The sending half of a direction: [`TxRing`] writes records (`DATA` payloads or `BUF_REF`
+//! buffer references) into the direction's record ring and reclaims the buffers the receiver
+//! released. The protocol is described in [`ring`](super::ring).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -9,25 +9,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::error::{Field, WireError};
-use super::layout::{
-    slot, slots_for_inline, Dir, CONT_SLOT_HEADER_SIZE, CONT_SLOT_INLINE, FIRST_SLOT_INLINE,
-    SLOT_HEADER_SIZE,
-};
+use super::layout::Dir;
 use super::mapping::Mapping;
-use super::ring::{store_payload, Bitmap, DescRing, Pool, RelRing, CONT_BIT, INLINE_BUF};
+use super::ring::{ring_producer, Bitmap, Pool, RelRing};
+use crate::record::ring::{Claim, Producer};
 
-/// The sending half of this side's direction: writes descriptors (inline payloads or buffer
+/// The sending half of this side's direction: writes records (inline payloads or buffer
 /// references) and reclaims buffers the receiver released.
 ///
-/// `Send + !Sync`, methods take `&mut self`: exactly one thread (the poller owning the
-/// connection) drives it. Holds the mapping alive.
+/// `Send + !Sync`, methods take `&mut self`: exactly one thread (the connection's owner)
+/// drives it. Holds the mapping alive.
 pub struct TxRing {
     map: Arc<Mapping>,
-    ring: DescRing,
-    /// Next position to write. Invariant: `head_cache <= tail <= head_cache + depth`.
-    tail: u64,
-    /// Last validated consumer head.
-    head_cache: u64,
+    ring: Producer,
     inline_max: u32,
     rel: RelRing,
     /// Next release entry to read; published to the receiver after each reclaim.
@@ -49,23 +43,20 @@ impl std::fmt::Debug for TxRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TxRing")
             .field("side", &self.map.side())
-            .field("tail", &self.tail)
-            .field("head_cache", &self.head_cache)
+            .field("ring", &self.ring)
             .field("in_flight", &self.in_flight_count)
             .finish()
     }
 }
 
 impl TxRing {
-    pub(crate) fn new(map: Arc<Mapping>, dir: Dir) -> Self {
-        let ring = DescRing::new(&map, dir);
+    pub(crate) fn new(map: Arc<Mapping>, dir: Dir) -> Result<Self, WireError> {
+        let p = *map.layout().params();
+        let ring = ring_producer(&map, dir, p.inline_max as usize)?;
         let rel = RelRing::new(&map, dir);
         let pool = Pool::new(&map, dir);
-        let p = *map.layout().params();
-        TxRing {
+        Ok(TxRing {
             ring,
-            tail: 0,
-            head_cache: 0,
             inline_max: p.inline_max,
             rel,
             rel_head: 0,
@@ -75,7 +66,7 @@ impl TxRing {
             pool,
             map,
             _not_sync: PhantomData,
-        }
+        })
     }
 
     /// Largest inline payload ([`crate::fabric::shm::wire::Params::inline_max`]).
@@ -102,111 +93,86 @@ impl TxRing {
         self.in_flight_count
     }
 
-    /// Free descriptor slots according to the cached consumer head (a lower bound).
-    #[inline]
-    pub fn free_slots_cached(&self) -> u64 {
-        self.ring.depth - (self.tail - self.head_cache)
-    }
-
-    /// Ring position just past the last record written (the producer tail).
+    /// Ring position just past the last record written (bytes written so far).
     #[inline]
     pub fn position(&self) -> u64 {
-        self.tail
+        self.ring.position()
     }
 
-    /// Re-reads the receiver's consumer head (validated) and returns it: every record ending at or
-    /// before it has been consumed. The engine's credit accounting uses this.
+    /// Re-reads the receiver's consumer position (validated) and returns it: every record
+    /// ending at or before it has been consumed.
     ///
     /// # Errors
-    /// [`WireError::Corrupt`] if the head moved backwards or past the tail.
+    /// [`WireError::Ring`] if the position read from the segment is invalid.
     #[inline]
-    pub fn refresh_head(&mut self) -> Result<u64, WireError> {
-        let h = self.ring.head().load(Ordering::Acquire);
-        if h < self.head_cache || h > self.tail {
-            return Err(WireError::corrupt(Field::DescHead, h, self.tail));
-        }
-        self.head_cache = h;
-        Ok(h)
+    pub fn consumer_position(&mut self) -> Result<u64, WireError> {
+        self.ring
+            .consumer_position()
+            .map_err(|source| WireError::Ring { source })
     }
 
-    /// Makes sure `k <= depth` slots are free, re-reading the consumer head only when the cached
-    /// value says they are not.
-    #[inline(always)]
-    fn reserve(&mut self, k: u64) -> Result<bool, WireError> {
-        if self.tail + k - self.head_cache <= self.ring.depth {
-            return Ok(true);
-        }
-        let h = self.ring.head().load(Ordering::Acquire);
-        if h < self.head_cache || h > self.tail {
-            return Err(WireError::corrupt(Field::DescHead, h, self.tail));
-        }
-        self.head_cache = h;
-        Ok(self.tail + k - h <= self.ring.depth)
+    /// Capacity of the record ring in bytes.
+    #[inline]
+    pub fn ring_capacity(&self) -> usize {
+        self.ring.capacity()
     }
 
-    /// Sends `payload` inline in the descriptor ring, with the opaque `aux` word (credits/flags).
-    /// Visible to the receiver when this returns `Ok(true)`.
-    ///
-    /// Returns `Ok(false)` if the ring has no room for the `slots_for_inline(len)` slots
-    /// (back-pressure: retry after the receiver commits).
+    /// Claims a `DATA` record of `len <= inline_max` payload bytes in place in the ring: fill
+    /// [`Claim::payload_mut`], then [`Claim::commit`] (visible at once). `Ok(None)`: the ring is
+    /// full (back-pressure: retry after the receiver polls). Dropping the claim writes nothing.
     ///
     /// # Errors
-    /// [`WireError::PayloadTooLarge`] if `payload.len() > inline_max`;
-    /// [`WireError::Corrupt`] if the consumer head read from the segment is invalid.
+    /// [`WireError::PayloadTooLarge`] if `len > inline_max`; [`WireError::Ring`] if the
+    /// consumer position read from the segment is invalid.
     #[inline]
-    pub fn try_send_inline(&mut self, payload: &[u8], aux: u32) -> Result<bool, WireError> {
-        let len = payload.len();
+    pub fn claim(&mut self, len: usize) -> Result<Option<Claim<'_>>, WireError> {
         if len > self.inline_max as usize {
             return Err(WireError::PayloadTooLarge {
                 len,
                 max: self.inline_max as usize,
             });
         }
-        let k = slots_for_inline(len) as u64;
-        if !self.reserve(k)? {
-            return Ok(false);
-        }
-        let pos = self.tail;
-        let (first, rest) = payload.split_at(len.min(FIRST_SLOT_INLINE));
-        for (i, chunk) in rest.chunks(CONT_SLOT_INLINE).enumerate() {
-            let q = pos + 1 + i as u64;
-            self.ring
-                .u64_at(q, 0)
-                .store((q + 1) | CONT_BIT, Ordering::Relaxed);
-            store_payload(&self.ring, q, CONT_SLOT_HEADER_SIZE, chunk);
-        }
-        self.write_first(pos, len as u32, INLINE_BUF, aux);
-        store_payload(&self.ring, pos, SLOT_HEADER_SIZE, first);
         self.ring
-            .u64_at(pos, slot::SEQ)
-            .store(pos + 1, Ordering::Release);
-        self.tail = pos + k;
-        Ok(true)
+            .claim(len)
+            .map_err(|source| WireError::Ring { source })
     }
 
-    #[inline(always)]
-    fn write_first(&self, pos: u64, len: u32, buf: u32, aux: u32) {
-        // Two u64 stores instead of four u32 ones (see `layout::slot` for the word layout).
-        self.ring
-            .u64_at(pos, slot::LEN)
-            .store(u64::from(len) | u64::from(buf) << 32, Ordering::Relaxed);
-        self.ring
-            .u64_at(pos, slot::AUX)
-            .store(u64::from(aux), Ordering::Relaxed);
+    /// The record ring's producer, for callers that manage claims across calls (the engine's
+    /// direct path). Claims of more than `inline_max` bytes are refused by the ring itself.
+    #[inline]
+    pub(crate) fn producer(&mut self) -> &mut Producer {
+        &mut self.ring
+    }
+
+    /// Sends `payload` inline as a `DATA` record; visible to the receiver when this returns
+    /// `Ok(true)`. `Ok(false)`: the ring is full (back-pressure).
+    ///
+    /// # Errors
+    /// As [`claim`](Self::claim).
+    #[inline]
+    pub fn try_send_inline(&mut self, payload: &[u8]) -> Result<bool, WireError> {
+        match self.claim(payload.len())? {
+            Some(mut c) => {
+                c.payload_mut().copy_from_slice(payload);
+                c.commit();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Sends the first `len` bytes of buffer `index` (already written, e.g. via
-    /// [`TxRing::buffer_mut`]) with the opaque `aux` word. The buffer is then in flight: the
-    /// sender must not write it until [`TxRing::reclaim`] returns it.
+    /// [`TxRing::buffer_mut`]) as a `BUF_REF` record. The buffer is then in flight: the sender
+    /// must not write it until [`TxRing::reclaim`] returns it.
     ///
-    /// Returns `Ok(false)` if the descriptor ring is full (the buffer stays with the caller).
+    /// Returns `Ok(false)` if the ring is full (the buffer stays with the caller).
     ///
     /// # Errors
     /// [`WireError::BadBufferIndex`], [`WireError::BufferInFlight`],
     /// [`WireError::PayloadTooLarge`] (`len > buffer_size`) for caller mistakes;
-    /// [`WireError::Corrupt`] if the consumer head read from the segment is invalid.
+    /// [`WireError::Ring`] if the consumer position read from the segment is invalid.
     #[inline]
-    pub fn try_send_buf(&mut self, index: u32, len: u32, aux: u32) -> Result<bool, WireError> {
+    pub fn try_send_buf(&mut self, index: u32, len: u32) -> Result<bool, WireError> {
         self.pool.check(index)?;
         if self.in_flight.get(index) {
             return Err(WireError::BufferInFlight { index });
@@ -217,15 +183,13 @@ impl TxRing {
                 max: self.pool.size as usize,
             });
         }
-        if !self.reserve(1)? {
+        if !self
+            .ring
+            .push_buf_ref(index, len)
+            .map_err(|source| WireError::Ring { source })?
+        {
             return Ok(false);
         }
-        let pos = self.tail;
-        self.write_first(pos, len, index, aux);
-        self.ring
-            .u64_at(pos, slot::SEQ)
-            .store(pos + 1, Ordering::Release);
-        self.tail = pos + 1;
         self.in_flight.set(index);
         self.in_flight_count += 1;
         Ok(true)
@@ -297,10 +261,10 @@ impl TxRing {
         Ok(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), self.pool.size as usize) })
     }
 
-    /// Raw pointer to buffer `index` (`buffer_size` bytes), for handing a buffer to another
-    /// thread (the engine's `SendBuf`). The pointer stays valid while any handle of the segment
-    /// (e.g. a [`crate::fabric::shm::wire::Segment`] clone) is alive; writing through it is
-    /// allowed only while the buffer is not in flight.
+    /// Raw pointer to buffer `index` (`buffer_size` bytes), for handing a buffer to the
+    /// application (the engine's `SendBuf`). The pointer stays valid while any handle of the
+    /// segment (e.g. a [`crate::fabric::shm::wire::Segment`] clone) is alive; writing through
+    /// it is allowed only while the buffer is not in flight.
     ///
     /// # Errors
     /// [`WireError::BadBufferIndex`].

@@ -1,0 +1,484 @@
+//! The shm direct path: the application's [`Connection`](crate::Connection) writes records
+//! straight into this side's record ring in the segment and reads the peer's ring in place. No
+//! application↔poller rings, no poller, no engine pass (Aeron IPC's shape: the two ends of a
+//! ring are the two applications' threads).
+//!
+//! [`ShmDirect`] owns this side's [`TxRing`] (ring producer, release-ring reader, buffer
+//! ownership), the peer ring's [`RxRing`] (consumer), the [`Releaser`] (buffers held, release
+//! ring writer) and a [`Segment`] handle (peer-closed flag; keeps the mapping alive). Its
+//! methods take `&self` and keep each half in its own `UnsafeCell`, so that application code
+//! called from inside [`ShmDirect::poll`] (a handler that sends a reply, or drops an earlier
+//! message) touches only the other halves; a receive call from inside a handler finds nothing
+//! (it would alias the consumer being polled).
+//!
+//! Everything read from the peer is validated by the wire layer; a violation is a
+//! [`FabricError::Protocol`] that the caller turns into a failed connection.
+
+use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
+
+use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX};
+use crate::error::FabricError;
+use crate::fabric::Sent;
+use crate::record::ring::RingError;
+
+use super::wire::{Releaser, RxMsg, RxRing, Segment, TxRing, WireError};
+
+/// Buffers reclaimed per release-ring read.
+const RECLAIM_BURST: usize = 32;
+
+/// The sending half: the ring and the credit window over it.
+struct TxSide {
+    ring: TxRing,
+    /// Ring position just past each message in flight (sent, not yet consumed), oldest first:
+    /// a FIFO of `len` entries from `head` (capacity a power of two `>= depth`).
+    ends: Box<[u64]>,
+    head: usize,
+    len: usize,
+    /// At most this many messages are in flight (the engine's `depth`).
+    depth: usize,
+}
+
+impl TxSide {
+    /// Retires the messages the peer consumed; whether the window has room now.
+    #[cold]
+    fn collect(&mut self) -> Result<bool, FabricError> {
+        let pos = self.ring.consumer_position().map_err(wire_err)?;
+        let mask = self.ends.len() - 1;
+        while self.len > 0 && self.ends[self.head & mask] <= pos {
+            self.head = self.head.wrapping_add(1);
+            self.len -= 1;
+        }
+        Ok(self.len < self.depth)
+    }
+
+    #[inline(always)]
+    fn push_end(&mut self) {
+        let mask = self.ends.len() - 1;
+        // `len < depth <= ends.len()`: checked before the send.
+        self.ends[self.head.wrapping_add(self.len) & mask] = self.ring.position();
+        self.len += 1;
+    }
+}
+
+/// One shm connection's direct data path; see the [module docs](self).
+pub(crate) struct ShmDirect {
+    tx: UnsafeCell<TxSide>,
+    rx: UnsafeCell<RxRing>,
+    rel: UnsafeCell<Releaser>,
+    /// A poll or receive is using `rx` (re-entrant receive calls find nothing).
+    polling: Cell<bool>,
+    /// An application claim of ring space is open ([`ShmDirect::claim`]).
+    claim_open: Cell<bool>,
+    seg: Segment,
+    inline_max: usize,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// SAFETY: every field is owned by this handle (the rings hold the mapping alive) and nothing is
+// tied to the creating thread; `!Sync` is kept, so one thread at a time uses it.
+unsafe impl Send for ShmDirect {}
+
+impl std::fmt::Debug for ShmDirect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmDirect")
+            .field("segment", &self.seg)
+            .field("inline_max", &self.inline_max)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cold]
+pub(crate) fn wire_err(e: WireError) -> FabricError {
+    match e {
+        WireError::Corrupt { what, .. } => FabricError::Protocol(what.name()),
+        WireError::Ring { source } => FabricError::Protocol(match source {
+            RingError::Record { .. } => "invalid record in the shm ring",
+            RingError::Overrun { .. } => "shm ring record past the producer's limit",
+            RingError::BadConsumerPosition { .. } => "invalid shm ring consumer position",
+            _ => "shm ring error",
+        }),
+        WireError::BufferNotHeld { .. } => FabricError::Protocol("released a buffer not held"),
+        WireError::BufferInFlight { .. } => FabricError::Protocol("sent a buffer in flight"),
+        WireError::BadBufferIndex { .. } => FabricError::Protocol("buffer index out of range"),
+        WireError::PayloadTooLarge { .. } => FabricError::Protocol("payload too large"),
+        _ => FabricError::Protocol("shm wire error"),
+    }
+}
+
+/// Clears the `polling` flag, also when a handler unwinds.
+struct PollGuard<'a>(&'a Cell<bool>);
+
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Releases a held buffer when dropped (after the handler returned, or during its unwind).
+struct ReleaseGuard<'a> {
+    direct: &'a ShmDirect,
+    buf: u32,
+    error: &'a mut Option<FabricError>,
+}
+
+impl Drop for ReleaseGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.direct.release_staged(self.buf) {
+            self.error.get_or_insert(e);
+        }
+    }
+}
+
+impl ShmDirect {
+    /// The direct path over a split segment; at most `depth` messages in flight.
+    pub(crate) fn new(
+        tx: TxRing,
+        rx: RxRing,
+        rel: Releaser,
+        seg: Segment,
+        depth: usize,
+    ) -> ShmDirect {
+        let inline_max = tx.inline_max().min(INLINE_MAX);
+        let depth = depth.max(1);
+        ShmDirect {
+            tx: UnsafeCell::new(TxSide {
+                ring: tx,
+                ends: vec![0u64; depth.next_power_of_two()].into_boxed_slice(),
+                head: 0,
+                len: 0,
+                depth,
+            }),
+            rx: UnsafeCell::new(rx),
+            rel: UnsafeCell::new(rel),
+            polling: Cell::new(false),
+            claim_open: Cell::new(false),
+            seg,
+            inline_max,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The send half.
+    ///
+    /// # Safety
+    ///
+    /// No other reference to the `TxRing` may be live while the returned one is used; callers
+    /// drop it before calling anything that may call `tx` again (no application code runs
+    /// while it is held). `ShmDirect` is `!Sync`, so threads cannot overlap.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    unsafe fn tx(&self) -> &mut TxSide {
+        // SAFETY: the caller guarantees exclusivity (see above).
+        unsafe { &mut *self.tx.get() }
+    }
+
+    /// The release half.
+    ///
+    /// # Safety
+    ///
+    /// As [`tx`](Self::tx), for the `Releaser`.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    unsafe fn rel(&self) -> &mut Releaser {
+        // SAFETY: the caller guarantees exclusivity (see above).
+        unsafe { &mut *self.rel.get() }
+    }
+
+    /// Largest message sent inline (as a `DATA` record).
+    #[inline]
+    pub(crate) fn inline_max(&self) -> usize {
+        self.inline_max
+    }
+
+    /// Moves buffers the peer released into `free` (at most its spare capacity). Returns how
+    /// many.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer's release ring is invalid.
+    #[inline]
+    pub(crate) fn reclaim(&self, free: &mut Vec<u32>) -> Result<usize, FabricError> {
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let tx = &mut unsafe { self.tx() }.ring;
+        if tx.in_flight() == 0 {
+            return Ok(0);
+        }
+        let mut out = [0u32; RECLAIM_BURST];
+        let room = (free.capacity() - free.len()).min(RECLAIM_BURST);
+        let k = tx.reclaim(&mut out[..room]).map_err(wire_err)?;
+        // `free` has capacity for the whole pool: no reallocation.
+        free.extend_from_slice(&out[..k]);
+        Ok(k)
+    }
+
+    /// Sends the first `len` bytes of send-pool buffer `idx` (`idx < count`, `len <=
+    /// buf_size`, owned by the caller): copied into a `DATA` record when `len <= inline_max`,
+    /// else by reference.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
+    #[inline]
+    pub(crate) fn send(&self, pool: &PoolView, idx: u32, len: u32) -> Result<Sent, FabricError> {
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let side = unsafe { self.tx() };
+        if side.len >= side.depth && !side.collect()? {
+            return Ok(Sent::Full);
+        }
+        let tx = &mut side.ring;
+        let sent = if len as usize <= self.inline_max {
+            let Some(mut c) = tx.claim(len as usize).map_err(wire_err)? else {
+                return Ok(Sent::Full);
+            };
+            // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size`; the pool stays
+            // mapped while `self` lives (the rings hold the mapping).
+            let src = unsafe {
+                std::slice::from_raw_parts(pool.buf_ptr_unchecked(idx).as_ptr(), len as usize)
+            };
+            c.payload_mut().copy_from_slice(src);
+            c.commit();
+            Sent::Copied
+        } else if tx.try_send_buf(idx, len).map_err(wire_err)? {
+            Sent::Referenced
+        } else {
+            return Ok(Sent::Full);
+        };
+        side.push_end();
+        Ok(sent)
+    }
+
+    /// Messages in flight: sent and not yet consumed by the peer (re-reads its position).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
+    pub(crate) fn unconsumed(&self) -> Result<usize, FabricError> {
+        // SAFETY: borrowed for the call only; no application code runs meanwhile.
+        let side = unsafe { self.tx() };
+        if side.len > 0 {
+            side.collect()?;
+        }
+        Ok(side.len)
+    }
+
+    /// Whether an application claim of ring space is open.
+    #[inline]
+    pub(crate) fn claim_open(&self) -> bool {
+        self.claim_open.get()
+    }
+
+    /// Claims a `DATA` record of `len <= inline_max` bytes for the application to write in
+    /// place. `Ok(None)`: the ring is full. The claim stays open until
+    /// [`commit_claim`](Self::commit_claim) or [`abort_claim`](Self::abort_claim); meanwhile
+    /// [`send`](Self::send) must not be called (the caller checks [`claim_open`](Self::claim_open)).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
+    #[inline]
+    pub(crate) fn claim(&self, len: usize) -> Result<Option<std::ptr::NonNull<u8>>, FabricError> {
+        debug_assert!(!self.claim_open.get() && len <= self.inline_max);
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let side = unsafe { self.tx() };
+        if side.len >= side.depth && !side.collect()? {
+            return Ok(None);
+        }
+        match side.ring.producer().claim_raw(len) {
+            Ok(Some(p)) => {
+                self.claim_open.set(true);
+                Ok(Some(p))
+            }
+            Ok(None) => Ok(None),
+            Err(source) => Err(wire_err(WireError::Ring { source })),
+        }
+    }
+
+    /// Publishes the open claim as a `len`-byte `DATA` record (one `Release` store).
+    #[inline]
+    pub(crate) fn commit_claim(&self, len: usize) {
+        if self.claim_open.replace(false) {
+            // SAFETY: no application code runs while `tx` is borrowed here.
+            let side = unsafe { self.tx() };
+            if side.ring.producer().commit_raw(len) {
+                side.push_end();
+            }
+        }
+    }
+
+    /// Drops the open claim: nothing is published (the space is claimed again by the next
+    /// record).
+    #[inline]
+    pub(crate) fn abort_claim(&self) {
+        if self.claim_open.replace(false) {
+            // SAFETY: no application code runs while `tx` is borrowed here.
+            unsafe { self.tx() }.ring.producer().abort_raw();
+        }
+    }
+
+    /// Hands up to `limit` received messages to `handler` in place (DATA payloads in the ring,
+    /// `BUF_REF` buffers in the peer's pool, released right after the handler returns for
+    /// them), publishes the consumer position and the releases once, and returns the messages
+    /// and payload bytes delivered. A call from inside a handler delivers nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer broke the protocol (the messages before were
+    /// delivered).
+    #[inline]
+    pub(crate) fn poll<H: FnMut(&[u8])>(
+        &self,
+        rx_pool: &PoolView,
+        handler: &mut H,
+        limit: usize,
+    ) -> Result<(usize, u64), FabricError> {
+        if self.polling.replace(true) {
+            return Ok((0, 0));
+        }
+        let _g = PollGuard(&self.polling);
+        // SAFETY: `polling` makes this the only reference to the consumer half: every other
+        // use of `rx` sets the flag first, and handlers re-entering find it set.
+        let rx = unsafe { &mut *self.rx.get() };
+        let mut error: Option<FabricError> = None;
+        let mut bytes = 0u64;
+        let r = rx.poll(limit, |m| {
+            if error.is_some() {
+                return;
+            }
+            match m {
+                RxMsg::Inline(b) => {
+                    bytes += b.len() as u64;
+                    handler(b);
+                }
+                RxMsg::Buffer { index, len } => {
+                    // SAFETY: borrowed for the call only; no application code runs meanwhile.
+                    if let Err(e) = unsafe { self.rel() }.hold(index) {
+                        error = Some(wire_err(e));
+                        return;
+                    }
+                    bytes += u64::from(len);
+                    let guard = ReleaseGuard {
+                        direct: self,
+                        buf: index,
+                        error: &mut error,
+                    };
+                    // SAFETY: the wire layer checked `index < count` and `len <= buf_size`; the
+                    // buffer is held by this side until the guard releases it, and the pool
+                    // stays mapped while `self` lives. A hostile peer rewriting it changes only
+                    // the bytes seen.
+                    let b = unsafe {
+                        std::slice::from_raw_parts(
+                            rx_pool.buf_ptr_unchecked(index).as_ptr(),
+                            len as usize,
+                        )
+                    };
+                    handler(b);
+                    drop(guard);
+                }
+            }
+        });
+        self.publish_releases();
+        let n = r.map_err(wire_err)?;
+        if let Some(e) = error {
+            return Err(e);
+        }
+        Ok((n, bytes))
+    }
+
+    /// Takes the next received message as a receive descriptor: a `DATA` payload is copied in
+    /// (`<= INLINE_MAX` bytes), a `BUF_REF` buffer stays in place, held until
+    /// [`release`](Self::release). Publishes the consumer position. `Ok(None)`: nothing
+    /// received (or called from inside a [`poll`](Self::poll) handler).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer broke the protocol.
+    #[inline]
+    pub(crate) fn recv(&self) -> Result<Option<RxDesc>, FabricError> {
+        if self.polling.replace(true) {
+            return Ok(None);
+        }
+        let _g = PollGuard(&self.polling);
+        // SAFETY: as in `poll`; no application code runs while it is borrowed here.
+        let rx = unsafe { &mut *self.rx.get() };
+        let mut out: Option<Result<RxDesc, FabricError>> = None;
+        rx.poll(1, |m| {
+            out = Some(match m {
+                RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
+                    let mut d = RxDesc {
+                        len: b.len() as u32,
+                        buf: BUF_INLINE,
+                        data: [std::mem::MaybeUninit::uninit(); INLINE_MAX],
+                    };
+                    // SAFETY: `b.len() <= INLINE_MAX` bytes into `data`, which does not
+                    // overlap the ring.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            b.as_ptr(),
+                            d.data.as_mut_ptr().cast::<u8>(),
+                            b.len(),
+                        );
+                    }
+                    Ok(d)
+                }
+                RxMsg::Inline(_) => Err(FabricError::Protocol(
+                    "inline message longer than the inline limit",
+                )),
+                // SAFETY: borrowed for the call only; no application code runs meanwhile.
+                RxMsg::Buffer { index, len } => match unsafe { self.rel() }.hold(index) {
+                    Ok(()) => Ok(RxDesc {
+                        len,
+                        buf: index,
+                        data: [std::mem::MaybeUninit::uninit(); INLINE_MAX],
+                    }),
+                    Err(e) => Err(wire_err(e)),
+                },
+            });
+        })
+        .map_err(wire_err)?;
+        out.transpose()
+    }
+
+    /// Returns held receive buffer `buf` to the peer and publishes it.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the buffer is not held, or the peer's release head is
+    /// invalid.
+    #[inline]
+    pub(crate) fn release(&self, buf: u32) -> Result<(), FabricError> {
+        self.release_staged(buf)?;
+        self.publish_releases();
+        Ok(())
+    }
+
+    #[inline]
+    fn release_staged(&self, buf: u32) -> Result<(), FabricError> {
+        // SAFETY: borrowed for the call only; no application code runs meanwhile.
+        unsafe { self.rel() }.release(buf).map_err(wire_err)
+    }
+
+    #[inline]
+    fn publish_releases(&self) {
+        // SAFETY: borrowed for the call only; no application code runs meanwhile.
+        unsafe { self.rel() }.publish_releases();
+    }
+
+    /// Whether the peer published records not yet consumed (a hint: the producer's position
+    /// word). `false` while a poll is running.
+    #[inline]
+    pub(crate) fn rx_pending(&self) -> bool {
+        if self.polling.get() {
+            return false;
+        }
+        // SAFETY: not polling, and no application code runs while it is borrowed here.
+        unsafe { &*self.rx.get() }.pending_hint() > 0
+    }
+
+    /// Whether the peer marked its side of the segment closed (one load of its state line;
+    /// checked only when the ring is empty).
+    #[inline]
+    pub(crate) fn peer_closed(&self) -> bool {
+        self.seg.is_peer_closed()
+    }
+}
