@@ -413,11 +413,12 @@ typedef struct sw_engine_stats {
    */
   uint64_t commands;
   /**
-   * Messages delivered to applications.
+   * Messages the pollers delivered to applications (shm connections bypass the pollers on
+   * their direct path: their counts are in `sw_conn_get_stats`).
    */
   uint64_t rx_msgs;
   /**
-   * Messages posted to the fabrics.
+   * Messages the pollers posted to the fabrics (shm: see `rx_msgs`).
    */
   uint64_t tx_msgs;
   /**

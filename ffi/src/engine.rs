@@ -316,9 +316,10 @@ pub struct sw_engine_stats {
     pub empty_cycles: u64,
     /// Commands taken from the control thread.
     pub commands: u64,
-    /// Messages delivered to applications.
+    /// Messages the pollers delivered to applications (shm connections bypass the pollers on
+    /// their direct path: their counts are in `sw_conn_get_stats`).
     pub rx_msgs: u64,
-    /// Messages posted to the fabrics.
+    /// Messages the pollers posted to the fabrics (shm: see `rx_msgs`).
     pub tx_msgs: u64,
     /// Send batches posted (doorbells).
     pub tx_batches: u64,

@@ -151,7 +151,10 @@ fn offer_claim_poll_round_trip() {
         let mut es = sw_engine_stats::default();
         assert_eq!(sw_engine_get_stats(p.engine, &mut es), SW_OK);
         assert_eq!(es.pollers, 1);
-        assert!(es.rx_msgs >= 3);
+        // shm connections take the direct path (no poller carries their messages: their
+        // counts are the connections' own, checked above); the engine saw both ends open.
+        assert_eq!(es.rx_msgs, 0);
+        assert!(es.connections_opened >= 2);
     }
 }
 
