@@ -180,9 +180,17 @@
 #define SW_INTERNAL -14
 
 /**
+ * A claim on this connection is still open: commit or abort it first. At most one claim of
+ * ring space (`sw_try_claim` of a message up to the inline threshold on shm) is open at a
+ * time, and while it is open nothing else is claimed or sent on the connection (`sw_offer`,
+ * another `sw_try_claim`, the commit of a pool-buffer claim: that claim stays valid).
+ */
+#define SW_CLAIM_OPEN -15
+
+/**
  * The most negative code: every code is in `SW_CODE_MIN ..= SW_OK`.
  */
-#define SW_CODE_MIN SW_INTERNAL
+#define SW_CODE_MIN SW_CLAIM_OPEN
 
 /**
  * A connection. Opaque; made by `sw_connect` or `sw_accept`, freed by [`sw_conn_close`].
@@ -192,7 +200,9 @@
  *
  * Invariants: the handle never moves (it lives in its `Box` until closed); every `SendBuf` in
  * `claims` borrows `conn`, and all of them are dropped before `conn` is (by `sw_conn_close`,
- * and by field order should the box be dropped another way); the handle is only ever accessed
+ * and by field order should the box be dropped another way): dropping a pool buffer returns
+ * it to `conn`'s pool, dropping a ring claim aborts it in `conn`'s ring, so `conn` must still
+ * be alive then; the handle is only ever accessed
  * through shared references (its mutable parts are `Cell`s / `UnsafeCell`s), so the buffers'
  * shared borrows of `conn` stay valid.
  */
@@ -276,14 +286,24 @@ typedef struct sw_config {
 } sw_config;
 
 /**
- * A zero-copy claim: `len` bytes of a send buffer to write in place at `data`, then send with
+ * A zero-copy claim: `len` bytes to write a message in place at `data`, then send with
  * [`sw_claim_commit`] or give back with [`sw_claim_abort`]. Filled by [`sw_try_claim`].
  *
- * Ownership: the buffer belongs to the connection; the application may write `data[0..len)`
+ * Where `data` points: on shm, a message up to the inline threshold (`sw_config::
+ * inline_threshold`) is claimed straight in the connection's ring record (a *ring claim*:
+ * the commit is one store that publishes it, with no copy at all); a larger message, and
+ * every message on tcp and rdma, gets a send buffer of the connection's pool.
+ *
+ * One open ring claim at a time: while a ring claim is open nothing else is claimed or sent
+ * on the connection (`sw_try_claim`, `sw_offer` and the commit of a pool-buffer claim return
+ * `SW_CLAIM_OPEN`): commit or abort it first. Pool-buffer claims may be held several at once
+ * (up to the pool's size).
+ *
+ * Ownership: the memory belongs to the connection; the application may write `data[0..len)`
  * from `sw_try_claim` until it commits or aborts, and not after. Commit or abort every claim
  * before closing its connection (`sw_conn_close` aborts what is left, which invalidates the
- * `sw_claim`). A claim is used on the connection's thread, like the connection. The fields are
- * outputs: do not change them.
+ * `sw_claim`; the peer never sees an aborted claim). A claim is used on the connection's
+ * thread, like the connection. The fields are outputs: do not change them.
  */
 typedef struct sw_claim {
   /**
@@ -491,7 +511,8 @@ int32_t sw_listener_close(struct sw_listener *listener);
 
 /**
  * Closes the connection (the peer sees `SW_CLOSED`) and frees the handle. Outstanding claims
- * are aborted first: their `sw_claim`s become invalid with the handle. Sends queued by
+ * (pool buffers and an open ring claim) are aborted first, before the connection itself is
+ * dropped: their `sw_claim`s become invalid with the handle, and the peer sees none of them. Sends queued by
  * `sw_offer` / `sw_claim_commit` are posted first, best effort; call `sw_flush` and let the peer
  * acknowledge if every message must arrive.
  *
@@ -537,8 +558,9 @@ int32_t sw_conn_is_open(const struct sw_conn *conn);
  * Sends `len` bytes from `data` (copied into a send buffer). Returns the number of messages
  * sent on this handle so far (>= 1, Aeron's "position") or a negative code: `SW_BACK_PRESSURED`
  * (no free buffer or no credit: poll and retry; nothing was sent), `SW_TOO_LARGE`,
- * `SW_POOL_EXHAUSTED` (the application holds every buffer in claims), `SW_CLOSED`,
- * `SW_CONN_FAILED`, `SW_BAD_ARG`.
+ * `SW_POOL_EXHAUSTED` (the application holds every buffer in claims), `SW_CLAIM_OPEN` (a ring
+ * claim of this connection is open: commit or abort it first), `SW_CLOSED`, `SW_CONN_FAILED`,
+ * `SW_BAD_ARG`.
  *
  * In run-to-completion mode the message is posted when `batch` sends have queued, on
  * `sw_flush`, or by the next `sw_poll` / `sw_engine_poll`. Allocates nothing; never blocks.
@@ -551,10 +573,12 @@ int32_t sw_conn_is_open(const struct sw_conn *conn);
 int64_t sw_offer(const struct sw_conn *conn, const uint8_t *data, size_t len);
 
 /**
- * Claims a send buffer for a message of `len` bytes, written in place, and fills `*claim`.
- * Returns `SW_OK` or `SW_BACK_PRESSURED` (no free buffer yet: poll and retry),
- * `SW_POOL_EXHAUSTED` (every buffer is claimed), `SW_TOO_LARGE`, `SW_CLOSED`, `SW_CONN_FAILED`,
- * `SW_BAD_ARG`. Allocates nothing; never blocks.
+ * Claims room for a message of `len` bytes, written in place (a ring record or a pool
+ * buffer: see [`sw_claim`]), and fills `*claim`. Returns `SW_OK` or `SW_BACK_PRESSURED` (no
+ * free buffer or ring space yet: poll and retry), `SW_CLAIM_OPEN` (a ring claim of this
+ * connection is open: commit or abort it first), `SW_POOL_EXHAUSTED` (every buffer is
+ * claimed), `SW_TOO_LARGE`, `SW_CLOSED`, `SW_CONN_FAILED`, `SW_BAD_ARG`. Allocates nothing;
+ * never blocks.
  *
  * # Safety
  *
@@ -567,8 +591,11 @@ int32_t sw_try_claim(struct sw_conn *conn, size_t len, struct sw_claim *claim);
  * Sends a claimed message (`claim->len` bytes as written at `claim->data`). Returns the number
  * of messages sent on the connection's handle so far (>= 1) or a negative code:
  * `SW_BACK_PRESSURED` (no credit: the claim stays valid; poll, then commit or abort it),
- * `SW_CLOSED`, `SW_CONN_FAILED` (the claim is released), `SW_BAD_ARG` (stale or foreign claim).
- * On success the claim is spent (`data` NULL, `token` 0). Allocates nothing; never blocks.
+ * `SW_CLAIM_OPEN` (a pool-buffer claim committed while a ring claim of the connection is
+ * open: the claim stays valid; commit or abort the ring claim, then retry), `SW_CLOSED`,
+ * `SW_CONN_FAILED` (the claim is released), `SW_BAD_ARG` (stale or foreign claim). On success
+ * the claim is spent (`data` NULL, `token` 0); the commit of a ring claim always succeeds
+ * while the connection is up. Allocates nothing; never blocks.
  *
  * # Safety
  *

@@ -5,7 +5,8 @@
 // (negative SW_* on failure; spinwire::errmsg() then has the message). The C header's rules
 // apply unchanged: an Engine may be used from many threads at once, a Listener / Connection
 // (and its Claims) from one thread at a time; a Claim must be committed, aborted or destroyed
-// before its Connection; a poll handler must not throw (the trampoline is noexcept, so an
+// before its Connection; at most one ring claim (shm, up to the inline threshold) is open per
+// Connection, and while it is open nothing else is claimed or sent on it (SW_CLAIM_OPEN); a poll handler must not throw (the trampoline is noexcept, so an
 // exception terminates instead of unwinding through C).
 #ifndef SPINWIRE_HPP
 #define SPINWIRE_HPP
@@ -35,7 +36,10 @@ inline sw_config default_config() {
 class Connection;
 
 /// A zero-copy claim: write data()[0 .. size()), then commit(); abort() or the destructor gives
-/// the buffer back. Must not outlive its Connection.
+/// the buffer back. Must not outlive its Connection. On shm a message up to the inline
+/// threshold is claimed in the ring record itself: one such claim is open per Connection at a
+/// time, so commit or drop a Claim before taking the next (Connection::try_claim into the same
+/// Claim aborts what it held first).
 class Claim {
   public:
     Claim() = default;
@@ -56,12 +60,13 @@ class Claim {
     uint8_t *data() const { return live_ ? c_.data : nullptr; }
     size_t size() const { return live_ ? c_.len : 0; }
 
-    /// Sends it: messages sent so far (>= 1) or a negative code. SW_BACK_PRESSURED keeps the
-    /// claim (poll, then retry or abort); any other result spends it.
+    /// Sends it: messages sent so far (>= 1) or a negative code. SW_BACK_PRESSURED and
+    /// SW_CLAIM_OPEN (a ring claim of the connection is open) keep the claim (poll or commit
+    /// the other claim, then retry or abort); any other result spends it.
     int64_t commit() {
         if (!live_) return SW_BAD_ARG;
         int64_t r = sw_claim_commit(&c_);
-        if (r != SW_BACK_PRESSURED) live_ = false;
+        if (r != SW_BACK_PRESSURED && r != SW_CLAIM_OPEN) live_ = false;
         return r;
     }
     /// Gives the buffer back unsent.

@@ -97,7 +97,8 @@ pub unsafe extern "C" fn sw_listener_close(listener: *mut sw_listener) -> i32 {
     })
 }
 
-/// One claim slot: a send buffer lent to C between `sw_try_claim` and its commit or abort.
+/// One claim slot: a send buffer or ring claim lent to C between `sw_try_claim` and its commit
+/// or abort.
 struct Slot {
     /// Bumped at every claim of this slot, so a stale token does not match.
     generation: u32,
@@ -106,8 +107,9 @@ struct Slot {
     buf: Option<SendBuf<'static>>,
 }
 
-/// The claims of one connection: one slot per send buffer, and the free slots. Both are
-/// allocated when the connection handle is made; claiming and committing only move indices.
+/// The claims of one connection: one slot per send buffer plus one for the ring claim (a ring
+/// claim can be open while the application holds every pool buffer), and the free slots. Both
+/// are allocated when the connection handle is made; claiming and committing only move indices.
 struct Claims {
     slots: Box<[Slot]>,
     free: Vec<u32>,
@@ -120,7 +122,9 @@ struct Claims {
 ///
 /// Invariants: the handle never moves (it lives in its `Box` until closed); every `SendBuf` in
 /// `claims` borrows `conn`, and all of them are dropped before `conn` is (by `sw_conn_close`,
-/// and by field order should the box be dropped another way); the handle is only ever accessed
+/// and by field order should the box be dropped another way): dropping a pool buffer returns
+/// it to `conn`'s pool, dropping a ring claim aborts it in `conn`'s ring, so `conn` must still
+/// be alive then; the handle is only ever accessed
 /// through shared references (its mutable parts are `Cell`s / `UnsafeCell`s), so the buffers'
 /// shared borrows of `conn` stay valid.
 #[allow(non_camel_case_types)]
@@ -187,7 +191,8 @@ impl sw_conn {
     }
 }
 
-/// Aborts every outstanding claim (their buffers return to the pool).
+/// Aborts every outstanding claim (their buffers return to the pool, an open ring claim is
+/// aborted: nothing of it is published).
 fn abort_all(h: &sw_conn) {
     // SAFETY: called from `sw_conn_close` only, which holds no other reference to the table;
     // dropping a `SendBuf` does not touch the table.
@@ -200,7 +205,8 @@ fn abort_all(h: &sw_conn) {
 }
 
 /// Closes the connection (the peer sees `SW_CLOSED`) and frees the handle. Outstanding claims
-/// are aborted first: their `sw_claim`s become invalid with the handle. Sends queued by
+/// (pool buffers and an open ring claim) are aborted first, before the connection itself is
+/// dropped: their `sw_claim`s become invalid with the handle, and the peer sees none of them. Sends queued by
 /// `sw_offer` / `sw_claim_commit` are posted first, best effort; call `sw_flush` and let the peer
 /// acknowledge if every message must arrive.
 ///
@@ -305,8 +311,9 @@ fn send_failed(what: &str, e: SendError<'_>) -> i64 {
 /// Sends `len` bytes from `data` (copied into a send buffer). Returns the number of messages
 /// sent on this handle so far (>= 1, Aeron's "position") or a negative code: `SW_BACK_PRESSURED`
 /// (no free buffer or no credit: poll and retry; nothing was sent), `SW_TOO_LARGE`,
-/// `SW_POOL_EXHAUSTED` (the application holds every buffer in claims), `SW_CLOSED`,
-/// `SW_CONN_FAILED`, `SW_BAD_ARG`.
+/// `SW_POOL_EXHAUSTED` (the application holds every buffer in claims), `SW_CLAIM_OPEN` (a ring
+/// claim of this connection is open: commit or abort it first), `SW_CLOSED`, `SW_CONN_FAILED`,
+/// `SW_BAD_ARG`.
 ///
 /// In run-to-completion mode the message is posted when `batch` sends have queued, on
 /// `sw_flush`, or by the next `sw_poll` / `sw_engine_poll`. Allocates nothing; never blocks.
@@ -355,14 +362,24 @@ fn too_large(what: &str, size: usize, max: usize) -> i64 {
     i64::from(fail(what, &Error::MessageTooLarge { size, max }))
 }
 
-/// A zero-copy claim: `len` bytes of a send buffer to write in place at `data`, then send with
+/// A zero-copy claim: `len` bytes to write a message in place at `data`, then send with
 /// [`sw_claim_commit`] or give back with [`sw_claim_abort`]. Filled by [`sw_try_claim`].
 ///
-/// Ownership: the buffer belongs to the connection; the application may write `data[0..len)`
+/// Where `data` points: on shm, a message up to the inline threshold (`sw_config::
+/// inline_threshold`) is claimed straight in the connection's ring record (a *ring claim*:
+/// the commit is one store that publishes it, with no copy at all); a larger message, and
+/// every message on tcp and rdma, gets a send buffer of the connection's pool.
+///
+/// One open ring claim at a time: while a ring claim is open nothing else is claimed or sent
+/// on the connection (`sw_try_claim`, `sw_offer` and the commit of a pool-buffer claim return
+/// `SW_CLAIM_OPEN`): commit or abort it first. Pool-buffer claims may be held several at once
+/// (up to the pool's size).
+///
+/// Ownership: the memory belongs to the connection; the application may write `data[0..len)`
 /// from `sw_try_claim` until it commits or aborts, and not after. Commit or abort every claim
 /// before closing its connection (`sw_conn_close` aborts what is left, which invalidates the
-/// `sw_claim`). A claim is used on the connection's thread, like the connection. The fields are
-/// outputs: do not change them.
+/// `sw_claim`; the peer never sees an aborted claim). A claim is used on the connection's
+/// thread, like the connection. The fields are outputs: do not change them.
 #[repr(C)]
 #[derive(Debug)]
 #[allow(non_camel_case_types)]
@@ -377,10 +394,12 @@ pub struct sw_claim {
     pub token: u64,
 }
 
-/// Claims a send buffer for a message of `len` bytes, written in place, and fills `*claim`.
-/// Returns `SW_OK` or `SW_BACK_PRESSURED` (no free buffer yet: poll and retry),
-/// `SW_POOL_EXHAUSTED` (every buffer is claimed), `SW_TOO_LARGE`, `SW_CLOSED`, `SW_CONN_FAILED`,
-/// `SW_BAD_ARG`. Allocates nothing; never blocks.
+/// Claims room for a message of `len` bytes, written in place (a ring record or a pool
+/// buffer: see [`sw_claim`]), and fills `*claim`. Returns `SW_OK` or `SW_BACK_PRESSURED` (no
+/// free buffer or ring space yet: poll and retry), `SW_CLAIM_OPEN` (a ring claim of this
+/// connection is open: commit or abort it first), `SW_POOL_EXHAUSTED` (every buffer is
+/// claimed), `SW_TOO_LARGE`, `SW_CLOSED`, `SW_CONN_FAILED`, `SW_BAD_ARG`. Allocates nothing;
+/// never blocks.
 ///
 /// # Safety
 ///
@@ -425,15 +444,13 @@ pub unsafe extern "C" fn sw_try_claim(conn: *mut sw_conn, len: usize, claim: *mu
     })
 }
 
-/// The claim of a `len`-byte message on `conn`.
-///
-/// One line to swap for `conn.claim(len)` once `Connection::claim` (data path v2, in-place
-/// records) is merged; the rest of the claim path does not change.
+/// The claim of a `len`-byte message on `conn`: [`Connection::claim`], so on a direct path
+/// (shm) a message up to the inline threshold is written straight into the ring record (one
+/// such claim open at a time: [`Error::ClaimOpen`] otherwise), a larger one and every message
+/// on other fabrics into a pool buffer.
 #[inline]
 fn claim_buf(conn: &Connection, len: usize) -> Result<SendBuf<'_>, Error> {
-    let mut buf = conn.alloc()?;
-    buf.set_len(len)?;
-    Ok(buf)
+    conn.claim(len)
 }
 
 /// Checks a claim: its connection handle and its token. Returns the handle and the slot index.
@@ -475,8 +492,11 @@ fn retire(claim: *mut sw_claim) {
 /// Sends a claimed message (`claim->len` bytes as written at `claim->data`). Returns the number
 /// of messages sent on the connection's handle so far (>= 1) or a negative code:
 /// `SW_BACK_PRESSURED` (no credit: the claim stays valid; poll, then commit or abort it),
-/// `SW_CLOSED`, `SW_CONN_FAILED` (the claim is released), `SW_BAD_ARG` (stale or foreign claim).
-/// On success the claim is spent (`data` NULL, `token` 0). Allocates nothing; never blocks.
+/// `SW_CLAIM_OPEN` (a pool-buffer claim committed while a ring claim of the connection is
+/// open: the claim stays valid; commit or abort the ring claim, then retry), `SW_CLOSED`,
+/// `SW_CONN_FAILED` (the claim is released), `SW_BAD_ARG` (stale or foreign claim). On success
+/// the claim is spent (`data` NULL, `token` 0); the commit of a ring claim always succeeds
+/// while the connection is up. Allocates nothing; never blocks.
 ///
 /// # Safety
 ///
@@ -505,12 +525,17 @@ pub unsafe extern "C" fn sw_claim_commit(claim: *mut sw_claim) -> i64 {
             }
             Err(SendError::WouldBlock(buf)) => {
                 // Keep the claim: the application retries or aborts.
-                // SAFETY: as above.
-                let slot = &mut unsafe { h.claims() }.slots[i];
-                // SAFETY: only the lifetime changes, as in `sw_try_claim`.
-                slot.buf =
-                    Some(unsafe { std::mem::transmute::<SendBuf<'_>, SendBuf<'static>>(buf) });
+                keep(h, i, buf);
                 i64::from(fail(WHAT, &Error::WouldBlock))
+            }
+            Err(SendError::Closed {
+                buf,
+                error: Error::ClaimOpen,
+            }) => {
+                // A pool-buffer claim while a ring claim is open: keep it too (the application
+                // commits or aborts the ring claim, then retries).
+                keep(h, i, buf);
+                i64::from(fail(WHAT, &Error::ClaimOpen))
             }
             Err(e) => {
                 // SAFETY: as above.
@@ -520,6 +545,15 @@ pub unsafe extern "C" fn sw_claim_commit(claim: *mut sw_claim) -> i64 {
             }
         }
     })
+}
+
+/// Puts a claim whose commit was refused back into its slot `i` (taken by `sw_claim_commit`).
+#[cold]
+fn keep(h: &sw_conn, i: usize, buf: SendBuf<'_>) {
+    // SAFETY: called from `sw_claim_commit` only, which holds no other reference to the table.
+    let slot = &mut unsafe { h.claims() }.slots[i];
+    // SAFETY: only the lifetime changes, as in `sw_try_claim`.
+    slot.buf = Some(unsafe { std::mem::transmute::<SendBuf<'_>, SendBuf<'static>>(buf) });
 }
 
 /// Gives a claimed buffer back unsent; the claim is spent. Returns `SW_OK` or `SW_BAD_ARG`

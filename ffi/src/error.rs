@@ -54,8 +54,14 @@ pub const SW_SHUTDOWN: i32 = -13;
 /// version of the C API does not know. The handle involved should be closed.
 pub const SW_INTERNAL: i32 = -14;
 
+/// A claim on this connection is still open: commit or abort it first. At most one claim of
+/// ring space (`sw_try_claim` of a message up to the inline threshold on shm) is open at a
+/// time, and while it is open nothing else is claimed or sent on the connection (`sw_offer`,
+/// another `sw_try_claim`, the commit of a pool-buffer claim: that claim stays valid).
+pub const SW_CLAIM_OPEN: i32 = -15;
+
 /// The most negative code: every code is in `SW_CODE_MIN ..= SW_OK`.
-pub const SW_CODE_MIN: i32 = SW_INTERNAL;
+pub const SW_CODE_MIN: i32 = SW_CLAIM_OPEN;
 
 /// The code of an engine error.
 pub(crate) fn code_of(e: &Error) -> i32 {
@@ -67,6 +73,7 @@ pub(crate) fn code_of(e: &Error) -> i32 {
         Error::Connect { .. } => SW_NOT_CONNECTED,
         Error::Timeout => SW_TIMEOUT,
         Error::WouldBlock => SW_BACK_PRESSURED,
+        Error::ClaimOpen => SW_CLAIM_OPEN,
         Error::PoolExhausted { .. } => SW_POOL_EXHAUSTED,
         Error::MessageTooLarge { .. } => SW_TOO_LARGE,
         Error::Disconnected | Error::Fabric(FabricError::PeerClosed) => SW_CLOSED,
@@ -97,6 +104,7 @@ pub extern "C" fn sw_strerror(code: i32) -> *const c_char {
         SW_UNSUPPORTED => b"SW_UNSUPPORTED\0",
         SW_SHUTDOWN => b"SW_SHUTDOWN\0",
         SW_INTERNAL => b"SW_INTERNAL\0",
+        SW_CLAIM_OPEN => b"SW_CLAIM_OPEN\0",
         _ => b"SW_UNKNOWN\0",
     };
     s.as_ptr().cast()
@@ -238,6 +246,7 @@ mod tests {
         assert_eq!(code_of(&Error::Disconnected), SW_CLOSED);
         assert_eq!(code_of(&Error::Shutdown), SW_SHUTDOWN);
         assert_eq!(code_of(&Error::ForeignBuffer), SW_BAD_ARG);
+        assert_eq!(code_of(&Error::ClaimOpen), SW_CLAIM_OPEN);
         assert_eq!(code_of(&Error::BadCore { core: 9999 }), SW_BAD_CONFIG);
     }
 

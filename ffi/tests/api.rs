@@ -177,6 +177,11 @@ fn a_claim_of_one_connection_is_refused_by_another() {
     }
 }
 
+/// Above the inline threshold (120 B by default): a pool-buffer claim on shm.
+const POOL_CLAIM: usize = 300;
+/// Up to the inline threshold: a ring claim on shm (written in the ring record itself).
+const RING_CLAIM: usize = 64;
+
 #[test]
 fn close_aborts_outstanding_claims() {
     let mut p = pair("close", 4);
@@ -184,23 +189,92 @@ fn close_aborts_outstanding_claims() {
     unsafe {
         let mut claims: [sw_claim; 4] = std::mem::zeroed();
         for c in claims.iter_mut() {
-            assert_eq!(sw_try_claim(p.client, 64, c), SW_OK, "{}", errmsg());
+            assert_eq!(sw_try_claim(p.client, POOL_CLAIM, c), SW_OK, "{}", errmsg());
         }
         let mut extra: sw_claim = std::mem::zeroed();
-        assert_eq!(sw_try_claim(p.client, 64, &mut extra), SW_POOL_EXHAUSTED);
+        assert_eq!(
+            sw_try_claim(p.client, POOL_CLAIM, &mut extra),
+            SW_POOL_EXHAUSTED
+        );
+        // A ring claim needs no pool buffer: it is open on top of every pool claim, and the
+        // close aborts it (with the connection still alive) like the others.
+        let mut ring: sw_claim = std::mem::zeroed();
+        assert_eq!(
+            sw_try_claim(p.client, RING_CLAIM, &mut ring),
+            SW_OK,
+            "{}",
+            errmsg()
+        );
+        ptr::write_bytes(ring.data, 0xee, ring.len);
         assert_eq!(sw_conn_close(p.client), SW_OK);
         p.client = ptr::null_mut();
-        // The peer sees the close.
+        // The peer sees the close, and none of the aborted claims.
+        let mut got: Vec<Vec<u8>> = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let r = sw_poll(p.server, Some(collect), ptr::null_mut(), 8);
+            let r = sw_poll(p.server, Some(collect), ptr::addr_of_mut!(got).cast(), 8);
             if r == i64::from(SW_CLOSED) {
                 break;
             }
             assert_eq!(r, 0, "{}", errmsg());
             assert!(Instant::now() < deadline, "no SW_CLOSED");
         }
+        assert!(got.is_empty(), "aborted claims arrived: {got:?}");
         assert_eq!(sw_conn_is_open(p.server), 0);
+    }
+}
+
+#[test]
+fn one_open_ring_claim_at_a_time() {
+    let p = pair("claim-open", 8);
+    // SAFETY: live handles and valid buffers throughout; every claim is spent or aborted before
+    // its connection is closed.
+    unsafe {
+        let mut ring: sw_claim = std::mem::zeroed();
+        assert_eq!(sw_try_claim(p.client, RING_CLAIM, &mut ring), SW_OK);
+        ptr::write_bytes(ring.data, 1, ring.len);
+        // Nothing else is claimed or sent while it is open.
+        let mut second: sw_claim = std::mem::zeroed();
+        assert_eq!(
+            sw_try_claim(p.client, RING_CLAIM, &mut second),
+            SW_CLAIM_OPEN
+        );
+        assert!(errmsg().starts_with("sw_try_claim: a claim is open"), "{}", errmsg());
+        assert_eq!(
+            sw_try_claim(p.client, POOL_CLAIM, &mut second),
+            SW_CLAIM_OPEN
+        );
+        assert_eq!(sw_offer(p.client, b"x".as_ptr(), 1), i64::from(SW_CLAIM_OPEN));
+        assert!(errmsg().starts_with("sw_offer: a claim is open"), "{}", errmsg());
+        let mut st = sw_conn_stats::default();
+        assert_eq!(sw_conn_get_stats(p.client, &mut st), SW_OK);
+        assert_eq!(st.sent, 0, "a refused offer sent nothing");
+        // The open claim is still good: it commits, and the connection is free again.
+        assert_eq!(sw_claim_commit(&mut ring), 1);
+        assert_eq!(sw_offer(p.client, b"after".as_ptr(), 5), 2);
+
+        // A pool-buffer claim may be open under a ring claim, but its commit waits for the ring
+        // claim (refused, the claim kept), and an aborted ring claim publishes nothing.
+        let mut pool: sw_claim = std::mem::zeroed();
+        assert_eq!(sw_try_claim(p.client, POOL_CLAIM, &mut pool), SW_OK);
+        ptr::write_bytes(pool.data, 2, pool.len);
+        assert_eq!(sw_try_claim(p.client, RING_CLAIM, &mut ring), SW_OK);
+        assert_eq!(sw_claim_commit(&mut pool), i64::from(SW_CLAIM_OPEN));
+        assert!(!pool.data.is_null() && pool.token != 0, "the refused claim is kept");
+        assert_eq!(sw_claim_abort(&mut ring), SW_OK);
+        assert_eq!(sw_claim_commit(&mut pool), 3);
+        assert_eq!(sw_flush(p.client), SW_OK);
+        let got = recv(p.server, 3);
+        assert_eq!(got[0], vec![1; RING_CLAIM]);
+        assert_eq!(got[1], b"after");
+        assert_eq!(got[2], vec![2; POOL_CLAIM]);
+        // Ring claims one after the other, each committed before the next.
+        for i in 0..20u8 {
+            assert_eq!(sw_try_claim(p.client, 8, &mut ring), SW_OK, "{}", errmsg());
+            ptr::write_bytes(ring.data, i, 8);
+            assert_eq!(sw_claim_commit(&mut ring), 4 + i64::from(i));
+            assert_eq!(recv(p.server, 1), [vec![i; 8]]);
+        }
     }
 }
 

@@ -28,6 +28,8 @@ static int failures;
 static int seen[1 - SW_CODE_MIN];
 
 #define MS 1000000ull
+/* A claim above the inline threshold (120 B) and within the 256 B buffers: a pool buffer. */
+#define POOL_LEN 200
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -186,8 +188,10 @@ int main(void) {
            NULL);
     expect("sw_poll(NULL handler)", sw_poll(server, NULL, NULL, 1), SW_BAD_ARG, "handler");
 
-    /* Claims: commit, then a stale commit and abort; SW_POOL_EXHAUSTED once the application
-     * holds every buffer. */
+    /* Claims: commit, then a stale commit and abort; SW_CLAIM_OPEN while a ring claim is open;
+     * SW_POOL_EXHAUSTED once the application holds every buffer. On shm a claim up to the
+     * inline threshold (120 B) is a ring claim, written in the ring record itself (one open at
+     * a time); a larger one (POOL_LEN) gets a pool buffer. */
     int got = 0;
     for (int i = 0; i < 1000 && got == 0; i++) sw_poll(server, on_msg, &got, 8);
     expect("sw_try_claim(16)", sw_try_claim(client, 16, &claim), SW_OK, NULL);
@@ -198,6 +202,27 @@ int main(void) {
     expect("sw_claim_commit(stale copy)", sw_claim_commit(&copy), SW_BAD_ARG, "stale");
     expect("sw_claim_abort(stale copy)", sw_claim_abort(&copy), SW_BAD_ARG, "stale");
     expect("sw_claim_commit(NULL)", sw_claim_commit(NULL), SW_BAD_ARG, "NULL");
+    /* Two claims open at once: refused while the first is a ring claim; so is an offer. */
+    sw_claim ring, pool;
+    expect("sw_try_claim(16: ring claim)", sw_try_claim(client, 16, &ring), SW_OK, NULL);
+    expect("sw_try_claim(16, ring claim open)", sw_try_claim(client, 16, &pool), SW_CLAIM_OPEN,
+           "claim is open");
+    expect("sw_try_claim(POOL_LEN, ring claim open)", sw_try_claim(client, POOL_LEN, &pool),
+           SW_CLAIM_OPEN, "claim is open");
+    expect("sw_offer(ring claim open)", sw_offer(client, buf, 8), SW_CLAIM_OPEN,
+           "claim is open");
+    memset(ring.data, 0xcd, ring.len);
+    expect("sw_claim_commit(ring claim)", sw_claim_commit(&ring) > 0 ? SW_OK : -99, SW_OK, NULL);
+    expect("sw_offer(after the commit)", sw_offer(client, buf, 8) > 0 ? SW_OK : -99, SW_OK, NULL);
+    /* A pool-buffer claim's commit waits for an open ring claim (the claim is kept). */
+    expect("sw_try_claim(POOL_LEN: pool claim)", sw_try_claim(client, POOL_LEN, &pool), SW_OK,
+           NULL);
+    expect("sw_try_claim(16: ring claim over it)", sw_try_claim(client, 16, &ring), SW_OK, NULL);
+    expect("sw_claim_commit(pool claim, ring claim open)", sw_claim_commit(&pool), SW_CLAIM_OPEN,
+           "claim is open");
+    expect("sw_claim_abort(ring claim)", sw_claim_abort(&ring), SW_OK, NULL);
+    expect("sw_claim_commit(the kept pool claim)", sw_claim_commit(&pool) > 0 ? SW_OK : -99,
+           SW_OK, NULL);
     /* Let the buffers come back, then claim all of them. */
     uint64_t deadline = now_ns() + 5000 * MS;
     sw_claim claims[64];
@@ -205,7 +230,7 @@ int main(void) {
     int32_t r = SW_OK;
     while (now_ns() < deadline) {
         sw_poll(server, on_msg, &got, 64);
-        r = sw_try_claim(client, 8, &claims[held]);
+        r = sw_try_claim(client, POOL_LEN, &claims[held]);
         if (r == SW_OK) {
             if (++held == 64) break;
         } else if (r != SW_BACK_PRESSURED) {
@@ -215,6 +240,9 @@ int main(void) {
     expect("sw_try_claim(every buffer held)", r, SW_POOL_EXHAUSTED, "exhausted");
     expect("sw_offer(every buffer held)", sw_offer(client, buf, 8), SW_POOL_EXHAUSTED,
            "exhausted");
+    /* A ring claim needs no pool buffer; closing with it open aborts it (checked in Rust). */
+    expect("sw_try_claim(16, every buffer held)", sw_try_claim(client, 16, &ring), SW_OK, NULL);
+    expect("sw_claim_abort(ring claim)", sw_claim_abort(&ring), SW_OK, NULL);
     for (int i = 0; i < held; i++) {
         if (sw_claim_abort(&claims[i]) != SW_OK) {
             printf("FAIL abort claim %d: %s\n", i, sw_errmsg());
@@ -277,7 +305,8 @@ int main(void) {
     /* Every code that a correct program can provoke was seen. */
     const int32_t reachable[] = {SW_BACK_PRESSURED, SW_NOT_CONNECTED, SW_CLOSED,     SW_TIMEOUT,
                                  SW_TOO_LARGE,      SW_BAD_ARG,       SW_BAD_ENDPOINT, SW_BAD_CONFIG,
-                                 SW_POOL_EXHAUSTED, SW_SETUP_FAILED,  SW_UNSUPPORTED};
+                                 SW_POOL_EXHAUSTED, SW_SETUP_FAILED,  SW_UNSUPPORTED,
+                                 SW_CLAIM_OPEN};
     for (size_t i = 0; i < sizeof reachable / sizeof reachable[0]; i++) {
         if (!seen[-reachable[i]]) {
             printf("FAIL %s was never provoked\n", sw_strerror(reachable[i]));
