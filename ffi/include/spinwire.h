@@ -334,10 +334,14 @@ typedef void (*sw_handler)(void *clientd, const uint8_t *data, size_t len);
 
 /**
  * A connection's counters (plain data): [`sw_conn_get_stats`].
+ *
+ * shm connections have no poller (the direct path): their `rx_msgs` / `tx_msgs` are the
+ * messages the application received / sent (as `received` / `sent`), `tx_stalls` the sends
+ * refused for a full ring (as `would_block`). These counts are not in `sw_engine_stats`.
  */
 typedef struct sw_conn_stats {
   /**
-   * Messages the poller delivered to this connection.
+   * Messages the poller delivered to this connection (shm: received by the application).
    */
   uint64_t rx_msgs;
   /**
@@ -345,7 +349,7 @@ typedef struct sw_conn_stats {
    */
   uint64_t rx_bytes;
   /**
-   * Messages the poller posted to the fabric.
+   * Messages the poller posted to the fabric (shm: sent by the application).
    */
   uint64_t tx_msgs;
   /**
@@ -353,7 +357,7 @@ typedef struct sw_conn_stats {
    */
   uint64_t tx_bytes;
   /**
-   * Times the fabric accepted fewer sends than offered.
+   * Times the fabric accepted fewer sends than offered (shm: sends refused, ring full).
    */
   uint64_t tx_stalls;
   /**
@@ -410,6 +414,12 @@ typedef struct sw_event {
 
 /**
  * Engine-wide counters (plain data), summed over its pollers: [`sw_engine_get_stats`].
+ *
+ * shm connections do not pass through the pollers (their messages go straight through the
+ * shared-memory rings, on the application's thread), so their traffic is not in `rx_msgs` /
+ * `tx_msgs` / `tx_batches` / `tx_stalls` (0 for an engine that only serves shm): read it per
+ * connection with `sw_conn_get_stats`. The connection counts (`connections_opened`,
+ * `connections_closed`) include them.
  */
 typedef struct sw_engine_stats {
   /**
@@ -735,8 +745,9 @@ int64_t sw_engine_poll(const struct sw_engine *engine);
 int32_t sw_next_event(const struct sw_engine *engine, uint64_t timeout_ns, struct sw_event *ev);
 
 /**
- * Stores a snapshot of the engine's counters in `*out`. Control path (it allocates a little).
- * Returns `SW_OK` or `SW_BAD_ARG`.
+ * Stores a snapshot of the engine's counters in `*out` (the pollers' traffic: shm
+ * connections' messages are not in it, see [`sw_engine_stats`]). Control path (it allocates
+ * a little). Returns `SW_OK` or `SW_BAD_ARG`.
  *
  * # Safety
  *

@@ -657,19 +657,23 @@ pub unsafe extern "C" fn sw_flush(conn: *const sw_conn) -> i32 {
 }
 
 /// A connection's counters (plain data): [`sw_conn_get_stats`].
+///
+/// shm connections have no poller (the direct path): their `rx_msgs` / `tx_msgs` are the
+/// messages the application received / sent (as `received` / `sent`), `tx_stalls` the sends
+/// refused for a full ring (as `would_block`). These counts are not in `sw_engine_stats`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 #[allow(non_camel_case_types)]
 pub struct sw_conn_stats {
-    /// Messages the poller delivered to this connection.
+    /// Messages the poller delivered to this connection (shm: received by the application).
     pub rx_msgs: u64,
     /// Payload bytes of those.
     pub rx_bytes: u64,
-    /// Messages the poller posted to the fabric.
+    /// Messages the poller posted to the fabric (shm: sent by the application).
     pub tx_msgs: u64,
     /// Payload bytes of those.
     pub tx_bytes: u64,
-    /// Times the fabric accepted fewer sends than offered.
+    /// Times the fabric accepted fewer sends than offered (shm: sends refused, ring full).
     pub tx_stalls: u64,
     /// Messages the application sent (`sw_offer`, `sw_claim_commit`).
     pub sent: u64,

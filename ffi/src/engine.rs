@@ -303,6 +303,12 @@ pub unsafe extern "C" fn sw_next_event(
 }
 
 /// Engine-wide counters (plain data), summed over its pollers: [`sw_engine_get_stats`].
+///
+/// shm connections do not pass through the pollers (their messages go straight through the
+/// shared-memory rings, on the application's thread), so their traffic is not in `rx_msgs` /
+/// `tx_msgs` / `tx_batches` / `tx_stalls` (0 for an engine that only serves shm): read it per
+/// connection with `sw_conn_get_stats`. The connection counts (`connections_opened`,
+/// `connections_closed`) include them.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 #[allow(non_camel_case_types)]
@@ -340,8 +346,9 @@ pub struct sw_engine_stats {
     pub connections_closed: u64,
 }
 
-/// Stores a snapshot of the engine's counters in `*out`. Control path (it allocates a little).
-/// Returns `SW_OK` or `SW_BAD_ARG`.
+/// Stores a snapshot of the engine's counters in `*out` (the pollers' traffic: shm
+/// connections' messages are not in it, see [`sw_engine_stats`]). Control path (it allocates
+/// a little). Returns `SW_OK` or `SW_BAD_ARG`.
 ///
 /// # Safety
 ///

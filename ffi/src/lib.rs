@@ -16,7 +16,8 @@
 //!   receive into a handler, Aeron's `subscription_poll`), [`sw_flush`], [`sw_engine_poll`]
 //!   (run-to-completion). These calls allocate nothing and take no lock.
 //! * Events ([`sw_next_event`]) and counters ([`sw_conn_get_stats`], [`sw_engine_get_stats`]) as plain
-//!   structs.
+//!   structs. The engine's counters are the pollers': shm connections bypass the pollers, so
+//!   their messages are counted per connection only.
 //!
 //! # Errors
 //!
@@ -33,8 +34,10 @@
 //! * Thread affinity is Rust's: an engine handle may be used from any number of threads at once;
 //!   a listener or a connection (with its claims) from one thread at a time (it may move between
 //!   threads between calls). Nothing checks this.
-//! * A claim borrows its connection's send buffer: commit or abort it before closing the
-//!   connection ([`sw_conn_close`] aborts what is left).
+//! * A claim borrows its connection's memory (on shm, up to the inline threshold, the ring record
+//!   itself: at most one such claim open per connection, and nothing else is claimed or sent
+//!   on it meanwhile, [`SW_CLAIM_OPEN`]; otherwise a send buffer): commit or abort it before
+//!   closing the connection ([`sw_conn_close`] aborts what is left).
 //! * An [`sw_poll`] handler sees each message during the call only, must not close the
 //!   connection being polled (caught) and must not unwind out of the call.
 
