@@ -239,13 +239,24 @@ fn one_open_ring_claim_at_a_time() {
             sw_try_claim(p.client, RING_CLAIM, &mut second),
             SW_CLAIM_OPEN
         );
-        assert!(errmsg().starts_with("sw_try_claim: a claim is open"), "{}", errmsg());
+        assert!(
+            errmsg().starts_with("sw_try_claim: a claim is open"),
+            "{}",
+            errmsg()
+        );
         assert_eq!(
             sw_try_claim(p.client, POOL_CLAIM, &mut second),
             SW_CLAIM_OPEN
         );
-        assert_eq!(sw_offer(p.client, b"x".as_ptr(), 1), i64::from(SW_CLAIM_OPEN));
-        assert!(errmsg().starts_with("sw_offer: a claim is open"), "{}", errmsg());
+        assert_eq!(
+            sw_offer(p.client, b"x".as_ptr(), 1),
+            i64::from(SW_CLAIM_OPEN)
+        );
+        assert!(
+            errmsg().starts_with("sw_offer: a claim is open"),
+            "{}",
+            errmsg()
+        );
         let mut st = sw_conn_stats::default();
         assert_eq!(sw_conn_get_stats(p.client, &mut st), SW_OK);
         assert_eq!(st.sent, 0, "a refused offer sent nothing");
@@ -260,7 +271,10 @@ fn one_open_ring_claim_at_a_time() {
         ptr::write_bytes(pool.data, 2, pool.len);
         assert_eq!(sw_try_claim(p.client, RING_CLAIM, &mut ring), SW_OK);
         assert_eq!(sw_claim_commit(&mut pool), i64::from(SW_CLAIM_OPEN));
-        assert!(!pool.data.is_null() && pool.token != 0, "the refused claim is kept");
+        assert!(
+            !pool.data.is_null() && pool.token != 0,
+            "the refused claim is kept"
+        );
         assert_eq!(sw_claim_abort(&mut ring), SW_OK);
         assert_eq!(sw_claim_commit(&mut pool), 3);
         assert_eq!(sw_flush(p.client), SW_OK);
