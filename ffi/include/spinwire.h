@@ -289,8 +289,8 @@ typedef struct sw_config {
  * A zero-copy claim: `len` bytes to write a message in place at `data`, then send with
  * [`sw_claim_commit`] or give back with [`sw_claim_abort`]. Filled by [`sw_try_claim`].
  *
- * Where `data` points: on shm, a message up to the inline threshold (`sw_config::
- * inline_threshold`) is claimed straight in the connection's ring record (a *ring claim*:
+ * Where `data` points: on shm, a message up to the inline threshold
+ * (`sw_config.inline_threshold`) is claimed straight in the connection's ring record (a *ring claim*:
  * the commit is one store that publishes it, with no copy at all); a larger message, and
  * every message on tcp and rdma, gets a send buffer of the connection's pool.
  *
