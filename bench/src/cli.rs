@@ -81,7 +81,9 @@ pub enum Command {
     /// a figure regressed beyond `--fail-above` (latency up, rate down).
     Compare(CompareArgs),
     /// The machine's floor on the chosen `--app-cores`: bare cache-line ping-pong RTT and a
-    /// minimal SPSC streaming rate between two pinned threads.
+    /// minimal SPSC streaming rate between two pinned threads; with `--fabric tcp` the raw
+    /// busy-polled TCP ping-pong and `--size` send/recv stream, in loopback or across hosts
+    /// (`--server` / `--client`).
     Floor(FloorArgs),
     /// The engine's software cost with both ends of a connection on one thread (one
     /// run-to-completion engine, no cross-core traffic): ns per message streamed in batches of
@@ -558,10 +560,12 @@ pub struct SweepArgs {
 /// `bench floor`.
 #[derive(Debug, Clone, Args)]
 pub struct FloorArgs {
-    /// The two cores to ping-pong between [default: 0,1].
+    /// The two cores to ping-pong between [default: 0,1]; with --server or --client, the
+    /// first is this side's core.
     #[arg(long, value_name = "CORES", value_delimiter = ',')]
     pub app_cores: Vec<usize>,
-    /// Measured round trips (and 16x as many streamed messages).
+    /// Measured round trips (and 16x as many streamed messages; `tcp`: `iters / 16`, at least
+    /// 64, streamed chunks).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub iters: u64,
     /// Unmeasured round trips first.
