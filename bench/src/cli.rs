@@ -11,6 +11,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Default shared-memory endpoint a `--server` listens on.
 pub const DEFAULT_SERVER_ENDPOINT: &str = "shm://spinwire-bench";
 
+/// Default address a `floor --fabric tcp --server` listens on.
+pub const DEFAULT_TCP_FLOOR_SERVER: &str = "0.0.0.0:7472";
+
 /// spinwire benchmark: latency, message rate and bandwidth, with HdrHistogram jitter reports.
 ///
 /// Runs ping-pong latency (`lat`), one-way streaming rate (`rate`), open-loop latency under a
@@ -78,7 +81,9 @@ pub enum Command {
     /// a figure regressed beyond `--fail-above` (latency up, rate down).
     Compare(CompareArgs),
     /// The machine's floor on the chosen `--app-cores`: bare cache-line ping-pong RTT and a
-    /// minimal SPSC streaming rate between two pinned threads.
+    /// minimal SPSC streaming rate between two pinned threads; with `--fabric tcp` the raw
+    /// busy-polled TCP ping-pong and `--size` send/recv stream, in loopback or across hosts
+    /// (`--server` / `--client`).
     Floor(FloorArgs),
     /// The engine's software cost with both ends of a connection on one thread (one
     /// run-to-completion engine, no cross-core traffic): ns per message streamed in batches of
@@ -555,19 +560,40 @@ pub struct SweepArgs {
 /// `bench floor`.
 #[derive(Debug, Clone, Args)]
 pub struct FloorArgs {
-    /// The two cores to ping-pong between [default: 0,1].
+    /// The two cores to ping-pong between [default: 0,1]; with --server or --client, the
+    /// first is this side's core.
     #[arg(long, value_name = "CORES", value_delimiter = ',')]
     pub app_cores: Vec<usize>,
-    /// Measured round trips (and 16x as many streamed messages).
+    /// Measured round trips (and 16x as many streamed messages; `tcp`: `iters / 16`, at least
+    /// 64, streamed chunks).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub iters: u64,
     /// Unmeasured round trips first.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub warmup: u64,
-    /// `tcp`: the raw busy-polled loopback TCP ping-pong (and 64 KiB streaming) instead of the
-    /// cache-line one.
+    /// `tcp`: the raw busy-polled TCP ping-pong (and the `--size` chunk streaming) instead of the
+    /// cache-line one, in loopback or across hosts (`--server` / `--client`).
     #[arg(long, value_enum, default_value_t = Fabric::Shm)]
     pub fabric: Fabric,
+    /// `tcp`: bytes per streamed chunk (one `send` / `recv` each), the bandwidth floor of
+    /// messages of this size (k/m suffixes accepted, at most 8 MiB).
+    #[arg(long, value_name = "BYTES", default_value = "64k", value_parser = parse_size)]
+    pub size: usize,
+    /// `tcp` only: run only the server side, listening on ADDR:PORT (default 0.0.0.0:7472), until
+    /// Ctrl-C (or the first client's run is done, with --once); pinned to the first --app-cores.
+    #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1,
+          default_missing_value = DEFAULT_TCP_FLOOR_SERVER, conflicts_with = "client")]
+    pub server: Option<String>,
+    /// `tcp` only: run only the client side against a `floor --server` at ADDR:PORT (e.g.
+    /// 198.18.0.1:7472), pinned to the first --app-cores; the server's core is reported.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub client: Option<String>,
+    /// Server: exit after the first client's run (ping-pong and stream).
+    #[arg(long)]
+    pub once: bool,
+    /// Client: how long to wait for the server (a refused connection is retried until then).
+    #[arg(long, value_name = "TIME", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
     /// Write floor.hgrm, summary.json, summary.csv and latency-percentiles.svg here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,

@@ -82,12 +82,15 @@ pub fn render(report: &Report, unit: Unit) -> String {
     let m = &report.machine;
     let _ = writeln!(out, "machine: {} ({} cores)", m.cpu_model, m.cores);
     if let Some(f) = &floor {
+        let tcp = report.floor.as_ref().is_some_and(|f| f.kind == "tcp-raw");
         let _ = writeln!(
             out,
-            "floor (cores {} <-> {}): cache-line RTT p50 {} {u}, SPSC stream {:.2} M msgs/s",
+            "floor (cores {} <-> {}): {} RTT p50 {} {u}, {} stream {:.2} M msgs/s",
             f.cores[0],
             f.cores[1],
+            if tcp { "raw tcp" } else { "cache-line" },
             lat_cell(f.rtt_ns.p50, unit),
+            if tcp { "raw tcp" } else { "SPSC" },
             f.msgs_per_sec / 1e6,
             u = unit_name(unit),
         );
@@ -165,9 +168,10 @@ pub fn render(report: &Report, unit: Unit) -> String {
             let _ = writeln!(
                 out,
                 "{:<16} {:>14.0} {:>14.0} {:>10} {:>12.1} {:>10.3} {:>12}",
-                match report.floor.as_ref().map(|f| f.kind) {
-                    Some("tcp-raw") => "floor (64KiB)",
-                    _ => "floor (8B)",
+                match report.floor.as_ref() {
+                    Some(f) if f.kind == "tcp-raw" =>
+                        format!("floor ({}B)", f.rate.bytes / f.rate.msgs.max(1)),
+                    _ => "floor (8B)".to_string(),
                 },
                 f.msgs_per_sec,
                 f.msgs_per_sec,

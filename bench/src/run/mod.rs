@@ -216,7 +216,18 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
         a.app_cores.clone()
     };
     check_cores("--app-cores", &cores)?;
-    if cores.len() != 2 || cores[0] == cores[1] {
+    let remote = a.server.is_some() || a.client.is_some();
+    if remote && a.fabric != crate::cli::Fabric::Tcp {
+        return Err(BenchError::invalid(
+            if a.server.is_some() {
+                "--server"
+            } else {
+                "--client"
+            },
+            "floor roles exist only for --fabric tcp (the cache-line floor is one process)",
+        ));
+    }
+    if !remote && (cores.len() != 2 || cores[0] == cores[1]) {
         return Err(BenchError::invalid(
             "--app-cores",
             format!(
@@ -228,16 +239,40 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
     if a.iters == 0 {
         return Err(BenchError::invalid("--iters", "must be at least 1"));
     }
+    if let Some(addr) = &a.server {
+        crate::floor_tcp::serve(addr, cores[0], a.once, &STOP, |at| {
+            report::print(&format!(
+                "bench floor server listening on {at} (raw tcp, core {}); Ctrl-C to stop\n",
+                cores[0]
+            ));
+        })
+        .or_else(|e| match e {
+            BenchError::Interrupted => Ok(()),
+            e => Err(e),
+        })?;
+        return Ok(stop_requested());
+    }
     let mut report = Report::new(command);
-    let f = match a.fabric {
-        crate::cli::Fabric::Tcp => {
-            crate::floor_tcp::measure([cores[0], cores[1]], a.iters, a.warmup, &STOP)?
+    let f = match (a.fabric, &a.client) {
+        (crate::cli::Fabric::Tcp, Some(addr)) => crate::floor_tcp::client(
+            addr,
+            cores[0],
+            a.iters,
+            a.warmup,
+            a.size,
+            a.connect_timeout,
+            &STOP,
+        )?,
+        (crate::cli::Fabric::Tcp, None) => {
+            crate::floor_tcp::measure_with([cores[0], cores[1]], a.iters, a.warmup, a.size, &STOP)?
         }
         _ => floor::measure([cores[0], cores[1]], a.iters, a.warmup, &STOP)?,
     };
-    report
-        .measured
-        .push(report::floor_point(&f, a.iters, a.warmup));
+    let mut point = report::floor_point(&f, a.iters, a.warmup);
+    if a.client.is_some() {
+        point.point.role = Role::Client(String::new()).as_str().into();
+    }
+    report.measured.push(point);
     report.floor = Some(f);
     finish(&report, a.unit, a.out.as_deref())?;
     Ok(false)
