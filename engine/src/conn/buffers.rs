@@ -8,6 +8,7 @@ use std::ptr::NonNull;
 use super::Connection;
 use crate::desc::{RxDesc, BUF_INLINE};
 use crate::error::Error;
+use crate::record::copy::copy_bytes;
 
 /// A send buffer of a connection's pool, written in place, or (from
 /// [`Connection::claim`] on a direct path) the payload of a record claimed in the connection's
@@ -83,7 +84,9 @@ impl SendBuf<'_> {
                 max: self.cap,
             });
         }
-        self.as_mut_slice()[..data.len()].copy_from_slice(data);
+        // SAFETY: `data.len() <= cap` bytes into this buffer (see `as_mut_slice`), which does
+        // not overlap `data` (a shared borrow cannot alias the buffer this handle owns).
+        unsafe { copy_bytes(data.as_ptr(), self.ptr.as_ptr(), data.len()) };
         self.len = data.len() as u32;
         Ok(())
     }

@@ -17,9 +17,10 @@
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
 
-use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX};
+use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
 use crate::error::FabricError;
 use crate::fabric::Sent;
+use crate::record::copy::copy_bytes;
 use crate::record::ring::RingError;
 
 use super::wire::{Releaser, RxMsg, RxRing, Segment, TxRing, WireError};
@@ -231,12 +232,17 @@ impl ShmDirect {
             let Some(mut c) = tx.claim(len as usize).map_err(wire_err)? else {
                 return Ok(Sent::Full);
             };
+            let dst = c.payload_mut();
             // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size`; the pool stays
-            // mapped while `self` lives (the rings hold the mapping).
-            let src = unsafe {
-                std::slice::from_raw_parts(pool.buf_ptr_unchecked(idx).as_ptr(), len as usize)
-            };
-            c.payload_mut().copy_from_slice(src);
+            // mapped while `self` lives (the rings hold the mapping). `dst` is the claimed
+            // record's `len` payload bytes in the ring, which do not overlap the pool.
+            unsafe {
+                copy_bytes(
+                    pool.buf_ptr_unchecked(idx).as_ptr(),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                );
+            }
             c.commit();
             Sent::Copied
         } else if tx.try_send_buf(idx, len).map_err(wire_err)? {
@@ -415,11 +421,7 @@ impl ShmDirect {
                     // SAFETY: `b.len() <= INLINE_MAX` bytes into `data`, which does not
                     // overlap the ring.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            b.as_ptr(),
-                            desc.data.as_mut_ptr().cast::<u8>(),
-                            b.len(),
-                        );
+                        copy_bytes(b.as_ptr(), desc.data.as_mut_ptr().cast::<u8>(), b.len());
                     }
                     Ok(true)
                 }
@@ -431,6 +433,11 @@ impl ShmDirect {
                     Ok(()) => {
                         desc.len = len;
                         desc.buf = index;
+                        // A pooled descriptor carries its offset in the first `OFF_BYTES` of
+                        // `data` (`RxDesc::offset` reads them): the whole buffer, offset 0.
+                        for (d, b) in desc.data[..OFF_BYTES].iter_mut().zip(0u32.to_le_bytes()) {
+                            d.write(b);
+                        }
                         Ok(true)
                     }
                     Err(e) => Err(wire_err(e)),
