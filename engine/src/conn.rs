@@ -37,6 +37,36 @@ pub use buffers::{Message, SendBuf};
 pub use listener::Listener;
 pub use send_error::SendError;
 
+/// What [`Connection::send_direct_parts`] did.
+enum DirectSend {
+    /// Sent (the buffer is accounted for).
+    Done,
+    /// No room: hand the buffer back with `WouldBlock`.
+    Full,
+    /// Not sent: hand the buffer back with `Closed`.
+    Failed(Error),
+}
+
+/// The open ring claim's payload pointer and length (`dangling, 0` while none is open).
+struct RingClaim(Cell<(std::ptr::NonNull<u8>, usize)>);
+
+// SAFETY: the pointer points into the connection's own segment mapping, which the connection
+// keeps alive and which moves with it; it is only dereferenced through a `SendBuf` borrowing
+// the connection, on the connection's thread. `Cell` keeps it `!Sync`.
+unsafe impl Send for RingClaim {}
+
+impl RingClaim {
+    #[inline(always)]
+    fn get(&self) -> (std::ptr::NonNull<u8>, usize) {
+        self.0.get()
+    }
+
+    #[inline(always)]
+    fn set(&self, v: (std::ptr::NonNull<u8>, usize)) {
+        self.0.set(v)
+    }
+}
+
 struct AppSide {
     /// The rings to the poller; `None` on a direct path.
     rings: Option<AppRings>,
@@ -69,6 +99,9 @@ pub struct Connection {
     /// Outside `app` because its handle is used while application code runs (a `poll`
     /// handler that sends).
     direct: Option<DirectPath>,
+    /// The open ring claim's payload pointer and length ([`claim`](Connection::claim) on a
+    /// direct path; a `SendBuf` with `idx == RING_CLAIM` refers to it).
+    ring_claim: RingClaim,
     shared: Arc<ConnShared>,
     engine: Engine,
     tx_pool: PoolView,
@@ -111,6 +144,7 @@ impl Connection {
         };
         Connection {
             direct,
+            ring_claim: RingClaim(Cell::new((std::ptr::NonNull::dangling(), 0))),
             app: UnsafeCell::new(AppSide {
                 rings,
                 spare,
@@ -266,8 +300,6 @@ impl Connection {
             conn: self,
             idx,
             len: 0,
-            ptr: self.tx_pool.buf_ptr(idx),
-            cap: self.tx_pool.buf_size(),
         })
     }
 
@@ -307,9 +339,6 @@ impl Connection {
                     conn: self,
                     idx,
                     len: 0,
-                    // SAFETY: `idx < count`, checked above.
-                    ptr: unsafe { self.tx_pool.buf_ptr_unchecked(idx) },
-                    cap: self.tx_pool.buf_size(),
                 })
             }
             Some(_) => Err(Error::WouldBlock),
@@ -333,9 +362,6 @@ impl Connection {
                     conn: self,
                     idx,
                     len: 0,
-                    // SAFETY: `idx < count`, checked above.
-                    ptr: unsafe { self.tx_pool.buf_ptr_unchecked(idx) },
-                    cap: self.tx_pool.buf_size(),
                 })
             }
             // Only buffers the wire layer validated reach the list; checked anyway.
@@ -382,13 +408,14 @@ impl Connection {
                     return Err(down.to_error());
                 }
                 return match d.claim(len) {
-                    Ok(Some(ptr)) => Ok(SendBuf {
-                        conn: self,
-                        idx: RING_CLAIM,
-                        len: len as u32,
-                        ptr,
-                        cap: len,
-                    }),
+                    Ok(Some(ptr)) => {
+                        self.ring_claim.set((ptr, len));
+                        Ok(SendBuf {
+                            conn: self,
+                            idx: RING_CLAIM,
+                            len: len as u32,
+                        })
+                    }
                     Ok(None) => {
                         // SAFETY: no other `AppSide` reference is live.
                         unsafe { self.app() }.would_block += 1;
@@ -509,32 +536,46 @@ impl Connection {
 
     #[inline(always)]
     fn send_direct<'c>(&'c self, d: &DirectPath, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
-        if buf.idx == RING_CLAIM {
+        // Field by field: the buffer is read where it lies and never moved on the way to the
+        // ring (a moved `SendBuf` is copied with wide loads over fields its owner just wrote
+        // narrowly, which stall on store forwarding: the largest single cost of alloc +
+        // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
+        // when the send fails.
+        let (idx, len) = (buf.idx, buf.len);
+        match self.send_direct_parts(d, idx, len) {
+            DirectSend::Done => {
+                std::mem::forget(buf);
+                Ok(())
+            }
+            DirectSend::Full => Err(SendError::WouldBlock(buf)),
+            DirectSend::Failed(error) => Err(SendError::Closed { buf, error }),
+        }
+    }
+
+    /// The direct send of the message in buffer `idx` (or the open ring claim, `RING_CLAIM`)
+    /// of `len` bytes; on [`DirectSend::Done`] the caller forgets the `SendBuf` (its buffer
+    /// is accounted for here).
+    #[inline(always)]
+    fn send_direct_parts(&self, d: &DirectPath, idx: u32, len: u32) -> DirectSend {
+        if idx == RING_CLAIM {
             // The record is in the ring already: publish it.
-            d.commit_claim(buf.len as usize);
-            let len = buf.len;
-            std::mem::forget(buf);
+            d.commit_claim(len as usize);
             // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
             let app = unsafe { self.app() };
             app.sent += 1;
             app.tx_bytes += u64::from(len);
-            return Ok(());
+            return DirectSend::Done;
         }
         if d.claim_open() {
-            return Err(SendError::Closed {
-                buf,
-                error: Error::ClaimOpen,
-            });
+            return DirectSend::Failed(Error::ClaimOpen);
         }
-        let (idx, len) = (buf.idx, buf.len);
         match d.send(&self.tx_pool, idx, len) {
             Ok(Sent::Full) => {
                 // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
                 unsafe { self.app() }.would_block += 1;
-                Err(SendError::WouldBlock(buf))
+                DirectSend::Full
             }
             Ok(sent) => {
-                std::mem::forget(buf);
                 // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
                 let app = unsafe { self.app() };
                 app.held -= 1;
@@ -545,12 +586,9 @@ impl Connection {
                 }
                 app.sent += 1;
                 app.tx_bytes += u64::from(len);
-                Ok(())
+                DirectSend::Done
             }
-            Err(e) => {
-                let error = self.fail(e);
-                Err(SendError::Closed { buf, error })
-            }
+            Err(e) => DirectSend::Failed(self.fail(e)),
         }
     }
 
