@@ -16,12 +16,12 @@
 /// writes of `len` bytes, and the two ranges do not overlap. No alignment is required.
 #[inline(always)]
 pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (every block below): each access lies in `src .. src + len` or `dst .. dst + len`
-    // (offsets `0` and `len - w` with `w <= len`), valid per the caller's contract; the
-    // unaligned reads and writes need no alignment; the ranges do not overlap, so reading
-    // `src` after writing part of `dst` reads the original bytes.
     if len >= 8 {
         if len <= 16 {
+            // SAFETY: offsets `0` and `len - 8` (`8 <= len`) with 8-byte accesses stay inside
+            // `src .. src + len` and `dst .. dst + len`, valid per the caller's contract;
+            // unaligned accesses need no alignment; both loads precede the stores, and the
+            // ranges do not overlap anyway.
             unsafe {
                 let a = src.cast::<u64>().read_unaligned();
                 let b = src.add(len - 8).cast::<u64>().read_unaligned();
@@ -29,9 +29,11 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
                 dst.add(len - 8).cast::<u64>().write_unaligned(b);
             }
         } else {
+            // SAFETY: the caller's contract is `copy_nonoverlapping`'s.
             unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
         }
     } else if len >= 4 {
+        // SAFETY: as above, with 4-byte accesses at `0` and `len - 4` (`4 <= len`).
         unsafe {
             let a = src.cast::<u32>().read_unaligned();
             let b = src.add(len - 4).cast::<u32>().read_unaligned();
@@ -39,7 +41,8 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
             dst.add(len - 4).cast::<u32>().write_unaligned(b);
         }
     } else if len > 0 {
-        // 1 ..= 3 bytes: first, middle and last (overlapping for 1 and 2).
+        // SAFETY: 1 ..= 3 bytes: offsets `0`, `len / 2` and `len - 1` are all `< len`, inside
+        // both ranges (first, middle and last byte, overlapping for 1 and 2).
         unsafe {
             *dst = *src;
             *dst.add(len / 2) = *src.add(len / 2);
