@@ -412,40 +412,47 @@ impl ShmDirect {
         let _g = PollGuard(&self.polling);
         // SAFETY: as in `poll`; no application code runs while it is borrowed here.
         let rx = unsafe { &mut *self.rx.get() };
-        let mut out: Result<bool, FabricError> = Ok(false);
-        rx.poll(1, |m| {
-            out = match m {
-                RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
-                    desc.len = b.len() as u32;
-                    desc.buf = BUF_INLINE;
-                    // SAFETY: `b.len() <= INLINE_MAX` bytes into `data`, which does not
-                    // overlap the ring.
-                    unsafe {
-                        copy_bytes(b.as_ptr(), desc.data.as_mut_ptr().cast::<u8>(), b.len());
-                    }
-                    Ok(true)
+        // Two plain locals rather than one `Result<bool, FabricError>`: the result was built
+        // in a temporary and copied into place with a wide load over its narrow stores (a
+        // store-forwarding stall, `perf annotate`); the common case now stores one flag.
+        let mut got = false;
+        let mut error: Option<FabricError> = None;
+        rx.poll(1, |m| match m {
+            RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
+                desc.len = b.len() as u32;
+                desc.buf = BUF_INLINE;
+                // SAFETY: `b.len() <= INLINE_MAX` bytes into `data`, which does not overlap
+                // the ring.
+                unsafe {
+                    copy_bytes(b.as_ptr(), desc.data.as_mut_ptr().cast::<u8>(), b.len());
                 }
-                RxMsg::Inline(_) => Err(FabricError::Protocol(
+                got = true;
+            }
+            RxMsg::Inline(_) => {
+                error = Some(FabricError::Protocol(
                     "inline message longer than the inline limit",
-                )),
-                // SAFETY: borrowed for the call only; no application code runs meanwhile.
-                RxMsg::Buffer { index, len } => match unsafe { self.rel() }.hold(index) {
-                    Ok(()) => {
-                        desc.len = len;
-                        desc.buf = index;
-                        // A pooled descriptor carries its offset in the first `OFF_BYTES` of
-                        // `data` (`RxDesc::offset` reads them): the whole buffer, offset 0.
-                        for (d, b) in desc.data[..OFF_BYTES].iter_mut().zip(0u32.to_le_bytes()) {
-                            d.write(b);
-                        }
-                        Ok(true)
+                ));
+            }
+            // SAFETY: borrowed for the call only; no application code runs meanwhile.
+            RxMsg::Buffer { index, len } => match unsafe { self.rel() }.hold(index) {
+                Ok(()) => {
+                    desc.len = len;
+                    desc.buf = index;
+                    // A pooled descriptor carries its offset in the first `OFF_BYTES` of
+                    // `data` (`RxDesc::offset` reads them): the whole buffer, offset 0.
+                    for (d, b) in desc.data[..OFF_BYTES].iter_mut().zip(0u32.to_le_bytes()) {
+                        d.write(b);
                     }
-                    Err(e) => Err(wire_err(e)),
-                },
-            };
+                    got = true;
+                }
+                Err(e) => error = Some(wire_err(e)),
+            },
         })
         .map_err(wire_err)?;
-        out
+        match error {
+            Some(e) => Err(e),
+            None => Ok(got),
+        }
     }
 
     /// Returns held receive buffer `buf` to the peer and publishes it.
