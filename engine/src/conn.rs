@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::desc::{PoolView, TxDesc};
+use crate::desc::{PoolView, RxDesc, TxDesc, BUF_INLINE, INLINE_MAX};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::error::FabricError;
@@ -36,6 +36,36 @@ mod send_error;
 pub use buffers::{Message, SendBuf};
 pub use listener::Listener;
 pub use send_error::SendError;
+
+/// What [`Connection::send_direct_parts`] did.
+enum DirectSend {
+    /// Sent (the buffer is accounted for).
+    Done,
+    /// No room: hand the buffer back with `WouldBlock`.
+    Full,
+    /// Not sent: hand the buffer back with `Closed`.
+    Failed(Error),
+}
+
+/// The open ring claim's payload pointer and length (`dangling, 0` while none is open).
+struct RingClaim(Cell<(std::ptr::NonNull<u8>, usize)>);
+
+// SAFETY: the pointer points into the connection's own segment mapping, which the connection
+// keeps alive and which moves with it; it is only dereferenced through a `SendBuf` borrowing
+// the connection, on the connection's thread. `Cell` keeps it `!Sync`.
+unsafe impl Send for RingClaim {}
+
+impl RingClaim {
+    #[inline(always)]
+    fn get(&self) -> (std::ptr::NonNull<u8>, usize) {
+        self.0.get()
+    }
+
+    #[inline(always)]
+    fn set(&self, v: (std::ptr::NonNull<u8>, usize)) {
+        self.0.set(v)
+    }
+}
 
 struct AppSide {
     /// The rings to the poller; `None` on a direct path.
@@ -69,6 +99,9 @@ pub struct Connection {
     /// Outside `app` because its handle is used while application code runs (a `poll`
     /// handler that sends).
     direct: Option<DirectPath>,
+    /// The open ring claim's payload pointer and length ([`claim`](Connection::claim) on a
+    /// direct path; a `SendBuf` with `idx == RING_CLAIM` refers to it).
+    ring_claim: RingClaim,
     shared: Arc<ConnShared>,
     engine: Engine,
     tx_pool: PoolView,
@@ -111,6 +144,7 @@ impl Connection {
         };
         Connection {
             direct,
+            ring_claim: RingClaim(Cell::new((std::ptr::NonNull::dangling(), 0))),
             app: UnsafeCell::new(AppSide {
                 rings,
                 spare,
@@ -225,11 +259,19 @@ impl Connection {
     /// [`Error::WouldBlock`] when every free buffer is in flight (they come back as the peer
     /// consumes them: retry), [`Error::PoolExhausted`] when the application itself holds every
     /// buffer, [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&self) -> Result<SendBuf<'_>, Error> {
+        // A thin dispatch, inlined into the caller: the direct path's fast case stays small
+        // (its slow paths are out of line), the poller path is one call.
         if let Some(d) = &self.direct {
             return self.alloc_direct(d);
         }
+        self.alloc_rings()
+    }
+
+    /// [`alloc`](Self::alloc) on the poller path.
+    #[inline]
+    fn alloc_rings(&self) -> Result<SendBuf<'_>, Error> {
         let idx = match self.take_buf() {
             Some(i) => i,
             None => {
@@ -258,8 +300,6 @@ impl Connection {
             conn: self,
             idx,
             len: 0,
-            ptr: self.tx_pool.buf_ptr(idx),
-            cap: self.tx_pool.buf_size(),
         })
     }
 
@@ -285,48 +325,61 @@ impl Connection {
         }
     }
 
-    #[inline]
+    /// [`alloc`](Self::alloc) on a direct path: one pop from the free list and a bound check;
+    /// the rest (reclaiming what the peer released, the errors) is out of line.
+    #[inline(always)]
     fn alloc_direct(&self, d: &DirectPath) -> Result<SendBuf<'_>, Error> {
+        // SAFETY: no other `AppSide` reference is live; it ends before the slow path takes one.
+        let app = unsafe { self.app() };
+        match app.spare.pop() {
+            // Only buffers the wire layer validated reach the list; checked anyway.
+            Some(idx) if idx < self.tx_pool.count() => {
+                app.held += 1;
+                Ok(SendBuf {
+                    conn: self,
+                    idx,
+                    len: 0,
+                })
+            }
+            Some(_) => Err(Error::WouldBlock),
+            None => self.alloc_direct_slow(d),
+        }
+    }
+
+    /// The free list is empty: take back what the peer released, then allocate.
+    #[cold]
+    #[inline(never)]
+    fn alloc_direct_slow(&self, d: &DirectPath) -> Result<SendBuf<'_>, Error> {
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
-        let idx = match app.spare.pop() {
-            Some(i) => i,
-            None => {
-                // The free list is empty: take back what the peer released.
-                if let Err(e) = d.reclaim(&mut app.spare) {
-                    return Err(self.fail(e));
-                }
-                match app.spare.pop() {
-                    Some(i) => i,
-                    None => {
-                        app.alloc_failures += 1;
-                        if let Some(d) = self.shared.down() {
-                            return Err(d.to_error());
-                        }
-                        return Err(if app.held >= self.tx_pool.count() {
-                            Error::PoolExhausted {
-                                count: self.tx_pool.count() as usize,
-                            }
-                        } else {
-                            Error::WouldBlock
-                        });
-                    }
-                }
-            }
-        };
-        if idx >= self.tx_pool.count() {
-            // Only buffers the wire layer validated reach the list; checked anyway.
-            return Err(Error::WouldBlock);
+        if let Err(e) = d.reclaim(&mut app.spare) {
+            return Err(self.fail(e));
         }
-        app.held += 1;
-        Ok(SendBuf {
-            conn: self,
-            idx,
-            len: 0,
-            // SAFETY: `idx < count`, checked above.
-            ptr: unsafe { self.tx_pool.buf_ptr_unchecked(idx) },
-            cap: self.tx_pool.buf_size(),
-        })
+        match app.spare.pop() {
+            Some(idx) if idx < self.tx_pool.count() => {
+                app.held += 1;
+                Ok(SendBuf {
+                    conn: self,
+                    idx,
+                    len: 0,
+                })
+            }
+            // Only buffers the wire layer validated reach the list; checked anyway.
+            Some(_) => Err(Error::WouldBlock),
+            None => {
+                app.alloc_failures += 1;
+                if let Some(d) = self.shared.down() {
+                    return Err(d.to_error());
+                }
+                Err(if app.held >= self.tx_pool.count() {
+                    Error::PoolExhausted {
+                        count: self.tx_pool.count() as usize,
+                    }
+                } else {
+                    Error::WouldBlock
+                })
+            }
+        }
     }
 
     /// Takes `len` bytes to write a message in place, for zero-copy sends: on a direct path
@@ -355,13 +408,14 @@ impl Connection {
                     return Err(down.to_error());
                 }
                 return match d.claim(len) {
-                    Ok(Some(ptr)) => Ok(SendBuf {
-                        conn: self,
-                        idx: RING_CLAIM,
-                        len: len as u32,
-                        ptr,
-                        cap: len,
-                    }),
+                    Ok(Some(ptr)) => {
+                        self.ring_claim.set((ptr, len));
+                        Ok(SendBuf {
+                            conn: self,
+                            idx: RING_CLAIM,
+                            len: len as u32,
+                        })
+                    }
                     Ok(None) => {
                         // SAFETY: no other `AppSide` reference is live.
                         unsafe { self.app() }.would_block += 1;
@@ -412,8 +466,23 @@ impl Connection {
     /// the connection is down or the buffer belongs to another connection, or with
     /// [`Error::ClaimOpen`] for a pool buffer while a ring claim is open (send or drop the
     /// claim first).
-    #[inline]
+    #[inline(always)]
     pub fn send<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+        // A thin dispatch, inlined into the caller so that the buffer's fields stay in
+        // registers (passing the `SendBuf` to an out-of-line `send` made it reload them from the
+        // caller's stack right after storing them: a store-forwarding stall, the largest single
+        // cost of a direct send in `perf annotate`). The checks are those of `send_checked`.
+        if let Some(d) = &self.direct {
+            if std::ptr::eq(buf.conn, self) && self.shared.down().is_none() {
+                return self.send_direct(d, buf);
+            }
+        }
+        self.send_checked(buf)
+    }
+
+    /// [`send`](Self::send): the ownership and state checks, then either path.
+    #[inline]
+    fn send_checked<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
         if !std::ptr::eq(buf.conn, self) {
             return Err(SendError::Closed {
                 buf,
@@ -465,34 +534,48 @@ impl Connection {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn send_direct<'c>(&'c self, d: &DirectPath, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
-        if buf.idx == RING_CLAIM {
+        // Field by field: the buffer is read where it lies and never moved on the way to the
+        // ring (a moved `SendBuf` is copied with wide loads over fields its owner just wrote
+        // narrowly, which stall on store forwarding: the largest single cost of alloc +
+        // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
+        // when the send fails.
+        let (idx, len) = (buf.idx, buf.len);
+        match self.send_direct_parts(d, idx, len) {
+            DirectSend::Done => {
+                std::mem::forget(buf);
+                Ok(())
+            }
+            DirectSend::Full => Err(SendError::WouldBlock(buf)),
+            DirectSend::Failed(error) => Err(SendError::Closed { buf, error }),
+        }
+    }
+
+    /// The direct send of the message in buffer `idx` (or the open ring claim, `RING_CLAIM`)
+    /// of `len` bytes; on [`DirectSend::Done`] the caller forgets the `SendBuf` (its buffer
+    /// is accounted for here).
+    #[inline(always)]
+    fn send_direct_parts(&self, d: &DirectPath, idx: u32, len: u32) -> DirectSend {
+        if idx == RING_CLAIM {
             // The record is in the ring already: publish it.
-            d.commit_claim(buf.len as usize);
-            let len = buf.len;
-            std::mem::forget(buf);
+            d.commit_claim(len as usize);
             // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
             let app = unsafe { self.app() };
             app.sent += 1;
             app.tx_bytes += u64::from(len);
-            return Ok(());
+            return DirectSend::Done;
         }
         if d.claim_open() {
-            return Err(SendError::Closed {
-                buf,
-                error: Error::ClaimOpen,
-            });
+            return DirectSend::Failed(Error::ClaimOpen);
         }
-        let (idx, len) = (buf.idx, buf.len);
         match d.send(&self.tx_pool, idx, len) {
             Ok(Sent::Full) => {
                 // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
                 unsafe { self.app() }.would_block += 1;
-                Err(SendError::WouldBlock(buf))
+                DirectSend::Full
             }
             Ok(sent) => {
-                std::mem::forget(buf);
                 // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
                 let app = unsafe { self.app() };
                 app.held -= 1;
@@ -503,12 +586,9 @@ impl Connection {
                 }
                 app.sent += 1;
                 app.tx_bytes += u64::from(len);
-                Ok(())
+                DirectSend::Done
             }
-            Err(e) => {
-                let error = self.fail(e);
-                Err(SendError::Closed { buf, error })
-            }
+            Err(e) => DirectSend::Failed(self.fail(e)),
         }
     }
 
@@ -569,11 +649,19 @@ impl Connection {
     ///
     /// [`Error::Disconnected`] / [`Error::Fabric`] once the connection is down and every message
     /// received before is taken.
-    #[inline]
+    #[inline(always)]
     pub fn try_recv(&self) -> Result<Option<Message<'_>>, Error> {
+        // A thin dispatch, inlined into the caller: the direct path fills the message where
+        // the caller's result lies.
         if let Some(d) = &self.direct {
             return self.try_recv_direct(d);
         }
+        self.try_recv_rings()
+    }
+
+    /// [`try_recv`](Self::try_recv) on the poller path.
+    #[inline]
+    fn try_recv_rings(&self) -> Result<Option<Message<'_>>, Error> {
         if let Some(m) = self.pop_rx() {
             return Ok(Some(m));
         }
@@ -592,27 +680,49 @@ impl Connection {
         Ok(None)
     }
 
-    #[inline]
+    #[inline(always)]
     fn recv_direct(&self, d: &DirectPath) -> Result<Option<Message<'_>>, Error> {
-        match d.recv() {
-            Ok(Some(desc)) => {
+        // Built once, filled in place by the fabric (only the payload's bytes are written).
+        let mut m = Message {
+            conn: self,
+            desc: RxDesc {
+                len: 0,
+                buf: BUF_INLINE,
+                data: [std::mem::MaybeUninit::uninit(); INLINE_MAX],
+            },
+        };
+        match d.recv_into(&mut m.desc) {
+            Ok(true) => {
                 // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
                 let app = unsafe { self.app() };
                 app.received += 1;
-                app.rx_bytes += u64::from(desc.len);
-                Ok(Some(Message { conn: self, desc }))
+                app.rx_bytes += u64::from(m.desc.len);
+                Ok(Some(m))
             }
-            Ok(None) => Ok(None),
-            Err(e) => Err(self.fail(e)),
+            Ok(false) => {
+                // Nothing received: `m` is an empty inline message, dropping it does nothing.
+                std::mem::forget(m);
+                Ok(None)
+            }
+            Err(e) => {
+                std::mem::forget(m);
+                Err(self.fail(e))
+            }
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_recv_direct(&self, d: &DirectPath) -> Result<Option<Message<'_>>, Error> {
         if let Some(m) = self.recv_direct(d)? {
             return Ok(Some(m));
         }
-        // The ring is empty: only now look at the connection's state.
+        self.try_recv_direct_empty(d)
+    }
+
+    /// The ring was found empty: only now look at the connection's state.
+    #[cold]
+    #[inline(never)]
+    fn try_recv_direct_empty(&self, d: &DirectPath) -> Result<Option<Message<'_>>, Error> {
         match self.direct_down(d) {
             Some(e) => match self.recv_direct(d)? {
                 // Published before the state changed: still ours.

@@ -5,9 +5,10 @@
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
-use super::Connection;
+use super::{Connection, RING_CLAIM};
 use crate::desc::{RxDesc, BUF_INLINE};
 use crate::error::Error;
+use crate::record::copy::copy_bytes;
 
 /// A send buffer of a connection's pool, written in place, or (from
 /// [`Connection::claim`] on a direct path) the payload of a record claimed in the connection's
@@ -18,11 +19,19 @@ use crate::error::Error;
 /// published).
 pub struct SendBuf<'c> {
     pub(super) conn: &'c Connection,
+    /// The buffer, `< tx_pool.count()`, or `RING_CLAIM` for the connection's open ring claim
+    /// (whose pointer and length the connection keeps: one claim is open at a time).
     pub(super) idx: u32,
+    /// The message length, `<= capacity()`.
     pub(super) len: u32,
-    pub(super) ptr: NonNull<u8>,
-    pub(super) cap: usize,
 }
+
+// 16 bytes, so that it is passed and moved in two registers. With the pointer and the
+// capacity in it (32 bytes) it was moved through the stack with wide loads over fields its
+// owner had just written narrowly (`alloc` the index, `copy_from` the length), which stall on
+// store forwarding: the largest single cost of alloc + copy_from + send in `perf annotate`
+// of `bench cost`. Both are derived instead (one multiply, or the open claim's).
+const _: () = assert!(std::mem::size_of::<SendBuf<'static>>() == 16);
 
 impl std::fmt::Debug for SendBuf<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -37,7 +46,22 @@ impl SendBuf<'_> {
     /// The buffer's capacity: the largest message (for a ring claim, the length claimed).
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.cap
+        if self.idx == RING_CLAIM {
+            self.conn.ring_claim.get().1
+        } else {
+            self.conn.tx_pool.buf_size()
+        }
+    }
+
+    /// The start of the buffer (or of the claimed record's payload).
+    #[inline(always)]
+    fn ptr(&self) -> NonNull<u8> {
+        if self.idx == RING_CLAIM {
+            self.conn.ring_claim.get().0
+        } else {
+            // SAFETY: `idx < count` (the field's invariant: every constructor checks it).
+            unsafe { self.conn.tx_pool.buf_ptr_unchecked(self.idx) }
+        }
     }
 
     /// The whole buffer, for writing in place; then [`set_len`](Self::set_len).
@@ -50,7 +74,7 @@ impl SendBuf<'_> {
         // For a ring claim it is the claimed record's payload in the ring: the producer writes
         // nothing else while the claim is open (`RingError::ClaimOpen`), the peer does not read
         // it before the commit, and the connection allows one open claim.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr().as_ptr(), self.capacity()) }
     }
 
     /// Sets the message length.
@@ -60,10 +84,11 @@ impl SendBuf<'_> {
     /// [`Error::MessageTooLarge`] when `len` exceeds the capacity.
     #[inline]
     pub fn set_len(&mut self, len: usize) -> Result<(), Error> {
-        if len > self.cap {
+        let cap = self.capacity();
+        if len > cap {
             return Err(Error::MessageTooLarge {
                 size: len,
-                max: self.cap,
+                max: cap,
             });
         }
         self.len = len as u32;
@@ -77,13 +102,16 @@ impl SendBuf<'_> {
     /// [`Error::MessageTooLarge`] when `data` is longer than the capacity.
     #[inline]
     pub fn copy_from(&mut self, data: &[u8]) -> Result<(), Error> {
-        if data.len() > self.cap {
+        let cap = self.capacity();
+        if data.len() > cap {
             return Err(Error::MessageTooLarge {
                 size: data.len(),
-                max: self.cap,
+                max: cap,
             });
         }
-        self.as_mut_slice()[..data.len()].copy_from_slice(data);
+        // SAFETY: `data.len() <= cap` bytes into this buffer (see `as_mut_slice`), which does
+        // not overlap `data` (a shared borrow cannot alias the buffer this handle owns).
+        unsafe { copy_bytes(data.as_ptr(), self.ptr().as_ptr(), data.len()) };
         self.len = data.len() as u32;
         Ok(())
     }
@@ -94,7 +122,7 @@ impl Deref for SendBuf<'_> {
     #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: as in `as_mut_slice`; `len <= cap`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+        unsafe { std::slice::from_raw_parts(self.ptr().as_ptr(), self.len as usize) }
     }
 }
 

@@ -231,11 +231,12 @@ impl DirectPath {
         }
     }
 
-    /// The next received message as a descriptor (a pooled one held until released).
+    /// The next received message into `desc`, in place (a pooled one held until released);
+    /// `Ok(false)`: none.
     #[inline]
-    pub(crate) fn recv(&self) -> Result<Option<crate::desc::RxDesc>, FabricError> {
+    pub(crate) fn recv_into(&self, desc: &mut RxDesc) -> Result<bool, FabricError> {
         match self {
-            DirectPath::Shm(d) => d.recv(),
+            DirectPath::Shm(d) => d.recv_into(desc),
         }
     }
 

@@ -131,6 +131,7 @@
 //! signalling); the receiver splits it with [`FrameReader`] and copies each record into its
 //! descriptor; next, the application reads each message in place in the receive buffer.
 
+pub(crate) mod copy;
 mod error;
 mod frame;
 mod header;

@@ -179,6 +179,10 @@ pub(crate) fn check_geometry(base: usize, size_bytes: usize) -> Result<usize, &'
 }
 
 /// A ring's view of its memory: bounds-safe word accessors and the payload copy points.
+///
+/// `Clone`: each ring end keeps its own copy inline (a clone shares the memory), so a word
+/// access is one load of the base off the handle instead of a hop through an `Arc` first.
+#[derive(Clone)]
 pub(crate) struct Region {
     #[cfg(not(loom))]
     base: NonNull<u8>,

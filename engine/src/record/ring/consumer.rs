@@ -15,7 +15,8 @@ use crate::record::{Record, RecordError, RecordHeader, RecordType, RECORD_ALIGN,
 ///
 /// `Send + !Sync`; see the [module docs](super) for the protocol and the trust model.
 pub struct Consumer {
-    region: Arc<Region>,
+    /// This end's copy of the region (see [`Region`]'s `Clone`).
+    region: Region,
     cap: usize,
     max_payload: usize,
     /// Next record position (a multiple of 8); published after each poll that moved it.
@@ -41,7 +42,7 @@ impl Consumer {
     pub(super) fn new(region: Arc<Region>, max_payload: usize) -> Consumer {
         Consumer {
             cap: region.capacity(),
-            region,
+            region: Region::clone(&region),
             max_payload,
             pos: 0,
             failed: None,

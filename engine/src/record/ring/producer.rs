@@ -23,7 +23,8 @@ fn header_word(ty: RecordType, payload: usize) -> u64 {
 ///
 /// `Send + !Sync`; see the [module docs](super) for the protocol.
 pub struct Producer {
-    region: Arc<Region>,
+    /// This end's copy of the region (see [`Region`]'s `Clone`).
+    region: Region,
     /// Capacity of the record area (a power of two).
     cap: usize,
     max_payload: usize,
@@ -60,7 +61,7 @@ impl Producer {
     pub(super) fn new(region: Arc<Region>, max_payload: usize) -> Producer {
         Producer {
             cap: region.capacity(),
-            region,
+            region: Region::clone(&region),
             max_payload,
             tail: 0,
             head_cache: 0,
