@@ -91,6 +91,16 @@ fn gid_index_from_env(value: Option<std::ffi::OsString>) -> Result<Option<u8>, C
     parse_gid_index_env(&value).map(Some)
 }
 
+/// Default buffer size of [`EngineBuilder::pool`], in bytes.
+pub const DEFAULT_BUFFER_SIZE: usize = 4096;
+/// Default buffer count of [`EngineBuilder::pool`] (per connection and direction).
+pub const DEFAULT_BUFFERS: usize = 256;
+/// Default of [`EngineBuilder::batch`].
+pub const DEFAULT_BATCH: usize = 32;
+/// Default of [`EngineBuilder::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`EngineBuilder::max_connections_per_poller`].
+pub const DEFAULT_MAX_CONNECTIONS_PER_POLLER: usize = 1024;
 /// Default of [`EngineBuilder::liveness_timeout`].
 pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
 /// Shortest non-zero [`EngineBuilder::liveness_timeout`]: the control thread's liveness beat is a
@@ -115,17 +125,17 @@ impl Default for EngineBuilder {
             cfg: Config {
                 pollers: Vec::new(),
                 idle: IdleStrategy::BusySpin,
-                buffer_size: 4096,
-                buffers: 256,
+                buffer_size: DEFAULT_BUFFER_SIZE,
+                buffers: DEFAULT_BUFFERS,
                 depth: 128,
-                batch: 32,
+                batch: DEFAULT_BATCH,
                 inline_threshold: crate::desc::INLINE_MAX,
                 signal_every: 16,
                 rdma_srq_buffers: 0,
                 rdma_gid_index: None,
                 frame_size: None,
-                connect_timeout: Duration::from_secs(5),
-                max_connections_per_poller: 1024,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                max_connections_per_poller: DEFAULT_MAX_CONNECTIONS_PER_POLLER,
                 liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
                 name: "spinwire".to_owned(),
                 depth_set: false,

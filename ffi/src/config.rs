@@ -2,7 +2,11 @@
 
 use std::ffi::c_char;
 
-use spinwire_rs::{EngineBuilder, IdleStrategy, DEFAULT_LIVENESS_TIMEOUT, INLINE_MAX};
+use spinwire_rs::{
+    EngineBuilder, IdleStrategy, DEFAULT_BATCH, DEFAULT_BUFFERS, DEFAULT_BUFFER_SIZE,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVENESS_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_POLLER,
+    INLINE_MAX,
+};
 
 use crate::error::{fail_msg, guard, SW_BAD_ARG, SW_BAD_CONFIG, SW_OK};
 use crate::handle::{c_str, timeout};
@@ -54,15 +58,15 @@ pub struct sw_config {
 impl Default for sw_config {
     fn default() -> Self {
         sw_config {
-            buffer_size: 4096,
-            buffers: 256,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            buffers: DEFAULT_BUFFERS,
             depth: 0,
-            batch: 32,
+            batch: DEFAULT_BATCH,
             inline_threshold: INLINE_MAX,
             idle: SW_IDLE_BUSY_SPIN,
-            connect_timeout_ns: 5_000_000_000,
+            connect_timeout_ns: DEFAULT_CONNECT_TIMEOUT.as_nanos() as u64,
             liveness_timeout_ns: DEFAULT_LIVENESS_TIMEOUT.as_nanos() as u64,
-            max_connections_per_poller: 1024,
+            max_connections_per_poller: DEFAULT_MAX_CONNECTIONS_PER_POLLER,
             poller_cores: std::ptr::null(),
             poller_count: 0,
             name: std::ptr::null(),
