@@ -360,10 +360,13 @@ fn each_header_violation_has_its_error() {
             ..
         }
     ));
+    // RNDV (#12) is defined now: a CREDIT-sized payload is the wrong size for it.
     assert!(matches!(
         case(&|b| b[4] = 7),
-        RecordError::Unsupported {
+        RecordError::BadPayload {
             ty: RecordType::Rndv,
+            len: 8,
+            expected: 24,
             ..
         }
     ));
@@ -514,4 +517,51 @@ fn reader_matches_model() {
         }
         assert!(r.position() <= bad.len());
     }
+}
+
+#[test]
+fn rndv_records_round_trip_and_check_their_size() {
+    let mut b = [0u8; 64];
+    let mut w = RecordWriter::frame(&mut b, 64).unwrap();
+    w.push_rndv(3, 1 << 20, 0x7f00_dead_b000, 0x1234).unwrap();
+    w.push_rndv_done(3).unwrap();
+    let wire = w.finish().unwrap().to_vec();
+    assert_eq!(wire.len(), 8 + 32 + 16);
+    let f = FrameReader::new_checked(&wire, 64).unwrap();
+    let mut got = Vec::new();
+    f.for_each(|r| got.push(format!("{r:?}"))).unwrap();
+    assert_eq!(
+        got,
+        [
+            format!(
+                "{:?}",
+                Record::Rndv {
+                    slot: 3,
+                    len: 1 << 20,
+                    addr: 0x7f00_dead_b000,
+                    rkey: 0x1234
+                }
+            ),
+            format!("{:?}", Record::RndvDone { slot: 3 }),
+        ]
+    );
+    // RNDV_DONE with an RNDV-sized payload, and the reverse, are BadPayload.
+    let mut bad = wire.clone();
+    bad[8 + 4] = 8;
+    assert!(matches!(
+        FrameReader::new_checked(&bad, 64).and_then(|f| f.for_each(|_| ())),
+        Err(RecordError::BadPayload {
+            ty: RecordType::RndvDone,
+            ..
+        })
+    ));
+    let mut bad = wire;
+    bad[8 + 32 + 4] = 7;
+    assert!(matches!(
+        FrameReader::new_checked(&bad, 64).and_then(|f| f.for_each(|_| ())),
+        Err(RecordError::BadPayload {
+            ty: RecordType::Rndv,
+            ..
+        })
+    ));
 }

@@ -43,7 +43,7 @@ pub enum RecordError {
         /// The `type` byte.
         ty: u8,
     },
-    /// A type reserved for a later version (FRAG, RNDV).
+    /// A type reserved for a later version (FRAG).
     #[error("record at offset {offset}: type {ty:?} is not supported by format version 1")]
     Unsupported {
         /// Offset of the record.

@@ -2,7 +2,10 @@
 
 use super::error::RecordError;
 use super::types::{Record, RecordType};
-use super::{align8, u32_at, u64_at, BUF_REF_PAYLOAD, RECORD_HEADER, U64_PAYLOAD};
+use super::{
+    align8, u32_at, u64_at, BUF_REF_PAYLOAD, RECORD_HEADER, RNDV_DONE_PAYLOAD, RNDV_PAYLOAD,
+    U64_PAYLOAD,
+};
 
 /// A validated record header: the first checks of the [validation rules](super#validation-what-a-reader-rejects),
 /// those that need only the 8 header bytes. A shared-memory ring parses the header word it
@@ -97,7 +100,7 @@ impl RecordHeader {
     /// # Errors
     ///
     /// [`RecordError::BadPayload`] for a fixed-size type of the wrong size,
-    /// [`RecordError::Unsupported`] for FRAG and RNDV.
+    /// [`RecordError::Unsupported`] for FRAG.
     pub fn decode<'a>(&self, offset: usize, payload: &'a [u8]) -> Result<Record<'a>, RecordError> {
         let ty = self.ty;
         let payload_len = self.payload_len();
@@ -131,7 +134,22 @@ impl RecordHeader {
                 fixed(U64_PAYLOAD)?;
                 Record::Heartbeat(u64_at(payload, 0).unwrap_or(0))
             }
-            RecordType::Frag | RecordType::Rndv => {
+            RecordType::Rndv => {
+                fixed(RNDV_PAYLOAD)?;
+                Record::Rndv {
+                    slot: u32_at(payload, 0).unwrap_or(0),
+                    len: u32_at(payload, 4).unwrap_or(0),
+                    addr: u64_at(payload, 8).unwrap_or(0),
+                    rkey: u32_at(payload, 16).unwrap_or(0),
+                }
+            }
+            RecordType::RndvDone => {
+                fixed(RNDV_DONE_PAYLOAD)?;
+                Record::RndvDone {
+                    slot: u32_at(payload, 0).unwrap_or(0),
+                }
+            }
+            RecordType::Frag => {
                 return Err(RecordError::Unsupported { offset, ty });
             }
         })

@@ -41,8 +41,14 @@
 //! | 4    | `CREDIT`    | `credits: u64`, cumulative (so a repeated record is harmless) | v1 |
 //! | 5    | `HEARTBEAT` | `seq: u64` | v1 |
 //! | 6    | `FRAG`      | reserved for large messages (#12): message id, offset, total length, bytes | reserved |
-//! | 7    | `RNDV`      | reserved for rendezvous (#12): address, rkey, length, message id | reserved |
-//! | 8..=255 | —        | unknown | error |
+//! | 7    | `RNDV`      | `slot: u32`, `len: u32`, `addr: u64`, `rkey: u32`, `pad: u32` (24 bytes): a large message of `len` bytes in the sender's large slot `slot`, to be pulled with RDMA READ from `addr` with `rkey` (#12, RDMA rendezvous) | v1 |
+//! | 8    | `RNDV_DONE` | `slot: u32`, `pad: u32` (8 bytes): the receiver pulled the sender's large slot `slot`; the sender may reuse it (#12) | v1 |
+//! | 9..=255 | —        | unknown | error |
+//!
+//! RNDV and RNDV_DONE travel only in RDMA frames (see `fabric::rdma`'s protocol docs); the
+//! codec checks their size, the consumer everything else (the key, the address and length
+//! against the region the peer announced at connect, the slot against its own accounting).
+//! `pad` is written as zero and ignored.
 //!
 //! # The commit rule
 //!
@@ -162,6 +168,34 @@ pub const MAX_PAYLOAD: usize = 16 << 20;
 
 const BUF_REF_PAYLOAD: usize = 8;
 const U64_PAYLOAD: usize = 8;
+/// Payload bytes of an RNDV record.
+pub const RNDV_PAYLOAD: usize = 24;
+/// Payload bytes of an RNDV_DONE record.
+pub const RNDV_DONE_PAYLOAD: usize = 8;
+
+/// The payload of an RNDV record (little-endian; `pad` zero), for writers that build frames
+/// in place rather than through [`RecordWriter`].
+#[inline]
+pub const fn rndv_payload(slot: u32, len: u32, addr: u64, rkey: u32) -> [u8; RNDV_PAYLOAD] {
+    let mut b = [0u8; RNDV_PAYLOAD];
+    let s = slot.to_le_bytes();
+    let l = len.to_le_bytes();
+    let a = addr.to_le_bytes();
+    let k = rkey.to_le_bytes();
+    let mut i = 0;
+    while i < 4 {
+        b[i] = s[i];
+        b[4 + i] = l[i];
+        b[16 + i] = k[i];
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 8 {
+        b[8 + i] = a[i];
+        i += 1;
+    }
+    b
+}
 
 /// `n` rounded up to the record alignment (`None` on overflow).
 #[inline]

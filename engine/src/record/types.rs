@@ -17,8 +17,12 @@ pub enum RecordType {
     Heartbeat = 5,
     /// Reserved: a fragment of a large message (issue #12).
     Frag = 6,
-    /// Reserved: a rendezvous descriptor (issue #12).
+    /// A rendezvous descriptor (issue #12): a large message the receiver pulls with RDMA READ
+    /// (`slot: u32, len: u32, addr: u64, rkey: u32, pad: u32`).
     Rndv = 7,
+    /// A rendezvous acknowledgement (issue #12): the receiver pulled the large message of the
+    /// sender's slot `slot` (`slot: u32, pad: u32`); the sender may reuse the slot.
+    RndvDone = 8,
 }
 
 impl RecordType {
@@ -32,6 +36,7 @@ impl RecordType {
             5 => RecordType::Heartbeat,
             6 => RecordType::Frag,
             7 => RecordType::Rndv,
+            8 => RecordType::RndvDone,
             _ => return None,
         })
     }
@@ -56,6 +61,24 @@ pub enum Record<'a> {
     Credit(u64),
     /// A heartbeat with its sequence number.
     Heartbeat(u64),
+    /// A rendezvous descriptor: `len` bytes of the sender's large slot `slot` at remote
+    /// address `addr`, readable with `rkey` (the consumer checks all four against the region
+    /// the peer announced).
+    Rndv {
+        /// The sender's large-slot index (echoed in the acknowledgement).
+        slot: u32,
+        /// Message length.
+        len: u32,
+        /// Remote virtual address of the message's first byte.
+        addr: u64,
+        /// Remote key of the sender's large send region.
+        rkey: u32,
+    },
+    /// A rendezvous acknowledgement: the sender's large slot `slot` was pulled.
+    RndvDone {
+        /// The sender's large-slot index.
+        slot: u32,
+    },
 }
 
 impl Record<'_> {
@@ -67,6 +90,8 @@ impl Record<'_> {
             Record::Pad => RecordType::Pad,
             Record::Credit(_) => RecordType::Credit,
             Record::Heartbeat(_) => RecordType::Heartbeat,
+            Record::Rndv { .. } => RecordType::Rndv,
+            Record::RndvDone { .. } => RecordType::RndvDone,
         }
     }
 }

@@ -167,6 +167,36 @@ impl<'a> RecordWriter<'a> {
         self.put_fixed(RecordType::Credit, &credits.to_le_bytes())
     }
 
+    /// Writes an RNDV record (a large message in the sender's slot `slot`, `len` bytes at
+    /// remote address `addr`, key `rkey`).
+    ///
+    /// # Errors
+    ///
+    /// As [`claim`](Self::claim).
+    pub fn push_rndv(
+        &mut self,
+        slot: u32,
+        len: u32,
+        addr: u64,
+        rkey: u32,
+    ) -> Result<(), RecordError> {
+        self.put_fixed(
+            RecordType::Rndv,
+            &super::rndv_payload(slot, len, addr, rkey),
+        )
+    }
+
+    /// Writes an RNDV_DONE record (the sender's large slot `slot` was pulled).
+    ///
+    /// # Errors
+    ///
+    /// As [`claim`](Self::claim).
+    pub fn push_rndv_done(&mut self, slot: u32) -> Result<(), RecordError> {
+        let mut b = [0u8; super::RNDV_DONE_PAYLOAD];
+        b[..4].copy_from_slice(&slot.to_le_bytes());
+        self.put_fixed(RecordType::RndvDone, &b)
+    }
+
     /// Writes a HEARTBEAT record.
     ///
     /// # Errors
