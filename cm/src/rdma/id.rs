@@ -139,6 +139,22 @@ pub struct ConnOptions {
     pub min_rnr_timer: u8,
     /// Timeout given to `rdma_resolve_addr` / `rdma_resolve_route`, in ms.
     pub resolve_timeout_ms: i32,
+    /// RDMA READs this side accepts outstanding from the peer (`responder_resources`).
+    /// Default 0 (no READs). [`ConnOptions::RD_ATOMIC_MAX`] lets librdmacm pick the most
+    /// allowed: the device's `max_qp_rd_atom` on connect, and on accept at most what the
+    /// request's initiator asked for.
+    pub responder_resources: u8,
+    /// RDMA READs this side may have outstanding as the initiator (`initiator_depth`).
+    /// Default 0 (no READs). [`ConnOptions::RD_ATOMIC_MAX`]: the device's
+    /// `max_qp_init_rd_atom` on connect, and on accept at most the request's responder
+    /// resources.
+    pub initiator_depth: u8,
+}
+
+impl ConnOptions {
+    /// librdmacm's `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as many as the device (and,
+    /// on accept, the peer's request) allows".
+    pub const RD_ATOMIC_MAX: u8 = 0xFF;
 }
 
 impl Default for ConnOptions {
@@ -148,6 +164,8 @@ impl Default for ConnOptions {
             rnr_retry_count: 0,
             min_rnr_timer: 1,
             resolve_timeout_ms: 2000,
+            responder_resources: 0,
+            initiator_depth: 0,
         }
     }
 }
@@ -455,8 +473,8 @@ impl CmId {
         ffi::rdma_conn_param {
             private_data: private_data.as_ptr().cast(),
             private_data_len: private_data.len().min(u8::MAX as usize) as u8,
-            responder_resources: 0,
-            initiator_depth: 0,
+            responder_resources: opts.responder_resources,
+            initiator_depth: opts.initiator_depth,
             flow_control: 1,
             retry_count: opts.retry_count.min(7),
             rnr_retry_count: opts.rnr_retry_count.min(7),

@@ -266,6 +266,10 @@ pub struct DeviceLimits {
     pub max_srq_wr: u32,
     /// Largest memory region.
     pub max_mr_size: u64,
+    /// Most RDMA READs a QP may have outstanding as the target (responder resources).
+    pub max_qp_rd_atom: u32,
+    /// Most RDMA READs a QP may have outstanding as the initiator (initiator depth).
+    pub max_qp_init_rd_atom: u32,
 }
 
 impl Context {
@@ -288,6 +292,8 @@ impl Context {
             max_cqe: nonneg(a.max_cqe),
             max_srq_wr: nonneg(a.max_srq_wr),
             max_mr_size: a.max_mr_size,
+            max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
+            max_qp_init_rd_atom: nonneg(a.max_qp_init_rd_atom),
         })
     }
 }

@@ -47,6 +47,6 @@ pub use mr::{Access, MemoryRegion};
 pub use qp::{QpCapacity, QpResources, QueuePair};
 pub use srq::SharedReceiveQueue;
 pub use wr::{
-    recv_wr_zeroed, send_wr_zeroed, set_imm, RecvWr, SendWr, Sge, SEND_INLINE, SEND_SIGNALED,
-    WR_SEND, WR_SEND_WITH_IMM,
+    recv_wr_zeroed, send_wr_zeroed, set_imm, set_rdma, RecvWr, SendWr, Sge, SEND_INLINE,
+    SEND_SIGNALED, WR_RDMA_READ, WR_SEND, WR_SEND_WITH_IMM,
 };

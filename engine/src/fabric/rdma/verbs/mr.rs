@@ -19,6 +19,18 @@ impl Access {
     pub const NONE: Self = Self(0);
     /// The HCA may write into the region (receive buffers).
     pub const LOCAL_WRITE: Self = Self(ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0);
+    /// A peer may RDMA READ the region with its rkey (an advertised rendezvous send region).
+    pub const REMOTE_READ: Self = Self(ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0);
+    /// A peer may RDMA WRITE the region. Verbs requires [`Access::LOCAL_WRITE`] with it. Only
+    /// iWARP needs it for rendezvous: there an RDMA READ's *sink* is written through a remote
+    /// write right.
+    pub const REMOTE_WRITE: Self = Self(ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0);
+
+    /// Both sets of rights.
+    #[must_use]
+    pub const fn with(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
 }
 
 /// A registered, page-aligned, zero-initialised memory region that owns its memory.
@@ -94,6 +106,13 @@ impl MemoryRegion {
     pub fn lkey(&self) -> u32 {
         // SAFETY: valid MR.
         unsafe { (*self.raw.as_ptr()).lkey }
+    }
+
+    /// Remote key (what a peer names the region with in RDMA READ/WRITE; meaningful only for
+    /// a region registered with a remote right).
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: valid MR.
+        unsafe { (*self.raw.as_ptr()).rkey }
     }
 
     /// The protection domain.

@@ -30,6 +30,8 @@ pub fn recv_wr_zeroed() -> RecvWr {
 pub const WR_SEND_WITH_IMM: u32 = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
 /// `IBV_WR_SEND` opcode.
 pub const WR_SEND: u32 = ffi::ibv_wr_opcode::IBV_WR_SEND;
+/// `IBV_WR_RDMA_READ` opcode.
+pub const WR_RDMA_READ: u32 = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
 /// `IBV_SEND_SIGNALED` flag.
 pub const SEND_SIGNALED: u32 = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
 /// `IBV_SEND_INLINE` flag.
@@ -39,4 +41,10 @@ pub const SEND_INLINE: u32 = ffi::ibv_send_flags::IBV_SEND_INLINE.0;
 #[inline]
 pub fn set_imm(wr: &mut SendWr, imm: u32) {
     wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+}
+
+/// Sets an RDMA READ/WRITE work request's remote address and key.
+#[inline]
+pub fn set_rdma(wr: &mut SendWr, remote_addr: u64, rkey: u32) {
+    wr.wr.rdma = ffi::rdma_t { remote_addr, rkey };
 }
