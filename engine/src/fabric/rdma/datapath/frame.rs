@@ -10,6 +10,7 @@
 //!   received) before anything is delivered; [`FrameCursor`] then hands out its records across
 //!   calls, as the application's receive ring makes room.
 
+use super::rndv::{LargeRegion, Rndv};
 use crate::desc::INLINE_MAX;
 use crate::error::FabricError;
 use crate::record::{
@@ -153,27 +154,58 @@ fn frame_err(e: RecordError) -> FabricError {
 
 /// Validates a received frame, `bytes` being exactly the bytes the SEND delivered: a checked
 /// frame header whose length is all of `bytes`, `count` records, each a DATA record of at most
-/// [`INLINE_MAX`] bytes. Returns the record count.
+/// [`INLINE_MAX`] bytes or an RNDV record that passes [`LargeRegion::check_rndv`] against
+/// `rndv` (the peer's region and our receive slot size; `None`: no large messages, every RNDV
+/// is refused). Returns the record count.
 ///
 /// # Errors
 ///
 /// [`FabricError::Protocol`] naming the violation.
-pub(super) fn check_frame(bytes: &[u8]) -> Result<u16, FabricError> {
+pub(super) fn check_frame(
+    bytes: &[u8],
+    rndv: Option<(&LargeRegion, u32)>,
+) -> Result<u16, FabricError> {
     let frame = FrameReader::new_checked(bytes, INLINE_MAX).map_err(frame_err)?;
     if frame.len() != bytes.len() {
         return Err(FabricError::Protocol(
             "rdma frame length disagrees with the bytes received",
         ));
     }
-    let mut all_data = true;
+    let mut verdict = Ok(());
     frame
-        .for_each(|r| all_data &= matches!(r, Record::Data(_)))
+        .for_each(|r| {
+            if verdict.is_err() {
+                return;
+            }
+            verdict = match (r, rndv) {
+                (Record::Data(_), _) => Ok(()),
+                (
+                    Record::Rndv {
+                        slot,
+                        len,
+                        addr,
+                        rkey,
+                    },
+                    Some((region, rx_slot)),
+                ) => region.check_rndv(
+                    &Rndv {
+                        slot,
+                        len,
+                        addr,
+                        rkey,
+                    },
+                    rx_slot,
+                ),
+                (Record::Rndv { .. }, None) => Err(FabricError::Protocol(
+                    "rndv record on a connection without large messages",
+                )),
+                _ => Err(FabricError::Protocol(
+                    "rdma frame holds a record other than DATA or RNDV",
+                )),
+            };
+        })
         .map_err(frame_err)?;
-    if !all_data {
-        return Err(FabricError::Protocol(
-            "rdma frame holds a record other than DATA",
-        ));
-    }
+    verdict?;
     Ok(frame.count())
 }
 
@@ -192,13 +224,17 @@ pub(super) struct FrameCursor {
 
 impl FrameCursor {
     /// The cursor of a frame in `bytes` (the received bytes of buffer `buf`), validated by
-    /// [`check_frame`].
+    /// [`check_frame`] (with `rndv` as there).
     ///
     /// # Errors
     ///
     /// As [`check_frame`].
-    pub(super) fn new(buf: u32, bytes: &[u8]) -> Result<Self, FabricError> {
-        let left = check_frame(bytes)?;
+    pub(super) fn new(
+        buf: u32,
+        bytes: &[u8],
+        rndv: Option<(&LargeRegion, u32)>,
+    ) -> Result<Self, FabricError> {
+        let left = check_frame(bytes, rndv)?;
         Ok(FrameCursor {
             buf,
             pos: FRAME_HEADER as u32,
@@ -209,7 +245,10 @@ impl FrameCursor {
     }
 
     /// Hands the next records of the frame (`bytes`: the same bytes the cursor was made from)
-    /// to `deliver`, at most `room`; returns how many were delivered. The frame is done when
+    /// to `deliver`, at most `room`; returns how many were taken. `deliver` gets a DATA or an
+    /// (already checked) RNDV record and returns whether it took it: `false` stops at that
+    /// record, which is offered again by the next call (a rendezvous waiting for a slot, or a
+    /// record that must wait for earlier large messages). The frame is done when
     /// [`left`](Self::left) is 0.
     ///
     /// # Errors
@@ -220,23 +259,29 @@ impl FrameCursor {
         &mut self,
         bytes: &[u8],
         room: usize,
-        mut deliver: impl FnMut(&[u8]) -> Result<(), FabricError>,
+        mut deliver: impl FnMut(Record<'_>) -> Result<bool, FabricError>,
     ) -> Result<usize, FabricError> {
         let body = bytes
             .get(self.pos as usize..self.end as usize)
             .ok_or(FabricError::Protocol("rdma frame cursor out of range"))?;
         let mut r = RecordReader::exact(body, INLINE_MAX).map_err(frame_err)?;
         let mut n = 0;
+        let mut taken_to = 0;
         while n < room && self.left > 0 {
             match r.next_record().map_err(frame_err)? {
-                Some(Record::Data(p)) => deliver(p)?,
+                Some(rec @ (Record::Data(_) | Record::Rndv { .. })) => {
+                    if !deliver(rec)? {
+                        break;
+                    }
+                }
                 _ => return Err(FabricError::Protocol("rdma frame changed after validation")),
             }
+            taken_to = r.position();
             n += 1;
             self.left -= 1;
         }
         // Positions are multiples of 8 within a `u32` frame.
-        self.pos += r.position() as u32;
+        self.pos += taken_to as u32;
         Ok(n)
     }
 
@@ -274,12 +319,15 @@ mod tests {
     }
 
     fn split(bytes: &[u8], room: usize) -> Result<Vec<Vec<u8>>, FabricError> {
-        let mut c = FrameCursor::new(7, bytes)?;
+        let mut c = FrameCursor::new(7, bytes, None)?;
         let mut out = Vec::new();
         while c.left() > 0 {
-            let n = c.next_records(bytes, room, |p| {
-                out.push(p.to_vec());
-                Ok(())
+            let n = c.next_records(bytes, room, |r| match r {
+                Record::Data(p) => {
+                    out.push(p.to_vec());
+                    Ok(true)
+                }
+                _ => Err(FabricError::Protocol("not data")),
             })?;
             assert!(n > 0 && n <= room);
         }
@@ -319,11 +367,11 @@ mod tests {
     #[test]
     fn hostile_frames_are_typed_protocol_errors() {
         let good = build(&[b"abc", b"defgh"], 64);
-        assert!(check_frame(&good).is_ok());
+        assert!(check_frame(&good, None).is_ok());
         let bad = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut b = good.clone();
             f(&mut b);
-            check_frame(&b)
+            check_frame(&b, None)
         };
         let is_proto = |r: Result<u16, FabricError>| matches!(r, Err(FabricError::Protocol(_)));
         assert!(is_proto(bad(&|b| b[4] = 3))); // count too high
@@ -339,13 +387,13 @@ mod tests {
         assert!(is_proto(bad(&|b| b[12] = 4))); // CREDIT: not DATA (and wrong size)
         assert!(is_proto(bad(&|b| b[13] = 1))); // reserved flags
         assert!(is_proto(bad(&|b| b.truncate(20)))); // cut
-        assert!(is_proto(check_frame(&[])));
-        assert!(is_proto(check_frame(&[1, 2, 3])));
+        assert!(is_proto(check_frame(&[], None)));
+        assert!(is_proto(check_frame(&[1, 2, 3], None)));
         // A DATA record above the inline limit.
         let mut big = vec![0u8; 8 + 8 + 128];
         big[..8].copy_from_slice(&[144, 0, 0, 0, 1, 0, VERSION, 0]);
         big[8..16].copy_from_slice(&RecordHeader::encode(RecordType::Data, 128).unwrap());
-        assert!(is_proto(check_frame(&big)));
+        assert!(is_proto(check_frame(&big, None)));
         // Random bytes never panic.
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..20_000 {
@@ -357,9 +405,9 @@ mod tests {
                 let i = (x as usize) % b.len();
                 b[i] = (x >> 32) as u8;
             }
-            if let Ok(n) = check_frame(&b) {
-                let mut c = FrameCursor::new(0, &b).unwrap();
-                let got = c.next_records(&b, usize::MAX, |_| Ok(())).unwrap();
+            if let Ok(n) = check_frame(&b, None) {
+                let mut c = FrameCursor::new(0, &b, None).unwrap();
+                let got = c.next_records(&b, usize::MAX, |_| Ok(true)).unwrap();
                 assert_eq!(got, usize::from(n));
             }
         }
