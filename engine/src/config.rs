@@ -12,6 +12,12 @@ use crate::idle::IdleStrategy;
 pub const MAX_BUFFER_SIZE: usize = 1 << 30;
 /// Largest number of buffers per connection per direction.
 pub const MAX_BUFFERS: usize = 1 << 16;
+/// Largest [`EngineBuilder::max_message_size`]: lengths travel as `u32`, and a large slot
+/// must stay addressable with room to spare.
+pub const MAX_MESSAGE_SIZE: usize = 1 << 30;
+/// Largest [`EngineBuilder::large_buffers`] (so `LARGE_BIT | slot` never meets the inline
+/// marker).
+pub const MAX_LARGE_BUFFERS: usize = 1 << 12;
 /// Largest send batch (items drained from a send ring and posted per doorbell).
 pub const MAX_BATCH: usize = 256;
 
@@ -25,6 +31,12 @@ pub(crate) struct Config {
     pub(crate) depth: usize,
     pub(crate) batch: usize,
     pub(crate) inline_threshold: usize,
+    /// The largest message, with large slots (issue #12); see [`Config::large_enabled`].
+    pub(crate) max_message_size: usize,
+    /// Large slots per connection per direction.
+    pub(crate) large_buffers: usize,
+    /// `send_copy` uses a large slot above this many bytes (`<= buffer_size`).
+    pub(crate) large_threshold: Option<usize>,
     pub(crate) signal_every: usize,
     pub(crate) rdma_srq_buffers: usize,
     /// RDMA source GID index override (builder, else env [`RDMA_GID_INDEX_ENV`]).
@@ -56,6 +68,41 @@ impl Config {
     #[allow(dead_code)] // used by the rdma fabric only
     pub(crate) fn frame_size(&self) -> usize {
         self.frame_size.unwrap_or(self.buffer_size)
+    }
+
+    /// True when connections get large pools: some large slots and a limit above the buffer
+    /// size.
+    pub(crate) fn large_enabled(&self) -> bool {
+        self.large_buffers > 0 && self.max_message_size > self.buffer_size
+    }
+
+    /// The large pool of one direction of a connection: `(slot size, slots)`, `(0, 0)` when
+    /// large messages are off. Every fabric sizes its large pools with this.
+    #[allow(dead_code)] // not every fabric has large pools in every build
+    pub(crate) fn large_pool(&self) -> (usize, u32) {
+        if self.large_enabled() {
+            (self.max_message_size, self.large_buffers as u32)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// The largest message a connection carries: [`EngineBuilder::max_message_size`] with large
+    /// slots, else the buffer size.
+    pub(crate) fn message_limit(&self) -> usize {
+        if self.large_enabled() {
+            self.max_message_size
+        } else {
+            self.buffer_size
+        }
+    }
+
+    /// Above this many bytes [`Connection::send_copy`](crate::Connection::send_copy) uses a
+    /// large slot: [`EngineBuilder::large_threshold`], by default the buffer size.
+    pub(crate) fn large_threshold(&self) -> usize {
+        self.large_threshold
+            .unwrap_or(self.buffer_size)
+            .min(self.buffer_size)
     }
 
     /// The liveness timeout, `None` when liveness is off.
@@ -95,6 +142,10 @@ fn gid_index_from_env(value: Option<std::ffi::OsString>) -> Result<Option<u8>, C
 pub const DEFAULT_BUFFER_SIZE: usize = 4096;
 /// Default buffer count of [`EngineBuilder::pool`] (per connection and direction).
 pub const DEFAULT_BUFFERS: usize = 256;
+/// Default of [`EngineBuilder::max_message_size`]: 16 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 16 << 20;
+/// Default of [`EngineBuilder::large_buffers`] (per connection and direction).
+pub const DEFAULT_LARGE_BUFFERS: usize = 2;
 /// Default of [`EngineBuilder::batch`].
 pub const DEFAULT_BATCH: usize = 32;
 /// Default of [`EngineBuilder::connect_timeout`].
@@ -112,7 +163,8 @@ pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_millis(80);
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
 /// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 32, inline threshold
 /// [`crate::INLINE_MAX`], signal every 16, RDMA frames up to the buffer size, connect timeout
-/// 5 s, 1024 connections per poller, liveness timeout 1 s.
+/// 5 s, 1024 connections per poller, liveness timeout 1 s, messages up to 16 MiB through 2 large
+/// slots per connection per direction.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct EngineBuilder {
@@ -130,6 +182,9 @@ impl Default for EngineBuilder {
                 depth: 128,
                 batch: DEFAULT_BATCH,
                 inline_threshold: crate::desc::INLINE_MAX,
+                max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+                large_buffers: DEFAULT_LARGE_BUFFERS,
+                large_threshold: None,
                 signal_every: 16,
                 rdma_srq_buffers: 0,
                 rdma_gid_index: None,
@@ -193,6 +248,38 @@ impl EngineBuilder {
     /// `IBV_SEND_INLINE`) instead of being referenced in the pool. Capped at [`crate::INLINE_MAX`].
     pub fn inline_threshold(mut self, bytes: usize) -> Self {
         self.cfg.inline_threshold = bytes;
+        self
+    }
+
+    /// The largest message a connection carries (default [`DEFAULT_MAX_MESSAGE_SIZE`], 16 MiB),
+    /// independent of the pool's buffer size. A message above the buffer size (or above
+    /// [`large_threshold`](Self::large_threshold)) travels through a **large slot**: a buffer
+    /// of `bytes` bytes, [`large_buffers`](Self::large_buffers) of them per connection per
+    /// direction, allocated (RDMA: registered) once when the connection is set up. At or below
+    /// the buffer size there are no large slots and the limit is the buffer size.
+    ///
+    /// Memory per connection: `2 * large_buffers * bytes` more (64 MiB of address space at the
+    /// defaults; shm and tcp touch pages only as messages use them, RDMA registers, so pins, all
+    /// of it).
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.cfg.max_message_size = bytes;
+        self
+    }
+
+    /// Large slots per connection per direction (default [`DEFAULT_LARGE_BUFFERS`] = 2; at most
+    /// [`MAX_LARGE_BUFFERS`]): how many large messages may be in flight (sent and not yet
+    /// dropped by the receiver) at once. `0` turns large messages off (the limit is then the
+    /// buffer size).
+    pub fn large_buffers(mut self, n: usize) -> Self {
+        self.cfg.large_buffers = n;
+        self
+    }
+
+    /// [`Connection::send_copy`](crate::Connection::send_copy) puts a message longer than
+    /// `bytes` into a large slot, a shorter one into a pool buffer (eager). Default and maximum:
+    /// the buffer size.
+    pub fn large_threshold(mut self, bytes: usize) -> Self {
+        self.cfg.large_threshold = Some(bytes);
         self
     }
 
@@ -296,6 +383,18 @@ impl EngineBuilder {
             return Err(Error::Config(ConfigError::Buffers {
                 value: c.buffers,
                 max: MAX_BUFFERS,
+            }));
+        }
+        if c.max_message_size == 0 || c.max_message_size > MAX_MESSAGE_SIZE {
+            return Err(Error::Config(ConfigError::MaxMessageSize {
+                value: c.max_message_size,
+                max: MAX_MESSAGE_SIZE,
+            }));
+        }
+        if c.large_buffers > MAX_LARGE_BUFFERS {
+            return Err(Error::Config(ConfigError::LargeBuffers {
+                value: c.large_buffers,
+                max: MAX_LARGE_BUFFERS,
             }));
         }
         if c.depth == 0 || c.depth > c.buffers {

@@ -30,10 +30,12 @@ use crate::stats::ConnStats;
 const RING_CLAIM: u32 = u32::MAX;
 
 mod buffers;
+mod large;
 mod listener;
 mod send_error;
 
 pub use buffers::{Message, SendBuf};
+pub use large::RecvIntoError;
 pub use listener::Listener;
 pub use send_error::SendError;
 
@@ -74,6 +76,10 @@ struct AppSide {
     spare: Vec<u32>,
     /// Buffers the application holds as `SendBuf`s.
     held: u32,
+    /// Free large send slots (`LARGE_BIT | slot`), capacity = slot count: never grows.
+    spare_large: Vec<u32>,
+    /// Large slots the application holds as `SendBuf`s.
+    held_large: u32,
     sent: u64,
     credits_seen: u64,
     unflushed: u32,
@@ -106,6 +112,13 @@ pub struct Connection {
     engine: Engine,
     tx_pool: PoolView,
     rx_pool: PoolView,
+    /// The large slots (issue #12): `LARGE_BIT | slot` in a `SendBuf` / `Message`.
+    tx_large: PoolView,
+    rx_large: PoolView,
+    /// The largest message ([`max_message_size`](Self::max_message_size)).
+    message_limit: usize,
+    /// `send_copy` uses a large slot above this.
+    large_threshold: usize,
     depth: u64,
     batch: u32,
     /// Run-to-completion: this thread drives the poller inside `send`/`recv`.
@@ -131,12 +144,18 @@ impl Connection {
         let cfg = engine.config();
         let count = parts.tx_pool.count() as usize;
         let mut spare = Vec::with_capacity(count);
+        let mut spare_large = Vec::with_capacity(parts.tx_large.count() as usize);
         let (rings, direct) = match parts.path {
             AppPath::Rings(r) => (Some(r), None),
             AppPath::Direct(d) => {
                 // A direct path owns its whole pool from the start (the poller path's free ring
                 // starts full instead). Popped from the end: buffer 0 first.
                 spare.extend((0..parts.tx_pool.count()).rev());
+                spare_large.extend(
+                    (0..parts.tx_large.count())
+                        .rev()
+                        .map(|s| crate::desc::LARGE_BIT | s),
+                );
                 // The fabric's control half built it as a `DirectPath`.
                 let d = d.downcast::<DirectPath>().ok().map(|b| *b);
                 (None, d)
@@ -149,6 +168,8 @@ impl Connection {
                 rings,
                 spare,
                 held: 0,
+                spare_large,
+                held_large: 0,
                 sent: 0,
                 credits_seen: 0,
                 unflushed: 0,
@@ -161,6 +182,14 @@ impl Connection {
             shared: parts.shared,
             tx_pool: parts.tx_pool,
             rx_pool: parts.rx_pool,
+            message_limit: if parts.tx_large.count() > 0 {
+                cfg.message_limit()
+            } else {
+                parts.tx_pool.buf_size()
+            },
+            large_threshold: cfg.large_threshold(),
+            tx_large: parts.tx_large,
+            rx_large: parts.rx_large,
             depth: cfg.depth as u64,
             batch: cfg.batch as u32,
             run_to_completion: cfg.run_to_completion(),
@@ -202,9 +231,12 @@ impl Connection {
         &self.peer
     }
 
-    /// The largest message `send` accepts (the buffer size).
+    /// The largest message this connection carries: the engine's
+    /// [`max_message_size`](crate::EngineBuilder::max_message_size) when it has large slots,
+    /// else the buffer size. A message above the buffer size goes through a large slot
+    /// ([`alloc_large`](Self::alloc_large), [`claim`](Self::claim), [`send_copy`](Self::send_copy)).
     pub fn max_message_size(&self) -> usize {
-        self.tx_pool.buf_size()
+        self.message_limit
     }
 
     /// Whether the connection is still open (no disconnect or failure seen).
@@ -425,11 +457,8 @@ impl Connection {
                 };
             }
         }
-        if len > self.max_message_size() {
-            return Err(Error::MessageTooLarge {
-                size: len,
-                max: self.max_message_size(),
-            });
+        if len > self.tx_pool.buf_size() {
+            return self.claim_large(len);
         }
         let mut b = self.alloc()?;
         b.set_len(len)?;
@@ -442,7 +471,17 @@ impl Connection {
         let app = unsafe { self.app() };
         let idx = match app.spare.pop() {
             Some(i) => i,
-            None => app.rings.as_mut()?.free.pop().ok()?,
+            None => loop {
+                let i = app.rings.as_mut()?.free.pop().ok()?;
+                if !crate::desc::is_large(i) {
+                    break i;
+                }
+                // A large slot came back: keep it for `alloc_large` (the list has room for
+                // every slot, and the engine frees each slot once).
+                if app.spare_large.len() < app.spare_large.capacity() {
+                    app.spare_large.push(i);
+                }
+            },
         };
         // The poller only frees buffers of this pool; checked anyway since `SendBuf` relies on it.
         if idx >= self.tx_pool.count() {
@@ -521,8 +560,13 @@ impl Connection {
             app.would_block += 1;
             return Err(SendError::WouldBlock(buf));
         }
+        let large = crate::desc::is_large(buf.idx);
         std::mem::forget(buf);
-        app.held -= 1;
+        if large {
+            app.held_large -= 1;
+        } else {
+            app.held -= 1;
+        }
         app.sent += 1;
         if self.run_to_completion {
             app.unflushed += 1;
@@ -568,6 +612,9 @@ impl Connection {
         }
         if d.claim_open() {
             return DirectSend::Failed(Error::ClaimOpen);
+        }
+        if crate::desc::is_large(idx) {
+            return self.send_direct_large(d, idx, len);
         }
         match d.send(&self.tx_pool, idx, len) {
             Ok(Sent::Full) => {
@@ -964,6 +1011,12 @@ impl Connection {
         }
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
+        if crate::desc::is_large(idx) {
+            app.held_large -= 1;
+            // Capacity for every slot, and only slots we own: no reallocation.
+            app.spare_large.push(idx);
+            return;
+        }
         app.held -= 1;
         // `spare` has capacity for the whole pool and holds only buffers we own: no reallocation.
         app.spare.push(idx);

@@ -12,14 +12,39 @@ pub const INLINE_MAX: usize = 120;
 /// `RxDesc::buf` value meaning "the payload is inline".
 pub(crate) const BUF_INLINE: u32 = u32::MAX;
 
+/// Set in a buffer index that names a slot of the connection's **large pool** (issue #12)
+/// instead of a buffer of its ordinary pool: `LARGE_BIT | slot`, in the same direction. Such
+/// indices travel wherever pool-buffer indices do ([`TxDesc::buf`], the free and release rings,
+/// [`TxDone::free_buf`](crate::fabric::TxDone::free_buf), [`FabricConn::release_rx`](crate::fabric::FabricConn::release_rx));
+/// [`RxSink::push_large`](crate::fabric::RxSink::push_large) lends a received one. A large slot
+/// holds one message of up to `max_message_size` bytes
+/// ([`EngineBuilder::max_message_size`](crate::EngineBuilder::max_message_size)).
+///
+/// The slot count is capped at [`MAX_LARGE_BUFFERS`](crate::config::MAX_LARGE_BUFFERS), so
+/// `LARGE_BIT | slot` never equals the inline marker `u32::MAX`.
+pub const LARGE_BIT: u32 = 1 << 31;
+
+/// True when `idx` (a pool index, not the inline marker) names a large slot.
+#[inline(always)]
+pub const fn is_large(idx: u32) -> bool {
+    idx & LARGE_BIT != 0
+}
+
+/// The large slot that `idx` names (`idx` with [`LARGE_BIT`] cleared).
+#[inline(always)]
+pub const fn large_slot(idx: u32) -> u32 {
+    idx & !LARGE_BIT
+}
+
 /// A send descriptor: application -> poller. The payload is in buffer `buf` of the connection's send
-/// pool.
+/// pool, or, with [`LARGE_BIT`] set, in slot `buf & !LARGE_BIT` of its large send pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct TxDesc {
-    /// Buffer index in the send pool, `< pool.count()`.
+    /// Buffer index in the send pool, `< pool.count()`; or `LARGE_BIT | slot` with
+    /// `slot < large_pool.count()`.
     pub buf: u32,
-    /// Payload bytes, `<= pool.buf_size()`.
+    /// Payload bytes, `<=` the buffer's (or the large slot's) size.
     pub len: u32,
 }
 
@@ -123,6 +148,15 @@ impl PoolView {
             base,
             buf_size,
             count,
+        }
+    }
+
+    /// A view of no buffers (a connection without a large pool).
+    pub fn empty() -> PoolView {
+        PoolView {
+            base: NonNull::dangling(),
+            buf_size: 0,
+            count: 0,
         }
     }
 

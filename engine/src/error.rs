@@ -159,6 +159,22 @@ pub enum ConfigError {
         /// [`MAX_BUFFERS`](crate::MAX_BUFFERS).
         max: usize,
     },
+    /// [`max_message_size`](crate::EngineBuilder::max_message_size) out of range.
+    #[error("max message size {value} must be in 1..={max}")]
+    MaxMessageSize {
+        /// The value given.
+        value: usize,
+        /// [`MAX_MESSAGE_SIZE`](crate::MAX_MESSAGE_SIZE).
+        max: usize,
+    },
+    /// [`large_buffers`](crate::EngineBuilder::large_buffers) out of range.
+    #[error("large buffers per connection {value} must be in 0..={max}")]
+    LargeBuffers {
+        /// The value given.
+        value: usize,
+        /// [`MAX_LARGE_BUFFERS`](crate::MAX_LARGE_BUFFERS).
+        max: usize,
+    },
     /// [`depth`](crate::EngineBuilder::depth) out of range.
     #[error("depth {value} must be in 1..=buffers ({buffers})")]
     Depth {

@@ -298,11 +298,12 @@ mod stats;
 
 pub use config::{
     EngineBuilder, DEFAULT_BATCH, DEFAULT_BUFFERS, DEFAULT_BUFFER_SIZE, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_LIVENESS_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_POLLER, MAX_BATCH, MAX_BUFFERS,
-    MAX_BUFFER_SIZE, MIN_LIVENESS_TIMEOUT, RDMA_GID_INDEX_ENV,
+    DEFAULT_LARGE_BUFFERS, DEFAULT_LIVENESS_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_POLLER,
+    DEFAULT_MAX_MESSAGE_SIZE, MAX_BATCH, MAX_BUFFERS, MAX_BUFFER_SIZE, MAX_LARGE_BUFFERS,
+    MAX_MESSAGE_SIZE, MIN_LIVENESS_TIMEOUT, RDMA_GID_INDEX_ENV,
 };
-pub use conn::{Connection, Listener, Message, SendBuf, SendError};
-pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX};
+pub use conn::{Connection, Listener, Message, RecvIntoError, SendBuf, SendError};
+pub use desc::{PoolView, RxDesc, TxDesc, INLINE_MAX, LARGE_BIT};
 pub use endpoint::MAX_SHM_NAME;
 pub use engine::Engine;
 pub use error::{BoxError, ConfigError, Error, FabricError, SetupError};

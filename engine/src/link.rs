@@ -128,32 +128,87 @@ pub(crate) struct ConnParts {
     pub(crate) path: AppPath,
     pub(crate) tx_pool: PoolView,
     pub(crate) rx_pool: PoolView,
+    /// The large pools (issue #12; [`PoolView::empty`] without): slot `s` is index
+    /// `LARGE_BIT | s` ([`crate::desc::LARGE_BIT`]).
+    pub(crate) tx_large: PoolView,
+    pub(crate) rx_large: PoolView,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     pub(crate) shared: Arc<ConnShared>,
 }
 
+/// The four pools of a connection, as its fabric's setup made them: `tx`/`rx` ordinary
+/// buffers, `tx_large`/`rx_large` the large slots ([`PoolView::empty`] without large
+/// messages).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pools {
+    pub(crate) tx: PoolView,
+    pub(crate) rx: PoolView,
+    pub(crate) tx_large: PoolView,
+    pub(crate) rx_large: PoolView,
+}
+
+impl Pools {
+    /// Ordinary pools only (no large slots).
+    #[allow(dead_code)] // not every fabric is built in every configuration
+    pub(crate) fn small(tx: PoolView, rx: PoolView) -> Pools {
+        Pools {
+            tx,
+            rx,
+            tx_large: PoolView::empty(),
+            rx_large: PoolView::empty(),
+        }
+    }
+}
+
+/// Bit of send buffer (or large slot) `idx` in an ownership bitmap of `count` ordinary buffers
+/// followed by the large slots: `(word, mask)`, `None` when `idx` is out of range.
+#[inline(always)]
+pub(crate) fn owned_bit(idx: u32, count: u32, large: u32) -> Option<(usize, u64)> {
+    let dense = if crate::desc::is_large(idx) {
+        let slot = crate::desc::large_slot(idx);
+        if slot >= large {
+            return None;
+        }
+        count as usize + slot as usize
+    } else {
+        if idx >= count {
+            return None;
+        }
+        idx as usize
+    };
+    Some((dense / 64, 1u64 << (dense % 64)))
+}
+
 /// Builds both halves of a connection around a fabric connection.
 ///
-/// `tx_pool` is where this side writes messages (`count` buffers); `rx_pool` is where received
-/// pooled messages are read; `keep` keeps the memory of both alive.
+/// `pools.tx` (and `tx_large`) is where this side writes messages; `rx` (and `rx_large`) is
+/// where received pooled messages are read; `keep` keeps the memory of all of them alive.
 pub(crate) fn conn_pair<C>(
     id: u64,
     peer: String,
     fabric: C,
-    tx_pool: PoolView,
-    rx_pool: PoolView,
+    pools: Pools,
     keep: Arc<dyn Any + Send + Sync>,
     cfg: &Config,
 ) -> (ConnParts, Box<PollerConn<C>>) {
-    let count = tx_pool.count() as usize;
+    let Pools {
+        tx: tx_pool,
+        rx: rx_pool,
+        tx_large,
+        rx_large,
+    } = pools;
+    // Ordinary buffers and large slots share the send, free and release rings (a large slot is
+    // `LARGE_BIT | slot`) and the ownership bitmap (the slots after the buffers).
+    let count = tx_pool.count() as usize + tx_large.count() as usize;
     let (tx_p, tx_c) = RingBuffer::<TxDesc>::new(count.max(1));
     let (mut free_p, free_c) = RingBuffer::<u32>::new(count.max(1));
-    for i in 0..tx_pool.count() {
+    for i in (0..tx_pool.count()).chain((0..tx_large.count()).map(|s| crate::desc::LARGE_BIT | s)) {
         // Capacity >= count, so this cannot fail.
         let _ = free_p.push(i);
     }
     let (rx_p, rx_c) = RingBuffer::<RxDesc>::new(cfg.depth.max(1));
-    let (rel_p, rel_c) = RingBuffer::<u32>::new((rx_pool.count() as usize).max(1));
+    let (rel_p, rel_c) =
+        RingBuffer::<u32>::new((rx_pool.count() as usize + rx_large.count() as usize).max(1));
     let shared = Arc::new(ConnShared::new(id));
     let poller = Box::new(PollerConn {
         id,
@@ -165,6 +220,8 @@ pub(crate) fn conn_pair<C>(
         tx_owned: vec![0u64; count.div_ceil(64)].into_boxed_slice(),
         tx_pool,
         rx_pool,
+        tx_large,
+        rx_large,
         shared: shared.clone(),
         credits_returned: 0,
         draining: false,
@@ -183,6 +240,8 @@ pub(crate) fn conn_pair<C>(
         }),
         tx_pool,
         rx_pool,
+        tx_large,
+        rx_large,
         keep,
         shared,
     };
@@ -195,16 +254,17 @@ pub(crate) fn direct_parts(
     id: u64,
     peer: String,
     direct: Box<dyn Any + Send>,
-    tx_pool: PoolView,
-    rx_pool: PoolView,
+    pools: Pools,
     keep: Arc<dyn Any + Send + Sync>,
 ) -> ConnParts {
     ConnParts {
         id,
         peer,
         path: AppPath::Direct(direct),
-        tx_pool,
-        rx_pool,
+        tx_pool: pools.tx,
+        rx_pool: pools.rx,
+        tx_large: pools.tx_large,
+        rx_large: pools.rx_large,
         keep,
         shared: Arc::new(ConnShared::new(id)),
     }
@@ -222,6 +282,8 @@ pub(crate) struct PollerConn<C> {
     pub(crate) tx_owned: Box<[u64]>,
     pub(crate) tx_pool: PoolView,
     pub(crate) rx_pool: PoolView,
+    pub(crate) tx_large: PoolView,
+    pub(crate) rx_large: PoolView,
     pub(crate) shared: Arc<ConnShared>,
     pub(crate) credits_returned: u64,
     /// The peer is gone: keep delivering what it sent, then retire (with `drain_reason`).

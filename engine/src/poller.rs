@@ -117,10 +117,15 @@ impl<F: Fabric> PollerLink<F> {
     }
 }
 
-/// The poller side of a connection's send buffers: index and length checks.
+/// The poller side of a connection's send buffers: index and length checks (a large slot
+/// against the large pool).
 #[inline]
-fn valid_tx(d: &TxDesc, pool: &PoolView) -> bool {
-    d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
+fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
+    if crate::desc::is_large(d.buf) {
+        crate::desc::large_slot(d.buf) < large.count() && (d.len as usize) <= large.buf_size()
+    } else {
+        d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
+    }
 }
 
 impl<C: FabricConn> PollerConn<C> {
@@ -157,6 +162,8 @@ impl<C: FabricConn> PollerConn<C> {
             tx_owned,
             tx_pool,
             rx_pool,
+            tx_large,
+            rx_large,
             shared,
             drained,
             free_scratch,
@@ -173,7 +180,7 @@ impl<C: FabricConn> PollerConn<C> {
                 *drained = false;
             } else {
                 let (a, b) = chunk.as_mut_slices();
-                let mut sink = RxSink::new(a, b, rx_pool);
+                let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
                 let res = fabric.poll_rx(&mut sink);
                 let n = sink.written();
                 *drained = sink.room() > 0;
@@ -190,7 +197,8 @@ impl<C: FabricConn> PollerConn<C> {
             }
         }
 
-        let mut done = TxDone::new(free, tx_owned, free_scratch);
+        let mut done = TxDone::new(free, tx_owned, free_scratch)
+            .with_counts(tx_pool.count(), tx_large.count());
 
         // Send: drain one batch of the application's send ring.
         {
@@ -200,11 +208,11 @@ impl<C: FabricConn> PollerConn<C> {
                 let offered = a.len() + b.len();
                 let mut bytes = 0u64;
                 for d in a.iter().chain(b) {
-                    if !valid_tx(d, tx_pool) {
+                    if !valid_tx(d, tx_pool, tx_large) {
                         return Err(FabricError::Protocol("invalid send descriptor"));
                     }
-                    if !fabric.copies(d.len) {
-                        done.owned[(d.buf / 64) as usize] |= 1u64 << (d.buf % 64);
+                    if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+                        done.mark_owned(d.buf, true);
                     }
                     bytes += u64::from(d.len);
                 }
@@ -218,8 +226,8 @@ impl<C: FabricConn> PollerConn<C> {
                     shared.counters.tx_stalls.add(1);
                     // Not accepted: still the application's queue, offered again next cycle.
                     for d in a.iter().chain(b).skip(accepted) {
-                        if !fabric.copies(d.len) {
-                            done.owned[(d.buf / 64) as usize] &= !(1u64 << (d.buf % 64));
+                        if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+                            done.mark_owned(d.buf, false);
                         }
                         bytes -= u64::from(d.len);
                     }

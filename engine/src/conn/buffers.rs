@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
 use super::{Connection, RING_CLAIM};
-use crate::desc::{RxDesc, BUF_INLINE};
+use crate::desc::{is_large, large_slot, RxDesc, BUF_INLINE};
 use crate::error::Error;
 use crate::record::copy::copy_bytes;
 
@@ -19,8 +19,9 @@ use crate::record::copy::copy_bytes;
 /// published).
 pub struct SendBuf<'c> {
     pub(super) conn: &'c Connection,
-    /// The buffer, `< tx_pool.count()`, or `RING_CLAIM` for the connection's open ring claim
-    /// (whose pointer and length the connection keeps: one claim is open at a time).
+    /// The buffer, `< tx_pool.count()`; `LARGE_BIT | slot` for a large slot (`slot <
+    /// tx_large.count()`); or `RING_CLAIM` for the connection's open ring claim (whose pointer
+    /// and length the connection keeps: one claim is open at a time).
     pub(super) idx: u32,
     /// The message length, `<= capacity()`.
     pub(super) len: u32,
@@ -46,21 +47,26 @@ impl SendBuf<'_> {
     /// The buffer's capacity: the largest message (for a ring claim, the length claimed).
     #[inline]
     pub fn capacity(&self) -> usize {
-        if self.idx == RING_CLAIM {
+        if !is_large(self.idx) {
+            self.conn.tx_pool.buf_size()
+        } else if self.idx == RING_CLAIM {
             self.conn.ring_claim.get().1
         } else {
-            self.conn.tx_pool.buf_size()
+            self.conn.tx_large.buf_size()
         }
     }
 
     /// The start of the buffer (or of the claimed record's payload).
     #[inline(always)]
     fn ptr(&self) -> NonNull<u8> {
-        if self.idx == RING_CLAIM {
-            self.conn.ring_claim.get().0
-        } else {
+        if !is_large(self.idx) {
             // SAFETY: `idx < count` (the field's invariant: every constructor checks it).
             unsafe { self.conn.tx_pool.buf_ptr_unchecked(self.idx) }
+        } else if self.idx == RING_CLAIM {
+            self.conn.ring_claim.get().0
+        } else {
+            // SAFETY: `slot < large count` (the field's invariant: `take_large` checks it).
+            unsafe { self.conn.tx_large.buf_ptr_unchecked(large_slot(self.idx)) }
         }
     }
 
@@ -171,6 +177,18 @@ impl Deref for Message<'_> {
             // SAFETY: the poller's `RxSink::push_inline` initialised the first `len <= INLINE_MAX`
             // bytes of `data`.
             unsafe { std::slice::from_raw_parts(self.desc.data.as_ptr().cast::<u8>(), len) }
+        } else if is_large(self.desc.buf) {
+            // SAFETY: `RxSink::push_large` (or the direct path's wire layer) checked `slot <
+            // count` and `len <=` the slot size; the pool stays mapped while the connection
+            // lives, and the slot is lent to us until this message is dropped.
+            unsafe {
+                let base = self
+                    .conn
+                    .rx_large
+                    .buf_ptr(large_slot(self.desc.buf))
+                    .as_ptr();
+                std::slice::from_raw_parts(base, len)
+            }
         } else {
             // SAFETY: `RxSink::push_pooled_at` checked `buf < count` and `off + len <= buf_size`;
             // the pool stays mapped while the connection this borrows lives. The bytes are lent to

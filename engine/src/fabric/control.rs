@@ -48,12 +48,11 @@ use std::time::{Duration, Instant};
 use rings::Producer;
 
 use crate::config::Config;
-use crate::desc::PoolView;
 use crate::endpoint::Endpoint;
 use crate::error::{Chain, Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::Fabric;
-use crate::link::{conn_pair, direct_parts, ConnParts, ConnShared};
+use crate::link::{conn_pair, direct_parts, ConnParts, ConnShared, Pools};
 use crate::poller::{Command, Notice, PollerLink};
 use crate::stats::EngineCounters;
 
@@ -354,8 +353,8 @@ impl<R> ConnRec<R> {
 pub(crate) struct NewConn<C, R> {
     pub(crate) poller: usize,
     pub(crate) conn: C,
-    pub(crate) tx_pool: PoolView,
-    pub(crate) rx_pool: PoolView,
+    /// The connection's pools (with its large slots, if any).
+    pub(crate) pools: Pools,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     pub(crate) setup: R,
     /// What the fabric chose, for [`Event::Connected`].
@@ -448,15 +447,8 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
             }));
         }
         let id = ctx.next_id();
-        let (parts, poller_half) = conn_pair(
-            id,
-            peer.clone(),
-            new.conn,
-            new.tx_pool,
-            new.rx_pool,
-            new.keep,
-            ctx.cfg,
-        );
+        let (parts, poller_half) =
+            conn_pair(id, peer.clone(), new.conn, new.pools, new.keep, ctx.cfg);
         let link = &mut self.links[pi];
         if let Some(cmd) = attach {
             link.send(Command::Fabric(cmd));
@@ -493,15 +485,14 @@ impl<F: Fabric, L, R: SetupSide> Registry<F, L, R> {
         &mut self,
         ctx: &mut Ctx<'_>,
         direct: Box<dyn Any + Send>,
-        tx_pool: PoolView,
-        rx_pool: PoolView,
+        pools: Pools,
         keep: Arc<dyn Any + Send + Sync>,
         setup: R,
         peer: String,
         path: Option<String>,
     ) -> ConnParts {
         let id = ctx.next_id();
-        let parts = direct_parts(id, peer.clone(), direct, tx_pool, rx_pool, keep);
+        let parts = direct_parts(id, peer.clone(), direct, pools, keep);
         self.conns.insert(
             id,
             ConnRec {

@@ -133,7 +133,7 @@ use rings::Producer;
 
 use crate::desc::{RxDesc, TxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
 use crate::error::FabricError;
-use crate::link::{PollerConn, FREE_BATCH};
+use crate::link::{owned_bit, PollerConn, FREE_BATCH};
 
 pub use crate::desc::PoolView;
 
@@ -183,6 +183,27 @@ impl DirectPath {
     pub(crate) fn send(&self, pool: &PoolView, idx: u32, len: u32) -> Result<Sent, FabricError> {
         match self {
             DirectPath::Shm(d) => d.send(pool, idx, len),
+        }
+    }
+
+    /// Sends large slot `idx` (`LARGE_BIT | slot`, owned by the caller) by reference.
+    #[inline]
+    pub(crate) fn send_ref(&self, idx: u32, len: u32) -> Result<Sent, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.send_ref(idx, len),
+        }
+    }
+
+    /// Moves what the peer released into `free` (ordinary buffers) and `free_large` (large
+    /// slots), each at most its spare capacity.
+    #[inline]
+    pub(crate) fn reclaim_all(
+        &self,
+        free: &mut Vec<u32>,
+        free_large: &mut Vec<u32>,
+    ) -> Result<usize, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.reclaim_all(free, free_large),
         }
     }
 
@@ -448,6 +469,8 @@ pub struct RxSink<'a> {
     bytes: u64,
     pool_count: u32,
     buf_size: u32,
+    large_count: u32,
+    large_size: u32,
 }
 
 impl core::fmt::Debug for RxSink<'_> {
@@ -472,7 +495,17 @@ impl<'a> RxSink<'a> {
             bytes: 0,
             pool_count: pool.count(),
             buf_size: u32::try_from(pool.buf_size()).unwrap_or(u32::MAX),
+            large_count: 0,
+            large_size: 0,
         }
+    }
+
+    /// The sink also lends slots of the connection's large receive pool
+    /// ([`push_large`](Self::push_large)).
+    pub(crate) fn with_large(mut self, large: &PoolView) -> RxSink<'a> {
+        self.large_count = large.count();
+        self.large_size = u32::try_from(large.buf_size()).unwrap_or(u32::MAX);
+        self
     }
 
     /// How many more messages fit.
@@ -617,6 +650,40 @@ impl<'a> RxSink<'a> {
         Ok(())
     }
 
+    /// Delivers a large message (issue #12) that stays in slot `slot` of the large receive pool
+    /// (`len` bytes from its start); `LARGE_BIT | slot` comes back through
+    /// [`FabricConn::release_rx`] when the application drops the message.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full, `slot` is not a slot of the large
+    /// receive pool or `len` exceeds the slot size.
+    #[inline]
+    pub fn push_large(&mut self, slot: u32, len: u32) -> Result<(), FabricError> {
+        if slot >= self.large_count {
+            return Err(FabricError::Protocol("large receive slot out of range"));
+        }
+        if len > self.large_size {
+            return Err(FabricError::Protocol(
+                "large message length exceeds the slot size",
+            ));
+        }
+        let slot_desc = self.next_slot()?;
+        let p = slot_desc.as_mut_ptr();
+        // SAFETY: as in `push_pooled_at`: a writable slot we own, fields written without
+        // reading, the offset (0) into the first `OFF_BYTES` bytes of `data`.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len);
+            core::ptr::addr_of_mut!((*p).buf).write(crate::desc::LARGE_BIT | slot);
+            core::ptr::addr_of_mut!((*p).data)
+                .cast::<[u8; OFF_BYTES]>()
+                .write_unaligned(0u32.to_ne_bytes());
+        }
+        self.written += 1;
+        self.bytes += u64::from(len);
+        Ok(())
+    }
+
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -634,6 +701,9 @@ pub struct TxDone<'a> {
     /// Collected buffers: scratch owned by the connection (not re-zeroed per cycle).
     pending: &'a mut [u32; FREE_BATCH],
     npending: usize,
+    /// Ordinary send buffers, then large slots, in `owned` (`crate::link::owned_bit`).
+    count: u32,
+    large: u32,
 }
 
 impl core::fmt::Debug for TxDone<'_> {
@@ -658,6 +728,30 @@ impl<'a> TxDone<'a> {
             freed: 0,
             pending,
             npending: 0,
+            count: u32::MAX >> 1,
+            large: 0,
+        }
+    }
+
+    /// The pool sizes behind `owned`: `count` ordinary buffers, then `large` large slots.
+    pub(crate) fn with_counts(mut self, count: u32, large: u32) -> TxDone<'a> {
+        self.count = count;
+        self.large = large;
+        self
+    }
+
+    /// Marks send buffer (or large slot) `buf` as held by the fabric, or not. `buf` was
+    /// validated against the pools.
+    #[inline]
+    pub(crate) fn mark_owned(&mut self, buf: u32, held: bool) {
+        if let Some((word, bit)) = owned_bit(buf, self.count, self.large) {
+            if let Some(w) = self.owned.get_mut(word) {
+                if held {
+                    *w |= bit;
+                } else {
+                    *w &= !bit;
+                }
+            }
         }
     }
 
@@ -669,8 +763,9 @@ impl<'a> TxDone<'a> {
     /// sent, or freed twice): a peer releasing what it never got.
     #[inline]
     pub fn free_buf(&mut self, buf: u32) -> Result<(), FabricError> {
-        let word = (buf / 64) as usize;
-        let bit = 1u64 << (buf % 64);
+        let (word, bit) = owned_bit(buf, self.count, self.large).ok_or(FabricError::Protocol(
+            "peer released a send buffer it does not hold",
+        ))?;
         match self.owned.get_mut(word) {
             Some(w) if *w & bit != 0 => *w &= !bit,
             _ => {
@@ -699,9 +794,8 @@ impl<'a> TxDone<'a> {
     #[inline]
     pub fn free_copied(&mut self, buf: u32) -> Result<(), FabricError> {
         debug_assert!(
-            self.owned
-                .get((buf / 64) as usize)
-                .is_some_and(|w| w & (1u64 << (buf % 64)) == 0),
+            owned_bit(buf, self.count, self.large)
+                .is_some_and(|(word, bit)| self.owned.get(word).is_some_and(|w| w & bit == 0)),
             "free_copied on a tracked buffer"
         );
         if self.npending == FREE_BATCH {

@@ -33,7 +33,7 @@ use crate::fabric::control::{
     PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
-use crate::link::ConnParts;
+use crate::link::{ConnParts, Pools};
 use crate::poller::{Command, PollerLink};
 
 /// Longest a closing connection waits for its poller before it is disconnected anyway (in
@@ -102,8 +102,7 @@ impl RdmaControl {
         let new = NewConn {
             poller: poller.index(),
             conn,
-            tx_pool,
-            rx_pool,
+            pools: Pools::small(tx_pool, rx_pool),
             keep,
             setup: RdmaSetup {
                 _slot: poller,

@@ -43,7 +43,7 @@ use crate::fabric::control::{
     PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::{DirectPath, Fabric};
-use crate::link::{ConnParts, Down};
+use crate::link::{ConnParts, Down, Pools};
 use crate::poller::{Command, PollerLink};
 
 /// Grace of every close: none. No poller holds an shm connection (the direct path is the
@@ -114,9 +114,15 @@ impl ShmControl {
             segment,
         };
         let direct: Box<dyn std::any::Any + Send> = Box::new(DirectPath::Shm(direct));
-        Ok(self
-            .reg
-            .register_direct(ctx, direct, tx_pool, rx_pool, keep, setup, raw, None))
+        Ok(self.reg.register_direct(
+            ctx,
+            direct,
+            Pools::small(tx_pool, rx_pool),
+            keep,
+            setup,
+            raw,
+            None,
+        ))
     }
 
     /// Reports and closes connections whose application found a protocol violation on the

@@ -213,6 +213,58 @@ impl ShmDirect {
         Ok(k)
     }
 
+    /// Moves buffers and large slots the peer released into `free` and `free_large` (each at
+    /// most its spare capacity; a release that fits neither is kept for the next call).
+    /// Returns how many.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer's release ring is invalid.
+    pub(crate) fn reclaim_all(
+        &self,
+        free: &mut Vec<u32>,
+        free_large: &mut Vec<u32>,
+    ) -> Result<usize, FabricError> {
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let tx = &mut unsafe { self.tx() }.ring;
+        if tx.in_flight() == 0 {
+            return Ok(0);
+        }
+        let mut out = [0u32; RECLAIM_BURST];
+        // Both lists have room for all they may receive: every buffer and slot we own.
+        let room = (free.capacity() - free.len())
+            .min(free_large.capacity() - free_large.len())
+            .min(RECLAIM_BURST);
+        let k = tx.reclaim(&mut out[..room]).map_err(wire_err)?;
+        for &i in &out[..k] {
+            if crate::desc::is_large(i) {
+                free_large.push(i);
+            } else {
+                free.push(i);
+            }
+        }
+        Ok(k)
+    }
+
+    /// Sends large slot `idx` (`LARGE_BIT | slot`, owned by the caller), `len` bytes, by
+    /// reference.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
+    pub(crate) fn send_ref(&self, idx: u32, len: u32) -> Result<Sent, FabricError> {
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let side = unsafe { self.tx() };
+        if side.len >= side.depth && !side.collect()? {
+            return Ok(Sent::Full);
+        }
+        if !side.ring.try_send_buf(idx, len).map_err(wire_err)? {
+            return Ok(Sent::Full);
+        }
+        side.push_end();
+        Ok(Sent::Referenced)
+    }
+
     /// Sends the first `len` bytes of send-pool buffer `idx` (`idx < count`, `len <=
     /// buf_size`, owned by the caller): copied into a `DATA` record when `len <= inline_max`,
     /// else by reference.

@@ -31,7 +31,7 @@ use crate::fabric::control::{
     PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
-use crate::link::ConnParts;
+use crate::link::{ConnParts, Pools};
 use crate::poller::{Command, PollerLink};
 
 /// Most accepted connections whose handshake is pending at once (over every listener).
@@ -86,8 +86,7 @@ impl TcpControl {
         let new = NewConn {
             poller,
             conn,
-            tx_pool,
-            rx_pool,
+            pools: Pools::small(tx_pool, rx_pool),
             keep,
             setup: TcpSetup { sock },
             path: Some(peer.to_string()),

@@ -1,0 +1,286 @@
+//! Large messages (issue #12): [`Connection::alloc_large`], [`Connection::send_copy`] and
+//! [`Connection::recv_into`].
+//!
+//! A message above the pool's buffer size travels through a **large slot**: one of
+//! [`large_buffers`](crate::EngineBuilder::large_buffers) buffers of
+//! [`max_message_size`](crate::EngineBuilder::max_message_size) bytes per connection and
+//! direction, set up with the connection (shm: in the shared segment; tcp: local memory the
+//! socket reads into; RDMA: registered regions for a rendezvous by RDMA READ). A large slot is
+//! a [`SendBuf`] like any other (written in place, then [`send`](Connection::send)), and the
+//! receiver reads it in place as one contiguous [`Message`]. The slot is the sender's again
+//! when the receiver has dropped the message (RDMA: when the READ has landed): until then
+//! `alloc_large` reports back-pressure ([`Error::WouldBlock`]), never loss.
+//!
+//! Order holds across sizes: small and large messages of one connection arrive in the order
+//! they were sent.
+
+use std::time::{Duration, Instant};
+
+use super::{Connection, Message, SendBuf, SendError};
+use crate::desc::{is_large, large_slot};
+use crate::error::Error;
+use crate::fabric::{DirectPath, Sent};
+use crate::idle::Idler;
+
+use super::DirectSend;
+
+/// Why [`Connection::recv_into`] did not copy a message.
+pub enum RecvIntoError<'c> {
+    /// The next message is longer than the buffer given: here it is, still unread (read it in
+    /// place, or copy it into a larger buffer). Nothing is lost.
+    TooSmall {
+        /// The message.
+        message: Message<'c>,
+        /// The length of the buffer that was given.
+        capacity: usize,
+    },
+    /// The connection is down ([`Error::Disconnected`] / [`Error::Fabric`]).
+    Closed(Error),
+}
+
+impl std::fmt::Debug for RecvIntoError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecvIntoError::TooSmall { message, capacity } => f
+                .debug_struct("TooSmall")
+                .field("len", &message.len())
+                .field("capacity", capacity)
+                .finish(),
+            RecvIntoError::Closed(e) => f.debug_tuple("Closed").field(e).finish(),
+        }
+    }
+}
+
+impl std::fmt::Display for RecvIntoError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecvIntoError::TooSmall { message, capacity } => write!(
+                f,
+                "message of {} bytes does not fit a buffer of {capacity} bytes",
+                message.len()
+            ),
+            RecvIntoError::Closed(e) => write!(f, "connection closed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RecvIntoError<'_> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RecvIntoError::TooSmall { .. } => None,
+            RecvIntoError::Closed(e) => Some(e),
+        }
+    }
+}
+
+impl Connection {
+    /// Takes a free **large slot** to write a message of up to
+    /// [`max_message_size`](Self::max_message_size) bytes in place (capacity: the slot size).
+    /// Fill it ([`as_mut_slice`](SendBuf::as_mut_slice), then
+    /// [`set_len`](SendBuf::set_len), or [`copy_from`](SendBuf::copy_from)) and
+    /// [`send`](Self::send) it; dropping it unsent returns the slot. Zero copy: the receiver
+    /// reads the slot's bytes in place (RDMA: after one RDMA READ into its own slot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] while every free slot is in flight (a slot comes back when the
+    /// receiver drops its message: retry); [`Error::PoolExhausted`] when the application holds
+    /// every slot (`count: 0` on a connection without large slots, see
+    /// [`EngineBuilder::large_buffers`](crate::EngineBuilder::large_buffers));
+    /// [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down.
+    pub fn alloc_large(&self) -> Result<SendBuf<'_>, Error> {
+        if let Some(idx) = self.take_large() {
+            return Ok(SendBuf {
+                conn: self,
+                idx,
+                len: 0,
+            });
+        }
+        self.drive_poller();
+        if let Some(idx) = self.take_large() {
+            return Ok(SendBuf {
+                conn: self,
+                idx,
+                len: 0,
+            });
+        }
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
+        app.alloc_failures += 1;
+        if let Some(d) = self.shared.down() {
+            return Err(d.to_error());
+        }
+        if app.held_large >= self.tx_large.count() {
+            return Err(Error::PoolExhausted {
+                count: self.tx_large.count() as usize,
+            });
+        }
+        Err(Error::WouldBlock)
+    }
+
+    /// [`alloc_large`](Self::alloc_large), waiting up to `timeout` for a slot to come back.
+    ///
+    /// # Errors
+    ///
+    /// As `alloc_large`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
+    pub fn alloc_large_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut idler = Idler::new(self.idle);
+        let mut spins = 0u32;
+        loop {
+            match self.alloc_large() {
+                Err(Error::WouldBlock) => {}
+                other => return other,
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            idler.idle(0);
+        }
+    }
+
+    /// [`claim`](Self::claim) of more than a pool buffer: a large slot with the length set.
+    pub(super) fn claim_large(&self, len: usize) -> Result<SendBuf<'_>, Error> {
+        if len > self.message_limit {
+            return Err(Error::MessageTooLarge {
+                size: len,
+                max: self.message_limit,
+            });
+        }
+        let mut b = self.alloc_large()?;
+        b.set_len(len)?;
+        Ok(b)
+    }
+
+    /// A free large slot (`LARGE_BIT | slot`), taking back what the fabric freed.
+    fn take_large(&self) -> Option<u32> {
+        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+        let app = unsafe { self.app() };
+        if app.spare_large.is_empty() {
+            if let Some(d) = &self.direct {
+                // The peer's releases of buffers and slots come back together.
+                if let Err(e) = d.reclaim_all(&mut app.spare, &mut app.spare_large) {
+                    self.fail(e);
+                    return None;
+                }
+            } else if let Some(r) = app.rings.as_mut() {
+                // Ordinary buffers met on the way are kept for `alloc` (room for all of them).
+                while let Ok(i) = r.free.pop() {
+                    if is_large(i) {
+                        app.spare_large.push(i);
+                        break;
+                    }
+                    if app.spare.len() < app.spare.capacity() {
+                        app.spare.push(i);
+                    }
+                }
+            }
+        }
+        let idx = app.spare_large.pop()?;
+        // Only slots the engine validated reach the list; checked anyway (`SendBuf` relies on it).
+        if large_slot(idx) >= self.tx_large.count() {
+            return None;
+        }
+        app.held_large += 1;
+        Some(idx)
+    }
+
+    /// The direct send of large slot `idx`: always by reference.
+    #[inline(never)]
+    pub(super) fn send_direct_large(&self, d: &DirectPath, idx: u32, len: u32) -> DirectSend {
+        match d.send_ref(idx, len) {
+            Ok(Sent::Full) => {
+                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+                unsafe { self.app() }.would_block += 1;
+                DirectSend::Full
+            }
+            Ok(_) => {
+                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+                let app = unsafe { self.app() };
+                app.held_large -= 1;
+                app.sent += 1;
+                app.tx_bytes += u64::from(len);
+                DirectSend::Done
+            }
+            Err(e) => DirectSend::Failed(self.fail(e)),
+        }
+    }
+
+    /// Sends a copy of `data`, of any length up to [`max_message_size`](Self::max_message_size):
+    /// into a pool buffer (eager) up to the [large threshold](crate::EngineBuilder::large_threshold),
+    /// else into a large slot. One copy on the sender; the receiver still reads in place.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageTooLarge`] (stating the limit) above `max_message_size`;
+    /// [`Error::WouldBlock`] when no buffer or slot is free, or the receiver has no room (retry;
+    /// nothing was sent); otherwise as [`alloc`](Self::alloc) and [`send`](Self::send).
+    pub fn send_copy(&self, data: &[u8]) -> Result<(), Error> {
+        if data.len() > self.message_limit {
+            return Err(Error::MessageTooLarge {
+                size: data.len(),
+                max: self.message_limit,
+            });
+        }
+        let mut b = if data.len() > self.large_threshold && self.tx_large.count() > 0 {
+            self.alloc_large()?
+        } else {
+            self.alloc()?
+        };
+        b.copy_from(data)?;
+        self.send(b).map_err(|e| match e {
+            SendError::WouldBlock(_) => Error::WouldBlock,
+            SendError::Timeout(_) => Error::Timeout,
+            SendError::Closed { error, .. } => error,
+        })
+    }
+
+    /// [`send_copy`](Self::send_copy), waiting up to `timeout` for a buffer and for room.
+    ///
+    /// # Errors
+    ///
+    /// As `send_copy`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
+    pub fn send_copy_timeout(&self, data: &[u8], timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        let mut idler = Idler::new(self.idle);
+        let mut spins = 0u32;
+        loop {
+            match self.send_copy(data) {
+                Err(Error::WouldBlock) => {}
+                other => return other,
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            idler.idle(0);
+        }
+    }
+
+    /// Receives the next message into a buffer the application supplies (the idiom of UCX's
+    /// `ucp_am_recv_data_nbx`): copies it into `buf`, recycles its buffer or slot at once, and
+    /// returns its length. `Ok(None)`: nothing is waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvIntoError::TooSmall`] hands the message back, unread, when it is longer than
+    /// `buf` (nothing is lost); [`RecvIntoError::Closed`] as [`try_recv`](Self::try_recv).
+    // The error carries the message itself (136 bytes), as `SendError` carries the buffer:
+    // boxing it would allocate on the data path.
+    #[allow(clippy::result_large_err)]
+    pub fn recv_into<'c>(&'c self, buf: &mut [u8]) -> Result<Option<usize>, RecvIntoError<'c>> {
+        let Some(message) = self.try_recv().map_err(RecvIntoError::Closed)? else {
+            return Ok(None);
+        };
+        let n = message.len();
+        let Some(dst) = buf.get_mut(..n) else {
+            return Err(RecvIntoError::TooSmall {
+                message,
+                capacity: buf.len(),
+            });
+        };
+        dst.copy_from_slice(&message);
+        Ok(Some(n))
+    }
+}
