@@ -33,7 +33,7 @@ use crate::fabric::control::{
     PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
-use crate::link::{ConnParts, Pools};
+use crate::link::ConnParts;
 use crate::poller::{Command, PollerLink};
 
 /// Longest a closing connection waits for its poller before it is disconnected anyway (in
@@ -86,8 +86,7 @@ impl RdmaControl {
         let Established {
             poller,
             conn,
-            tx_pool,
-            rx_pool,
+            pools,
             keep,
             id: cm_id,
             cq,
@@ -102,7 +101,7 @@ impl RdmaControl {
         let new = NewConn {
             poller: poller.index(),
             conn,
-            pools: Pools::small(tx_pool, rx_pool),
+            pools,
             keep,
             setup: RdmaSetup {
                 _slot: poller,

@@ -200,6 +200,56 @@ pub enum RdmaSetupError {
         /// Fewest credits needed.
         min: u32,
     },
+    /// More large slots than the RDMA rendezvous supports.
+    #[error("rdma: {count} large slots per connection exceed the rendezvous limit of {max}")]
+    LargeSlots {
+        /// `large_buffers`.
+        count: usize,
+        /// The most the rendezvous handshake carries.
+        max: u32,
+    },
+    /// Large messages need pool buffers that hold an RNDV frame.
+    #[error(
+        "rdma large messages need pool buffers of at least {min} bytes (the RNDV frame), not \
+         {buffer_size}"
+    )]
+    LargeNeedsBuffer {
+        /// The pool's buffer size.
+        buffer_size: u32,
+        /// The RNDV frame's size.
+        min: u32,
+    },
+    /// The device cannot have an RDMA READ outstanding (as initiator or responder).
+    #[error(
+        "rdma device allows {initiator} outstanding RDMA READs as initiator and {responder} as \
+         responder; large messages need at least 1 of each"
+    )]
+    NoRdmaRead {
+        /// `max_qp_init_rd_atom`.
+        initiator: u32,
+        /// `max_qp_rd_atom`.
+        responder: u32,
+    },
+    /// The peer announced an invalid large send region in its private data.
+    #[error("rdma peer announced an invalid large region: {reason}")]
+    BadLargeRegion {
+        /// The rule it broke.
+        reason: &'static str,
+    },
+    /// The peer's large slots differ from ours (both sides need the same `max_message_size`,
+    /// or neither large slots).
+    #[error(
+        "rdma peer has {peer_slots} large slots of {peer_slot_size} bytes, this engine slots of \
+         {ours} bytes (both sides need the same max_message_size with large slots, or none)"
+    )]
+    LargeMismatch {
+        /// The peer's slot size (0: no large messages).
+        peer_slot_size: u32,
+        /// The peer's slot count.
+        peer_slots: u32,
+        /// Our slot size (0: no large messages).
+        ours: u32,
+    },
     /// The thread running the bounded connect ended without reporting a result.
     #[error("rdma connect thread ended without a result")]
     ConnectThreadLost,

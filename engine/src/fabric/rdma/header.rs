@@ -6,9 +6,10 @@ use crate::desc::PoolView;
 
 /// Immediate-data flag of an explicit credit message.
 pub(crate) const IMM_CREDIT_ONLY: u32 = 1 << 31;
-/// Immediate-data flag of a *frame*: the payload is a v2 frame of DATA records
-/// ([`crate::record`]: frame header, then records), not one message. Never set together with
-/// [`IMM_CREDIT_ONLY`].
+/// Immediate-data flag of a *frame*: the payload is a v2 frame of DATA and RNDV records
+/// ([`crate::record`]: frame header, then records), not one message. Together with
+/// [`IMM_CREDIT_ONLY`]: a *control frame* of RNDV_DONE records (rendezvous acknowledgements),
+/// which is not an application message.
 pub(crate) const IMM_FRAME: u32 = 1 << 30;
 /// Largest credit count one immediate can carry (bits 0..=29).
 pub(crate) const IMM_CREDITS_MAX: u32 = IMM_FRAME - 1;
@@ -36,8 +37,9 @@ pub(crate) struct HdrParts {
 
 /// Reads and validates the header of a completed iWARP receive into buffer `buf`: returns the
 /// header word and the payload length. `None` if the message is shorter than a header, the
-/// buffer is out of range, or a credit message carries a payload. (The frame flag is checked
-/// with the immediate on every transport, in the completion handler.)
+/// buffer is out of range, or a credit message that is not a control frame carries a payload.
+/// (The frame flag is checked with the immediate on every transport, in the completion
+/// handler.)
 #[inline]
 pub(super) fn read_hdr(h: &HdrParts, buf: u32, byte_len: u32) -> Option<(u32, u32)> {
     if buf >= h.rx_slots {
@@ -49,7 +51,7 @@ pub(super) fn read_hdr(h: &HdrParts, buf: u32, byte_len: u32) -> Option<(u32, u3
     // completed, so the HCA is done writing it and it is not re-posted until the buffer is.
     unsafe { std::ptr::copy_nonoverlapping(h.view.buf_ptr(buf).as_ptr(), word.as_mut_ptr(), 4) };
     let word = u32::from_le_bytes(word);
-    if word & IMM_CREDIT_ONLY != 0 && len != 0 {
+    if word & IMM_CREDIT_ONLY != 0 && word & IMM_FRAME == 0 && len != 0 {
         return None;
     }
     Some((word, len))

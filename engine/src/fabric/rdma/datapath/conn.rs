@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::chain::{post_recv_chains, SrqShared, CHAIN};
 use super::frame::{frame_limit, FrameCursor};
-use crate::desc::{PoolView, TxDesc};
+use super::rndv::Rndv;
+use crate::desc::{is_large, large_slot, PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::rdma::counters::{bump, PollerRdmaCounters, COUNTERS};
 use crate::fabric::rdma::header::{
@@ -18,12 +19,16 @@ use crate::fabric::rdma::header::{
 use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge, WorkCompletion};
 use crate::fabric::rdma::wr_id::{recv_wr_id, WR_GEN_SHIFT, WR_RECV, WR_SRQ, WR_VALUE_MASK};
 use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::record::Record;
 
 mod fifo;
 mod iwarp;
+mod rndv;
 mod send;
 
 use fifo::Fifo;
+use rndv::Large;
+pub(crate) use rndv::{ack_scratch_size, LargeParts, ACK_BUFS, RNDV_SCRATCH};
 
 /// What one received buffer holds.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
@@ -33,7 +38,7 @@ enum RxKind {
     Message,
     /// An explicit credit message (no payload) or a failed shared receive to give back.
     Credit,
-    /// A frame of DATA records ([`IMM_FRAME`]), split by [`FrameCursor`].
+    /// A frame of DATA and RNDV records ([`IMM_FRAME`]), split by [`FrameCursor`].
     Frame,
 }
 
@@ -50,6 +55,9 @@ struct Planned {
     /// The batch's descriptors it carries: `first .. first + msgs`.
     first: u16,
     msgs: u16,
+    /// A large message's RNDV frame (`buf` is `LARGE_BIT | slot`; the frame is in the slot's
+    /// scratch, and the slot waits for the peer's acknowledgement).
+    rndv: bool,
 }
 
 /// One send to build.
@@ -106,6 +114,8 @@ pub(crate) struct RdmaConnParts {
     /// Largest frame to coalesce small messages into (`EngineBuilder::frame_size`), further
     /// bounded by the buffer sizes; below two records' room, coalescing is off.
     pub(crate) frame_size: usize,
+    /// Large messages (rendezvous); [`LargeParts::none`] without.
+    pub(crate) large: LargeParts,
     /// Keeps the pools' memory regions alive.
     pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
 }
@@ -143,7 +153,8 @@ pub struct RdmaConn {
     reserve: u32,
     /// Messages sent whose credit has not come back (validates the peer's returns).
     uncredited: u64,
-    /// Credit messages sent whose credits have not come back yet (not the engine's).
+    /// Control SENDs (credit messages, acknowledgement frames) sent whose credits have not
+    /// come back yet (not the engine's).
     ctrl_outstanding: u64,
     /// Per data SEND whose credit has not come back, oldest first: how many of the engine's
     /// messages it carried (1, or a frame's record count). A returned credit (one receive
@@ -198,6 +209,8 @@ pub struct RdmaConn {
     checked_ns: u64,
     /// `sq_posted` at the last `check_peer` (idle credit returns).
     checked_sq: u64,
+    /// Rendezvous state (large messages).
+    large: Large,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -266,6 +279,7 @@ impl RdmaConn {
             sent: None,
             checked_ns: 0,
             checked_sq: 0,
+            large: Large::new(p.large, p.peer_buffer_size),
             _keep: p.keep,
         }
     }
@@ -333,20 +347,28 @@ impl RdmaConn {
             };
             let credits = imm & IMM_CREDITS_MAX;
             self.rx_heard += 1;
-            let kind = match (imm & IMM_CREDIT_ONLY != 0, imm & IMM_FRAME != 0) {
-                (false, false) => RxKind::Message,
-                (true, false) => RxKind::Credit,
-                (false, true) => RxKind::Frame,
-                (true, true) => {
-                    self.error = Some(FabricError::Protocol("credit message flagged as a frame"));
-                    return;
-                }
+            let (kind, control) = match (imm & IMM_CREDIT_ONLY != 0, imm & IMM_FRAME != 0) {
+                (false, false) => (RxKind::Message, false),
+                (true, false) => (RxKind::Credit, false),
+                (false, true) => (RxKind::Frame, false),
+                // A control frame: rendezvous acknowledgements, handled here; its buffer is
+                // then re-posted like a credit message's.
+                (true, true) => (RxKind::Credit, true),
             };
             self.add_peer_credits(credits);
             self.peer_window = self.peer_window.saturating_sub(1);
-            if kind != RxKind::Credit && len > self.rx_pool.buf_size() as u32 {
+            if (kind != RxKind::Credit || control) && len > self.rx_pool.buf_size() as u32 {
                 self.error = Some(FabricError::Protocol("oversized receive"));
                 return;
+            }
+            if control {
+                // SAFETY: the receive completed with `len <= buf_size` bytes (checked above)
+                // into buffer `value`, which stays ours until it is re-posted from `rx_pending`.
+                let pool = self.rx_pool;
+                let bytes = unsafe { rx_bytes(&pool, value as u32, len) };
+                if let Err(e) = self.on_ack_frame(bytes) {
+                    self.error = Some(e);
+                }
             }
             // Cannot overflow: at most `rx_posted` receives are outstanding.
             if !self.rx_pending.push((value as u32, len, kind)) {
@@ -477,6 +499,17 @@ impl RdmaConn {
         )
     }
 
+    /// Re-posts released ordinary receive buffers (nothing once the QP is in error, unless
+    /// they are shared).
+    fn release_bufs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        if bufs.is_empty() || (self.error.is_some() && self.srq.is_none()) {
+            return Ok(()); // the QP is in error: nothing to re-post to
+        }
+        self.post_recvs(bufs)?;
+        self.owed_msgs += bufs.len() as u64;
+        Ok(())
+    }
+
     /// The connection's error, once everything received before it has been delivered.
     #[inline]
     fn check(&self) -> Result<(), FabricError> {
@@ -574,12 +607,6 @@ impl RdmaConn {
 
     /// Posts one credit message (no payload, the owed credits), spending a credit.
     fn post_credit_message(&mut self) -> Result<(), FabricError> {
-        let mut wr = verbs::send_wr_zeroed();
-        let mut sge = Sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        };
         let imm = IMM_CREDIT_ONLY | self.take_owed();
         let out = Outgoing {
             addr: 0,
@@ -588,16 +615,35 @@ impl RdmaConn {
             inline: true,
             force_signal: false,
         };
+        self.post_control(out, 0)
+    }
+
+    /// Posts one control SEND (a credit message, or a control frame of `out.len` bytes at
+    /// `out.addr` in a region with key `lkey`), spending a credit, counted as a control send.
+    fn post_control(&mut self, out: Outgoing, lkey: u32) -> Result<(), FabricError> {
+        let mut wr = verbs::send_wr_zeroed();
+        let zero = Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        let mut sges = [zero; 2];
+        let len = out.len;
         let hdr = self.hdr;
-        let hdr_sge = hdr.map(|h| self.write_send_hdr(&h, imm));
-        self.fill_send(&mut wr, &mut sge, out);
-        wr.sg_list = std::ptr::null_mut();
+        let hdr_sge = hdr.map(|h| self.write_send_hdr(&h, out.imm));
+        self.fill_send(&mut wr, &mut sges[1], out);
+        sges[1].lkey = lkey;
+        wr.sg_list = if len > 0 {
+            &mut sges[1]
+        } else {
+            std::ptr::null_mut()
+        };
         if let (Some(h), Some(hs)) = (hdr, hdr_sge) {
-            // iWARP: a plain SEND of the header alone.
-            sge = hs;
+            // iWARP: a plain SEND of the header (and the payload, if any).
+            sges[0] = hs;
             wr.opcode = verbs::WR_SEND;
-            wr.num_sge = 1;
-            wr.sg_list = &mut sge;
+            wr.num_sge = 1 + i32::from(len > 0);
+            wr.sg_list = sges.as_mut_ptr();
             if !h.inline {
                 wr.send_flags &= !verbs::SEND_INLINE;
             }
@@ -605,8 +651,10 @@ impl RdmaConn {
         self.peer_credits -= 1;
         self.uncredited += 1;
         self.ctrl_outstanding += 1;
-        // SAFETY: a zero-length inline send names no memory; on iWARP the one gather entry is
-        // the send's header slot (see `write_send_hdr`).
+        // SAFETY: a zero-length send names no memory; a control frame's gather entry is its
+        // scratch buffer (registered, key `lkey`), which the caller leaves untouched until this
+        // signalled send completes; on iWARP the first gather entry is the send's header slot
+        // (see `write_send_hdr`). Inline payloads are copied by the call.
         unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
         Ok(())
     }
@@ -634,14 +682,53 @@ impl FabricConn for RdmaConn {
         let pool = self.rx_pool;
         let mut failed = None;
         let mut pooled = 0;
+        // Stopped at a record that waits for a large message (its READ, or a free slot).
+        let mut stuck = false;
+        let rndv = self.large.rndv_check();
         while sink.room() > 0 && nrepost < CHAIN {
-            // First the rest of the frame being split (the sink had no room for all of it).
+            // Large messages whose READ completed come first: they precede every record still
+            // queued (FIFO).
+            if self.large.reads_pending() && self.deliver_read(sink)? {
+                delivered += 1;
+                continue;
+            }
+            // Then the rest of the frame being split (the sink had no room for all of it, or
+            // a record waits for a large message).
             if let Some(mut cur) = self.rx_frame {
                 // SAFETY: the frame's receive completed with `end` bytes (checked on completion
                 // and by the cursor); the buffer stays ours until re-posted below.
                 let bytes = unsafe { rx_bytes(&pool, cur.buf, cur.end) };
                 let room = sink.room();
-                delivered += cur.next_records(bytes, room, |p| sink.push_inline(p))?;
+                let mut data = 0;
+                let mut blocked = false;
+                cur.next_records(bytes, room, |rec| match rec {
+                    Record::Data(p) => {
+                        if self.large.reads_pending() {
+                            blocked = true;
+                            return Ok(false);
+                        }
+                        sink.push_inline(p)?;
+                        data += 1;
+                        Ok(true)
+                    }
+                    Record::Rndv {
+                        slot,
+                        len,
+                        addr,
+                        rkey,
+                    } => {
+                        let took = self.take_rndv(Rndv {
+                            slot,
+                            len,
+                            addr,
+                            rkey,
+                        })?;
+                        blocked |= !took;
+                        Ok(took)
+                    }
+                    _ => Err(FabricError::Protocol("rdma frame changed after validation")),
+                })?;
+                delivered += data;
                 if cur.left() == 0 {
                     self.rx_frame = None;
                     repost[nrepost] = cur.buf;
@@ -649,11 +736,20 @@ impl FabricConn for RdmaConn {
                 } else {
                     self.rx_frame = Some(cur);
                 }
+                if blocked {
+                    stuck = true;
+                    break;
+                }
                 continue;
             }
-            let Some((buf, len, kind)) = self.rx_pending.pop() else {
+            let Some((buf, len, kind)) = self.rx_pending.front() else {
                 break;
             };
+            if kind == RxKind::Message && self.large.reads_pending() {
+                stuck = true;
+                break;
+            }
+            self.rx_pending.pop();
             match kind {
                 RxKind::Message => {}
                 RxKind::Credit => {
@@ -664,7 +760,7 @@ impl FabricConn for RdmaConn {
                 RxKind::Frame => {
                     // SAFETY: as below: a completed receive of `len <= buf_size` bytes.
                     let bytes = unsafe { rx_bytes(&pool, buf, len) };
-                    match FrameCursor::new(buf, bytes) {
+                    match FrameCursor::new(buf, bytes, rndv.as_ref().map(|(r, s)| (r, *s))) {
                         Ok(cur) => self.rx_frame = Some(cur),
                         Err(e) => {
                             // A hostile frame fails this connection; its (shared) buffer
@@ -696,12 +792,17 @@ impl FabricConn for RdmaConn {
         if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
             self.post_recvs(&repost[..nrepost])?;
         }
-        // Pooled messages count when the application releases their buffers (`release_rx`).
+        // Pooled messages count when the application releases their buffers (`release_rx`);
+        // large ones when delivered (their credit is the frame's buffer, re-posted already).
         self.owed_msgs += (delivered - pooled) as u64;
         if let Some(e) = failed {
             return Err(e);
         }
         if delivered == 0 {
+            // A failed connection's READs never complete: what waits for one is lost.
+            if let (true, Some(e)) = (stuck, self.error) {
+                return Err(e);
+            }
             self.check()?;
         }
         Ok(delivered)
@@ -736,18 +837,32 @@ impl FabricConn for RdmaConn {
     #[inline]
     fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
         self.check()?;
-        if self.error.is_some() && self.srq.is_none() {
-            return Ok(()); // the QP is in error: nothing to re-post to
+        if !bufs.iter().any(|&b| is_large(b)) {
+            return self.release_bufs(bufs);
         }
-        self.post_recvs(bufs)?;
-        self.owed_msgs += bufs.len() as u64;
-        Ok(())
+        // Large slots go back to the free slots (a rendezvous waiting for one continues at
+        // the next `poll_rx`); the ordinary buffers are re-posted in chains, in order.
+        let mut small = [0u32; CHAIN];
+        let mut n = 0;
+        for &b in bufs {
+            if is_large(b) {
+                self.release_large(large_slot(b))?;
+            } else {
+                small[n] = b;
+                n += 1;
+                if n == CHAIN {
+                    self.release_bufs(&small)?;
+                    n = 0;
+                }
+            }
+        }
+        self.release_bufs(&small[..n])
     }
 
     #[inline]
     fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
         self.check()?;
-        let mut work = 0;
+        let mut work = self.reclaim_large(done)?;
         while let Some((seq, buf)) = self.held.front() {
             if seq >= self.sq_completed {
                 break;
@@ -770,8 +885,10 @@ impl FabricConn for RdmaConn {
         if self.error.is_some() {
             return Ok(());
         }
-        // Sends were posted (one doorbell per batch) in `post_send`; what remains is returning
-        // credits when traffic is one-way.
+        // Sends were posted (one doorbell per batch) in `post_send`; what remains is the
+        // rendezvous acknowledgements owed (they carry owed credits too) and returning credits
+        // when traffic is one-way.
+        self.send_acks()?;
         self.maybe_send_credits()
     }
 

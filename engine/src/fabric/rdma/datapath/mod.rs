@@ -105,10 +105,13 @@ use crate::fabric::{ConnTable, Fabric};
 mod chain;
 mod conn;
 mod frame;
+mod rndv;
 
 pub use chain::SrqShared;
 pub use conn::RdmaConn;
 pub(crate) use conn::RdmaConnParts;
+pub(crate) use conn::{ack_scratch_size, LargeParts, ACK_BUFS, RNDV_SCRATCH};
+pub(crate) use rndv::{LargeRegion, MAX_LARGE_SLOTS, RNDV_FRAME};
 // Also reachable here, as before the counters moved to their own file.
 #[doc(no_inline)]
 pub use crate::fabric::rdma::counters::{stats, RdmaStats};

@@ -12,6 +12,7 @@ use super::prepare::Pending;
 use super::setup_err;
 use crate::config::Config;
 use crate::error::Error;
+use crate::fabric::rdma::datapath::LargeRegion;
 
 /// How long the listening side waits for ESTABLISHED after accepting. The control thread does
 /// not wait: the accepted id is a [`PendingAccept`] entry with this deadline.
@@ -29,6 +30,8 @@ pub(crate) struct PendingAccept {
     pub(super) pending: Pending,
     /// The peer's flow-control parameters from its request (validated).
     pub(super) peer: FlowParams,
+    /// The peer's large send region from its request (validated).
+    pub(super) peer_large: LargeRegion,
     pub(super) peer_addr: String,
     pub(super) addr: std::net::SocketAddr,
     pub(super) opts: ConnOptions,
@@ -69,11 +72,13 @@ impl PendingAccept {
                 let PendingAccept {
                     pending,
                     peer,
+                    peer_large,
                     peer_addr,
                     opts,
                     ..
                 } = *self;
-                finish(pending, peer, cfg, &opts, peer_addr).map(|e| AcceptStep::Done(Box::new(e)))
+                finish(pending, peer, peer_large, cfg, &opts, peer_addr)
+                    .map(|e| AcceptStep::Done(Box::new(e)))
             }
             Ok(Some(ev)) => Err(setup_err(
                 what,

@@ -8,7 +8,8 @@ use cm::rdma::{self as rcm, CmError, CmEvent, CmEventKind, ConnOptions, FlowPara
 
 use super::establish::{finish, Established};
 use super::gid;
-use super::prepare::{our_params, prepare, Pending};
+use super::large;
+use super::prepare::{our_private, prepare, Pending};
 use super::setup_err;
 use super::RdmaDevices;
 use crate::config::Config;
@@ -23,6 +24,10 @@ fn conn_opts(timeout: Duration) -> ConnOptions {
         .clamp(1, 2000);
     ConnOptions {
         resolve_timeout_ms: ms,
+        // Rendezvous pulls large messages with RDMA READ: as many outstanding as the device
+        // allows, both ways (a connection without large messages never issues one).
+        responder_resources: ConnOptions::RD_ATOMIC_MAX,
+        initiator_depth: ConnOptions::RD_ATOMIC_MAX,
         ..ConnOptions::default()
     }
 }
@@ -75,12 +80,13 @@ pub(crate) fn connect(
     }
     let peer =
         FlowParams::decode(&ev.private_data).map_err(|e| map_cm(endpoint, CmError::from(e)))?;
+    let peer_large = large::decode(&ev.private_data)?;
     pending
         .id
         .channel()
         .set_nonblocking(true)
         .map_err(|e| setup_err("event channel", e))?;
-    finish(pending, peer, cfg, &opts, addr.to_string())
+    finish(pending, peer, peer_large, cfg, &opts, addr.to_string())
 }
 
 /// Longest a failed or timed-out connect attempt waits for its teardown (QP and rdma_cm id
@@ -113,7 +119,7 @@ fn connect_bounded(
     endpoint: &str,
 ) -> Result<(Pending, CmEvent), Error> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Attempt>(2);
-    let private = our_params(&pending).encode();
+    let private = our_private(&pending);
     std::thread::Builder::new()
         .name("spinwire-rdma-connect".into())
         .spawn(move || {

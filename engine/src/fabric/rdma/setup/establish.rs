@@ -9,23 +9,25 @@ use std::sync::Arc;
 use cm::rdma::{CmId, ConnOptions, FlowParams, PathInfo};
 
 use super::devices::PollerSlot;
+use super::large;
 use super::prepare::{Pending, MIN_CREDITS};
 use super::setup_err;
 use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
 use crate::error::Error;
-use crate::fabric::rdma::datapath::{RdmaConn, RdmaConnParts, SrqShared};
+use crate::fabric::rdma::datapath::{LargeRegion, RdmaConn, RdmaConnParts, SrqShared};
 use crate::fabric::rdma::error::RdmaSetupError;
 use crate::fabric::rdma::header::{HdrParts, HDR_LEN};
 use crate::fabric::rdma::verbs::CompletionQueue;
+use crate::link::Pools;
 
 /// A fully set-up RDMA connection, before it is registered with the engine.
 pub(crate) struct Established {
     /// The poller whose CQ the QP uses (the connection must go to that poller).
     pub(crate) poller: PollerSlot,
     pub(crate) conn: RdmaConn,
-    pub(crate) tx_pool: PoolView,
-    pub(crate) rx_pool: PoolView,
+    /// The application's views: pool buffers and large slots, each direction.
+    pub(crate) pools: Pools,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     /// The rdma_cm id: its channel fd reports DISCONNECTED / DEVICE_REMOVAL (control thread),
     /// and [`close`](super::close) disconnects it.
@@ -52,10 +54,12 @@ impl std::fmt::Debug for Established {
     }
 }
 
-/// Builds the data-path state once ESTABLISHED arrived with the peer's parameters.
+/// Builds the data-path state once ESTABLISHED arrived with the peer's parameters (its flow
+/// parameters and its large send region, both validated by `decode`).
 pub(super) fn finish(
     p: Pending,
     peer: FlowParams,
+    peer_large: LargeRegion,
     cfg: &Config,
     opts: &ConnOptions,
     peer_addr: String,
@@ -78,6 +82,8 @@ pub(super) fn finish(
         }
         .into());
     }
+    large::check_peer(p.pools.large.as_ref(), &peer_large)?;
+    let (large, tx_large, rx_large) = large::parts(p.pools.large.as_ref(), peer_large)?;
     let base_tx = std::ptr::NonNull::new(p.pools.tx.as_ptr())
         .ok_or(RdmaSetupError::NullRegion { what: "send pool" })?;
     // SAFETY: the send region is `buffers * buffer_size` bytes, owned by `pools`, which the
@@ -142,13 +148,18 @@ pub(super) fn finish(
         liveness: cfg.liveness(),
         frame_size: cfg.frame_size(),
         depth: u32::try_from(cfg.depth).unwrap_or(u32::MAX),
+        large,
         keep: Arc::clone(&keep),
     });
     Ok(Established {
         poller: p.poller,
         conn,
-        tx_pool,
-        rx_pool,
+        pools: Pools {
+            tx: tx_pool,
+            rx: rx_pool,
+            tx_large,
+            rx_large,
+        },
         keep,
         id: p.id,
         cq: p.cq,

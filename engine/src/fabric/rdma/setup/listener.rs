@@ -10,7 +10,8 @@ use cm::rdma::{self as rcm, CmError, CmRejectReason, ConnOptions, FlowParams};
 use super::accept::{PendingAccept, ACCEPT_TIMEOUT, MAX_PENDING_ACCEPTS};
 use super::devices::RdmaDevices;
 use super::gid;
-use super::prepare::{our_params, prepare, MIN_CREDITS};
+use super::large;
+use super::prepare::{our_private, prepare, MIN_CREDITS};
 use super::setup_err;
 use crate::config::Config;
 use crate::error::Error;
@@ -137,6 +138,13 @@ impl RdmaListener {
             }
             .into());
         }
+        let peer_large = match large::decode(&req.private_data) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = req.id.reject(&CmRejectReason::BadParams.encode());
+                return Err(e.into());
+            }
+        };
         let peer_addr = req
             .id
             .peer_addr()
@@ -149,10 +157,15 @@ impl RdmaListener {
             .channel()
             .set_nonblocking(true)
             .map_err(|e| aerr("event channel", e))?;
-        let opts = ConnOptions::default();
+        // As many outstanding RDMA READs (rendezvous) as the request and the device allow.
+        let opts = ConnOptions {
+            responder_resources: ConnOptions::RD_ATOMIC_MAX,
+            initiator_depth: ConnOptions::RD_ATOMIC_MAX,
+            ..ConnOptions::default()
+        };
         pending
             .id
-            .accept(&opts, &our_params(&pending).encode())
+            .accept(&opts, &our_private(&pending))
             .map_err(|e| aerr("accept", e))?;
         let addr = pending
             .id
@@ -161,6 +174,7 @@ impl RdmaListener {
         Ok(Some(Box::new(PendingAccept {
             pending,
             peer,
+            peer_large,
             peer_addr,
             addr,
             opts,

@@ -32,6 +32,7 @@ mod devices;
 mod establish;
 mod events;
 mod gid;
+mod large;
 mod listener;
 mod prepare;
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use cm::rdma::{CmId, FlowParams};
 
 use super::devices::{PollerSlot, RdmaDevices};
+use super::large::{self, LargeRegions, PRIVATE_LEN};
 use super::setup_err;
 use crate::config::Config;
 use crate::desc::INLINE_MAX;
@@ -43,6 +44,8 @@ pub(super) struct Pools {
     /// iWARP only: the message headers ([`HDR_LEN`] bytes each), registered with local write:
     /// one receive header per receive buffer, then one send header per send-queue slot.
     pub(super) hdr: Option<MemoryRegion>,
+    /// Large messages (rendezvous): the large slots and their frames; `None` without.
+    pub(super) large: Option<LargeRegions>,
 }
 
 /// Sizes derived from the engine configuration.
@@ -73,6 +76,12 @@ fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> 
     // unsignalled sends waiting for the next signalled one, plus credit messages.
     let signal = u32::try_from(cfg.signal_every).unwrap_or(u32::MAX).max(1);
     let mut sq_depth = buffers.saturating_add(signal).saturating_add(4);
+    // Rendezvous: an RDMA READ per large receive slot, an RNDV SEND per large send slot
+    // (both signalled) and the acknowledgement frames.
+    let (_, large_slots) = cfg.large_pool();
+    sq_depth = sq_depth
+        .saturating_add(large_slots.saturating_mul(2))
+        .saturating_add(crate::fabric::rdma::datapath::ACK_BUFS as u32);
     if let Some(l) = limits {
         if buffers > l.max_qp_wr {
             return Err(RdmaSetupError::QueueTooDeep {
@@ -157,6 +166,7 @@ pub(super) fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Resu
         } else {
             None
         },
+        large: large::register(&res.pd, cfg, &res.limits, res.iwarp, sz.buffer_size)?,
     });
     let qres = QpResources {
         pd: Arc::clone(&res.pd),
@@ -264,4 +274,10 @@ pub(super) fn our_params(p: &Pending) -> FlowParams {
         buffer_size: p.sizing.buffer_size,
         inline_size: p.qp.max_inline_data(),
     }
+}
+
+/// This side's private data for connect/accept: the flow parameters and the large send
+/// region ([`large`](super::large)).
+pub(super) fn our_private(p: &Pending) -> [u8; PRIVATE_LEN] {
+    large::encode(&our_params(p), p.pools.large.as_ref())
 }

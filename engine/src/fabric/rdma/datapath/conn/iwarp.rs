@@ -108,15 +108,17 @@ impl RdmaConn {
         for (i, p) in plan.iter().enumerate() {
             let word = self.send_word(p.frame);
             let hdr = self.write_send_hdr(&h, word);
+            let (addr, lkey) = self.send_source(p);
             let out = Outgoing {
-                addr: self.tx_pool.buf_ptr(p.buf).as_ptr() as u64,
+                addr,
                 len: p.len,
                 imm: word,
                 inline: self.send_inline(p.len),
-                force_signal: i + 1 == n && hoarding,
+                force_signal: p.rndv || (i + 1 == n && hoarding),
             };
             let mut wr = verbs::send_wr_zeroed();
             self.fill_send(&mut wr, &mut sges[i][1], out);
+            sges[i][1].lkey = lkey;
             sges[i][0] = hdr;
             wr.opcode = verbs::WR_SEND;
             wr.num_sge = 1 + i32::from(p.len > 0);

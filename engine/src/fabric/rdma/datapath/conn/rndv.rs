@@ -156,32 +156,16 @@ impl Large {
             .is_some_and(|r| r.empty || r.seq < sq_completed)
     }
 
-    /// The sequence of a READ in flight whose `wr_id` value bits are `value`, if any (to name
-    /// a failed completion).
-    pub(super) fn is_read(&self, value: u64) -> bool {
-        let mut found = false;
-        let mut q = self.reads_iter();
-        while let Some(r) = q.next() {
-            found |= !r.empty && (r.seq & WR_VALUE_MASK) == value;
-        }
-        found
-    }
-
-    fn reads_iter(&self) -> ReadsIter<'_> {
-        ReadsIter { l: self, i: 0 }
-    }
-}
-
-struct ReadsIter<'a> {
-    l: &'a Large,
-    i: usize,
-}
-
-impl ReadsIter<'_> {
-    fn next(&mut self) -> Option<Read> {
-        let r = self.l.reads.get(self.i)?;
-        self.i += 1;
-        Some(r)
+    /// What frames are checked against: the peer's send region and our receive slot size;
+    /// `None` when this side cannot receive large messages (every RNDV is then refused).
+    #[inline]
+    pub(super) fn rndv_check(&self) -> Option<(LargeRegion, u32)> {
+        (self.p.peer.is_enabled() && self.p.rx.count() > 0).then(|| {
+            (
+                self.p.peer,
+                u32::try_from(self.p.rx.buf_size()).unwrap_or(u32::MAX),
+            )
+        })
     }
 }
 
@@ -215,7 +199,11 @@ impl RdmaConn {
             addr: l.p.tx_region.slot_addr(slot),
             rkey: l.p.tx_region.rkey,
         };
-        let dst = l.p.rndv_scratch.buf_ptr(slot).as_ptr().cast::<[u8; RNDV_FRAME]>();
+        let dst =
+            l.p.rndv_scratch
+                .buf_ptr(slot)
+                .as_ptr()
+                .cast::<[u8; RNDV_FRAME]>();
         // SAFETY: scratch slot `slot` (index checked by `buf_ptr`) is RNDV_SCRATCH >=
         // RNDV_FRAME bytes of the scratch region, owned by this connection (`_keep`); its last
         // SEND completed (checked above), so the HCA no longer reads it, and nothing else
@@ -257,7 +245,9 @@ impl RdmaConn {
             .peer_busy
             .get(r.slot as usize)
             .copied()
-            .ok_or(FabricError::Protocol("rndv record names a large slot out of range"))?;
+            .ok_or(FabricError::Protocol(
+                "rndv record names a large slot out of range",
+            ))?;
         if busy {
             return Err(FabricError::Protocol(
                 "rndv record reuses a large slot before its acknowledgement",

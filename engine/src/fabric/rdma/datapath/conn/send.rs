@@ -4,7 +4,7 @@
 //! with immediate data, and freeing the buffers the frames copied.
 
 use super::{Outgoing, Planned, RdmaConn};
-use crate::desc::TxDesc;
+use crate::desc::{is_large, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::rdma::datapath::chain::CHAIN;
 use crate::fabric::rdma::datapath::frame::{record_bytes, FrameBuilder};
@@ -47,6 +47,24 @@ impl RdmaConn {
         let mut i = 0;
         while i < descs.len() && n < max_sends.min(CHAIN) {
             let d = descs[i];
+            if is_large(d.buf) {
+                // A large message: one RNDV frame (from the slot's scratch), closing any frame
+                // before it; the receiver pulls the slot with RDMA READ.
+                let Some(len) = self.plan_rndv(d.buf, d.len)? else {
+                    break; // its scratch is still being sent: offered again next cycle
+                };
+                plan[n] = Planned {
+                    buf: d.buf,
+                    len,
+                    frame: true,
+                    first: i as u16,
+                    msgs: 1,
+                    rndv: true,
+                };
+                i += 1;
+                n += 1;
+                continue;
+            }
             if d.len > self.peer_buffer_size {
                 return Err(FabricError::Protocol(
                     "message larger than the peer's receive buffer",
@@ -79,6 +97,7 @@ impl RdmaConn {
                     frame: true,
                     first: i as u16,
                     msgs: (j - i) as u16,
+                    rndv: false,
                 };
                 i = j;
             } else {
@@ -88,6 +107,7 @@ impl RdmaConn {
                     frame: false,
                     first: i as u16,
                     msgs: 1,
+                    rndv: false,
                 };
                 i += 1;
             }
@@ -96,11 +116,24 @@ impl RdmaConn {
         Ok((n, i))
     }
 
+    /// Where planned SEND `p` reads from: (address, lkey); a send-pool buffer, or an RNDV
+    /// frame's scratch.
+    #[inline]
+    pub(super) fn send_source(&self, p: &Planned) -> (u64, u32) {
+        if p.rndv {
+            self.rndv_source(p.buf)
+        } else {
+            (self.tx_pool.buf_ptr(p.buf).as_ptr() as u64, self.tx_lkey)
+        }
+    }
+
     /// Accounting shared by both transports for one planned SEND with sequence `seq`: the
     /// buffer held until a completion (unless inline) and the messages its credit stands for.
     #[inline]
     pub(super) fn track_send(&mut self, p: &Planned, seq: u64) {
-        if !self.send_inline(p.len) {
+        if p.rndv {
+            self.track_rndv(p.buf, seq);
+        } else if !self.send_inline(p.len) {
             let ok = self.held.push((seq, p.buf));
             debug_assert!(ok, "held FIFO sized to the pool");
         }
@@ -112,7 +145,11 @@ impl RdmaConn {
     /// pool or more until a completion.
     #[inline]
     pub(super) fn hoarding(&self, plan: &[Planned]) -> bool {
-        let held_after = self.held.len + plan.iter().filter(|p| !self.send_inline(p.len)).count();
+        let held_after = self.held.len
+            + plan
+                .iter()
+                .filter(|p| !p.rndv && !self.send_inline(p.len))
+                .count();
         held_after * 2 >= self.tx_pool.count() as usize
     }
 
@@ -129,15 +166,17 @@ impl RdmaConn {
         let hoarding = self.hoarding(plan);
         for (i, p) in plan.iter().enumerate() {
             let imm = self.send_word(p.frame);
+            let (addr, lkey) = self.send_source(p);
             let out = Outgoing {
-                addr: self.tx_pool.buf_ptr(p.buf).as_ptr() as u64,
+                addr,
                 len: p.len,
                 imm,
                 inline: self.send_inline(p.len),
-                force_signal: i + 1 == n && hoarding,
+                force_signal: p.rndv || (i + 1 == n && hoarding),
             };
             let mut wr = verbs::send_wr_zeroed();
             self.fill_send(&mut wr, &mut sges[i], out);
+            sges[i].lkey = lkey;
             wrs[i].write(wr);
             self.track_send(p, self.sq_posted - 1);
         }
@@ -164,7 +203,8 @@ impl RdmaConn {
         // buffers (the poller validated the indices) in the pool's registered region; the engine
         // marked them fabric-owned and they stay so (in `held`) until a later signalled
         // completion frees them in `reclaim`. A frame's buffer is its first message's, written
-        // by `plan_sends` before this call.
+        // by `plan_sends` before this call; an RNDV frame is its slot's scratch (registered,
+        // written by `plan_rndv`, untouched until this signalled send completes).
         unsafe { self.qp.post_send(wrs[0].as_mut_ptr()) }.map_err(|e| FabricError::Io(e.errno))
     }
 
@@ -178,6 +218,10 @@ impl RdmaConn {
     ) -> Result<(), FabricError> {
         let (mut inl, mut frames, mut framed) = (0u64, 0u64, 0u64);
         for p in plan {
+            if p.rndv {
+                // The slot stays the fabric's until the peer acknowledges it.
+                continue;
+            }
             if self.send_inline(p.len) {
                 done.free_buf(p.buf)?;
                 inl += 1;
