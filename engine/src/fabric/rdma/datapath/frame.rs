@@ -414,6 +414,64 @@ mod tests {
     }
 
     #[test]
+    fn rndv_records_in_frames_are_checked_and_can_wait() {
+        use crate::record::RecordWriter;
+        let region = LargeRegion {
+            base: 0x10_0000,
+            slot_size: 4096,
+            slots: 2,
+            rkey: 9,
+        };
+        let rx = 4096;
+        let build = |rkey: u32, len: u32, addr: u64| {
+            let mut b = vec![0u8; 256];
+            let mut w = RecordWriter::frame(&mut b, INLINE_MAX).unwrap();
+            w.push_data(b"before").unwrap();
+            w.push_rndv(1, len, addr, rkey).unwrap();
+            w.push_data(b"after").unwrap();
+            let n = w.finish().unwrap().len();
+            b.truncate(n);
+            b
+        };
+        let good = build(9, 4096, region.slot_addr(1));
+        let some = Some((&region, rx));
+        assert_eq!(check_frame(&good, some).unwrap(), 3);
+        let proto = |r: Result<u16, FabricError>| matches!(r, Err(FabricError::Protocol(_)));
+        // Without large messages, and with a bogus key, length or address: refused whole.
+        assert!(proto(check_frame(&good, None)));
+        assert!(proto(check_frame(&build(8, 16, region.slot_addr(1)), some)));
+        assert!(proto(check_frame(
+            &build(9, 4097, region.slot_addr(1)),
+            some
+        )));
+        assert!(proto(check_frame(&build(9, 16, region.slot_addr(0)), some)));
+        assert!(proto(check_frame(&build(9, 16, 0), some)));
+        assert!(proto(check_frame(&good, Some((&region, 100)))));
+        // The cursor stops at a record the consumer does not take, and offers it again.
+        let mut c = FrameCursor::new(3, &good, some).unwrap();
+        let mut seen = Vec::new();
+        let mut take_rndv = false;
+        let mut step = |c: &mut FrameCursor, take: bool, seen: &mut Vec<String>| {
+            c.next_records(&good, 10, |r| {
+                if matches!(r, Record::Rndv { .. }) && !take {
+                    return Ok(false);
+                }
+                seen.push(format!("{r:?}"));
+                Ok(true)
+            })
+            .unwrap()
+        };
+        assert_eq!(step(&mut c, take_rndv, &mut seen), 1);
+        assert_eq!(c.left(), 2);
+        assert_eq!(step(&mut c, take_rndv, &mut seen), 0);
+        take_rndv = true;
+        assert_eq!(step(&mut c, take_rndv, &mut seen), 2);
+        assert_eq!(c.left(), 0);
+        assert_eq!(seen.len(), 3);
+        assert!(seen[1].starts_with("Rndv") && seen[2].starts_with("Data"));
+    }
+
+    #[test]
     fn frame_limit_bounds_and_disables() {
         assert_eq!(frame_limit(4096, 4096, 4096), 4096);
         assert_eq!(frame_limit(usize::MAX, 300, 4096), 296);

@@ -293,8 +293,12 @@ mod tests {
         r.addr = u64::MAX - 4;
         assert!(proto(REGION.check_rndv(&r, rx)));
         // Inside the slot at an offset is allowed (the sender uses the slot start).
+        r.slot = 1;
         r.addr = REGION.slot_addr(1) + 8;
         assert!(REGION.check_rndv(&r, rx).is_ok());
+        // ... but not in another slot than the one named.
+        r.slot = 0;
+        assert!(proto(REGION.check_rndv(&r, rx)));
         // A side without large messages rejects every RNDV.
         assert!(proto(LargeRegion::NONE.check_rndv(&rndv(0, 1), rx)));
         assert!(proto(REGION.check_rndv(&rndv(0, 1), 0)));
