@@ -12,14 +12,26 @@
 use std::time::{Duration, Instant};
 
 use spinwire::fabric::rdma;
-use spinwire::{Connection, Engine, Error, Event, SendError};
+use spinwire::{Connection, Engine, EngineBuilder, Error, Event, SendError};
 use spinwire_testkit::data::payload;
-use spinwire_testkit::engine::{pair, poller_builder, rtc_builder, send_bytes};
+use spinwire_testkit::engine::{self as kit, pair, send_bytes};
 use spinwire_testkit::process::{lines, wait_for_line, KillOnDrop};
 use spinwire_testkit::rdma::vm_ip;
 use spinwire_testkit::role;
 
 const T: Duration = Duration::from_secs(10);
+
+/// The kit's builders with large messages off: these tests cover the eager path (the limit is
+/// the pool buffer size) and open many connections, and each large slot would be registered
+/// (pinned) in the VM's 2 GiB. Large messages: `rdma_large.rs`.
+fn rtc_builder(buffer_size: usize, buffers: usize) -> EngineBuilder {
+    kit::rtc_builder(buffer_size, buffers).large_buffers(0)
+}
+
+/// [`rtc_builder`]'s poller variant, large messages off too.
+fn poller_builder(cores: &[usize], buffer_size: usize, buffers: usize) -> EngineBuilder {
+    kit::poller_builder(cores, buffer_size, buffers).large_buffers(0)
+}
 
 fn engine(buffer_size: usize, buffers: usize) -> Engine {
     rtc_builder(buffer_size, buffers)

@@ -13,12 +13,19 @@
 use std::time::{Duration, Instant};
 
 use spinwire::fabric::rdma::{self, RdmaStats};
-use spinwire::{Connection, Engine, SendError};
+use spinwire::{Connection, Engine, EngineBuilder, SendError};
 use spinwire_testkit::data::{payload, XorShift};
-use spinwire_testkit::engine::{pair, rtc_builder};
+use spinwire_testkit::engine::{self as kit, pair};
 use spinwire_testkit::rdma::vm_ip;
 
 const T: Duration = Duration::from_secs(10);
+
+/// The kit's builders with large messages off: these tests cover the eager path (the limit is
+/// the pool buffer size) and open many connections, and each large slot would be registered
+/// (pinned) in the VM's 2 GiB. Large messages: `rdma_large.rs`.
+fn rtc_builder(buffer_size: usize, buffers: usize) -> EngineBuilder {
+    kit::rtc_builder(buffer_size, buffers).large_buffers(0)
+}
 
 fn engine(buffer_size: usize, buffers: usize, frame_size: Option<usize>) -> Engine {
     let b = rtc_builder(buffer_size, buffers)

@@ -10,12 +10,19 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use spinwire::fabric::rdma::RdmaSetupError;
-use spinwire::{Connection, Engine, Error, Event, SetupError};
+use spinwire::{Connection, Engine, EngineBuilder, Error, Event, SetupError};
 use spinwire_testkit::data::payload;
-use spinwire_testkit::engine::{rtc_builder, send_bytes};
+use spinwire_testkit::engine::{self as kit, send_bytes};
 use spinwire_testkit::rdma::vm_ip;
 
 const T: Duration = Duration::from_secs(10);
+
+/// The kit's builders with large messages off: these tests cover the eager path (the limit is
+/// the pool buffer size) and open many connections, and each large slot would be registered
+/// (pinned) in the VM's 2 GiB. Large messages: `rdma_large.rs`.
+fn rtc_builder(buffer_size: usize, buffers: usize) -> EngineBuilder {
+    kit::rtc_builder(buffer_size, buffers).large_buffers(0)
+}
 
 /// A GID-table entry read from sysfs.
 #[derive(Debug, Clone)]
