@@ -106,6 +106,13 @@ fn every_boundary_with_verified_payloads() {
         server.recv_timeout(Duration::from_millis(200)),
         Err(Error::Timeout)
     ));
+    // Exactly the messages above the buffer size went by rendezvous: five sizes each way,
+    // plus the slot sent in place; each pulled by one READ and acknowledged.
+    let after = rdma::stats();
+    assert_eq!(after.rndv_sends - before.rndv_sends, 11);
+    assert_eq!(after.rndv_reads - before.rndv_reads, 11);
+    let acks = after.rndv_acks - before.rndv_acks;
+    assert!((1..=11).contains(&acks), "{acks} acknowledgement frames");
     assert_clean(&before);
     assert!(client.is_open() && server.is_open());
 }
@@ -164,6 +171,9 @@ fn small_and_large_interleaved_arrive_in_order() {
         assert!(*m == *payload(len, i as u64), "message {i} differs");
     }
     let client = sender.join().expect("sender");
+    let large = expect.iter().filter(|&&l| l > BUF).count() as u64;
+    assert!(large > 10, "the mix has large messages ({large})");
+    assert_eq!(rdma::stats().rndv_reads - before.rndv_reads, large);
     assert_clean(&before);
     assert!(client.is_open() && server.is_open());
 }

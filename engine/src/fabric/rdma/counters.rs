@@ -21,6 +21,9 @@ pub(super) struct RdmaCounters {
     pooled_sends: AtomicU64,
     frames: AtomicU64,
     framed_messages: AtomicU64,
+    rndv_sends: AtomicU64,
+    rndv_reads: AtomicU64,
+    rndv_acks: AtomicU64,
 }
 
 /// The process-wide totals.
@@ -35,6 +38,9 @@ pub(super) static COUNTERS: RdmaCounters = RdmaCounters {
     pooled_sends: AtomicU64::new(0),
     frames: AtomicU64::new(0),
     framed_messages: AtomicU64::new(0),
+    rndv_sends: AtomicU64::new(0),
+    rndv_reads: AtomicU64::new(0),
+    rndv_acks: AtomicU64::new(0),
 };
 
 /// Adds `n` to `c` (a relaxed read-modify-write: for rare events only).
@@ -54,6 +60,9 @@ pub(crate) struct PollerRdmaCounters {
     pub(super) pooled_sends: Counter,
     pub(super) frames: Counter,
     pub(super) framed_messages: Counter,
+    pub(super) rndv_sends: Counter,
+    pub(super) rndv_reads: Counter,
+    pub(super) rndv_acks: Counter,
 }
 
 impl Drop for PollerRdmaCounters {
@@ -65,6 +74,9 @@ impl Drop for PollerRdmaCounters {
         bump(&COUNTERS.pooled_sends, self.pooled_sends.get());
         bump(&COUNTERS.frames, self.frames.get());
         bump(&COUNTERS.framed_messages, self.framed_messages.get());
+        bump(&COUNTERS.rndv_sends, self.rndv_sends.get());
+        bump(&COUNTERS.rndv_reads, self.rndv_reads.get());
+        bump(&COUNTERS.rndv_acks, self.rndv_acks.get());
     }
 }
 
@@ -110,6 +122,12 @@ pub struct RdmaStats {
     pub frames: u64,
     /// Messages that travelled inside those frames.
     pub framed_messages: u64,
+    /// Large messages sent by rendezvous (RNDV frames posted; counted in `frames` too).
+    pub rndv_sends: u64,
+    /// Large messages pulled with RDMA READ (READs posted).
+    pub rndv_reads: u64,
+    /// Rendezvous acknowledgement frames sent (each acknowledges one or more large messages).
+    pub rndv_acks: u64,
 }
 
 /// Snapshot of the process-wide RDMA counters. Control path (takes a lock); call it from
@@ -127,6 +145,9 @@ pub fn stats() -> RdmaStats {
         pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
         frames: c.frames.load(Ordering::Relaxed),
         framed_messages: c.framed_messages.load(Ordering::Relaxed),
+        rndv_sends: c.rndv_sends.load(Ordering::Relaxed),
+        rndv_reads: c.rndv_reads.load(Ordering::Relaxed),
+        rndv_acks: c.rndv_acks.load(Ordering::Relaxed),
     };
     if let Ok(live) = LIVE.lock() {
         for p in live.iter().filter_map(Weak::upgrade) {
@@ -137,6 +158,9 @@ pub fn stats() -> RdmaStats {
             s.pooled_sends += p.pooled_sends.get();
             s.frames += p.frames.get();
             s.framed_messages += p.framed_messages.get();
+            s.rndv_sends += p.rndv_sends.get();
+            s.rndv_reads += p.rndv_reads.get();
+            s.rndv_acks += p.rndv_acks.get();
         }
     }
     s

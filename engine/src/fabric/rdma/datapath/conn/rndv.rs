@@ -271,6 +271,7 @@ impl RdmaConn {
         };
         if r.len > 0 {
             read.seq = self.post_read(slot, &r)?;
+            self.counters.rndv_reads.add(1);
         }
         let ok = self.large.reads.push(read);
         debug_assert!(ok, "reads FIFO sized to max_reads");
@@ -417,6 +418,7 @@ impl RdmaConn {
         let seq = self.sq_posted;
         self.post_control(out, self.large.p.scratch_lkey)?;
         self.large.ack_seq[b] = seq + 1;
+        self.counters.rndv_acks.add(1);
         Ok(())
     }
 }

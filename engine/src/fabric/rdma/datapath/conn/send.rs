@@ -217,9 +217,14 @@ impl RdmaConn {
         done: &mut TxDone<'_>,
     ) -> Result<(), FabricError> {
         let (mut inl, mut frames, mut framed) = (0u64, 0u64, 0u64);
+        let mut rndv = 0u64;
         for p in plan {
             if p.rndv {
                 // The slot stays the fabric's until the peer acknowledges it.
+                rndv += 1;
+                frames += 1;
+                framed += 1;
+                inl += u64::from(self.send_inline(p.len));
                 continue;
             }
             if self.send_inline(p.len) {
@@ -243,6 +248,9 @@ impl RdmaConn {
         if frames > 0 {
             self.counters.frames.add(frames);
             self.counters.framed_messages.add(framed);
+        }
+        if rndv > 0 {
+            self.counters.rndv_sends.add(rndv);
         }
         Ok(())
     }
