@@ -7,6 +7,7 @@
 //!   below the data path, shared with setup.
 //! - `setup` (control thread / connecting thread; `setup/`: `devices` for the device table,
 //!   `prepare` and `establish` for one connection's resources before and after ESTABLISHED,
+//!   `large` for the rendezvous regions and their handshake fields,
 //!   `connect`, `listener` and `accept` for the two sides, `events` for an established
 //!   connection's rdma_cm events): rdma_cm connect and accept, per-device PD and per-poller CQ,
 //!   registered pools, QP creation on the context rdma_cm resolved, receive pre-posting, the
@@ -20,7 +21,8 @@
 //!   receive) and posts chained SEND_WITH_IMM batches (plain SENDs with a header on iWARP;
 //!   inline when they fit), re-posts
 //!   receive buffers in chains, and returns credits in the immediate data (iWARP: the header) or, for one-way
-//!   traffic, in explicit credit messages.
+//!   traffic, in explicit credit messages; large messages go by rendezvous (`rndv` and
+//!   `conn/rndv`, [below](#large-messages-rendezvous)).
 //!
 //! - `control` (control thread): the fabric's control half behind the engine's control seam
 //!   (see [`crate::fabric`]): rdma_cm listeners, each connection's event channel
@@ -33,8 +35,9 @@
 //! RoCE or iWARP). iWARP has no immediate data: on an iWARP device (detected from the verbs
 //! transport type) each message is a plain SEND whose 4-byte header (the credit word) is
 //! gathered from and scattered into a separate registered header slot, so the application
-//! still sees the whole pool buffer ([`Connection::max_message_size`](crate::Connection::max_message_size) is the
-//! buffer size on every transport) and the inline limit shrinks by the header. Shared receive
+//! still sees the whole pool buffer (without large slots,
+//! [`Connection::max_message_size`](crate::Connection::max_message_size) is the buffer size
+//! on every transport) and the inline limit shrinks by the header. Shared receive
 //! queues are not supported on iWARP (refused at connect). Both sides must use the same pool
 //! buffer size. Each connection pre-posts `pool`'s buffer count of receives
 //! and grants that many credits; [`EngineBuilder::rdma_srq`](crate::EngineBuilder::rdma_srq)
@@ -52,6 +55,76 @@
 //! Both are logged at info.
 //! [`stats`] reports RNR errors (always 0 unless something is broken), error completions and
 //! credit messages.
+//!
+//! # Large messages (rendezvous)
+//!
+//! A message above the pool buffer size (issue #12, up to
+//! [`EngineBuilder::max_message_size`](crate::EngineBuilder::max_message_size)) lives in a
+//! *large slot*. At setup each connection registers, beside its pools, a **large send region**
+//! (`large_buffers` slots of `max_message_size` bytes, page aligned, `IBV_ACCESS_REMOTE_READ`
+//! only), a **large receive region** (the same size, `IBV_ACCESS_LOCAL_WRITE` only; on iWARP
+//! also `IBV_ACCESS_REMOTE_WRITE`, which an iWARP RDMA READ's sink needs) and a small scratch
+//! region for the protocol's own frames (local access only). Nothing is registered or
+//! allocated on the data path. The send region's base, slot size, slot count and rkey travel
+//! in the connection's private data after the flow parameters (`setup/large`); each side
+//! checks the peer's (at most 256 slots, a nonzero size and base, no wrap) and that both
+//! sides have large slots of the same size, or neither (a typed setup error otherwise).
+//! Connect and accept ask rdma_cm for as many outstanding READs (`initiator_depth`,
+//! `responder_resources`) as the device and the peer allow, and the send queue has room for
+//! a READ per receive slot, an RNDV SEND per send slot and the acknowledgements. The default
+//! footprint: 2 slots of 16 MiB per direction, 64 MiB registered (pinned) per connection.
+//!
+//! ```text
+//!  sender                                              receiver
+//!  post_send(TxDesc { buf: LARGE_BIT | s, len })
+//!    RNDV frame in scratch[s] ──SEND (frame bit)──►  frame checked: rkey, slot s,
+//!    { slot s, len, addr, rkey }                      addr..addr+len in slot s, len <= its slot
+//!    slot s stays the fabric's                        free receive slot r? no: stop here
+//!                                                     (the frame waits, back-pressure)
+//!                            ◄──RDMA READ (signalled)── READ slot s into slot r
+//!                                                     READ complete, in order:
+//!                                                     push_large(r, len) -> application
+//!    reclaim: free_buf(LARGE_BIT | s) ◄──SEND (credit + frame bits)── RNDV_DONE { s }
+//!                                                     ...
+//!                                                     application drops the message:
+//!                                                     release_rx(LARGE_BIT | r), r free again
+//! ```
+//!
+//! 1. The sender's `post_send` of a large descriptor posts an *RNDV frame*: a frame of one
+//!    RNDV record ([`record`](crate::record), type 7: slot, length, address, rkey), written
+//!    into the slot's scratch (the slot itself holds the message) and sent signalled; it
+//!    closes any frame of small messages before it, so frames and large messages stay in FIFO
+//!    order. Like any message it spends one credit (a receive buffer) and one of the engine's
+//!    message credits. The slot stays the fabric's.
+//! 2. The receiver validates every RNDV record with its frame, before delivering any of it:
+//!    the rkey is the one the peer announced, the slot exists, `addr .. addr + len` lies in
+//!    that one slot, `len` fits its own receive slot. A violation is a
+//!    [`FabricError::Protocol`] of that connection only; so is an RNDV naming a peer slot
+//!    that was pulled and not yet acknowledged.
+//! 3. It takes a free receive slot and posts a signalled RDMA READ into it. Without a free
+//!    slot (the application holds them all), or with as many READs in flight as slots or the
+//!    QP's READ depth allow, it stops at that record; the rest of the frame (and its receive
+//!    buffer, hence the sender's credit) waits, and the receive continues when the
+//!    application drops a large message. Consecutive RNDV records are pulled in a pipeline,
+//!    but no other record behind an RNDV is delivered before its large message: FIFO order
+//!    holds across small and large messages.
+//! 4. READ completions come in order on the send queue; each completed one is lent to the
+//!    application ([`RxSink::push_large`](crate::fabric::RxSink::push_large)), and an
+//!    acknowledgement is owed: the next `flush` sends a *control frame* of RNDV_DONE records
+//!    (type 8, one per slot; the immediate's credit and frame bits both set), a signalled SEND
+//!    that spends a credit like a credit message (and may use the reserved one). Only on that
+//!    acknowledgement does the sender free the slot
+//!    ([`TxDone::free_buf`](crate::fabric::TxDone::free_buf)); an acknowledgement for a slot
+//!    not in flight is a protocol error. A failed READ completion fails the connection
+//!    ([`FabricError::Io`] with the `ibv_wc_status`).
+//!
+//! A peer that dies mid-transfer: the READ (or the QP) fails, the survivor gets a typed
+//! disconnect, and every slot goes with the connection's regions when it is removed (the
+//! engine's own accounting of slots lent and in flight ends with the connection).
+//! [`stats`] counts `rndv_sends`, `rndv_reads` and `rndv_acks`.
+//!
+//! [`FabricError::Protocol`]: crate::FabricError::Protocol
+//! [`FabricError::Io`]: crate::FabricError::Io
 //!
 //! # Building and testing
 //!

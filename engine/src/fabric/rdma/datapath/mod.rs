@@ -13,6 +13,9 @@
 //!   `conn/iwarp`.
 //! - `frame`: frames of coalesced messages, built in place in a send buffer and validated and
 //!   split on receive (the [`record`](crate::record) frame format).
+//! - `rndv`: the rendezvous on the wire (the peer's large region and the checks of RNDV
+//!   records against it, RNDV and acknowledgement frames); `conn/rndv` holds a connection's
+//!   rendezvous state ([`rdma`](super#large-messages-rendezvous)).
 //! - `chain`: chained receive posting and the poller's shared receive queue ([`SrqShared`]).
 //! - Below the data path, in [`rdma`](super): `verbs` (FFI), `wr_id` (the `wr_id` encoding),
 //!   `header` (the credit word and iWARP header slots), `counters` ([`RdmaStats`]).
@@ -23,9 +26,9 @@
 //!   peer. The 32-bit immediate carries the credits the sender returns (receive buffers it has
 //!   re-posted since the last return) in bits 0..=29; bit 31 marks an explicit *credit message*
 //!   (no payload, sent only when traffic is one-way); bit 30 marks a *frame*. A SEND is one of
-//!   three things, told apart by those two bits alone: a credit message (bit 31), a frame
-//!   (bit 30) or one message whose bytes are the whole payload (neither; both set is a
-//!   protocol error).
+//!   four things, told apart by those two bits alone: a credit message (bit 31), a frame
+//!   (bit 30), a control frame of rendezvous acknowledgements (both) or one message whose
+//!   bytes are the whole payload (neither).
 //! * Frames (issue #10): in one [`FabricConn::post_send`] batch, a run of consecutive small
 //!   messages (each at most the inline threshold, itself at most [`INLINE_MAX`]) becomes one
 //!   frame: a v2 frame header, then one DATA record per message ([`record`](crate::record)),
@@ -35,7 +38,8 @@
 //!   as a frame of one; a larger message closes the frame and keeps its own zero-copy SEND, so
 //!   frames and large messages stay in FIFO order. The receiver validates the whole frame
 //!   before delivering any of it (header, version, `count`, every record a DATA record within
-//!   the inline limit, the frame exactly the bytes received; anything else is a
+//!   the inline limit or a valid RNDV record, the frame exactly the bytes received; anything
+//!   else is a
 //!   [`FabricError::Protocol`] of that connection only), then delivers each record as an inline
 //!   message; a frame larger than the application's receive ring's room is continued on the
 //!   next call (a per-connection cursor), and its buffer is re-posted once every record is out.
