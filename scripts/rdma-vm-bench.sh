@@ -15,14 +15,19 @@
 #   4. bench lat  --fabric rdma --size 8  --iters LAT_ITERS  (server + client)
 #   5. bench rate --fabric rdma --size 8  --iters RATE_ITERS (server + client)
 #   6. bench rate --fabric rdma --size 64 --iters RATE_ITERS (server + client)
+#   7. perftest ib_read_bw  -F -s 1048576 -n LARGE_ITERS   (1 MiB RDMA READ bandwidth)
+#   8. bench rate --fabric rdma --size 1m --iters LARGE_ITERS (large messages:
+#      rendezvous, the receiver pulls each with one RDMA READ; issue #12)
 # and prints a table:
 #   latency  bench RTT/2 p50 vs ib_send_lat t_typical (one-way, us; lower is better)
 #   rate     bench msgs/s at the receiver vs ib_send_bw MsgRate (Mpps; higher is better),
 #            8 B and 64 B
+#   bw 1 MiB bench bytes/s at the receiver vs ib_read_bw (MsgRate x 1 MiB; higher is better)
 #   ratio    bench / perftest
 # bench coalesces small messages into frames (one SEND per frame of records,
 # --frame-size, default the buffer size); perftest posts one SEND per message.
-# Issue #10's targets: rate 8 B ratio >= 4, latency ratio <= 1.1.
+# Issue #10's targets: rate 8 B ratio >= 4, latency ratio <= 1.1. Issue #12's:
+# bandwidth 1 MiB ratio >= 0.9 (median of 3 boots).
 # Exit status: 0 if every step passed and every figure was parsed; else 1
 # (the failing step is named), or rxe-vm's 124/125.
 #
@@ -34,6 +39,8 @@
 # Knobs (environment):
 #   RDMA_BENCH_LAT_ITERS=5000    round trips for ib_send_lat and bench lat
 #   RDMA_BENCH_RATE_ITERS=50000  messages for ib_send_bw and bench rate
+#   RDMA_BENCH_LARGE_ITERS=500   1 MiB messages for ib_read_bw and bench rate (0: skip
+#                                steps 7 and 8)
 #   RDMA_BENCH_FRAME_SIZE=       bench --frame-size BYTES for both rate runs
 #                                (unset: bench's default, the buffer size; 0: off)
 #   RDMA_BENCH_CORES=1,2         server vCPU, client vCPU (default 1,2 with 3+
@@ -52,6 +59,8 @@ esac
 
 lat_iters=${RDMA_BENCH_LAT_ITERS:-5000}
 rate_iters=${RDMA_BENCH_RATE_ITERS:-50000}
+large_iters=${RDMA_BENCH_LARGE_ITERS:-500}
+[[ $large_iters =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_LARGE_ITERS must be a count (got $large_iters)" >&2; exit 2; }
 frame_size=${RDMA_BENCH_FRAME_SIZE:-}
 [[ -z $frame_size || $frame_size =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_FRAME_SIZE must be a byte count (got $frame_size)" >&2; exit 2; }
 smp=${RXE_VM_SMP:-3}
@@ -78,10 +87,10 @@ bench=$(cargo build --release -p bench --features rdma --message-format=json |
 [ -x "$bench" ] || { echo "rdma-vm-bench: FAIL: no bench executable was built" >&2; exit 1; }
 
 # The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE
-# [FRAME_SIZE].
+# LARGE_ITERS [FRAME_SIZE].
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
-bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 frame=${6:-}
+bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 frame=${7:-}
 D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
 W=$(mktemp -d)
 fails=()
@@ -141,6 +150,17 @@ pair bench_rate "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 64 --serv
   "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 64 --client "rdma://$IP:7472" --app-cores "$cc" \
   --iters "$rate_iters" --warmup 5000 --out "$W/rate"
 
+if [ "$large_iters" -gt 0 ]; then
+  # 1 MiB: perftest's READ bandwidth (its default depth of outstanding READs) against bench's
+  # large messages (rendezvous: an RNDV record, one RDMA READ by the receiver, an ack).
+  pair read_bw ib_read_bw -d "$D" -x "$X" -F -s 1048576 -n "$large_iters" -- \
+    ib_read_bw -d "$D" -x "$X" -F -s 1048576 -n "$large_iters" "$IP"
+  pair bench_rate1m "$bench" rate "${common[@]}" --size 1m --buffers 16 --server "rdma://$IP:7474" \
+    --once --app-cores "$sc" --iters "$large_iters" --warmup 20 -- \
+    "$bench" rate "${common[@]}" --size 1m --buffers 16 --client "rdma://$IP:7474" \
+    --app-cores "$cc" --iters "$large_iters" --warmup 20 --out "$W/rate1m"
+fi
+
 # perftest: ib_send_lat columns #bytes #iterations t_min t_max t_typical ...;
 # ib_send_bw columns #bytes #iterations BW-peak BW-average MsgRate[Mpps].
 p_lat=$(perf_row "$W/send_lat.client" | awk '{ print $5 }')
@@ -149,22 +169,34 @@ p_mpps=$(perf_row "$W/send_bw.client" | awk '{ print $5 }')
 b_lat=$(jq -r '.points[0].half_rtt_ns.p50 // empty | . / 1000' "$W/lat/summary.json" 2>/dev/null)
 b_mpps8=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate8/summary.json" 2>/dev/null)
 b_mpps=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate/summary.json" 2>/dev/null)
+# ib_read_bw: the same columns as ib_send_bw; bytes/s = MsgRate x 1 MiB for both tools.
+p_bw=0 b_bw=0 bw_vars=()
+if [ "$large_iters" -gt 0 ]; then
+  p_bw=$(perf_row "$W/read_bw.client" | awk '{ print $5 * 1e6 * 1048576 }')
+  b_bw=$(jq -r '.points[0].msgs_per_sec // empty | . * 1048576' "$W/rate1m/summary.json" 2>/dev/null)
+  bw_vars=(p_bw b_bw)
+fi
 num='^[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$'
-for v in p_lat p_mpps8 p_mpps b_lat b_mpps8 b_mpps; do
+for v in p_lat p_mpps8 p_mpps b_lat b_mpps8 b_mpps "${bw_vars[@]}"; do
   [[ ${!v} =~ $num ]] || { echo "rdma-vm-bench: FAIL: could not parse $v (got '${!v}')"; fails+=("parse $v"); }
 done
 echo
 echo "rdma-vm-bench: bench vs perftest on $D, same VM boot, server vCPU $sc / client vCPU $cc (EMULATION: only ratios matter)"
 echo "rdma-vm-bench: bench rate --frame-size ${frame:-default (the buffer size)}"
 awk -v pl="$p_lat" -v bl="$b_lat" -v pr8="$p_mpps8" -v br8="$b_mpps8" -v pr="$p_mpps" -v br="$b_mpps" \
+  -v pw="$p_bw" -v bw="$b_bw" -v gi="$large_iters" \
   -v li="$lat_iters" -v ri="$rate_iters" 'BEGIN {
   r = "%-34s %12s %12s %14s\n"
   printf r, "figure", "perftest", "bench", "bench/perftest"
   printf "%-34s %12.3f %12.3f %14.2f\n", "latency 8 B one-way, us (lower)", pl, bl, (pl > 0 ? bl / pl : 0)
   printf "%-34s %12.4f %12.4f %14.2f\n", "rate 8 B, Mmsg/s (higher)", pr8, br8, (pr8 > 0 ? br8 / pr8 : 0)
   printf "%-34s %12.4f %12.4f %14.2f\n", "rate 64 B, Mmsg/s (higher)", pr, br, (pr > 0 ? br / pr : 0)
+  if (gi > 0)
+    printf "%-34s %12.4g %12.4g %14.2f\n", "bw 1 MiB, bytes/s (higher)", pw, bw, (pw > 0 ? bw / pw : 0)
   printf "latency: ib_send_lat t_typical vs bench RTT/2 p50, %d round trips\n", li
   printf "rate:    ib_send_bw MsgRate vs bench msgs/s at the receiver, %d messages\n", ri
+  if (gi > 0)
+    printf "bw:      ib_read_bw vs bench rate --size 1m (rendezvous) at the receiver, %d messages\n", gi
 }'
 if [ ${#fails[@]} -gt 0 ]; then
   echo "rdma-vm-bench: FAIL: ${fails[*]}"
@@ -173,7 +205,7 @@ fi
 echo "rdma-vm-bench: PASS"
 GUEST
 
-cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$frame_size")"
+cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$frame_size")"
 set +e
 RXE_VM_SMP=$smp RXE_VM_TIMES=1 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} "$ROOT/scripts/rxe-vm" "$cmd"
 rc=$?

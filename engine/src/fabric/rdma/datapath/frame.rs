@@ -451,7 +451,7 @@ mod tests {
         let mut c = FrameCursor::new(3, &good, some).unwrap();
         let mut seen = Vec::new();
         let mut take_rndv = false;
-        let mut step = |c: &mut FrameCursor, take: bool, seen: &mut Vec<String>| {
+        let step = |c: &mut FrameCursor, take: bool, seen: &mut Vec<String>| {
             c.next_records(&good, 10, |r| {
                 if matches!(r, Record::Rndv { .. }) && !take {
                     return Ok(false);
