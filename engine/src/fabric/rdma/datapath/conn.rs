@@ -362,9 +362,9 @@ impl RdmaConn {
                 return;
             }
             if control {
+                let pool = self.rx_pool;
                 // SAFETY: the receive completed with `len <= buf_size` bytes (checked above)
                 // into buffer `value`, which stays ours until it is re-posted from `rx_pending`.
-                let pool = self.rx_pool;
                 let bytes = unsafe { rx_bytes(&pool, value as u32, len) };
                 if let Err(e) = self.on_ack_frame(bytes) {
                     self.error = Some(e);
