@@ -108,7 +108,9 @@
 //!    application drops a large message. Consecutive RNDV records are pulled in a pipeline,
 //!    but no other record behind an RNDV is delivered before its large message: FIFO order
 //!    holds across small and large messages.
-//! 4. READ completions come in order on the send queue; each completed one is lent to the
+//! 4. Each READ is done on its own completion (`IBV_WC_RDMA_READ`), never inferred from a
+//!    later send's: soft-iWARP reports a SEND posted after a READ before the READ's data is
+//!    placed. Completed READs are delivered oldest first: each is lent to the
 //!    application ([`RxSink::push_large`](crate::fabric::RxSink::push_large)), and an
 //!    acknowledgement is owed: the next `flush` sends a *control frame* of RNDV_DONE records
 //!    (type 8, one per slot; the immediate's credit and frame bits both set), a signalled SEND

@@ -381,6 +381,12 @@ impl RdmaConn {
             let back = (self.sq_posted.wrapping_sub(1).wrapping_sub(low)) & WR_VALUE_MASK;
             let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
             self.sq_completed = self.sq_completed.max(seq + 1);
+            if wc.is_rdma_read() {
+                // A rendezvous READ: its large message may be delivered now.
+                if let Err(e) = self.large.read_done(seq) {
+                    self.error.get_or_insert(e);
+                }
+            }
         }
     }
 

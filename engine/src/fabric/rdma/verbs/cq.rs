@@ -45,6 +45,12 @@ impl WorkCompletion {
     pub fn is_recv(&self) -> bool {
         self.0.opcode & ffi::ibv_wc_opcode::IBV_WC_RECV != 0
     }
+    /// Whether this completes an RDMA READ (`IBV_WC_RDMA_READ`; meaningful for successful
+    /// completions only, as every opcode).
+    #[inline]
+    pub fn is_rdma_read(&self) -> bool {
+        self.0.opcode == ffi::ibv_wc_opcode::IBV_WC_RDMA_READ
+    }
     /// Bytes received (receives only).
     #[inline]
     pub fn byte_len(&self) -> u32 {

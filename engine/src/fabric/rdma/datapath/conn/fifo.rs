@@ -31,6 +31,16 @@ impl<T: Copy + Default> Fifo<T> {
     pub(super) fn front(&self) -> Option<T> {
         (self.len > 0).then(|| self.buf[self.head])
     }
+    /// The `i`-th entry from the front, to change in place.
+    #[inline]
+    pub(super) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        if i < self.len {
+            let n = self.buf.len();
+            self.buf.get_mut((self.head + i) % n)
+        } else {
+            None
+        }
+    }
     #[inline]
     pub(super) fn pop(&mut self) -> Option<T> {
         let v = self.front()?;

@@ -77,9 +77,11 @@ impl LargeParts {
 /// One RDMA READ in flight (or a zero-length message, complete at once), oldest first.
 #[derive(Debug, Clone, Copy, Default)]
 struct Read {
-    /// Send sequence of the READ: complete once `sq_completed > seq` (send-queue completions
-    /// are in order).
+    /// Send sequence of the READ (matched against its completion).
     seq: u64,
+    /// Its own completion arrived. Not inferred from later send completions: soft-iWARP
+    /// completes a SEND posted after a READ before the READ's response has been placed.
+    done: bool,
     /// Our receive slot it lands in.
     slot: u32,
     len: u32,
@@ -150,10 +152,31 @@ impl Large {
 
     /// Whether the oldest READ completed (its large message can be delivered).
     #[inline]
-    fn front_done(&self, sq_completed: u64) -> bool {
-        self.reads
-            .front()
-            .is_some_and(|r| r.empty || r.seq < sq_completed)
+    fn front_done(&self) -> bool {
+        self.reads.front().is_some_and(|r| r.empty || r.done)
+    }
+
+    /// The READ with sequence `seq` completed successfully. READs complete in the order they
+    /// were posted, so it is the oldest one not done.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when no READ was waiting for that completion.
+    pub(super) fn read_done(&mut self, seq: u64) -> Result<(), FabricError> {
+        let mut i = 0;
+        while let Some(r) = self.reads.get_mut(i) {
+            if !r.empty && !r.done {
+                if r.seq != seq {
+                    break;
+                }
+                r.done = true;
+                return Ok(());
+            }
+            i += 1;
+        }
+        Err(FabricError::Protocol(
+            "rdma read completion out of order or unexpected",
+        ))
     }
 
     /// What frames are checked against: the peer's send region and our receive slot size;
@@ -264,6 +287,7 @@ impl RdmaConn {
         };
         let mut read = Read {
             seq: 0,
+            done: false,
             slot,
             len: r.len,
             peer_slot: r.slot,
@@ -311,7 +335,7 @@ impl RdmaConn {
     ///
     /// The sink's error.
     pub(super) fn deliver_read(&mut self, sink: &mut RxSink<'_>) -> Result<bool, FabricError> {
-        if !self.large.front_done(self.sq_completed) {
+        if !self.large.front_done() {
             return Ok(false);
         }
         let Some(r) = self.large.reads.front() else {
