@@ -236,7 +236,8 @@
 //! *Landed:*
 //! * [`record`]: the v2 record format, fabric-neutral, as the spec. It defines an 8-byte
 //!   header whose length word is the commit flag, payloads padded to 8 bytes, the record types
-//!   DATA, BUF_REF, PAD, CREDIT and HEARTBEAT (FRAG and RNDV are reserved for large messages),
+//!   DATA, BUF_REF, PAD, CREDIT and HEARTBEAT, RNDV and RNDV_DONE (RDMA's rendezvous for large
+//!   messages; FRAG is reserved),
 //!   and frames of records for RDMA SEND and TCP. One codec parses rings, receive buffers and
 //!   byte streams, and rejects hostile input with a typed [`record::RecordError`]. The `tcp://`
 //!   fabric speaks it on its byte stream ([`fabric::tcp`]); RDMA sends its frames (below).

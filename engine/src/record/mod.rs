@@ -107,7 +107,7 @@
 //!
 //! Both ends will exchange [`VERSION`] and their maximum record payload in the connection
 //! handshake (shm hello / rdma_cm private data / TCP hello) before any record flows; a frame
-//! also carries the version. New record types (FRAG, RNDV) are added by the version that defines
+//! also carries the version. New record types (FRAG) are added by the version that defines
 //! them; a version-1 reader rejects them with [`RecordError::Unsupported`], never misparses.
 //!
 //! # Plan: wiring it in
