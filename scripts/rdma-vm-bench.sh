@@ -155,9 +155,9 @@ if [ "$large_iters" -gt 0 ]; then
   # large messages (rendezvous: an RNDV record, one RDMA READ by the receiver, an ack).
   pair read_bw ib_read_bw -d "$D" -x "$X" -F -s 1048576 -n "$large_iters" -- \
     ib_read_bw -d "$D" -x "$X" -F -s 1048576 -n "$large_iters" "$IP"
-  pair bench_rate1m "$bench" rate "${common[@]}" --size 1m --buffers 16 --server "rdma://$IP:7474" \
+  pair bench_rate1m "$bench" rate "${common[@]}" --size 1m --server "rdma://$IP:7474" \
     --once --app-cores "$sc" --iters "$large_iters" --warmup 20 -- \
-    "$bench" rate "${common[@]}" --size 1m --buffers 16 --client "rdma://$IP:7474" \
+    "$bench" rate "${common[@]}" --size 1m --client "rdma://$IP:7474" \
     --app-cores "$cc" --iters "$large_iters" --warmup 20 --out "$W/rate1m"
 fi
 
@@ -169,10 +169,11 @@ p_mpps=$(perf_row "$W/send_bw.client" | awk '{ print $5 }')
 b_lat=$(jq -r '.points[0].half_rtt_ns.p50 // empty | . / 1000' "$W/lat/summary.json" 2>/dev/null)
 b_mpps8=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate8/summary.json" 2>/dev/null)
 b_mpps=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate/summary.json" 2>/dev/null)
-# ib_read_bw: the same columns as ib_send_bw; bytes/s = MsgRate x 1 MiB for both tools.
+# ib_read_bw: the same columns as ib_send_bw; its BW average is in MB/s of 2^20 bytes (its
+# MsgRate column has too few digits at 1 MiB); bench: msgs/s x 1 MiB.
 p_bw=0 b_bw=0 bw_vars=()
 if [ "$large_iters" -gt 0 ]; then
-  p_bw=$(perf_row "$W/read_bw.client" | awk '{ print $5 * 1e6 * 1048576 }')
+  p_bw=$(perf_row "$W/read_bw.client" | awk '{ print $4 * 1048576 }')
   b_bw=$(jq -r '.points[0].msgs_per_sec // empty | . * 1048576' "$W/rate1m/summary.json" 2>/dev/null)
   bw_vars=(p_bw b_bw)
 fi
