@@ -201,6 +201,31 @@ pub(super) fn check_peer(ours: Option<&LargeRegions>, peer: &LargeRegion) -> Res
     Ok(())
 }
 
+/// [`check_peer`] against the large slots this configuration would register (a listener,
+/// before it accepts).
+///
+/// # Errors
+///
+/// [`RdmaSetupError::LargeMismatch`].
+pub(super) fn check_config(cfg: &Config, peer: &LargeRegion) -> Result<(), Error> {
+    let (size, slots) = cfg.large_pool();
+    let ours = if slots == 0 {
+        0
+    } else {
+        u32::try_from(size).unwrap_or(u32::MAX)
+    };
+    let peer_size = if peer.is_enabled() { peer.slot_size } else { 0 };
+    if ours != peer_size {
+        return Err(RdmaSetupError::LargeMismatch {
+            peer_slot_size: peer_size,
+            peer_slots: peer.slots,
+            ours,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// The data path's view of the large regions and the peer's (validated) region, and the
 /// application's large pool views (send, receive).
 ///

@@ -145,6 +145,11 @@ impl RdmaListener {
                 return Err(e.into());
             }
         };
+        // Large slots must match (the same check `finish` makes): refuse before accepting.
+        if let Err(e) = large::check_config(cfg, &peer_large) {
+            let _ = req.id.reject(&CmRejectReason::BadParams.encode());
+            return Err(e);
+        }
         let peer_addr = req
             .id
             .peer_addr()
