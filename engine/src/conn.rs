@@ -240,6 +240,12 @@ impl Connection {
         self.message_limit
     }
 
+    /// The pool's buffer size: the largest message sent eagerly through a pool buffer
+    /// ([`alloc`](Self::alloc)'s capacity); larger ones take a large slot.
+    pub fn buffer_size(&self) -> usize {
+        self.tx_pool.buf_size()
+    }
+
     /// Whether the connection is still open (no disconnect or failure seen).
     pub fn is_open(&self) -> bool {
         self.shared.down().is_none()
