@@ -6,6 +6,9 @@
 //!   same clock the engine benchmarks use) and recorded into an HdrHistogram.
 //! * Streaming: the client pushes `u64`s through an `rtrb` SPSC ring as fast as it can and the
 //!   server pops them; the rate is measured at the receiver.
+//! * Memcpy ([`memcpy`]): one pinned thread copies a `size`-byte buffer into another of the same
+//!   size, again and again (warm): the single-core copy bandwidth, the bandwidth floor of shm
+//!   for messages of that size (a message is written once by its sender, as one copy would).
 //!
 //! Every spin-wait is bounded by [`SPIN_LIMIT`], so a descheduled peer cannot hang the run.
 
@@ -239,4 +242,114 @@ fn wait_until(line: &AtomicU64, pred: impl Fn(u64) -> bool) -> Result<u64, Bench
 /// Whole nanoseconds of `d`, saturating.
 pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Bytes one [`memcpy`] measurement copies (its copy count is this over the size, within
+/// [`MEMCPY_MIN_COPIES`] ..= [`MEMCPY_MAX_COPIES`]): about a tenth of a second at 10 GB/s.
+pub const MEMCPY_BYTES: u64 = 1 << 30;
+/// Fewest measured copies (large sizes).
+pub const MEMCPY_MIN_COPIES: u64 = 16;
+/// Most measured copies (tiny sizes, where the count, not the bytes, bounds the time).
+pub const MEMCPY_MAX_COPIES: u64 = 1 << 24;
+
+/// What [`memcpy`] measured: the single-core copy bandwidth for one size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemcpyFloor {
+    /// Bytes per copy.
+    pub size_bytes: u64,
+    /// Measured copies.
+    pub copies: u64,
+    /// Length of the measured part, nanoseconds.
+    pub elapsed_ns: u64,
+    /// The core it ran on.
+    pub core: usize,
+}
+
+impl MemcpyFloor {
+    /// Bytes copied per second.
+    pub fn bytes_per_sec(&self) -> f64 {
+        if self.elapsed_ns == 0 {
+            return 0.0;
+        }
+        (self.copies * self.size_bytes) as f64 * 1e9 / self.elapsed_ns as f64
+    }
+
+    /// Megabytes (10^6 bytes) copied per second.
+    pub fn mb_per_sec(&self) -> f64 {
+        self.bytes_per_sec() / 1e6
+    }
+}
+
+/// Measures the single-core `memcpy` bandwidth for `size`-byte copies on `core`: a source and
+/// a destination of `size` bytes each (as a sender's payload and its send buffer), both
+/// touched first, then a warm-up of an eighth of the copies and the measured copies
+/// ([`MEMCPY_BYTES`] in all, bounded by [`MEMCPY_MIN_COPIES`] and [`MEMCPY_MAX_COPIES`]).
+///
+/// # Errors
+/// [`BenchError::InvalidArg`] for a zero `size`; [`BenchError::Pin`] if pinning fails;
+/// [`BenchError::Interrupted`] when `stop` is raised.
+pub fn memcpy(core: usize, size: usize, stop: &AtomicBool) -> Result<MemcpyFloor, BenchError> {
+    if size == 0 {
+        return Err(BenchError::invalid("--size", "must be at least 1 byte"));
+    }
+    let copies = (MEMCPY_BYTES / size as u64).clamp(MEMCPY_MIN_COPIES, MEMCPY_MAX_COPIES);
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("floor-memcpy".into())
+            .spawn_scoped(s, || -> Result<MemcpyFloor, BenchError> {
+                pin_current(core)?;
+                // Both buffers are written before measuring: every page is touched.
+                let src: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+                let mut dst = vec![0u8; size];
+                let mut copy = |n: u64| -> Result<(), BenchError> {
+                    for i in 0..n {
+                        if i % 1024 == 0 && stop.load(Ordering::Relaxed) {
+                            return Err(BenchError::Interrupted);
+                        }
+                        // `black_box` on both ends: the copy is neither hoisted nor dropped.
+                        std::hint::black_box(&mut dst[..])
+                            .copy_from_slice(std::hint::black_box(&src[..]));
+                    }
+                    Ok(())
+                };
+                copy(copies / 8 + 1)?;
+                let start = Instant::now();
+                copy(copies)?;
+                let elapsed_ns = duration_ns(start.elapsed());
+                std::hint::black_box(&dst);
+                Ok(MemcpyFloor {
+                    size_bytes: size as u64,
+                    copies,
+                    elapsed_ns: elapsed_ns.max(1),
+                    core,
+                })
+            })
+            .map_err(|e| BenchError::io("thread spawn", e))?
+            .join()
+            .map_err(|_| BenchError::ThreadPanicked("floor memcpy"))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcpy_floor_copies_the_size() {
+        let stop = AtomicBool::new(false);
+        let core = crate::machine::available_cores()[0];
+        let m = memcpy(core, 1 << 20, &stop).unwrap();
+        assert_eq!(m.size_bytes, 1 << 20);
+        assert_eq!(m.copies, MEMCPY_BYTES >> 20);
+        assert!(m.bytes_per_sec() > 0.0);
+        assert!((m.mb_per_sec() * 1e6 - m.bytes_per_sec()).abs() < 1.0);
+        let tiny = memcpy(core, 8, &stop).unwrap();
+        assert_eq!(tiny.copies, MEMCPY_MAX_COPIES);
+        assert!(memcpy(core, 0, &stop).is_err());
+        stop.store(true, Ordering::Relaxed);
+        assert!(matches!(
+            memcpy(core, 64, &stop),
+            Err(BenchError::Interrupted)
+        ));
+    }
 }

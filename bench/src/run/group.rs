@@ -155,7 +155,7 @@ impl Plan {
                         Some(e) => Arc::clone(e),
                         None => Arc::new(engine::build(g)?),
                     };
-                    let mut conn = engine::connect(&engine, &endpoint, g.connect_timeout)?;
+                    let mut conn = engine::connect(&engine, g, &endpoint, g.connect_timeout)?;
                     for &point in &points {
                         if stop_requested() {
                             return Err(BenchError::Interrupted);

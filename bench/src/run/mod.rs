@@ -178,7 +178,7 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
             }
             let buffer_size = a.common.buffer_size;
             let sizes = if a.sizes.is_empty() {
-                let max = a.max_size.unwrap_or(buffer_size);
+                let max = a.common.max_size.unwrap_or(buffer_size);
                 if max == 0 {
                     return Err(BenchError::invalid("--max-size", "must be at least 1"));
                 }
