@@ -274,6 +274,10 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
     }
     report.measured.push(point);
     report.floor = Some(f);
+    // The bandwidth floor of shm for `--size`: one core copying, on this side's core.
+    let m = floor::memcpy(cores[0], a.size, &STOP)?;
+    report.measured.push(report::memcpy_point(&m));
+    report.memcpy.push(m);
     finish(&report, a.unit, a.out.as_deref())?;
     Ok(false)
 }
