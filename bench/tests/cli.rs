@@ -163,15 +163,8 @@ fn large_message_flags_parse() {
     assert!(!l.common.verify);
     // A sweep's --max-size is the engine's limit and the top of the powers of two; explicit
     // --sizes may go with it.
-    let cli = Cli::try_parse_from([
-        "bench",
-        "sweep",
-        "--sizes",
-        "4k,64k,1m",
-        "--max-size",
-        "1M",
-    ])
-    .unwrap();
+    let cli = Cli::try_parse_from(["bench", "sweep", "--sizes", "4k,64k,1m", "--max-size", "1M"])
+        .unwrap();
     let Sub::Sweep(s) = cli.command else {
         panic!("not sweep")
     };

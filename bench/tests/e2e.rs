@@ -775,7 +775,9 @@ fn shm_message_limit(max: &str) -> u64 {
     let p = &s["points"][0];
     assert_eq!(p["max_message_size"], 1 << 20, "{p}");
     assert_eq!(p["buffer_size"], 4096, "{p}");
-    p["conn_max_message_size"].as_u64().expect("the connection's limit")
+    p["conn_max_message_size"]
+        .as_u64()
+        .expect("the connection's limit")
 }
 
 /// Needs a fabric with large slots (issue #12): a 1 MiB rate point, above the 4 KiB buffer
@@ -804,12 +806,16 @@ fn rate_above_the_buffer_size_reports_bandwidth() {
         dir.to_str().unwrap(),
     ];
     if limit <= 4096 {
-        eprintln!("shm has no large slots yet (connection limit {limit} B): expecting MessageTooLarge");
+        eprintln!(
+            "shm has no large slots yet (connection limit {limit} B): expecting MessageTooLarge"
+        );
         let out = wait(spawn(&args), Duration::from_secs(60));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(
-            stderr.contains("message of 1048576 bytes exceeds the maximum message size of 4096 bytes"),
+            stderr.contains(
+                "message of 1048576 bytes exceeds the maximum message size of 4096 bytes"
+            ),
             "{stderr}"
         );
         return;

@@ -361,8 +361,7 @@ impl Report {
                 .map(|r| r / f.msgs_per_sec);
             m.point.floor_msgs_per_sec = m.point.msgs_per_sec.map(|_| f.msgs_per_sec);
         }
-        if let (Some(bw), Some(mc)) = (m.point.bytes_per_sec, self.memcpy_for(m.point.size_bytes))
-        {
+        if let (Some(bw), Some(mc)) = (m.point.bytes_per_sec, self.memcpy_for(m.point.size_bytes)) {
             let floor = mc.bytes_per_sec();
             m.point.floor_memcpy_bytes_per_sec = Some(floor);
             m.point.bytes_per_sec_x_memcpy = (floor > 0.0).then(|| bw / floor);

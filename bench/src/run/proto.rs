@@ -471,6 +471,8 @@ mod tests {
         tx: rtrb::Producer<Vec<u8>>,
         rx: rtrb::Consumer<Vec<u8>>,
         max: usize,
+        /// Test aid: flips this byte of every `DATA` message long enough to have it.
+        corrupt_at: Option<usize>,
     }
 
     fn pair(depth: usize, max: usize) -> (FakeConn, FakeConn) {
@@ -481,11 +483,13 @@ mod tests {
                 tx: atx,
                 rx: arx,
                 max,
+                corrupt_at: None,
             },
             FakeConn {
                 tx: btx,
                 rx: brx,
                 max,
+                corrupt_at: None,
             },
         )
     }
@@ -505,6 +509,9 @@ mod tests {
             }
             let mut m = vec![0u8; len];
             fill(&mut m);
+            if let Some(at) = self.corrupt_at.filter(|&at| at < len && m[0] == TAG_DATA) {
+                m[at] ^= 0x5A;
+            }
             self.tx
                 .push(m)
                 .map(|_| true)
@@ -547,7 +554,13 @@ mod tests {
     fn lat_rate_and_bye_over_a_fake_connection() {
         let (mut client, mut server) = pair(16, 256);
         let srv = std::thread::spawn(move || {
-            serve(&mut server, Idle::Backoff, 256, 256, Duration::from_secs(20))
+            serve(
+                &mut server,
+                Idle::Backoff,
+                256,
+                256,
+                Duration::from_secs(20),
+            )
         });
         let lat = client_lat(&mut client, &spec(64), Duration::ZERO).unwrap();
         assert_eq!(lat.count, 500);
@@ -576,6 +589,82 @@ mod tests {
         );
         client_bye(&mut client, Idle::Backoff, Duration::from_secs(5)).unwrap();
         srv.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn payloads_are_checked_sampled_above_the_eager_limit_and_fully_with_verify() {
+        use super::super::session::Check;
+        let p = payload(100_000);
+        for c in [Check::Head, Check::Sampled, Check::Full] {
+            assert_eq!(c.first_bad(&p), None, "{c:?}");
+            assert_eq!(c.first_bad(&p[..1]), None, "{c:?}");
+        }
+        let mut bad = p.clone();
+        bad[99_999] ^= 1;
+        assert_eq!(Check::Sampled.first_bad(&bad), Some(99_999));
+        assert_eq!(Check::Full.first_bad(&bad), Some(99_999));
+        assert_eq!(Check::Head.first_bad(&bad), None);
+        let mut bad = p.clone();
+        bad[300] ^= 1;
+        assert_eq!(Check::Full.first_bad(&bad), Some(300));
+        assert_eq!(Check::new(false, 4097, 4096), Check::Sampled);
+        assert_eq!(Check::new(false, 4096, 4096), Check::Head);
+        assert_eq!(Check::new(true, 8, 4096), Check::Full);
+
+        // Over a connection: a large rate point (above the server's eager limit of 256) is
+        // sampled, and a flipped last byte is caught; with --verify any flipped byte is.
+        let (mut client, mut server) = pair(16, 4096);
+        let srv = std::thread::spawn(move || {
+            serve(
+                &mut server,
+                Idle::Backoff,
+                4096,
+                256,
+                Duration::from_secs(20),
+            )
+        });
+        let r = client_rate(&mut client, &spec(4096)).unwrap();
+        assert_eq!(r.rate.bytes, 500 * 4096);
+        let verified = PointSpec {
+            verify: true,
+            ..spec(200)
+        };
+        let r = client_rate(&mut client, &verified).unwrap();
+        assert_eq!(r.rate.msgs, 500);
+        client.corrupt_at = Some(4095);
+        let err = client_rate(&mut client, &spec(4096));
+        assert!(
+            matches!(
+                err,
+                Err(BenchError::Timeout { .. }) | Err(BenchError::Disconnected)
+            ),
+            "{err:?}"
+        );
+        let err = srv.join().unwrap();
+        assert!(
+            matches!(err, Err(BenchError::Protocol(ref m)) if m.contains("differs from what was sent at byte 4095")),
+            "{err:?}"
+        );
+
+        // The lat client checks the echoes: a byte flipped on the way is caught with --verify.
+        let (mut client, mut server) = pair(16, 4096);
+        server.corrupt_at = Some(7);
+        let srv = std::thread::spawn(move || {
+            serve(
+                &mut server,
+                Idle::Backoff,
+                4096,
+                4096,
+                Duration::from_secs(5),
+            )
+        });
+        let err = client_lat(&mut client, &verified, Duration::ZERO);
+        assert!(
+            matches!(err, Err(BenchError::Protocol(ref m)) if m.contains("at byte 7")),
+            "{err:?}"
+        );
+        drop(client);
+        let _ = srv.join().unwrap();
     }
 
     #[test]
