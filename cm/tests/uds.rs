@@ -26,6 +26,8 @@ fn params() -> ConnParams {
         ring_depth: 128,
         inline_max: 96,
         flags: 0,
+        large_size: 0,
+        large_count: 0,
     }
 }
 

@@ -283,6 +283,8 @@ fn wire_rate(o: &Opts, size: usize) -> f64 {
         buffer_count: 16,
         ring_depth: 512,
         inline_max: 120,
+        large_size: 0,
+        large_count: 0,
     };
     let (a, fd) = Segment::create(&params).unwrap();
     let b = Segment::attach(std::os::fd::AsFd::as_fd(&fd), &params).unwrap();

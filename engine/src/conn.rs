@@ -183,7 +183,8 @@ impl Connection {
             tx_pool: parts.tx_pool,
             rx_pool: parts.rx_pool,
             message_limit: if parts.tx_large.count() > 0 {
-                cfg.message_limit()
+                // The fabric may have sized its slots to what both sides agreed.
+                cfg.message_limit().min(parts.tx_large.buf_size())
             } else {
                 parts.tx_pool.buf_size()
             },
@@ -384,7 +385,7 @@ impl Connection {
     fn alloc_direct_slow(&self, d: &DirectPath) -> Result<SendBuf<'_>, Error> {
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
-        if let Err(e) = d.reclaim(&mut app.spare) {
+        if let Err(e) = d.reclaim_all(&mut app.spare, &mut app.spare_large) {
             return Err(self.fail(e));
         }
         match app.spare.pop() {

@@ -18,8 +18,18 @@ use spinwire_testkit::{serial, WAIT};
 const BUF: usize = 4096;
 const COUNT: u32 = 16;
 
-/// Connects to `ep` as a raw peer (side B) with the wire API and returns its segment handle.
+/// Connects to `ep` as a raw peer (side B) with the wire API and returns its segment handle
+/// (proposing the engine's default large slots, as `inline_engine` has them).
 fn hostile_connect(ep: &str) -> (Segment, uds::UdsStream) {
+    hostile_connect_large(
+        ep,
+        spinwire::DEFAULT_MAX_MESSAGE_SIZE as u32,
+        spinwire::DEFAULT_LARGE_BUFFERS as u32,
+    )
+}
+
+/// [`hostile_connect`] proposing `large_count` large slots of `large_size` bytes.
+fn hostile_connect_large(ep: &str, large_size: u32, large_count: u32) -> (Segment, uds::UdsStream) {
     let name = ep.strip_prefix("shm://").unwrap();
     let t = Duration::from_secs(5);
     let params = ConnParams {
@@ -28,6 +38,8 @@ fn hostile_connect(ep: &str) -> (Segment, uds::UdsStream) {
         ring_depth: 64,
         inline_max: 120,
         flags: 0,
+        large_size,
+        large_count,
     };
     let mut s = uds::connect(name, t).expect("uds connect");
     s.send_hello(&params, t).unwrap();
@@ -37,6 +49,8 @@ fn hostile_connect(ep: &str) -> (Segment, uds::UdsStream) {
         buffer_count: offer.params.buffer_count,
         ring_depth: offer.params.ring_depth,
         inline_max: offer.params.inline_max,
+        large_size: offer.params.large_size,
+        large_count: offer.params.large_count,
     };
     let seg = Segment::attach(std::os::fd::AsFd::as_fd(&offer.segment), &p).expect("attach");
     s.send_ready(t).unwrap();
@@ -175,5 +189,72 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
     for seq in 0..100 {
         send_msg(&c, seq, 1 + seq as usize * 13);
         recv_msg(&s, seq, 1 + seq as usize * 13);
+    }
+}
+
+/// Publishes one `BUF_REF` record (`buf`, `len`) at the start of the peer's record ring, as a
+/// peer writing its own records would: payload first, then the header word with `Release`.
+fn publish_buf_ref(seg: &Segment, buf: u32, len: u32) {
+    let area = seg.layout().dir(Dir::BToA).ring + RING_HEADER_SIZE;
+    // SAFETY: `area .. area + 16` is the first record of the peer's (our) ring, 8-aligned and
+    // inside the live mapping; the engine reads it concurrently, so atomic stores.
+    unsafe {
+        let word =
+            |off: usize| &*(seg.as_ptr().add(area + off) as *const std::sync::atomic::AtomicU64);
+        word(8).store(u64::from(buf) | u64::from(len) << 32, Ordering::Relaxed);
+        // Header: len 16 (header + payload), type 2 (BUF_REF), flags 0, aux 0.
+        word(0).store(16 | 2 << 32, Ordering::Release);
+    }
+}
+
+#[test]
+fn a_hostile_large_slot_reference_fails_only_that_connection() {
+    let _g = serial();
+    const LARGE: u32 = 1 << 20;
+    let engine = rtc_builder(BUF, COUNT as usize)
+        .max_message_size(LARGE as usize)
+        .large_buffers(2)
+        .build()
+        .expect("engine");
+    let ep = endpoint("corrupt-large");
+    let listener = engine.listen(&ep).unwrap();
+    let healthy_peer = rtc_builder(BUF, COUNT as usize)
+        .max_message_size(LARGE as usize)
+        .large_buffers(2)
+        .build()
+        .expect("engine");
+    let (hs, hc) = pair(&engine, &healthy_peer, &endpoint("corrupt-large-healthy"));
+    let bit = spinwire::LARGE_BIT;
+    // A valid reference first (the raw write is a real record), then the bogus ones.
+    let cases: [(u32, u32, Option<&str>); 4] = [
+        (bit, 100_000, None),
+        (bit | 2, 100, Some("slot out of range")),
+        (bit | 1, LARGE + 64, Some("length past the slot")),
+        (bit | 0x7fff, 8, Some("slot far out of range")),
+    ];
+    for (round, (buf, len, bad)) in cases.into_iter().enumerate() {
+        let (seg, _stream) = hostile_connect_large(&ep, LARGE, 2);
+        let conn = listener.accept_timeout(WAIT).expect("accept");
+        publish_buf_ref(&seg, buf, len);
+        let deadline = Instant::now() + WAIT;
+        let outcome = loop {
+            match conn.try_recv() {
+                Ok(Some(m)) => break Ok(m.len()),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+            assert!(Instant::now() < deadline, "case {round}: no outcome");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        match (bad, outcome) {
+            (None, Ok(n)) => assert_eq!(n, len as usize),
+            (Some(_), Err(Error::Fabric(FabricError::Protocol(what)))) => assert!(!what.is_empty()),
+            (what, other) => panic!("case {round} ({what:?}): {other:?}"),
+        }
+        // The other connection of the same engine is unaffected.
+        send_msg(&hc, round as u32, 1000 + round);
+        recv_msg(&hs, round as u32, 1000 + round);
+        drop(conn);
+        drop(seg);
     }
 }

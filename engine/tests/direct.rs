@@ -252,8 +252,12 @@ fn claim_is_one_at_a_time_and_abort_publishes_nothing() {
     assert_eq!(m.len(), 1000);
     assert!(m.iter().all(|&x| x == 9));
     drop(m);
+    // Above the buffer size: a large slot of that length; above the limit: too large.
+    let big = c.claim(BUF + 1).unwrap();
+    assert_eq!(big.len(), BUF + 1);
+    drop(big);
     assert!(matches!(
-        c.claim(BUF + 1),
+        c.claim(c.max_message_size() + 1),
         Err(Error::MessageTooLarge { .. })
     ));
     // The ring is the credit: claims stop with WouldBlock when it is full.

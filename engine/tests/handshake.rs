@@ -88,6 +88,9 @@ fn a_client_stalled_after_the_offer_is_expired() {
         ring_depth: 128,
         inline_max: 40,
         flags: 0,
+        // The engine's default large slots (the pools must match the listener's).
+        large_size: spinwire::DEFAULT_MAX_MESSAGE_SIZE as u32,
+        large_count: spinwire::DEFAULT_LARGE_BUFFERS as u32,
     };
     let mut stalled = uds::connect(name, WAIT).expect("raw connect");
     stalled.send_hello(&params, WAIT).expect("hello");

@@ -1,6 +1,6 @@
-//! Ping-pong with every message size from 1 byte to the maximum, payloads verified by sequence
-//! number and checksum: in one process (run-to-completion and dedicated pollers) and between two
-//! processes.
+//! Ping-pong with every message size from 1 byte to the pool's buffer size, then large ones up
+//! to the limit ([`LARGE`]), payloads verified by sequence number and checksum: in one process
+//! (run-to-completion and dedicated pollers) and between two processes.
 
 use std::time::Duration;
 
@@ -10,18 +10,28 @@ use spinwire_testkit::process::{wait_success, KillOnDrop};
 use spinwire_testkit::{cores, role, serial, WAIT};
 
 const BUF: usize = 4096;
+/// Large sizes after every size up to `BUF`: just past the buffer, odd, and the limit (the
+/// engine's default maximum message size).
+const LARGE: [usize; 4] = [
+    BUF + 1,
+    3 * BUF + 7,
+    (1 << 20) - 1,
+    spinwire::DEFAULT_MAX_MESSAGE_SIZE,
+];
+/// Round trips per run.
+const TRIPS: u64 = BUF as u64 + LARGE.len() as u64;
 
-/// One round trip per size, 1 ..= max, both directions verified.
+/// One round trip per size, 1 ..= BUF and then `LARGE`, both directions verified.
 fn every_size(client: &spinwire::Connection, server: Option<&spinwire::Connection>) {
     let max = client.max_message_size();
-    assert!(max >= BUF);
-    for len in 1..=max {
+    assert_eq!(max, spinwire::DEFAULT_MAX_MESSAGE_SIZE);
+    for len in (1..=BUF).chain(LARGE) {
         let seq = len as u32;
         send_msg(client, seq, len);
         if let Some(s) = server {
             let m = s.recv_timeout(WAIT).expect("server recv");
             verify(&m, seq, len);
-            let mut b = s.alloc_timeout(WAIT).expect("alloc");
+            let mut b = claim_timeout(s, m.len());
             b.copy_from(&m).unwrap();
             drop(m);
             s.send_timeout(b, WAIT).expect("echo");
@@ -38,8 +48,8 @@ fn in_process_every_size_run_to_completion() {
     let (s, c) = pair(&engine, &engine, &endpoint("rtc"));
     every_size(&c, Some(&s));
     let st = c.stats();
-    assert_eq!(st.sent, BUF as u64);
-    assert_eq!(st.received, BUF as u64);
+    assert_eq!(st.sent, TRIPS);
+    assert_eq!(st.received, TRIPS);
 }
 
 #[test]
@@ -53,7 +63,7 @@ fn in_process_every_size_two_engines_dedicated_poller() {
     let echo = std::thread::spawn(move || echo_until_closed(&s));
     every_size(&c, None);
     drop(c);
-    assert_eq!(echo.join().unwrap(), BUF as u64);
+    assert_eq!(echo.join().unwrap(), TRIPS);
     let pollers = se.counters().pollers;
     assert_eq!(pollers.len(), 1);
     assert_eq!(pollers[0].core, Some(core));
@@ -93,5 +103,5 @@ fn child_echo() {
     let engine = inline_engine(BUF, 16);
     let conn = engine.connect_timeout(&ep, WAIT).expect("child connect");
     let n = echo_until_closed(&conn);
-    assert_eq!(n, BUF as u64, "child echoed every message");
+    assert_eq!(n, TRIPS, "child echoed every message");
 }

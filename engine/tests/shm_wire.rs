@@ -21,6 +21,8 @@ fn params() -> Params {
         buffer_count: 16,
         ring_depth: 32,
         inline_max: 200,
+        large_size: 0,
+        large_count: 0,
     }
 }
 
@@ -160,6 +162,8 @@ fn attach_checks_params_against_header_and_size() {
     // Same layout size, different inline_max: caught by the header check.
     let q = Params {
         inline_max: 150,
+        large_size: 0,
+        large_count: 0,
         ..p
     };
     match Segment::attach(fd.as_fd(), &q) {
@@ -295,6 +299,8 @@ fn inline_round_trip_every_size_across_wraps() {
         buffer_count: 1,
         ring_depth: 2,
         inline_max: 400,
+        large_size: 0,
+        large_count: 0,
     };
     let mut s = pair(&p);
     for round in 0..3u8 {
@@ -677,6 +683,8 @@ fn fuzz_one(seed: u64, steps: u32) -> (u32, u32) {
         buffer_count: 1 + rng.below(8) as u32,
         ring_depth: 2 << rng.below(4),
         inline_max: rng.below(300) as u32,
+        large_size: 0,
+        large_count: 0,
     };
     p.validate().unwrap();
     let mut s = pair(&p);
@@ -983,6 +991,8 @@ fn two_thread_duplex_stress_verified_payloads() {
         buffer_count: 4,
         ring_depth: 16,
         inline_max: 120,
+        large_size: 0,
+        large_count: 0,
     };
     let Pair {
         a: _a,
@@ -1017,6 +1027,8 @@ fn two_thread_stress_verified_payloads() {
         buffer_count: 8,
         ring_depth: 64,
         inline_max: 150,
+        large_size: 0,
+        large_count: 0,
     };
     let Pair {
         a,
@@ -1102,6 +1114,8 @@ fn proc_params() -> Params {
         buffer_count: 8,
         ring_depth: 64,
         inline_max: 150,
+        large_size: 0,
+        large_count: 0,
     }
 }
 
@@ -1120,6 +1134,8 @@ fn conn_params(p: &Params) -> cm::uds::ConnParams {
         ring_depth: p.ring_depth,
         inline_max: p.inline_max,
         flags: 0,
+        large_size: 0,
+        large_count: 0,
     }
 }
 

@@ -94,15 +94,34 @@ pub fn send_bytes(conn: &Connection, data: &[u8]) {
     conn.flush();
 }
 
-/// Sends frame `seq` of `len` bytes ([`fill`]), waiting (within [`WAIT`]) for a buffer and
-/// credits, and flushes.
+/// [`Connection::claim`] of `len` bytes (a pool buffer, a ring record or, above the buffer
+/// size, a large slot), retried on back-pressure within [`WAIT`].
+///
+/// # Panics
+///
+/// If nothing is free within [`WAIT`] or the claim fails otherwise.
+pub fn claim_timeout(conn: &Connection, len: usize) -> spinwire::SendBuf<'_> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match conn.claim(len) {
+            Ok(b) => return b,
+            Err(Error::WouldBlock) if std::time::Instant::now() < deadline => {
+                conn.flush();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("claim {len}: {e}"),
+        }
+    }
+}
+
+/// Sends frame `seq` of `len` bytes ([`fill`]), waiting (within [`WAIT`]) for a buffer (or,
+/// above the buffer size, a large slot) and credits, and flushes.
 ///
 /// # Panics
 ///
 /// As [`send_bytes`].
 pub fn send_msg(conn: &Connection, seq: u32, len: usize) {
-    let mut b = conn.alloc_timeout(WAIT).expect("alloc");
-    b.set_len(len).expect("len");
+    let mut b = claim_timeout(conn, len);
     fill(&mut b, seq);
     if let Err(e) = conn.send_timeout(b, WAIT) {
         panic!("send {seq}: {e:?}");
@@ -136,7 +155,7 @@ pub fn echo_until_closed(conn: &Connection) -> u64 {
             Err(Error::Disconnected) | Err(Error::Timeout) => return n,
             Err(e) => panic!("echo: {e}"),
         };
-        let mut b = conn.alloc_timeout(WAIT).expect("alloc");
+        let mut b = claim_timeout(conn, m.len());
         b.copy_from(&m).expect("copy");
         drop(m);
         loop {

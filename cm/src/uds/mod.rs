@@ -54,7 +54,7 @@
 //! let name = format!("doc-example-{}", std::process::id());
 //! let listener = UdsListener::bind(&name)?;
 //! let t = Duration::from_secs(2);
-//! let params = ConnParams { buffer_size: 4096, buffer_count: 64, ring_depth: 128, inline_max: 200, flags: 0 };
+//! let params = ConnParams { buffer_size: 4096, buffer_count: 64, ring_depth: 128, inline_max: 200, flags: 0, large_size: 0, large_count: 0 };
 //!
 //! let mut client = uds::connect(&name, t)?;
 //! client.send_hello(&params, t)?;
@@ -79,7 +79,7 @@
 /// Longest accepted rendezvous name, in bytes.
 pub const MAX_NAME_LEN: usize = 64;
 /// Version of the handshake protocol; peers must match exactly.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Environment variable overriding the runtime directory.
 pub const RUNTIME_DIR_ENV: &str = "SPINWIRE_RUNTIME_DIR";
 

@@ -87,6 +87,10 @@ pub struct ConnParams {
     pub inline_max: u32,
     /// Feature flags (reserved, 0).
     pub flags: u32,
+    /// Bytes per large slot (large messages; 0 without).
+    pub large_size: u32,
+    /// Large slots per direction (0 without).
+    pub large_count: u32,
 }
 
 /// A received hello.
@@ -154,6 +158,8 @@ pub(super) fn encode(kind: Kind, reason: u16, params: &ConnParams) -> [u8; MSG_L
         params.ring_depth,
         params.inline_max,
         params.flags,
+        params.large_size,
+        params.large_count,
     ];
     for (i, f) in fields.iter().enumerate() {
         m[16 + 4 * i..20 + 4 * i].copy_from_slice(&f.to_le_bytes());
@@ -188,7 +194,7 @@ pub(super) fn decode(m: &[u8; MSG_LEN]) -> Result<Msg, UdsError> {
     let kind = Kind::from_u16(u16_at(m, 6)).ok_or(UdsError::BadMessage {
         reason: "unknown message kind",
     })?;
-    if m[14..16] != [0, 0] || m[36..].iter().any(|&b| b != 0) {
+    if m[14..16] != [0, 0] || m[44..].iter().any(|&b| b != 0) {
         return Err(UdsError::BadMessage {
             reason: "reserved bytes not zero",
         });
@@ -203,6 +209,8 @@ pub(super) fn decode(m: &[u8; MSG_LEN]) -> Result<Msg, UdsError> {
             ring_depth: u32_at(m, 24),
             inline_max: u32_at(m, 28),
             flags: u32_at(m, 32),
+            large_size: u32_at(m, 36),
+            large_count: u32_at(m, 40),
         },
     })
 }
@@ -227,6 +235,8 @@ mod tests {
             ring_depth: 64,
             inline_max: 100,
             flags: 0,
+            large_size: 0,
+            large_count: 0,
         };
         let m = decode(&encode(Kind::Accept, 0, &p)).unwrap();
         assert_eq!(m.kind, Kind::Accept);

@@ -48,6 +48,8 @@ pub fn wire_rings(depth: u32) -> ((TxRing, RxRing, Releaser), (TxRing, RxRing, R
         buffer_count: 64,
         ring_depth: depth,
         inline_max: 256,
+        large_size: 0,
+        large_count: 0,
     };
     let (a, fd) = Segment::create(&p).expect("create");
     let b = Segment::attach(fd.as_fd(), &p).expect("attach");

@@ -13,6 +13,51 @@
 //!
 //! Order holds across sizes: small and large messages of one connection arrive in the order
 //! they were sent.
+//!
+//! Protocols by size, per message: up to the inline threshold, copied into the fabric's record
+//! (shm: the ring; RDMA: the frame); up to the buffer size, a pool buffer by reference (eager);
+//! above it (or above [`large_threshold`](crate::EngineBuilder::large_threshold) for
+//! `send_copy`), a large slot: shm hands the reader a reference into the shared segment, tcp
+//! `recv`s straight into the receiver's slot, RDMA moves it by rendezvous (the receiver pulls
+//! it with one RDMA READ).
+//!
+//! ```
+//! use std::time::Duration;
+//! use spinwire::{Engine, IdleStrategy};
+//!
+//! # fn main() -> Result<(), spinwire::Error> {
+//! let engine = Engine::builder()
+//!     .run_to_completion()
+//!     .idle(IdleStrategy::backoff())
+//!     .max_message_size(1 << 20) // up to 1 MiB per message
+//!     .large_buffers(2)          // two 1 MiB slots per connection and direction
+//!     .build()?;
+//! # let name = format!("shm://doc-large-{}", std::process::id());
+//! let listener = engine.listen(&name)?;
+//! let client = engine.connect(&name)?;
+//! let server = listener.accept_timeout(Duration::from_secs(5))?;
+//!
+//! // Zero copy: write the message in place in a large slot, then send it.
+//! let mut buf = client.alloc_large()?;
+//! buf.as_mut_slice()[..300_000].fill(0xab);
+//! buf.set_len(300_000)?;
+//! client.send(buf)?;
+//! // Or copy from the application's own bytes.
+//! client.send_copy(&vec![1u8; 700_000])?;
+//!
+//! let m = server.recv_timeout(Duration::from_secs(5))?; // one contiguous message, in place
+//! assert_eq!((m.len(), m[0]), (300_000, 0xab));
+//! drop(m); // gives the slot back to the sender
+//! let mut mine = vec![0u8; 1 << 20];
+//! let n = loop {
+//!     if let Some(n) = server.recv_into(&mut mine).expect("fits") {
+//!         break n;
+//!     }
+//! };
+//! assert_eq!(n, 700_000);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::time::{Duration, Instant};
 

@@ -170,14 +170,6 @@ impl DirectPath {
         }
     }
 
-    /// Moves send buffers the peer gave back into `free` (within its capacity).
-    #[inline]
-    pub(crate) fn reclaim(&self, free: &mut Vec<u32>) -> Result<usize, FabricError> {
-        match self {
-            DirectPath::Shm(d) => d.reclaim(free),
-        }
-    }
-
     /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated).
     #[inline]
     pub(crate) fn send(&self, pool: &PoolView, idx: u32, len: u32) -> Result<Sent, FabricError> {

@@ -104,6 +104,8 @@ impl ShmControl {
             direct,
             tx_pool,
             rx_pool,
+            tx_large,
+            rx_large,
             keep,
             segment,
             stream,
@@ -117,7 +119,12 @@ impl ShmControl {
         Ok(self.reg.register_direct(
             ctx,
             direct,
-            Pools::small(tx_pool, rx_pool),
+            Pools {
+                tx: tx_pool,
+                rx: rx_pool,
+                tx_large,
+                rx_large,
+            },
             keep,
             setup,
             raw,

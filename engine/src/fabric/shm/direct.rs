@@ -73,6 +73,8 @@ pub(crate) struct ShmDirect {
     claim_open: Cell<bool>,
     seg: Segment,
     inline_max: usize,
+    /// The peer's large slots, read in place by `poll` (`LARGE_BIT | slot` references).
+    rx_large: PoolView,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -139,6 +141,7 @@ impl ShmDirect {
         rel: Releaser,
         seg: Segment,
         depth: usize,
+        rx_large: PoolView,
     ) -> ShmDirect {
         let inline_max = tx.inline_max().min(INLINE_MAX);
         let depth = depth.max(1);
@@ -156,6 +159,7 @@ impl ShmDirect {
             claim_open: Cell::new(false),
             seg,
             inline_max,
+            rx_large,
             _not_sync: PhantomData,
         }
     }
@@ -192,30 +196,9 @@ impl ShmDirect {
         self.inline_max
     }
 
-    /// Moves buffers the peer released into `free` (at most its spare capacity). Returns how
-    /// many.
-    ///
-    /// # Errors
-    ///
-    /// [`FabricError::Protocol`]: the peer's release ring is invalid.
-    #[inline]
-    pub(crate) fn reclaim(&self, free: &mut Vec<u32>) -> Result<usize, FabricError> {
-        // SAFETY: no application code runs while `tx` is borrowed here.
-        let tx = &mut unsafe { self.tx() }.ring;
-        if tx.in_flight() == 0 {
-            return Ok(0);
-        }
-        let mut out = [0u32; RECLAIM_BURST];
-        let room = (free.capacity() - free.len()).min(RECLAIM_BURST);
-        let k = tx.reclaim(&mut out[..room]).map_err(wire_err)?;
-        // `free` has capacity for the whole pool: no reallocation.
-        free.extend_from_slice(&out[..k]);
-        Ok(k)
-    }
-
-    /// Moves buffers and large slots the peer released into `free` and `free_large` (each at
-    /// most its spare capacity; a release that fits neither is kept for the next call).
-    /// Returns how many.
+    /// Moves buffers and large slots the peer released into `free` and `free_large`. Returns
+    /// how many. Each list has capacity for every buffer (slot) of its kind, and the wire layer
+    /// returns only buffers that were in flight, which are in neither list: no reallocation.
     ///
     /// # Errors
     ///
@@ -231,16 +214,16 @@ impl ShmDirect {
             return Ok(0);
         }
         let mut out = [0u32; RECLAIM_BURST];
-        // Both lists have room for all they may receive: every buffer and slot we own.
-        let room = (free.capacity() - free.len())
-            .min(free_large.capacity() - free_large.len())
-            .min(RECLAIM_BURST);
-        let k = tx.reclaim(&mut out[..room]).map_err(wire_err)?;
+        let k = tx.reclaim(&mut out).map_err(wire_err)?;
         for &i in &out[..k] {
-            if crate::desc::is_large(i) {
-                free_large.push(i);
+            let list = if crate::desc::is_large(i) {
+                &mut *free_large
             } else {
-                free.push(i);
+                &mut *free
+            };
+            // Always true (see above); checked so that a broken count cannot reallocate.
+            if list.len() < list.capacity() {
+                list.push(i);
             }
         }
         Ok(k)
@@ -420,15 +403,19 @@ impl ShmDirect {
                         buf: index,
                         error: &mut error,
                     };
-                    // SAFETY: the wire layer checked `index < count` and `len <= buf_size`; the
+                    // SAFETY: the wire layer checked `index < count` (or, for a large slot,
+                    // `slot < large count`) and `len <=` that buffer's size; the
                     // buffer is held by this side until the guard releases it, and the pool
                     // stays mapped while `self` lives. A hostile peer rewriting it changes only
                     // the bytes seen.
                     let b = unsafe {
-                        std::slice::from_raw_parts(
-                            rx_pool.buf_ptr_unchecked(index).as_ptr(),
-                            len as usize,
-                        )
+                        let base = if crate::desc::is_large(index) {
+                            self.rx_large
+                                .buf_ptr_unchecked(crate::desc::large_slot(index))
+                        } else {
+                            rx_pool.buf_ptr_unchecked(index)
+                        };
+                        std::slice::from_raw_parts(base.as_ptr(), len as usize)
                     };
                     handler(b);
                     drop(guard);

@@ -28,6 +28,8 @@ pub(crate) struct Established {
     pub(crate) direct: ShmDirect,
     pub(crate) tx_pool: PoolView,
     pub(crate) rx_pool: PoolView,
+    pub(crate) tx_large: PoolView,
+    pub(crate) rx_large: PoolView,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     pub(crate) segment: Segment,
     pub(crate) stream: UdsStream,
@@ -45,6 +47,21 @@ pub(crate) fn params_for(cfg: &Config) -> Result<Params, Error> {
             max: wire::layout::MAX_BUFFER_SIZE,
         })?;
     let inline_max = cfg.inline_threshold.min(INLINE_MAX);
+    // Large slots: the largest message, in multiples of 64 (the wire's unit).
+    let (large_size, large_count) = match cfg.large_pool() {
+        (_, 0) => (0, 0),
+        (size, count) => {
+            let size = size.next_multiple_of(64);
+            let size = u32::try_from(size)
+                .ok()
+                .filter(|&s| s <= wire::layout::MAX_LARGE_SIZE && s > buffer_size)
+                .ok_or(ShmSetupError::BufferSize {
+                    size,
+                    max: wire::layout::MAX_LARGE_SIZE,
+                })?;
+            (size, count)
+        }
+    };
     // The record ring holds at least `depth` messages (`wire::ring_capacity`).
     let ring_depth = cfg.depth.next_power_of_two().clamp(
         wire::layout::MIN_RING_DEPTH as usize,
@@ -55,9 +72,20 @@ pub(crate) fn params_for(cfg: &Config) -> Result<Params, Error> {
         buffer_count: cfg.buffers as u32,
         ring_depth: ring_depth as u32,
         inline_max: inline_max as u32,
+        large_size,
+        large_count,
     };
     p.validate().map_err(ShmSetupError::Params)?;
     Ok(p)
+}
+
+/// Both sides' pools (buffers and large slots) agree: the segment's memory is sized by them, so
+/// neither side accepts pools it did not configure itself.
+fn same_pools(a: &Params, b: &Params) -> bool {
+    a.buffer_size == b.buffer_size
+        && a.buffer_count == b.buffer_count
+        && a.large_size == b.large_size
+        && a.large_count == b.large_count
 }
 
 fn to_conn_params(p: &Params) -> ConnParams {
@@ -67,6 +95,8 @@ fn to_conn_params(p: &Params) -> ConnParams {
         ring_depth: p.ring_depth,
         inline_max: p.inline_max,
         flags: 0,
+        large_size: p.large_size,
+        large_count: p.large_count,
     }
 }
 
@@ -76,6 +106,8 @@ fn from_conn_params(c: &ConnParams) -> Params {
         buffer_count: c.buffer_count,
         ring_depth: c.ring_depth,
         inline_max: c.inline_max,
+        large_size: c.large_size,
+        large_count: c.large_count,
     }
 }
 
@@ -104,11 +136,31 @@ fn establish(segment: Segment, stream: UdsStream, depth: usize) -> Result<Establ
             PoolView::new(rx_base, p.buffer_size as usize, p.buffer_count),
         )
     };
-    let direct = ShmDirect::new(tx, rx, rel, segment.clone(), depth);
+    let (tx_large, rx_large) = if p.large_count == 0 {
+        (PoolView::empty(), PoolView::empty())
+    } else {
+        let tx_large = tx
+            .buffer_ptr(crate::desc::LARGE_BIT)
+            .map_err(|e| setup_err("shm large send slots", e))?;
+        let rx_large = rx
+            .buffer_ptr(crate::desc::LARGE_BIT)
+            .map_err(|e| setup_err("shm large receive slots", e))?;
+        // SAFETY: as above, for the `large_count` slots of `large_size` bytes contiguous from
+        // slot 0 in each direction.
+        unsafe {
+            (
+                PoolView::new(tx_large, p.large_size as usize, p.large_count),
+                PoolView::new(rx_large, p.large_size as usize, p.large_count),
+            )
+        }
+    };
+    let direct = ShmDirect::new(tx, rx, rel, segment.clone(), depth, rx_large);
     Ok(Established {
         direct,
         tx_pool,
         rx_pool,
+        tx_large,
+        rx_large,
         keep: Arc::new(segment.clone()),
         segment,
         stream,
@@ -143,7 +195,7 @@ pub(crate) fn connect(
         let _ = stream.send_abort(HandshakeRefusal::ParamsInvalid, left());
         return Err(ShmSetupError::OfferInvalid { theirs }.into());
     }
-    if theirs.buffer_size != ours.buffer_size || theirs.buffer_count != ours.buffer_count {
+    if !same_pools(&theirs, &ours) {
         let _ = stream.send_abort(HandshakeRefusal::ParamsMismatch, left());
         return Err(ShmSetupError::OfferMismatch { theirs, ours }.into());
     }
@@ -219,9 +271,7 @@ impl ShmListener {
                 let _ = stream.send_reject(HandshakeRefusal::ParamsInvalid, nowait);
                 return Err(ShmSetupError::ProposalInvalid { theirs }.into());
             }
-            if theirs.buffer_size != self.params.buffer_size
-                || theirs.buffer_count != self.params.buffer_count
-            {
+            if !same_pools(&theirs, &self.params) {
                 let _ = stream.send_reject(HandshakeRefusal::ParamsMismatch, nowait);
                 return Err(ShmSetupError::ProposalMismatch {
                     theirs,
@@ -229,7 +279,8 @@ impl ShmListener {
                 }
                 .into());
             }
-            // Ring depth and inline size: the connector's choice (both validated).
+            // Ring depth and inline size: the connector's choice (both validated). The pools
+            // (buffers and large slots, which size the segment) must be the listener's own.
             let (segment, fd) = match Segment::create(&theirs) {
                 Ok(v) => v,
                 Err(e) => {

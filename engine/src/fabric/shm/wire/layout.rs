@@ -16,6 +16,8 @@
 //!   rel head    release-ring head (written by the sender)                    (128 B)
 //!   rel entries release_capacity x u32 buffer indices (written by receiver)  (padded to 128 B)
 //!   buffers     buffer_count x buffer_size bytes (written by the sender)     (page aligned)
+//! then, for dir in [A->B, B->A]:
+//!   large       large_count x large_size bytes: large slots (issue #12)      (page aligned)
 //! total length rounded up to the page size.
 //! ```
 //!
@@ -28,7 +30,16 @@
 //! of a wrap) plus the 8-byte zero-ahead word, and at least twice the largest record (the
 //! ring's own limit). Example: the defaults (depth 128, inline threshold 120: 128-byte records)
 //! give a 32 KiB ring per direction; a connection's segment is then
-//! `2 x (32 KiB + 256 B + release ring + buffer_count x buffer_size)`, rounded to pages.
+//! `2 x (32 KiB + 256 B + release ring + buffer_count x buffer_size + large_count x
+//! large_size)`, rounded to pages: with the engine's defaults (256 buffers of 4 KiB, 2 large
+//! slots of 16 MiB) about 66 MiB, of which 64 MiB are the large slots.
+//!
+//! # Large slots
+//!
+//! A message above `buffer_size` travels in a large slot of the sender's direction, by a
+//! `BUF_REF` record whose `buf` is `LARGE_BIT | slot` ([`crate::desc::LARGE_BIT`]): the
+//! receiver reads it in place and returns the same index through the release ring, like a
+//! buffer. Both ownership bitmaps and the release ring cover buffers and slots together.
 
 use super::WireError;
 use crate::record::ring::{region_size, MIN_CAPACITY};
@@ -57,6 +68,10 @@ pub const MIN_RING_DEPTH: u32 = 2;
 pub const MAX_RING_DEPTH: u32 = 1 << 16;
 /// Largest allowed [`Params::inline_max`].
 pub const MAX_INLINE: u32 = 4096;
+/// Largest allowed [`Params::large_count`].
+pub const MAX_LARGE_COUNT: u32 = 1 << 12;
+/// Largest allowed [`Params::large_size`] (1 GiB).
+pub const MAX_LARGE_SIZE: u32 = 1 << 30;
 /// Largest segment this format will create or attach (64 GiB).
 pub const MAX_SEGMENT_LEN: u64 = 1 << 36;
 
@@ -76,6 +91,10 @@ pub mod hdr {
     pub const INLINE_MAX: usize = 28;
     /// `u64`: total segment length.
     pub const TOTAL_LEN: usize = 32;
+    /// `u32`: `Params::large_size`.
+    pub const LARGE_SIZE: usize = 40;
+    /// `u32`: `Params::large_count`.
+    pub const LARGE_COUNT: usize = 44;
     /// Offset of side A's state block; side B's follows one [`super::CACHE_PAD`] later.
     pub const SIDE_STATE: usize = 128;
     /// `u32` in a side-state block: 1 once the side attached.
@@ -106,6 +125,11 @@ pub struct Params {
     /// Largest payload sent inline (as a `DATA` record in the ring), in `0 ..= MAX_INLINE`.
     /// `0` sends every non-empty message by buffer reference.
     pub inline_max: u32,
+    /// Size of each large slot in bytes (issue #12): `0` when `large_count` is 0, else a
+    /// multiple of 64 above `buffer_size`, at most [`MAX_LARGE_SIZE`]. The largest message.
+    pub large_size: u32,
+    /// Large slots per direction, in `0 ..= MAX_LARGE_COUNT`.
+    pub large_count: u32,
 }
 
 impl Params {
@@ -135,6 +159,19 @@ impl Params {
         }
         if self.inline_max > MAX_INLINE {
             return bad("inline_max", self.inline_max);
+        }
+        if self.large_count > MAX_LARGE_COUNT {
+            return bad("large_count", self.large_count);
+        }
+        let large_ok = if self.large_count == 0 {
+            self.large_size == 0
+        } else {
+            self.large_size > self.buffer_size
+                && self.large_size <= MAX_LARGE_SIZE
+                && self.large_size % 64 == 0
+        };
+        if !large_ok {
+            return bad("large_size", self.large_size);
         }
         Ok(())
     }
@@ -184,6 +221,8 @@ pub struct DirLayout {
     pub rel_entries: usize,
     /// First of `buffer_count` buffers of `buffer_size` bytes each.
     pub buffers: usize,
+    /// First of `large_count` large slots of `large_size` bytes each (page aligned).
+    pub large: usize,
 }
 
 /// The full segment layout computed from validated [`Params`].
@@ -208,11 +247,13 @@ impl Layout {
     /// exceed [`MAX_SEGMENT_LEN`].
     pub fn new(params: &Params) -> Result<Self, WireError> {
         params.validate()?;
-        let release_capacity = params.buffer_count.next_power_of_two();
+        // Buffers and large slots come back through the same release ring.
+        let release_capacity = (params.buffer_count + params.large_count).next_power_of_two();
         let ring_capacity = ring_capacity(params.ring_depth, params.inline_max);
         // All factors are bounded by the limits above (< 2^17 * 2^24), so u64 math cannot
         // overflow; the sum is checked against MAX_SEGMENT_LEN before converting to usize.
         let buffers_len = u64::from(params.buffer_size) * u64::from(params.buffer_count);
+        let large_len = u64::from(params.large_size) * u64::from(params.large_count);
         let mut off: u64 = hdr::END as u64;
         let mut dirs = [DirLayout {
             ring: 0,
@@ -220,6 +261,7 @@ impl Layout {
             rel_head: 0,
             rel_entries: 0,
             buffers: 0,
+            large: 0,
         }; 2];
         let mut offsets = [0u64; 5];
         for d in &mut dirs {
@@ -247,7 +289,21 @@ impl Layout {
                 rel_head: offsets[2] as usize,
                 rel_entries: offsets[3] as usize,
                 buffers: offsets[4] as usize,
+                large: 0,
             };
+        }
+        // The large slots of both directions come last, so that everything before them (rings,
+        // release rings, buffers) is one prefix to pre-fault.
+        for d in &mut dirs {
+            d.large = off as usize;
+            off += large_len;
+            off = off.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
+            if off > MAX_SEGMENT_LEN || off > isize::MAX as u64 {
+                return Err(WireError::InvalidParams {
+                    what: "segment length",
+                    value: off,
+                });
+            }
         }
         Ok(Self {
             params: *params,
@@ -270,7 +326,18 @@ impl Layout {
         self.total_len
     }
 
-    /// Capacity of each release ring: `buffer_count` rounded up to a power of two.
+    /// Where the part of the segment that holds only large slots starts: everything before it
+    /// is pre-faulted at mapping time; the slots fault in as they are first used.
+    #[inline]
+    pub fn large_start(&self) -> usize {
+        if self.params.large_count == 0 {
+            self.total_len
+        } else {
+            self.dirs[0].large
+        }
+    }
+
+    /// Capacity of each release ring: `buffer_count + large_count` rounded up to a power of two.
     #[inline]
     pub fn release_capacity(&self) -> u32 {
         self.release_capacity
@@ -305,6 +372,8 @@ mod tests {
             buffer_count,
             ring_depth,
             inline_max,
+            large_size: 0,
+            large_count: 0,
         }
     }
 
@@ -350,6 +419,11 @@ mod tests {
             p(4096, 256, 128, 64),
             p(64, 3, 4, 96),
             p(1 << 20, 64, 1024, 4096),
+            Params {
+                large_size: 3 << 20,
+                large_count: 5,
+                ..p(4096, 256, 128, 64)
+            },
         ] {
             let l = Layout::new(&params).unwrap();
             assert_eq!(l.total_len() % PAGE_SIZE, 0);
@@ -369,6 +443,13 @@ mod tests {
                     d.buffers,
                     d.buffers + (params.buffer_size * params.buffer_count) as usize,
                 ));
+                if params.large_count > 0 {
+                    assert_eq!(d.large % PAGE_SIZE, 0);
+                    regions.push((
+                        d.large,
+                        d.large + (params.large_size * params.large_count) as usize,
+                    ));
+                }
             }
             regions.sort();
             for w in regions.windows(2) {
@@ -378,6 +459,45 @@ mod tests {
             assert!(l.release_capacity().is_power_of_two());
             assert!(l.release_capacity() >= params.buffer_count);
         }
+    }
+
+    #[test]
+    fn large_slots_are_validated_and_laid_out_after_the_buffers() {
+        let with = |large_size, large_count| Params {
+            large_size,
+            large_count,
+            ..p(4096, 16, 64, 120)
+        };
+        assert!(with(0, 0).validate().is_ok());
+        assert!(with(1 << 20, 2).validate().is_ok());
+        for (bad, what) in [
+            (with(1 << 20, 0), "large_size"),
+            (with(0, 2), "large_size"),
+            (with(4096, 2), "large_size"),
+            ((with((1 << 20) + 8, 2)), "large_size"),
+            (with(MAX_LARGE_SIZE + 64, 1), "large_size"),
+            (with(1 << 20, MAX_LARGE_COUNT + 1), "large_count"),
+        ] {
+            match bad.validate() {
+                Err(WireError::InvalidParams { what: w, .. }) => assert_eq!(w, what, "{bad:?}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let params = with(1 << 20, 3);
+        let l = Layout::new(&params).unwrap();
+        assert_eq!(l.release_capacity(), 32);
+        let a = l.dir(Dir::AToB);
+        let b = l.dir(Dir::BToA);
+        assert_eq!(a.large % PAGE_SIZE, 0);
+        assert!(a.large >= b.buffers + 16 * 4096);
+        assert!(b.large >= a.large + 3 * (1 << 20));
+        assert!(b.large + 3 * (1 << 20) <= l.total_len());
+        // Everything before the first large slot is pre-faulted; the slots are not.
+        assert_eq!(l.large_start(), a.large);
+        assert_eq!(
+            Layout::new(&with(0, 0)).unwrap().large_start(),
+            Layout::new(&with(0, 0)).unwrap().total_len()
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@
 //! ```
 //! use spinwire::fabric::shm::wire::{Params, RxMsg, Segment};
 //!
-//! let params = Params { buffer_size: 4096, buffer_count: 64, ring_depth: 128, inline_max: 120 };
+//! let params = Params { buffer_size: 4096, buffer_count: 64, ring_depth: 128, inline_max: 120 , large_size: 0, large_count: 0};
 //! // Side A creates the segment and sends `fd` to side B (over the control socket).
 //! let (seg_a, fd) = Segment::create(&params)?;
 //! // Side B validated the same params during the handshake and attaches.

@@ -199,28 +199,51 @@ impl RelRing {
     }
 }
 
-/// Buffer-pool geometry of one direction.
+/// Buffer-pool geometry of one direction: `count` buffers of `size` bytes, then (issue #12)
+/// `large_count` large slots of `large_size` bytes, named `LARGE_BIT | slot`
+/// ([`crate::desc::LARGE_BIT`]). Ownership bitmaps index both with [`Pool::check`]'s dense bit:
+/// the buffers first, then the slots.
 pub(super) struct Pool {
     base: *mut u8,
     /// Size of each buffer in bytes.
     pub(super) size: u32,
     /// Number of buffers.
     pub(super) count: u32,
+    large_base: *mut u8,
+    /// Size of each large slot in bytes (0 without).
+    pub(super) large_size: u32,
+    /// Number of large slots.
+    pub(super) large_count: u32,
 }
 
 impl Pool {
     pub(super) fn new(map: &Mapping, dir: Dir) -> Self {
         let p = map.layout().params();
+        let d = map.layout().dir(dir);
         Pool {
-            base: map.base().wrapping_add(map.layout().dir(dir).buffers),
+            base: map.base().wrapping_add(d.buffers),
             size: p.buffer_size,
             count: p.buffer_count,
+            large_base: map.base().wrapping_add(d.large),
+            large_size: p.large_size,
+            large_count: p.large_count,
         }
     }
+
+    /// Bits an ownership bitmap needs: every buffer and every large slot.
+    pub(super) fn bits(&self) -> u32 {
+        self.count + self.large_count
+    }
+
+    /// Checks `index` (a buffer, or `LARGE_BIT | slot`) and returns its bit in an ownership
+    /// bitmap of [`bits`](Self::bits).
     #[inline(always)]
-    pub(super) fn check(&self, index: u32) -> Result<(), WireError> {
+    pub(super) fn check(&self, index: u32) -> Result<u32, WireError> {
         if index < self.count {
-            Ok(())
+            Ok(index)
+        } else if crate::desc::is_large(index) && crate::desc::large_slot(index) < self.large_count
+        {
+            Ok(self.count + crate::desc::large_slot(index))
         } else {
             Err(WireError::BadBufferIndex {
                 index,
@@ -228,10 +251,26 @@ impl Pool {
             })
         }
     }
-    /// Caller guarantees `index < count`.
+
+    /// Size of buffer (or slot) `index`; caller checked `index`.
+    #[inline(always)]
+    pub(super) fn size_of(&self, index: u32) -> u32 {
+        if crate::desc::is_large(index) {
+            self.large_size
+        } else {
+            self.size
+        }
+    }
+
+    /// Caller guarantees `check(index)` passed.
     #[inline(always)]
     pub(super) fn ptr(&self, index: u32) -> NonNull<u8> {
-        let p = self.base.wrapping_add(index as usize * self.size as usize);
+        let p = if crate::desc::is_large(index) {
+            self.large_base
+                .wrapping_add(crate::desc::large_slot(index) as usize * self.large_size as usize)
+        } else {
+            self.base.wrapping_add(index as usize * self.size as usize)
+        };
         // The mapping base is non-null and the buffer lies inside it, so `p` is non-null.
         NonNull::new(p).unwrap_or(NonNull::dangling())
     }

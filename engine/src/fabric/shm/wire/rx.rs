@@ -130,9 +130,9 @@ impl RxRing {
                     handler(RxMsg::Inline(b));
                 }
                 Record::BufRef { buf, len } => {
-                    if buf >= pool.count {
+                    if pool.check(buf).is_err() {
                         bad = Some((Field::BufRefIndex, u64::from(buf), start));
-                    } else if len > pool.size {
+                    } else if len > pool.size_of(buf) {
                         bad = Some((Field::BufRefLen, u64::from(len), start));
                     } else {
                         n += 1;
@@ -200,14 +200,13 @@ impl std::fmt::Debug for Releaser {
 
 impl Releaser {
     pub(crate) fn new(map: Arc<Mapping>, dir: Dir) -> Self {
-        let p = *map.layout().params();
         Releaser {
             rel: RelRing::new(&map, dir),
             rel_tail: 0,
             rel_published: 0,
             rel_head_cache: 0,
+            held: Bitmap::new(Pool::new(&map, dir).bits()),
             pool: Pool::new(&map, dir),
-            held: Bitmap::new(p.buffer_count),
             held_count: 0,
             map,
             _not_sync: PhantomData,
@@ -228,15 +227,15 @@ impl Releaser {
     /// side already holds it (the peer sent it twice without a release).
     #[inline]
     pub fn hold(&mut self, index: u32) -> Result<(), WireError> {
-        self.pool.check(index)?;
-        if self.held.get(index) {
+        let bit = self.pool.check(index)?;
+        if self.held.get(bit) {
             return Err(WireError::corrupt(
                 Field::BufRefHeld,
                 u64::from(index),
                 self.rel_tail,
             ));
         }
-        self.held.set(index);
+        self.held.set(bit);
         self.held_count += 1;
         Ok(())
     }
@@ -252,14 +251,14 @@ impl Releaser {
     /// [`WireError::PayloadTooLarge`] if `len > buffer_size`.
     #[inline]
     pub fn buffer(&self, index: u32, len: usize) -> Result<&[u8], WireError> {
-        self.pool.check(index)?;
-        if !self.held.get(index) {
+        let bit = self.pool.check(index)?;
+        if !self.held.get(bit) {
             return Err(WireError::BufferNotHeld { index });
         }
-        if len > self.pool.size as usize {
+        if len > self.pool.size_of(index) as usize {
             return Err(WireError::PayloadTooLarge {
                 len,
-                max: self.pool.size as usize,
+                max: self.pool.size_of(index) as usize,
             });
         }
         let p = self.pool.ptr(index);
@@ -277,8 +276,8 @@ impl Releaser {
     /// overflows (impossible with an honest sender, see [`Field::ReleaseOverflow`]).
     #[inline]
     pub fn release(&mut self, index: u32) -> Result<(), WireError> {
-        self.pool.check(index)?;
-        if !self.held.get(index) {
+        let bit = self.pool.check(index)?;
+        if !self.held.get(bit) {
             return Err(WireError::BufferNotHeld { index });
         }
         if self.rel_tail - self.rel_head_cache >= self.rel.cap {
@@ -299,7 +298,7 @@ impl Releaser {
             .entry(self.rel_tail)
             .store(index, Ordering::Relaxed);
         self.rel_tail += 1;
-        self.held.clear(index);
+        self.held.clear(bit);
         self.held_count -= 1;
         Ok(())
     }

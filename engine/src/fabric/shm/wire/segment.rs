@@ -38,7 +38,21 @@ fn os_err(step: &'static str, create: bool) -> WireError {
     }
 }
 
-fn map_shared(fd: BorrowedFd<'_>, len: usize, create: bool) -> Result<NonNull<u8>, WireError> {
+/// Maps the segment; its first `populate` bytes (rings, release rings, buffers) are
+/// pre-faulted so the data path takes no page faults there. The large slots after them
+/// (issue #12: tens of MiB per connection) fault in on first use instead, so a connection does
+/// not pay for mapping slots it may never fill.
+fn map_shared(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    populate: usize,
+    create: bool,
+) -> Result<NonNull<u8>, WireError> {
+    let flags = if populate >= len {
+        libc::MAP_SHARED | libc::MAP_POPULATE
+    } else {
+        libc::MAP_SHARED
+    };
     // SAFETY: a fresh mapping of `len` bytes at a kernel-chosen address; no existing memory is
     // affected. The result is checked against MAP_FAILED.
     let p = unsafe {
@@ -46,14 +60,33 @@ fn map_shared(fd: BorrowedFd<'_>, len: usize, create: bool) -> Result<NonNull<u8
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            // Pre-fault the page tables so the data path takes no page faults.
-            libc::MAP_SHARED | libc::MAP_POPULATE,
+            flags,
             fd.as_raw_fd(),
             0,
         )
     };
     if p == libc::MAP_FAILED {
         return Err(os_err("mmap", create));
+    }
+    if populate > 0 && populate < len {
+        // SAFETY: replaces the first `populate` bytes of the mapping just made (ours alone,
+        // not yet handed out) with the same file range, pre-faulted; `populate < len`.
+        let q = unsafe {
+            libc::mmap(
+                p,
+                populate,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if q == libc::MAP_FAILED {
+            let err = os_err("mmap", create);
+            // SAFETY: unmapping the mapping made above, which nothing else uses.
+            unsafe { libc::munmap(p, len) };
+            return Err(err);
+        }
     }
     NonNull::new(p.cast::<u8>()).ok_or_else(|| os_err("mmap", create))
 }
@@ -129,7 +162,12 @@ impl Segment {
         if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
             return Err(os_err("seal", true));
         }
-        let base = map_shared(std::os::fd::AsFd::as_fd(&fd), len, true)?;
+        let base = map_shared(
+            std::os::fd::AsFd::as_fd(&fd),
+            len,
+            layout.large_start(),
+            true,
+        )?;
         let map = Mapping {
             base,
             len,
@@ -151,6 +189,10 @@ impl Segment {
             .store(params.inline_max, Ordering::Relaxed);
         map.atomic_u64(hdr::TOTAL_LEN)
             .store(len as u64, Ordering::Relaxed);
+        map.atomic_u32(hdr::LARGE_SIZE)
+            .store(params.large_size, Ordering::Relaxed);
+        map.atomic_u32(hdr::LARGE_COUNT)
+            .store(params.large_count, Ordering::Relaxed);
         map.atomic_u32(map.state_off(Side::A, hdr::ST_PID))
             .store(std::process::id(), Ordering::Relaxed);
         map.atomic_u32(map.state_off(Side::A, hdr::ST_ATTACHED))
@@ -202,7 +244,7 @@ impl Segment {
                 actual: st.st_size as u64,
             });
         }
-        let base = map_shared(fd, len, false)?;
+        let base = map_shared(fd, len, layout.large_start(), false)?;
         let map = Mapping {
             base,
             len,
@@ -213,7 +255,7 @@ impl Segment {
         };
         // Until the attached flag is claimed below, dropping `map` only unmaps: a failed attempt
         // must not mark side B closed for a later, valid attach.
-        let checks: [(&'static str, u64, u64); 7] = [
+        let checks: [(&'static str, u64, u64); 9] = [
             (
                 "magic",
                 SEGMENT_MAGIC,
@@ -248,6 +290,16 @@ impl Segment {
                 "total_len",
                 len as u64,
                 map.atomic_u64(hdr::TOTAL_LEN).load(Ordering::Relaxed),
+            ),
+            (
+                "large_size",
+                u64::from(params.large_size),
+                u64::from(map.atomic_u32(hdr::LARGE_SIZE).load(Ordering::Relaxed)),
+            ),
+            (
+                "large_count",
+                u64::from(params.large_count),
+                u64::from(map.atomic_u32(hdr::LARGE_COUNT).load(Ordering::Relaxed)),
             ),
         ];
         for (what, expected, found) in checks {

@@ -61,7 +61,7 @@ impl TxRing {
             rel,
             rel_head: 0,
             rel_tail_cache: 0,
-            in_flight: Bitmap::new(p.buffer_count),
+            in_flight: Bitmap::new(pool.bits()),
             in_flight_count: 0,
             pool,
             map,
@@ -79,6 +79,18 @@ impl TxRing {
     #[inline]
     pub fn buffer_size(&self) -> usize {
         self.pool.size as usize
+    }
+
+    /// Size of each large slot in bytes (0 without large slots).
+    #[inline]
+    pub fn large_size(&self) -> usize {
+        self.pool.large_size as usize
+    }
+
+    /// Number of large slots in this direction (`LARGE_BIT | slot` indices).
+    #[inline]
+    pub fn large_count(&self) -> u32 {
+        self.pool.large_count
     }
 
     /// Number of buffers in this direction's pool.
@@ -173,14 +185,14 @@ impl TxRing {
     /// [`WireError::Ring`] if the consumer position read from the segment is invalid.
     #[inline]
     pub fn try_send_buf(&mut self, index: u32, len: u32) -> Result<bool, WireError> {
-        self.pool.check(index)?;
-        if self.in_flight.get(index) {
+        let bit = self.pool.check(index)?;
+        if self.in_flight.get(bit) {
             return Err(WireError::BufferInFlight { index });
         }
-        if len > self.pool.size {
+        if len > self.pool.size_of(index) {
             return Err(WireError::PayloadTooLarge {
                 len: len as usize,
-                max: self.pool.size as usize,
+                max: self.pool.size_of(index) as usize,
             });
         }
         if !self
@@ -190,7 +202,7 @@ impl TxRing {
         {
             return Ok(false);
         }
-        self.in_flight.set(index);
+        self.in_flight.set(bit);
         self.in_flight_count += 1;
         Ok(true)
     }
@@ -216,21 +228,21 @@ impl TxRing {
         for slot_out in &mut out[..n] {
             let pos = self.rel_head;
             let index = self.rel.entry(pos).load(Ordering::Relaxed);
-            if index >= self.pool.count {
+            let Ok(bit) = self.pool.check(index) else {
                 return Err(WireError::corrupt(
                     Field::ReleaseIndex,
                     u64::from(index),
                     pos,
                 ));
-            }
-            if !self.in_flight.get(index) {
+            };
+            if !self.in_flight.get(bit) {
                 return Err(WireError::corrupt(
                     Field::ReleaseDuplicate,
                     u64::from(index),
                     pos,
                 ));
             }
-            self.in_flight.clear(index);
+            self.in_flight.clear(bit);
             self.in_flight_count -= 1;
             *slot_out = index;
             self.rel_head = pos + 1;
@@ -250,15 +262,19 @@ impl TxRing {
     /// [`WireError::BadBufferIndex`]; [`WireError::BufferInFlight`] if the peer holds it.
     #[inline]
     pub fn buffer_mut(&mut self, index: u32) -> Result<&mut [u8], WireError> {
-        self.pool.check(index)?;
-        if self.in_flight.get(index) {
+        let bit = self.pool.check(index)?;
+        if self.in_flight.get(bit) {
             return Err(WireError::BufferInFlight { index });
         }
         let p = self.pool.ptr(index);
         // SAFETY: the buffer lies inside the mapping kept alive by `self.map` and is owned by
         // this side (not in flight), so the protocol gives the peer no access; the borrow of
         // `&mut self` prevents another view through this handle while the slice lives.
-        Ok(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), self.pool.size as usize) })
+        Ok(
+            unsafe {
+                std::slice::from_raw_parts_mut(p.as_ptr(), self.pool.size_of(index) as usize)
+            },
+        )
     }
 
     /// Raw pointer to buffer `index` (`buffer_size` bytes), for handing a buffer to the
