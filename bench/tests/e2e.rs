@@ -748,47 +748,12 @@ fn verbose_logs_control_plane_events() {
     assert!(stderr.contains("shm://"), "{stderr}");
 }
 
-/// The largest message a default shm connection carries with `--max-size max`, as the bench
-/// itself reports it (`conn_max_message_size`, from `Connection::max_message_size`): above the
-/// 4 KiB buffer size once the shm fabric has large slots, 4096 until then.
-fn shm_message_limit(max: &str) -> u64 {
-    let dir = out_dir("large-probe");
-    run_ok(
-        &[
-            "lat",
-            "--size",
-            "8",
-            "--max-size",
-            max,
-            "--iters",
-            "10",
-            "--warmup",
-            "0",
-            "--idle",
-            "backoff",
-            "--out",
-            dir.to_str().unwrap(),
-        ],
-        Duration::from_secs(60),
-    );
-    let s = summary(&dir);
-    let p = &s["points"][0];
-    assert_eq!(p["max_message_size"], 1 << 20, "{p}");
-    assert_eq!(p["buffer_size"], 4096, "{p}");
-    p["conn_max_message_size"]
-        .as_u64()
-        .expect("the connection's limit")
-}
-
-/// Needs a fabric with large slots (issue #12): a 1 MiB rate point, above the 4 KiB buffer
-/// size, goes through large slots and reports its bandwidth beside msgs/s and against the
-/// memcpy floor; a 1 MiB lat point echoes with every byte verified. While the default fabric
-/// (shm) has no large slots, the connection's limit is the buffer size and the same run must
-/// fail with the engine's typed `MessageTooLarge`, stating that limit.
+/// A 1 MiB rate point, above the 4 KiB buffer size, goes through the default fabric's (shm)
+/// large slots and reports its bandwidth beside msgs/s and against the memcpy floor; a 1 MiB
+/// lat point echoes with every byte verified.
 #[test]
 fn rate_above_the_buffer_size_reports_bandwidth() {
     let _s = serial();
-    let limit = shm_message_limit("1m");
     let dir = out_dir("large-rate");
     let args = [
         "rate",
@@ -805,22 +770,6 @@ fn rate_above_the_buffer_size_reports_bandwidth() {
         "--out",
         dir.to_str().unwrap(),
     ];
-    if limit <= 4096 {
-        eprintln!(
-            "shm has no large slots yet (connection limit {limit} B): expecting MessageTooLarge"
-        );
-        let out = wait(spawn(&args), Duration::from_secs(60));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
-        assert!(
-            stderr.contains(
-                "message of 1048576 bytes exceeds the maximum message size of 4096 bytes"
-            ),
-            "{stderr}"
-        );
-        return;
-    }
-    assert_eq!(limit, 1 << 20);
     let out = run_ok(&args, Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("x memcpy"), "{stdout}");
@@ -830,7 +779,11 @@ fn rate_above_the_buffer_size_reports_bandwidth() {
     check_rate(p);
     assert_eq!(p["size_bytes"], 1 << 20);
     assert_eq!(p["iters"], 64);
-    assert_eq!(p["conn_max_message_size"], 1 << 20);
+    // The connection's own limit: the large slots are there.
+    assert_eq!(p["conn_max_message_size"], 1 << 20, "{p}");
+    assert_eq!(p["max_message_size"], 1 << 20, "{p}");
+    assert_eq!(p["buffer_size"], 4096, "{p}");
+    assert_eq!(p["large_threshold"], 4096, "{p}");
     let bps = p["bytes_per_sec"].as_f64().unwrap();
     let mbs = p["mb_per_sec"].as_f64().unwrap();
     assert!(bps > 0.0 && (bps / 1e6 - mbs).abs() <= mbs * 1e-9, "{p}");
@@ -916,6 +869,8 @@ fn floor_reports_the_memcpy_bandwidth_of_the_size() {
     assert_eq!(p["bytes_per_sec"].as_f64(), Some(bps));
 }
 
+/// A sweep across the buffer size (64 KiB goes through a large slot) plots its bandwidth with
+/// the memcpy floor of each size drawn in.
 #[test]
 fn sweep_plots_bandwidth_against_the_memcpy_floor() {
     let _s = serial();
@@ -924,7 +879,9 @@ fn sweep_plots_bandwidth_against_the_memcpy_floor() {
         &[
             "sweep",
             "--sizes",
-            "1k,4k",
+            "1k,4k,64k",
+            "--max-size",
+            "64k",
             "--tests",
             "rate",
             "--rate-iters",
@@ -948,7 +905,7 @@ fn sweep_plots_bandwidth_against_the_memcpy_floor() {
         .iter()
         .map(|m| m["size_bytes"].as_u64().unwrap())
         .collect();
-    assert_eq!(sizes, vec![1024, 4096]);
+    assert_eq!(sizes, vec![1024, 4096, 65536]);
     for p in s["points"].as_array().unwrap() {
         check_rate(p);
         assert!(p["bytes_per_sec_x_memcpy"].as_f64().unwrap() > 0.0, "{p}");
