@@ -8,7 +8,7 @@ use super::conn::{BenchConn, Waiter};
 use super::wire::{payload_byte, unexpected, Hello, ServerResult, TAG_DATA, TAG_READY};
 use crate::cli::{Idle, LatencyKind, TestKind};
 use crate::error::BenchError;
-use crate::floor::duration_ns;
+use crate::floor::{duration_ns, AlignedBuf};
 
 /// Parameters of one client-side point.
 #[derive(Debug, Clone)]
@@ -111,9 +111,13 @@ pub(super) fn expect_result<C: BenchConn>(
 }
 
 /// A payload template: `size` bytes, tag first, a recognisable pattern after
-/// ([`payload_byte`]).
-pub(super) fn payload(size: usize) -> Vec<u8> {
-    let mut p: Vec<u8> = (0..size).map(payload_byte).collect();
+/// ([`payload_byte`]); it starts on a page, so the sender's copy into its buffer runs as the
+/// memcpy floor's does ([`AlignedBuf`]).
+pub(super) fn payload(size: usize) -> AlignedBuf {
+    let mut p = AlignedBuf::zeroed(size);
+    for (i, b) in p.iter_mut().enumerate() {
+        *b = payload_byte(i);
+    }
     if let Some(b) = p.first_mut() {
         *b = TAG_DATA;
     }
