@@ -60,11 +60,12 @@ pub enum Command {
     /// Ping-pong round trip: the client sends `--size` bytes, the server echoes them; reports RTT
     /// and RTT/2 percentiles.
     Lat(LatArgs),
-    /// One-way streaming rate: keeps up to `--depth` messages in flight and reports msgs/s, MB/s
-    /// and Gb/s measured at the receiver, with the machine's cache-line streaming floor (measured
-    /// first, in the same run, as `floor` does) and the ratio to it beside each figure
-    /// (`--no-floor` skips it). `--app-batch N` sends N messages per flush and receives up to N
-    /// per batch-receive call.
+    /// One-way streaming rate: keeps up to `--depth` messages in flight and reports msgs/s, bytes/s,
+    /// MB/s and Gb/s measured at the receiver, with the machine's cache-line streaming floor and
+    /// the single-core memcpy bandwidth of the size (measured first, in the same run, as `floor`
+    /// does) and the ratios to them beside each figure (`--no-floor` skips them). A message above
+    /// --buffer-size (up to --max-size) is written in place into a large slot. `--app-batch N`
+    /// sends N messages per flush and receives up to N per batch-receive call.
     Rate(RateArgs),
     /// Runs `lat` and/or `rate` over message sizes (powers of two up to `--max-size`, or
     /// `--sizes`), optionally crossed with one other knob, and `load` over `--rates`; measures
@@ -81,7 +82,8 @@ pub enum Command {
     /// a figure regressed beyond `--fail-above` (latency up, rate down).
     Compare(CompareArgs),
     /// The machine's floor on the chosen `--app-cores`: bare cache-line ping-pong RTT and a
-    /// minimal SPSC streaming rate between two pinned threads; with `--fabric tcp` the raw
+    /// minimal SPSC streaming rate between two pinned threads, and the single-core memcpy
+    /// bandwidth of `--size` copies (the bandwidth floor of shm); with `--fabric tcp` the raw
     /// busy-polled TCP ping-pong and `--size` send/recv stream, in loopback or across hosts
     /// (`--server` / `--client`).
     Floor(FloorArgs),
@@ -187,7 +189,9 @@ pub struct CommonArgs {
     pub fabric: Fabric,
 
     /// Measured iterations: round trips for lat, messages for rate (a sweep's rate points use
-    /// --rate-iters). [default: lat 100000, rate 1000000]
+    /// --rate-iters). A point above --buffer-size is also bounded by bytes: at most 4 GiB per
+    /// rate point and 1 GiB per lat or load point (at least 32 messages), and 256 MiB of
+    /// warm-up (at least 8). [default: lat 100000, rate 1000000]
     #[arg(
         long,
         value_name = "N",

@@ -101,7 +101,7 @@ pub(super) fn connect(
             Error::FabricNotCompiled { fabric } => BenchError::FabricNotCompiled { fabric },
             e => BenchError::Engine {
                 step: format!(
-                    "connecting to {endpoint} (is a `bench ... --server` running there?)"
+                    "connecting to {endpoint} (is a `bench ... --server` running there, with the same --buffers, --buffer-size, --max-size and --large-buffers?)"
                 ),
                 source: Box::new(e),
             },
