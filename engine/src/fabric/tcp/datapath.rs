@@ -167,6 +167,10 @@ pub struct TcpConn {
     payload_written: usize,
     /// DATA records queued so far (the bound for the peer's credit count).
     msgs_sent: u64,
+    /// A write failed (the peer reset or closed the connection): what was queued is dropped
+    /// (its buffers freed), nothing more is queued or written, and `flush` has nothing to do,
+    /// so the poller can retire the connection once everything received is delivered.
+    tx_dead: bool,
 
     // ---- receive side ----
     /// Bytes per receive chunk.
@@ -562,6 +566,7 @@ impl TcpConn {
             tail: 0,
             payload_written: 0,
             msgs_sent: 0,
+            tx_dead: false,
             chunk_size,
             head: 0,
             tail_rx: 0,
@@ -1021,6 +1026,10 @@ impl FabricConn for TcpConn {
 
     #[inline]
     fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        if self.tx_dead {
+            // The application sees the disconnect once the poller retires the connection.
+            return Ok(0);
+        }
         let mut n = 0;
         let cap = self.entries.len() as u64;
         for d in descs {
@@ -1106,6 +1115,9 @@ impl FabricConn for TcpConn {
 
     #[inline]
     fn flush(&mut self) -> Result<(), FabricError> {
+        if self.tx_dead {
+            return Ok(());
+        }
         if self.stage_written == self.stage_len && self.wr == self.tail {
             // Everything is in the kernel: start the stage over.
             self.stage_len = 0;
@@ -1128,7 +1140,16 @@ impl FabricConn for TcpConn {
                 self.consume(n);
             }
             Err(libc::EAGAIN | libc::EINTR) => {}
-            Err(e) => return Err(sock_err(e)),
+            Err(e) => {
+                // Reported once; the queued buffers go back (`reclaim` frees `[free_head,
+                // tail)`), and every later flush has nothing to write.
+                self.tx_dead = true;
+                self.wr = self.tail;
+                self.payload_written = 0;
+                self.stage_len = 0;
+                self.stage_written = 0;
+                return Err(sock_err(e));
+            }
         }
         if self.stage_written == self.stage_len && self.wr == self.tail {
             self.stage_len = 0;
