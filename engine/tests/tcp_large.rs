@@ -103,7 +103,11 @@ fn assert_too_large(e: &Error, size: usize, max: usize) {
 /// Every way of sending `limit + 1` bytes is refused with the limit, and nothing is sent.
 fn assert_limit_refused(c: &Connection, limit: usize) {
     assert_too_large(&c.claim(limit + 1).map(drop).unwrap_err(), limit + 1, limit);
-    assert_too_large(&c.send_copy(&vec![0u8; limit + 1]).unwrap_err(), limit + 1, limit);
+    assert_too_large(
+        &c.send_copy(&vec![0u8; limit + 1]).unwrap_err(),
+        limit + 1,
+        limit,
+    );
     let mut b = c.alloc_large_timeout(WAIT).expect("alloc_large");
     assert_eq!(b.capacity(), limit, "a large slot holds the limit");
     assert_too_large(&b.set_len(limit + 1).unwrap_err(), limit + 1, limit);
@@ -181,7 +185,11 @@ fn the_default_limit_is_16_mib_and_carried_whole() {
     let e = rtc_builder(BUF, BUFFERS).depth(DEPTH).build().unwrap();
     let (s, c) = pair(&e, &e, &ep4().0);
     assert_eq!(c.max_message_size(), DEFAULT_MAX_MESSAGE_SIZE);
-    round_trips(&s, &c, &[DEFAULT_MAX_MESSAGE_SIZE - 1, DEFAULT_MAX_MESSAGE_SIZE]);
+    round_trips(
+        &s,
+        &c,
+        &[DEFAULT_MAX_MESSAGE_SIZE - 1, DEFAULT_MAX_MESSAGE_SIZE],
+    );
     assert_limit_refused(&c, DEFAULT_MAX_MESSAGE_SIZE);
 }
 
@@ -319,7 +327,9 @@ fn a_flood_of_large_messages_into_a_slow_receiver_back_pressures_without_loss() 
         let a = s.recv_timeout(WAIT).expect("held 1");
         let b = s.recv_timeout(WAIT).expect("held 2");
         held_tx.send(()).unwrap();
-        let more = resume_rx.recv_timeout(Duration::from_secs(60)).expect("resume");
+        let more = resume_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("resume");
         verify(&a, FLOOD, LIMIT);
         verify(&b, FLOOD + 1, LIMIT);
         drop((a, b));
@@ -356,7 +366,10 @@ fn a_flood_of_large_messages_into_a_slow_receiver_back_pressures_without_loss() 
     }
     // This thread drives its engine (the large writes go on) until the receiver holds both.
     while held_rx.try_recv().is_err() {
-        assert!(Instant::now() < end, "the receiver never got the two it holds");
+        assert!(
+            Instant::now() < end,
+            "the receiver never got the two it holds"
+        );
         ce.poll();
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -371,7 +384,8 @@ fn a_flood_of_large_messages_into_a_slow_receiver_back_pressures_without_loss() 
                 Ok(mut b) => {
                     b.set_len(LIMIT).unwrap();
                     fill(&mut b, seq);
-                    c.send_timeout(b, WAIT).map_err(|e| panic!("send {seq}: {e:?}"))
+                    c.send_timeout(b, WAIT)
+                        .map_err(|e| panic!("send {seq}: {e:?}"))
                 }
                 Err(e) => Err(e),
             }
@@ -385,7 +399,10 @@ fn a_flood_of_large_messages_into_a_slow_receiver_back_pressures_without_loss() 
             Err(e) => panic!("send {seq}: {e}"),
         }
     }
-    assert!(timed_out, "{more} large messages went out to a receiver that reads nothing");
+    assert!(
+        timed_out,
+        "{more} large messages went out to a receiver that reads nothing"
+    );
     // Nothing is lost: the receiver resumes and gets every one.
     resume_tx.send(more).unwrap();
     while !receiver.is_finished() {

@@ -11,7 +11,12 @@
 //! runs and payload slices, so consecutive small messages and credits coalesce into one entry.
 //! A partial write keeps a byte offset into that list (nothing is copied again); a pooled
 //! buffer is freed ([`TxDone::free_buf`]) once all its bytes are in the kernel. Copying small
-//! messages once costs less than a 16-byte iovec entry per header plus one per payload.
+//! messages once costs less than a 16-byte iovec entry per header plus one per payload. A
+//! **large slot** (`LARGE_BIT | slot`, issue #12) is queued like a pooled buffer whatever its
+//! length: one `DATA` record, its header in the stage and its payload written straight from the
+//! slot by the same `sendmsg` path, over as many cycles as partial writes take; the slot is
+//! freed once all its bytes are in the kernel. Small and large messages share the one FIFO, so
+//! their order holds.
 //!
 //! **Receive, in place.** The connection's receive pool ([`rx_chunks`]) is a set of *chunks*,
 //! each large enough for at least two records of the largest size. One non-blocking `recv`
@@ -30,6 +35,21 @@
 //! moved. Lent messages are bounded by the pool's chunk count (the application's release ring
 //! holds that many): when they are all out, delivery waits, as it waits for ring room.
 //!
+//! **Receive, large messages** (issue #12, when the connection has large slots). A `DATA`
+//! record of up to half a chunk (`lend_max`: 32 KiB - 8 with the default 64-KiB chunks) is
+//! read into the chunks and lent in place like a pooled one, even above the buffer size: one
+//! contiguous message, no slot taken, at most one move. A longer one goes into a free **large
+//! receive slot**: once its header is parsed (and checked against the connection's limit), the
+//! payload bytes already read into the chunk (at most the rest of one `recv`, under a chunk)
+//! are copied to the slot's start, and the rest is read by `recv`s straight into the slot (the
+//! kernel's copy is the only one); then [`RxSink::push_large`] lends it, and the slot is free
+//! again when `LARGE_BIT | slot` comes back through [`release_rx`](FabricConn::release_rx).
+//! With no free slot the stream stops at that record's header and the socket is not read
+//! until the application drops a large message: TCP's window holds the sender back, whose
+//! slots then stay in flight (its `alloc_large` reports `WouldBlock`). Both sizes are read by
+//! the kernel's copy alone (plus that bounded prefix), so there is no cliff in copies at the
+//! switch; the measurement across it (`bench`, 4 KiB .. 16 MiB) is still to be taken.
+//!
 //! Small messages stay copied into the descriptor rather than lent: a lent message costs a
 //! release-ring round trip and a reference count, which for a message of at most
 //! [`INLINE_MAX`] bytes is more than copying its bytes within the cache line the ring slot
@@ -41,13 +61,15 @@
 //!
 //! **Credits.** The sender may have `depth` messages in flight (the engine counts them). The
 //! receiver consumes a `DATA` record only when its application's ring has a slot (and, for a
-//! large message, a free pool buffer) and then owes one credit; it returns the cumulative count
+//! lent message, a chunk to lend from; for a large one, a free large slot) and then owes one
+//! credit; it returns the cumulative count
 //! in a `CREDIT` record, piggybacked on its next write or alone once half the depth is owed. So
 //! at most `depth` messages sit in the kernel buffers and the receive buffer: a slow receiver
 //! back-pressures the sender, and the kernel never queues without bound.
 //!
 //! **Untrusted peer.** Every header is validated: an unknown, reserved or unexpected type
-//! (`BUF_REF`, `PAD`), a `DATA` payload above the buffer size, a malformed or zero length, a
+//! (`BUF_REF`, `PAD`), a `DATA` payload above the connection's limit (the buffer size without
+//! large slots), a malformed or zero length, reserved header bytes set, a
 //! credit count that goes backwards or exceeds the messages sent, or a stream that ends inside a
 //! record fail this connection with [`FabricError::Protocol`]. The end of stream is
 //! [`FabricError::PeerClosed`] (after delivering what came before), as is a reset.
@@ -1215,6 +1237,51 @@ mod tests {
             chunk,
             (2 * ((1 << 20) + RECORD_HEADER)).next_multiple_of(64)
         );
+    }
+
+    #[test]
+    fn large_headers_are_recognised_and_checked_against_the_limit() {
+        let h = |payload: usize, ty: u8| {
+            let mut b = [0u8; 8];
+            b[0..4].copy_from_slice(&((RECORD_HEADER + payload) as u32).to_le_bytes());
+            b[4] = ty;
+            b
+        };
+        let data = RecordType::Data as u8;
+        assert_eq!(
+            large_data(&h(100, data), 1000, 5000),
+            Ok(None),
+            "lent in place"
+        );
+        assert_eq!(
+            large_data(&h(1000, data), 1000, 5000),
+            Ok(None),
+            "the lend limit"
+        );
+        assert_eq!(large_data(&h(1001, data), 1000, 5000), Ok(Some(1001)));
+        assert_eq!(
+            large_data(&h(5000, data), 1000, 5000),
+            Ok(Some(5000)),
+            "the limit"
+        );
+        assert!(
+            large_data(&h(5001, data), 1000, 5000).is_err(),
+            "above the limit"
+        );
+        assert_eq!(
+            large_data(&h(5001, data)[..7], 1000, 5000),
+            Ok(None),
+            "partial header"
+        );
+        let credit = RecordType::Credit as u8;
+        assert_eq!(
+            large_data(&h(5001, credit), 1000, 5000),
+            Ok(None),
+            "the reader's"
+        );
+        let mut reserved = h(2000, data);
+        reserved[7] = 1;
+        assert!(large_data(&reserved, 1000, 5000).is_err(), "reserved bytes");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! | 4      | `version`     | the record format version ([`record::VERSION`]) |
 //! | 5      | `status`      | reply only: 0 accepted, 1 parameters differ, 2 busy, 3 invalid hello |
 //! | 6..8   | reserved      | 0 |
-//! | 8..12  | `buffer_size` | bytes per pool buffer = the largest message |
+//! | 8..12  | `buffer_size` | bytes per pool buffer (the largest message without large slots) |
 //! | 12..16 | `depth`       | messages the sender may have in flight (the credit grant) |
 //! | 16..20 | `max_message_size` | the largest message with large slots (issue #12); 0 or `buffer_size` without |
 //! | 20..24 | `large_buffers` | large slots per direction; 0: no large messages |
@@ -42,7 +42,7 @@ pub(crate) const STATUS_INVALID: u8 = 3;
 pub struct TcpParams {
     /// Record format version.
     pub version: u8,
-    /// Bytes per pool buffer (the largest message).
+    /// Bytes per pool buffer (the largest message without large slots).
     pub buffer_size: u32,
     /// The sender's credit depth.
     pub depth: u32,
@@ -109,8 +109,7 @@ impl TcpParams {
     /// `max_message_size`; else the buffer size (the two sides' buffer sizes are equal).
     pub(crate) fn message_limit(&self, theirs: &TcpParams) -> (usize, bool) {
         let limit = self.max_message_size.min(theirs.max_message_size) as usize;
-        if self.large_buffers > 0 && theirs.large_buffers > 0 && limit > self.buffer_size as usize
-        {
+        if self.large_buffers > 0 && theirs.large_buffers > 0 && limit > self.buffer_size as usize {
             (limit, true)
         } else {
             (self.buffer_size as usize, false)
@@ -147,7 +146,10 @@ mod tests {
             params((MAX_MESSAGE_SIZE + 1) as u32, 2),
             params(1 << 20, MAX_LARGE_BUFFERS as u32 + 1),
         ] {
-            assert!(TcpParams::decode(&bad.encode(STATUS_OK)).is_err(), "{bad:?}");
+            assert!(
+                TcpParams::decode(&bad.encode(STATUS_OK)).is_err(),
+                "{bad:?}"
+            );
         }
         let mut b = p.encode(STATUS_OK);
         b[24] = 1;
