@@ -77,6 +77,8 @@ fn frame(seq: u32, len: usize) -> Vec<u8> {
 }
 
 /// Receives the next message into `buf` with `recv_into`, within `WAIT`.
+// The error hands the message back, as `recv_into`'s does.
+#[allow(clippy::result_large_err)]
 fn recv_into_wait<'c>(c: &'c Connection, buf: &mut [u8]) -> Result<usize, RecvIntoError<'c>> {
     let deadline = Instant::now() + WAIT;
     loop {
