@@ -551,8 +551,14 @@ impl TcpConn {
         // up to half a chunk are read into the chunks like smaller ones (one contiguous lent
         // message, no slot needed: a record that does not fit the rest of a chunk is moved at
         // most once, as it fits a whole chunk from its start); longer ones go into a large slot.
+        // A large record is read with its padding into a slot (setup sizes them `align8(limit)`):
+        // capped here too, so the slot writes in `parse`/`fill_large` stay in the slot whatever
+        // the sizes given.
         let max_payload = if rx_large.count() > 0 {
-            sizes.max_payload.max(buf_size)
+            sizes
+                .max_payload
+                .min(rx_large.buf_size() / 8 * 8)
+                .max(buf_size)
         } else {
             buf_size
         };
@@ -845,8 +851,9 @@ impl TcpConn {
                 // What of it was read into the chunk already (at most a chunk) is copied;
                 // the rest is read from the socket into the slot.
                 let k = (buf.len() - RECORD_HEADER).min(total);
-                // SAFETY: `slot < large count` (from the free stack), the slot holds
-                // `align8(limit) >= total >= k` bytes and is the fabric's (not lent); the source
+                // SAFETY: `slot < large count` (from the free stack), the slot holds at least
+                // `align8(max_payload) >= total >= k` bytes (`new` caps `max_payload`) and is
+                // the fabric's (not lent); the source
                 // is `k` unparsed bytes of the current chunk; pools do not overlap.
                 unsafe {
                     core::ptr::copy_nonoverlapping(
@@ -939,7 +946,7 @@ impl TcpConn {
     #[inline]
     fn fill_large(&mut self, mut l: LargeRx) -> Result<bool, FabricError> {
         // SAFETY: `slot < large count` (taken from the free stack), `got < total <=` the slot
-        // size (`align8(limit)`): the unread rest of a slot that only the fabric touches until
+        // size (`new` caps `max_payload` so that `align8(max_payload)` fits): the unread rest of a slot that only the fabric touches until
         // the message is delivered.
         let free = unsafe {
             std::slice::from_raw_parts_mut(
