@@ -182,8 +182,9 @@ impl Connection {
             shared: parts.shared,
             tx_pool: parts.tx_pool,
             rx_pool: parts.rx_pool,
+            // A fabric may settle a smaller limit with its peer (tcp's hello): its slots are
+            // then that size.
             message_limit: if parts.tx_large.count() > 0 {
-                // The fabric may have sized its slots to what both sides agreed.
                 cfg.message_limit().min(parts.tx_large.buf_size())
             } else {
                 parts.tx_pool.buf_size()
