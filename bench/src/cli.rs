@@ -60,11 +60,12 @@ pub enum Command {
     /// Ping-pong round trip: the client sends `--size` bytes, the server echoes them; reports RTT
     /// and RTT/2 percentiles.
     Lat(LatArgs),
-    /// One-way streaming rate: keeps up to `--depth` messages in flight and reports msgs/s, MB/s
-    /// and Gb/s measured at the receiver, with the machine's cache-line streaming floor (measured
-    /// first, in the same run, as `floor` does) and the ratio to it beside each figure
-    /// (`--no-floor` skips it). `--app-batch N` sends N messages per flush and receives up to N
-    /// per batch-receive call.
+    /// One-way streaming rate: keeps up to `--depth` messages in flight and reports msgs/s, bytes/s,
+    /// MB/s and Gb/s measured at the receiver, with the machine's cache-line streaming floor and
+    /// the single-core memcpy bandwidth of the size (measured first, in the same run, as `floor`
+    /// does) and the ratios to them beside each figure (`--no-floor` skips them). A message above
+    /// --buffer-size (up to --max-size) is written in place into a large slot. `--app-batch N`
+    /// sends N messages per flush and receives up to N per batch-receive call.
     Rate(RateArgs),
     /// Runs `lat` and/or `rate` over message sizes (powers of two up to `--max-size`, or
     /// `--sizes`), optionally crossed with one other knob, and `load` over `--rates`; measures
@@ -81,7 +82,8 @@ pub enum Command {
     /// a figure regressed beyond `--fail-above` (latency up, rate down).
     Compare(CompareArgs),
     /// The machine's floor on the chosen `--app-cores`: bare cache-line ping-pong RTT and a
-    /// minimal SPSC streaming rate between two pinned threads; with `--fabric tcp` the raw
+    /// minimal SPSC streaming rate between two pinned threads, and the single-core memcpy
+    /// bandwidth of `--size` copies (the bandwidth floor of shm); with `--fabric tcp` the raw
     /// busy-polled TCP ping-pong and `--size` send/recv stream, in loopback or across hosts
     /// (`--server` / `--client`).
     Floor(FloorArgs),
@@ -187,7 +189,9 @@ pub struct CommonArgs {
     pub fabric: Fabric,
 
     /// Measured iterations: round trips for lat, messages for rate (a sweep's rate points use
-    /// --rate-iters). [default: lat 100000, rate 1000000]
+    /// --rate-iters). A point above --buffer-size is also bounded by bytes: at most 4 GiB per
+    /// rate point and 1 GiB per lat or load point (at least 32 messages), and 256 MiB of
+    /// warm-up (at least 8). [default: lat 100000, rate 1000000]
     #[arg(
         long,
         value_name = "N",
@@ -265,6 +269,12 @@ pub struct CommonArgs {
         help_heading = "Data path"
     )]
     pub app_batch: usize,
+    /// Check every byte of every payload against the pattern the sender wrote (the server
+    /// checks what it receives, the lat client its echoes). Without it the receiver checks each
+    /// payload's length and tag, and a large one (above --buffer-size) also at a few words
+    /// spread over it, so the bytes are read.
+    #[arg(long, help_heading = "Data path")]
+    pub verify: bool,
     /// Credits: max messages in flight per connection (the rate window); at most --buffers.
     #[arg(
         long,
@@ -298,10 +308,25 @@ pub struct CommonArgs {
         help_heading = "Data path"
     )]
     pub buffers: usize,
-    /// Bytes per buffer: the largest message size. Accepts k/m suffixes (4k = 4096).
+    /// Bytes per buffer: the eager limit (a larger message goes through a large slot, up to
+    /// --max-size). Accepts k/m suffixes (4k = 4096).
     #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_size,
           help_heading = "Data path")]
     pub buffer_size: usize,
+    /// The largest message a connection carries (the engine's `max_message_size`), set on both
+    /// sides: a message above --buffer-size travels through a large slot of this size, written
+    /// in place. Accepts k/m suffixes (16m). `sweep`: also the top of the powers-of-two sweep.
+    /// [default: the engine's, 16m]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Data path")]
+    pub max_size: Option<usize>,
+    /// Large slots per connection per direction: large messages in flight at once (0 turns
+    /// large messages off: the limit is then --buffer-size). [default: the engine's, 2]
+    #[arg(long, value_name = "N", help_heading = "Data path")]
+    pub large_buffers: Option<usize>,
+    /// A message longer than this goes through a large slot, a shorter one through a pool
+    /// buffer (eager). Accepts k/m suffixes. [default and maximum: --buffer-size]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Data path")]
+    pub large_threshold: Option<usize>,
 
     /// Write reports here: *.hgrm, *.hlog, summary.json, summary.csv and *.svg plots.
     #[arg(long, value_name = "DIR", help_heading = "Output")]
@@ -337,7 +362,8 @@ pub struct LatArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: CommonArgs,
-    /// Message size in bytes (k/m suffixes accepted); at most --buffer-size.
+    /// Message size in bytes (k/m suffixes accepted); at most --max-size (above --buffer-size
+    /// it goes through a large slot).
     #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = parse_size,
           help_heading = "Run length")]
     pub size: usize,
@@ -352,7 +378,8 @@ pub struct RateArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: CommonArgs,
-    /// Message size in bytes (k/m suffixes accepted); at most --buffer-size.
+    /// Message size in bytes (k/m suffixes accepted); at most --max-size (above --buffer-size
+    /// it goes through a large slot).
     #[arg(long, value_name = "BYTES", default_value_t = 8, value_parser = parse_size,
           help_heading = "Run length")]
     pub size: usize,
@@ -497,14 +524,11 @@ pub struct SweepArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: CommonArgs,
-    /// Explicit message sizes, e.g. `8,64,512,4k` [default: powers of two 1..=--max-size].
+    /// Explicit message sizes, e.g. `8,64,512,4k,1m`, each at most --max-size [default: powers
+    /// of two 1..=--max-size when --max-size is given, else 1..=--buffer-size].
     #[arg(long, value_name = "SIZES", value_delimiter = ',', value_parser = parse_size,
           help_heading = "Sweep")]
     pub sizes: Vec<usize>,
-    /// Largest size of the powers-of-two sweep [default: --buffer-size].
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, conflicts_with = "sizes",
-          help_heading = "Sweep")]
-    pub max_size: Option<usize>,
     /// Offered rates for open-loop `load` points, e.g. `100k,500k,1m` (adds `load` to
     /// --tests); writes latency-vs-load.svg (p50, p99, p99.9 against the offered rate).
     #[arg(long, value_name = "RATES", value_delimiter = ',', value_parser = parse_rate,
@@ -575,8 +599,9 @@ pub struct FloorArgs {
     /// cache-line one, in loopback or across hosts (`--server` / `--client`).
     #[arg(long, value_enum, default_value_t = Fabric::Shm)]
     pub fabric: Fabric,
-    /// `tcp`: bytes per streamed chunk (one `send` / `recv` each), the bandwidth floor of
-    /// messages of this size (k/m suffixes accepted, at most 8 MiB).
+    /// Bytes per copy of the single-core `memcpy` bandwidth (the bandwidth floor of shm for
+    /// messages of this size; source and destination of this size, warm); `tcp`: also bytes per
+    /// streamed chunk (one `send` / `recv` each, at most 8 MiB). k/m suffixes accepted.
     #[arg(long, value_name = "BYTES", default_value = "64k", value_parser = parse_size)]
     pub size: usize,
     /// `tcp` only: run only the server side, listening on ADDR:PORT (default 0.0.0.0:7472), until

@@ -6,7 +6,9 @@
 //! cargo run --release -p bench -- sweep --sizes 8,64,512,4096 --iters 20000 --out target/bench-out
 //! cargo run --release -p bench -- lat --size 64 --floor           # one latency point, with ratios
 //! cargo run --release -p bench -- rate --size 4k --duration 2s    # one rate point, beside the floor
-//! cargo run --release -p bench -- rate --size 8 --app-batch 32     # 32 msgs per flush / per poll call
+//! cargo run --release -p bench -- rate --size 8 --app-batch 32     # 32 msgs per flush / per poll
+//! cargo run --release -p bench -- rate --size 1m --max-size 16m    # a large message: bandwidth vs memcpy
+//! cargo run --release -p bench -- sweep --sizes 4k,64k,1m,16m --max-size 16m --tests rate --out target/bw call
 //! cargo run --release -p bench -- floor                           # the machine's own floor
 //! cargo run --release -p bench -- cost --sizes 8,64 --batch 32     # engine cost per message / RTT
 //! cargo run --release -p bench -- load --size 64 --rate 1m          # open-loop latency at 1 M msgs/s
@@ -18,7 +20,8 @@
 //! # Layout
 //!
 //! * [`cli`]: the clap definitions of every subcommand and knob.
-//! * [`floor`]: the machine's own floor (cache-line ping-pong, SPSC streaming).
+//! * [`floor`]: the machine's own floor (cache-line ping-pong, SPSC streaming, single-core
+//!   memcpy bandwidth per size).
 //! * [`run`]: validation of the flags into a [`run::Plan`], the benchmark protocol
 //!   ([`run::proto`], written once over the [`run::conn::BenchConn`] trait; the open-loop load
 //!   test in `run/load.rs`, message layouts in `run/wire.rs`), and the runs: loopback in one

@@ -137,6 +137,14 @@ impl RateSummary {
         self.msgs as f64 * 1e9 / self.elapsed_ns as f64
     }
 
+    /// Bytes per second of payload.
+    pub fn bytes_per_sec(&self) -> f64 {
+        if self.elapsed_ns == 0 {
+            return 0.0;
+        }
+        self.bytes as f64 * 1e9 / self.elapsed_ns as f64
+    }
+
     /// Megabytes (10^6 bytes) per second of payload.
     pub fn mb_per_sec(&self) -> f64 {
         if self.elapsed_ns == 0 {
@@ -189,6 +197,7 @@ mod tests {
         };
         assert_eq!(r.msgs_per_sec(), 2e6);
         assert_eq!(r.mb_per_sec(), 128.0);
+        assert_eq!(r.bytes_per_sec(), 128e6);
         assert!((r.gbit_per_sec() - 1.024).abs() < 1e-12);
     }
 }

@@ -124,6 +124,55 @@ fn sweep_flags_parse() {
     );
 }
 
+#[test]
+fn large_message_flags_parse() {
+    assert_eq!(parse_size("16m"), Ok(16 << 20));
+    assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+    assert_eq!(parse_size("1g"), Ok(1 << 30));
+    let cli = Cli::try_parse_from([
+        "bench",
+        "rate",
+        "--size",
+        "1m",
+        "--max-size",
+        "16m",
+        "--large-buffers",
+        "4",
+        "--large-threshold",
+        "2k",
+        "--verify",
+    ])
+    .unwrap();
+    let Sub::Rate(r) = cli.command else {
+        panic!("not rate")
+    };
+    assert_eq!(r.size, 1 << 20);
+    assert_eq!(r.common.max_size, Some(16 << 20));
+    assert_eq!(r.common.large_buffers, Some(4));
+    assert_eq!(r.common.large_threshold, Some(2048));
+    assert!(r.common.verify);
+    // Unset: the engine's defaults apply.
+    let cli = Cli::try_parse_from(["bench", "lat", "--size", "64k"]).unwrap();
+    let Sub::Lat(l) = cli.command else {
+        panic!("not lat")
+    };
+    assert_eq!(l.size, 64 << 10);
+    assert_eq!(l.common.max_size, None);
+    assert_eq!(l.common.large_buffers, None);
+    assert_eq!(l.common.large_threshold, None);
+    assert!(!l.common.verify);
+    // A sweep's --max-size is the engine's limit and the top of the powers of two; explicit
+    // --sizes may go with it.
+    let cli = Cli::try_parse_from(["bench", "sweep", "--sizes", "4k,64k,1m", "--max-size", "1M"])
+        .unwrap();
+    let Sub::Sweep(s) = cli.command else {
+        panic!("not sweep")
+    };
+    assert_eq!(s.sizes, vec![4096, 64 << 10, 1 << 20]);
+    assert_eq!(s.common.max_size, Some(1 << 20));
+    assert!(Cli::try_parse_from(["bench", "rate", "--max-size", "1x"]).is_err());
+}
+
 fn bench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bench"))
         .args(args)
@@ -175,11 +224,23 @@ fn help_explains_every_knob() {
         "--signal-every",
         "--buffers",
         "--buffer-size",
+        "--max-size",
+        "--large-buffers",
+        "--large-threshold",
+        "--verify",
         "--out",
         "--floor",
     ] {
         assert!(help.contains(flag), "lat --help lacks {flag}");
     }
+    let out = bench(&["rate", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--max-size", "--large-buffers", "--large-threshold"] {
+        assert!(help.contains(flag), "rate --help lacks {flag}");
+    }
+    let out = bench(&["floor", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("memcpy"), "floor --help lacks memcpy");
     let out = bench(&["load", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     for flag in ["--rate", "--burst", "--latency", "--size", "--out"] {
@@ -216,15 +277,33 @@ fn help_explains_every_knob() {
 
 #[test]
 fn bad_values_are_rejected_before_measuring() {
+    // Sizes go up to --max-size (the engine's default, 16 MiB, without it).
     fails(
-        &["lat", "--size", "8192"],
+        &["lat", "--size", "32m"],
         1,
-        "larger than --buffer-size 4096",
+        "larger than --max-size 16777216",
     );
     fails(
-        &["sweep", "--sizes", "8,8k"],
+        &["sweep", "--sizes", "8,2m", "--max-size", "1m"],
         1,
-        "larger than --buffer-size",
+        "larger than --max-size 1048576",
+    );
+    fails(
+        &["rate", "--size", "8k", "--large-buffers", "0"],
+        1,
+        "larger than --buffer-size 4096 and --large-buffers is 0",
+    );
+    fails(
+        &["rate", "--large-threshold", "8k"],
+        1,
+        "more than --buffer-size 4096",
+    );
+    fails(&["rate", "--max-size", "0"], 1, "invalid --max-size");
+    fails(&["rate", "--max-size", "2g"], 1, "MAX_MESSAGE_SIZE");
+    fails(
+        &["rate", "--large-buffers", "100000"],
+        1,
+        "MAX_LARGE_BUFFERS",
     );
     fails(&["sweep", "--sizes", "0"], 1, "at least 1 byte");
     fails(&["load"], 1, "load needs an offered rate");

@@ -747,3 +747,177 @@ fn verbose_logs_control_plane_events() {
     assert!(stderr.contains("connection established"), "{stderr}");
     assert!(stderr.contains("shm://"), "{stderr}");
 }
+
+/// A 1 MiB rate point, above the 4 KiB buffer size, goes through the default fabric's (shm)
+/// large slots and reports its bandwidth beside msgs/s and against the memcpy floor; a 1 MiB
+/// lat point echoes with every byte verified.
+#[test]
+fn rate_above_the_buffer_size_reports_bandwidth() {
+    let _s = serial();
+    let dir = out_dir("large-rate");
+    let args = [
+        "rate",
+        "--size",
+        "1m",
+        "--max-size",
+        "1m",
+        "--iters",
+        "64",
+        "--warmup",
+        "4",
+        "--idle",
+        "backoff",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let out = run_ok(&args, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("x memcpy"), "{stdout}");
+    assert!(stdout.contains("large slot > 4096 B"), "{stdout}");
+    let s = summary(&dir);
+    let p = &s["points"][0];
+    check_rate(p);
+    assert_eq!(p["size_bytes"], 1 << 20);
+    assert_eq!(p["iters"], 64);
+    // The connection's own limit: the large slots are there.
+    assert_eq!(p["conn_max_message_size"], 1 << 20, "{p}");
+    assert_eq!(p["max_message_size"], 1 << 20, "{p}");
+    assert_eq!(p["buffer_size"], 4096, "{p}");
+    assert_eq!(p["large_threshold"], 4096, "{p}");
+    let bps = p["bytes_per_sec"].as_f64().unwrap();
+    let mbs = p["mb_per_sec"].as_f64().unwrap();
+    assert!(bps > 0.0 && (bps / 1e6 - mbs).abs() <= mbs * 1e-9, "{p}");
+    let floor = p["floor_memcpy_bytes_per_sec"].as_f64().unwrap();
+    let memcpy = &s["floor"]["memcpy"][0];
+    assert_eq!(memcpy["size_bytes"], 1 << 20);
+    assert_eq!(Some(floor), memcpy["bytes_per_sec"].as_f64());
+    let x = p["bytes_per_sec_x_memcpy"].as_f64().unwrap();
+    assert!((x - bps / floor).abs() < 1e-9, "{p}");
+    let csv = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    for col in [
+        "bytes_per_sec",
+        "floor_memcpy_bytes_per_sec",
+        "bytes_per_sec_x_memcpy",
+        "max_message_size",
+        "large_threshold",
+    ] {
+        assert!(header.split(',').any(|c| c == col), "{col} in {header}");
+    }
+    // Round trips of 1 MiB, every echoed byte checked.
+    let dir = out_dir("large-lat");
+    run_ok(
+        &[
+            "lat",
+            "--size",
+            "1m",
+            "--max-size",
+            "1m",
+            "--verify",
+            "--iters",
+            "32",
+            "--warmup",
+            "2",
+            "--idle",
+            "backoff",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    let s = summary(&dir);
+    check_lat(&s["points"][0]);
+    assert_eq!(s["points"][0]["iters"], 32);
+}
+
+#[test]
+fn floor_reports_the_memcpy_bandwidth_of_the_size() {
+    let _s = serial();
+    let dir = out_dir("floor-memcpy");
+    let out = run_ok(
+        &[
+            "floor",
+            "--size",
+            "64k",
+            "--iters",
+            "2000",
+            "--warmup",
+            "100",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("memcpy floor (core"), "{stdout}");
+    let s = summary(&dir);
+    let m = &s["floor"]["memcpy"][0];
+    assert_eq!(m["size_bytes"], 65536, "{m}");
+    let bps = m["bytes_per_sec"].as_f64().unwrap();
+    assert!(bps > 0.0);
+    assert!((m["mb_per_sec"].as_f64().unwrap() - bps / 1e6).abs() < 1e-6);
+    assert!(m["copies"].as_u64().unwrap() >= 16);
+    // Also a point of its own (summary.csv's rows).
+    let p = s["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["label"] == "floor-memcpy-65536B")
+        .expect("the memcpy floor point");
+    assert_eq!(p["test"], "floor");
+    assert_eq!(p["fabric"], "memcpy");
+    assert_eq!(p["bytes_per_sec"].as_f64(), Some(bps));
+}
+
+/// A sweep across the buffer size (64 KiB goes through a large slot) plots its bandwidth with
+/// the memcpy floor of each size drawn in.
+#[test]
+fn sweep_plots_bandwidth_against_the_memcpy_floor() {
+    let _s = serial();
+    let dir = out_dir("sweep-bandwidth");
+    run_ok(
+        &[
+            "sweep",
+            "--sizes",
+            "1k,4k,64k",
+            "--max-size",
+            "64k",
+            "--tests",
+            "rate",
+            "--rate-iters",
+            "5000",
+            "--iters",
+            "2000",
+            "--warmup",
+            "100",
+            "--idle",
+            "backoff",
+            "--quiet",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    let s = summary(&dir);
+    let sizes: Vec<u64> = s["floor"]["memcpy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["size_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, vec![1024, 4096, 65536]);
+    for p in s["points"].as_array().unwrap() {
+        check_rate(p);
+        assert!(p["bytes_per_sec_x_memcpy"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    let svg = std::fs::read_to_string(dir.join("bandwidth-vs-size.svg")).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    assert!(
+        doc.descendants()
+            .any(|n| n.text() == Some("memcpy floor (1 core)")),
+        "no floor legend in {svg}"
+    );
+    // One line for the rate points, one for the floor.
+    let paths = doc.descendants().filter(|n| n.has_tag_name("path")).count();
+    assert_eq!(paths, 2, "{svg}");
+}

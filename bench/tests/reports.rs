@@ -40,6 +40,9 @@ fn knobs() -> Knobs {
         app_cores: vec![0, 1],
         offered_rate: 0,
         app_batch: 0,
+        max_message_size: 16 << 20,
+        large_buffers: 2,
+        large_threshold: 4096,
     }
 }
 
@@ -60,12 +63,16 @@ fn point(test: &str, size: u64) -> Point {
         msgs_per_sec: None,
         mb_per_sec: None,
         gbit_per_sec: None,
+        bytes_per_sec: None,
         co_corrected: false,
         cross: None,
         cross_value: None,
         rtt_x_floor: None,
         msgs_per_sec_x_floor: None,
         floor_msgs_per_sec: None,
+        floor_memcpy_bytes_per_sec: None,
+        bytes_per_sec_x_memcpy: None,
+        conn_max_message_size: None,
         counters: None,
         latency_ns: None,
         latency_kind: None,
@@ -399,4 +406,110 @@ fn console_table_shows_every_figure_and_ratio() {
 fn started_time_is_sane() {
     let r = sample_report();
     assert!(r.started <= SystemTime::now());
+}
+
+/// The memcpy floor: its per-size figures in `summary.json`, each rate point's bandwidth
+/// against it (`bytes_per_sec_x_memcpy`), the CSV columns, the console, and its line in
+/// `bandwidth-vs-size.svg` (log x) next to the measured bandwidth.
+#[test]
+fn memcpy_floor_and_bandwidth_against_it() {
+    use spinwire_bench::floor::MemcpyFloor;
+    use spinwire_bench::report::MEMCPY_SERIES;
+    let mut r = Report::new(vec!["bench".into(), "sweep".into()]);
+    r.floor = sample_report().floor;
+    let sizes = [4096u64, 1 << 20, 16 << 20];
+    for size in sizes {
+        // 8 GB/s: elapsed = bytes / 8.
+        r.memcpy.push(MemcpyFloor {
+            size_bytes: size,
+            copies: 64,
+            elapsed_ns: 64 * size / 8,
+            core: 0,
+        });
+    }
+    for size in sizes {
+        let rs = RateSummary {
+            msgs: 100,
+            bytes: 100 * size,
+            // 4 GB/s: half the floor.
+            elapsed_ns: 100 * size / 4,
+        };
+        let mut p = point("rate", size);
+        p.msgs_per_sec = Some(rs.msgs_per_sec());
+        p.mb_per_sec = Some(rs.mb_per_sec());
+        p.gbit_per_sec = Some(rs.gbit_per_sec());
+        p.bytes_per_sec = Some(rs.bytes_per_sec());
+        r.push(Measured {
+            point: p,
+            rtt: None,
+            intervals: vec![],
+        });
+    }
+    let s = r.summary();
+    let floor = s.floor.as_ref().unwrap();
+    assert_eq!(floor.memcpy.len(), 3);
+    assert!((floor.memcpy[1].bytes_per_sec - 8e9).abs() < 1e-3);
+    assert!((floor.memcpy[1].mb_per_sec - 8e3).abs() < 1e-6);
+    for p in &s.points {
+        assert!((p.bytes_per_sec.unwrap() - 4e9).abs() < 1e-3, "{p:?}");
+        assert!((p.floor_memcpy_bytes_per_sec.unwrap() - 8e9).abs() < 1e-3);
+        assert!((p.bytes_per_sec_x_memcpy.unwrap() - 0.5).abs() < 1e-9);
+    }
+    // JSON round trip keeps the new fields; a summary without them still parses.
+    let json = serde_json::to_string(&s).unwrap();
+    let back: Summary = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.floor.as_ref().unwrap().memcpy, floor.memcpy);
+    assert_eq!(
+        back.points[2].bytes_per_sec_x_memcpy,
+        s.points[2].bytes_per_sec_x_memcpy
+    );
+    assert_eq!(back.points[2].knobs, s.points[2].knobs);
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    old["floor"].as_object_mut().unwrap().remove("memcpy");
+    old["points"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("bytes_per_sec_x_memcpy");
+    let old: Summary = serde_json::from_value(old).unwrap();
+    assert!(old.floor.unwrap().memcpy.is_empty());
+    let csv = spinwire_bench::report::csv(&s.points);
+    let mut rows = csv.lines();
+    let header: Vec<&str> = rows.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let row: Vec<&str> = rows.next().unwrap().split(',').collect();
+    assert_eq!(row.len(), CSV_COLUMNS.len());
+    assert_eq!(row[col("bytes_per_sec_x_memcpy")], "0.5");
+    assert_eq!(row[col("max_message_size")], (16 << 20).to_string());
+    assert_eq!(row[col("large_threshold")], "4096");
+    let text = spinwire_bench::report::console::render(&r, spinwire_bench::cli::Unit::Us);
+    for want in [
+        "memcpy floor (core 0): 1048576B",
+        "x memcpy",
+        "0.500x",
+        "thresholds: inline <= 64 B | eager <= 4096 B (buffer size) | large slot > 4096 B",
+        "max message 16777216 B",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+    let plots = r.plots();
+    let (_, bw) = plots
+        .iter()
+        .find(|(n, _)| n == "bandwidth-vs-size.svg")
+        .expect("the bandwidth plot");
+    assert_eq!(bw.x_axis, spinwire_bench::report::svg::Axis::Log2);
+    let floor_line = bw
+        .series
+        .iter()
+        .find(|s| s.name == MEMCPY_SERIES)
+        .expect("the memcpy floor line");
+    assert_eq!(floor_line.points.len(), 3);
+    assert!((floor_line.points[2].1 - 8e3).abs() < 1e-6);
+    let svg = bw.render();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    assert_eq!(
+        doc.descendants().filter(|n| n.has_tag_name("path")).count(),
+        2
+    );
+    assert!(svg.contains(MEMCPY_SERIES));
+    assert!(svg.contains(">16M<"), "log x ticks up to 16 MiB: {svg}");
 }

@@ -182,8 +182,9 @@ impl Connection {
             shared: parts.shared,
             tx_pool: parts.tx_pool,
             rx_pool: parts.rx_pool,
+            // A fabric may settle a smaller limit with its peer (tcp's hello): its slots are
+            // then that size.
             message_limit: if parts.tx_large.count() > 0 {
-                // The fabric may have sized its slots to what both sides agreed.
                 cfg.message_limit().min(parts.tx_large.buf_size())
             } else {
                 parts.tx_pool.buf_size()
@@ -238,6 +239,12 @@ impl Connection {
     /// ([`alloc_large`](Self::alloc_large), [`claim`](Self::claim), [`send_copy`](Self::send_copy)).
     pub fn max_message_size(&self) -> usize {
         self.message_limit
+    }
+
+    /// The pool's buffer size: the largest message sent eagerly through a pool buffer
+    /// ([`alloc`](Self::alloc)'s capacity); larger ones take a large slot.
+    pub fn buffer_size(&self) -> usize {
+        self.tx_pool.buf_size()
     }
 
     /// Whether the connection is still open (no disconnect or failure seen).

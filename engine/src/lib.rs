@@ -140,10 +140,14 @@
 //!   room for, so credits come back only as the receiver makes room: the sender never has more
 //!   in flight than the receiver can hold. shm's ring holds at least `depth` records of the
 //!   inline size, so a full ring (also `WouldBlock`) only binds for a peer that does not consume.
-//! * Messages are at most [`Connection::max_message_size`] bytes (the buffer size, for shm
-//!   rounded up to a multiple of 64); larger ones get [`Error::MessageTooLarge`] stating the limit.
+//! * Messages are at most [`Connection::max_message_size`] bytes
+//!   ([`EngineBuilder::max_message_size`], default 16 MiB; without large slots the buffer
+//!   size); larger ones get [`Error::MessageTooLarge`] stating the limit. A message above the
+//!   buffer size travels through a large slot ([`Connection::alloc_large`],
+//!   [`Connection::send_copy`]; the protocols by size are described there).
 //!   `alloc` says [`Error::WouldBlock`] while buffers are in flight and
-//!   [`Error::PoolExhausted`] when the application itself holds them all.
+//!   [`Error::PoolExhausted`] when the application itself holds them all; `alloc_large` the
+//!   same for large slots.
 //! * A received pooled buffer returns to its sender when the [`Message`] is dropped, in drop
 //!   order; holding a message holds its buffer (and so one of the sender's buffers).
 //!

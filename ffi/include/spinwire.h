@@ -233,7 +233,8 @@ typedef struct sw_listener sw_listener;
  */
 typedef struct sw_config {
   /**
-   * Bytes per buffer: the maximum message size (shm rounds it up to a multiple of 64).
+   * Bytes per buffer (shm rounds it up to a multiple of 64): the largest message sent
+   * eagerly through a pool buffer.
    */
   size_t buffer_size;
   /**
@@ -283,6 +284,18 @@ typedef struct sw_config {
    * Prefix of the engine's thread names; NULL means `"spinwire"`.
    */
   const char *name;
+  /**
+   * The largest message (default 16 MiB): one above `buffer_size` travels through a large
+   * slot (`sw_offer` and `sw_try_claim` pick it by length). At or below `buffer_size`, or
+   * with `large_buffers` 0, the limit is `buffer_size`.
+   */
+  size_t max_message_size;
+  /**
+   * Large slots of `max_message_size` bytes per connection and direction (default 2): how
+   * many large messages may be in flight at once. Memory per connection: `2 *
+   * large_buffers * max_message_size` more.
+   */
+  size_t large_buffers;
 } sw_config;
 
 /**

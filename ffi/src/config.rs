@@ -4,8 +4,8 @@ use std::ffi::c_char;
 
 use spinwire_rs::{
     EngineBuilder, IdleStrategy, DEFAULT_BATCH, DEFAULT_BUFFERS, DEFAULT_BUFFER_SIZE,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIVENESS_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_POLLER,
-    INLINE_MAX,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_LARGE_BUFFERS, DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS_PER_POLLER, DEFAULT_MAX_MESSAGE_SIZE, INLINE_MAX,
 };
 
 use crate::error::{fail_msg, guard, SW_BAD_ARG, SW_BAD_CONFIG, SW_OK};
@@ -26,7 +26,8 @@ pub const SW_IDLE_BACKOFF: u32 = 1;
 #[derive(Debug, Clone, Copy)]
 #[allow(non_camel_case_types)]
 pub struct sw_config {
-    /// Bytes per buffer: the maximum message size (shm rounds it up to a multiple of 64).
+    /// Bytes per buffer (shm rounds it up to a multiple of 64): the largest message sent
+    /// eagerly through a pool buffer.
     pub buffer_size: usize,
     /// Buffers per connection and direction.
     pub buffers: usize,
@@ -53,6 +54,14 @@ pub struct sw_config {
     pub poller_count: usize,
     /// Prefix of the engine's thread names; NULL means `"spinwire"`.
     pub name: *const c_char,
+    /// The largest message (default 16 MiB): one above `buffer_size` travels through a large
+    /// slot (`sw_offer` and `sw_try_claim` pick it by length). At or below `buffer_size`, or
+    /// with `large_buffers` 0, the limit is `buffer_size`.
+    pub max_message_size: usize,
+    /// Large slots of `max_message_size` bytes per connection and direction (default 2): how
+    /// many large messages may be in flight at once. Memory per connection: `2 *
+    /// large_buffers * max_message_size` more.
+    pub large_buffers: usize,
 }
 
 impl Default for sw_config {
@@ -70,6 +79,8 @@ impl Default for sw_config {
             poller_cores: std::ptr::null(),
             poller_count: 0,
             name: std::ptr::null(),
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            large_buffers: DEFAULT_LARGE_BUFFERS,
         }
     }
 }
@@ -117,7 +128,9 @@ pub(crate) unsafe fn builder(what: &str, cfg: &sw_config) -> Result<EngineBuilde
         .inline_threshold(cfg.inline_threshold)
         .connect_timeout(timeout(cfg.connect_timeout_ns))
         .liveness_timeout(timeout(cfg.liveness_timeout_ns))
-        .max_connections_per_poller(cfg.max_connections_per_poller);
+        .max_connections_per_poller(cfg.max_connections_per_poller)
+        .max_message_size(cfg.max_message_size)
+        .large_buffers(cfg.large_buffers);
     if cfg.depth != 0 {
         b = b.depth(cfg.depth);
     }

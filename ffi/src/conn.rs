@@ -135,6 +135,8 @@ pub struct sw_conn {
     /// Messages sent through this handle (the value `sw_offer` / `sw_claim_commit` return).
     sent: Cell<u64>,
     max_message_size: usize,
+    /// The pool's buffer size: larger messages take a large slot.
+    buffer_size: usize,
     /// Declared before `conn`: dropped first.
     claims: UnsafeCell<Claims>,
     conn: Connection,
@@ -165,6 +167,7 @@ impl sw_conn {
             in_poll: Cell::new(false),
             sent: Cell::new(0),
             max_message_size: conn.max_message_size(),
+            buffer_size: conn.buffer_size(),
             claims: UnsafeCell::new(Claims { slots, free }),
             conn,
         }))
@@ -337,7 +340,13 @@ pub unsafe extern "C" fn sw_offer(conn: *const sw_conn, data: *const u8, len: us
         if len > h.max_message_size {
             return too_large(WHAT, len, h.max_message_size);
         }
-        let mut buf = match h.conn.alloc() {
+        // Above the buffer size: a large slot (only reached when the connection has them).
+        let buf = if len > h.buffer_size {
+            h.conn.alloc_large()
+        } else {
+            h.conn.alloc()
+        };
+        let mut buf = match buf {
             Ok(b) => b,
             Err(e) => return i64::from(fail(WHAT, &e)),
         };

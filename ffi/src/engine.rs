@@ -19,8 +19,9 @@ use crate::handle::{c_str, check, code, destroy, out_ptr, timeout, Tagged};
 pub struct sw_engine {
     tag: u64,
     pub(crate) engine: Engine,
-    /// Claim slots of each of its connections: the send buffers per connection, plus one for
-    /// the ring claim (shm), which may be open while every pool buffer is claimed too.
+    /// Claim slots of each of its connections: the send buffers and large slots per
+    /// connection, plus one for the ring claim (shm), which may be open while every pool buffer
+    /// is claimed too.
     pub(crate) claim_slots: usize,
 }
 
@@ -61,7 +62,10 @@ pub unsafe extern "C" fn sw_engine_new(cfg: *const sw_config, out: *mut *mut sw_
             let h = Box::new(sw_engine {
                 tag: sw_engine::MAGIC,
                 engine,
-                claim_slots: cfg.buffers.saturating_add(1),
+                claim_slots: cfg
+                    .buffers
+                    .saturating_add(cfg.large_buffers)
+                    .saturating_add(1),
             });
             // SAFETY: checked non-null and aligned; writable per the contract.
             unsafe { out.write(Box::into_raw(h)) };

@@ -28,6 +28,8 @@ fn pair(tag: &str, buffers: usize) -> Pair {
     assert_eq!(unsafe { sw_config_init(&mut cfg) }, SW_OK);
     cfg.buffers = buffers;
     cfg.buffer_size = 512;
+    // Pool buffers only: the limit is the buffer size (large messages: tests/c/errors.c).
+    cfg.large_buffers = 0;
     cfg.idle = SW_IDLE_BACKOFF;
     let name =
         std::ffi::CString::new(format!("shm://ffi-api-{tag}-{}", std::process::id())).unwrap();

@@ -51,6 +51,20 @@ fn p_cross(points: &[Point]) -> String {
         .unwrap_or_default()
 }
 
+/// The size thresholds a point ran with: what travels inline, eager (in a pool buffer) and
+/// through a large slot, and the limit (configured, and the connection's own).
+pub fn thresholds_line(p: &Point) -> String {
+    let k = &p.knobs;
+    let mut s = format!(
+        "thresholds: inline <= {} B | eager <= {} B (buffer size) | large slot > {} B ({} slots) | max message {} B",
+        k.inline_threshold, k.buffer_size, k.large_threshold, k.large_buffers, k.max_message_size
+    );
+    if let Some(c) = p.conn_max_message_size {
+        let _ = write!(s, " (connection: {c} B)");
+    }
+    s
+}
+
 /// The warning printed for a load point whose achieved rate fell short of the offered one.
 pub fn shortfall_warning(p: &Point) -> String {
     format!(
@@ -95,6 +109,16 @@ pub fn render(report: &Report, unit: Unit) -> String {
             u = unit_name(unit),
         );
     }
+    for m in &report.memcpy {
+        let _ = writeln!(
+            out,
+            "memcpy floor (core {}): {}B copies {:.1} MB/s ({:.0} bytes/s, one core)",
+            m.core,
+            m.size_bytes,
+            m.mb_per_sec(),
+            m.bytes_per_sec()
+        );
+    }
     let first = report.measured.first().map(|m| &m.point);
     if let Some(p) = first.filter(|p| p.test != "floor") {
         let _ = writeln!(
@@ -116,6 +140,7 @@ pub fn render(report: &Report, unit: Unit) -> String {
                 String::new()
             }
         );
+        let _ = writeln!(out, "{}", thresholds_line(p));
     }
     let header = |out: &mut String, title: &str| {
         let _ = writeln!(out, "\n{title}");
@@ -153,21 +178,30 @@ pub fn render(report: &Report, unit: Unit) -> String {
         let _ = writeln!(
             out,
             "\nRate{}",
-            if floor.is_some() {
-                " (x floor: msgs/s over the SPSC floor's)"
-            } else {
-                ""
+            match (floor.is_some(), report.memcpy.is_empty()) {
+                (true, false) => " (x floor: msgs/s over the SPSC floor's; x memcpy: bytes/s over one core's memcpy of the size)",
+                (true, true) => " (x floor: msgs/s over the SPSC floor's)",
+                _ => "",
             }
         );
         let _ = writeln!(
             out,
-            "{:<16} {:>14} {:>14} {:>10} {:>12} {:>10} {:>12}",
-            "point", "msgs/s", "floor msgs/s", "x floor", "MB/s", "Gb/s", "iters"
+            "{:<16} {:>14} {:>14} {:>10} {:>12} {:>10} {:>12} {:>16} {:>12} {:>10}",
+            "point",
+            "msgs/s",
+            "floor msgs/s",
+            "x floor",
+            "MB/s",
+            "Gb/s",
+            "iters",
+            "bytes/s",
+            "memcpy MB/s",
+            "x memcpy"
         );
         if let Some(f) = &floor {
             let _ = writeln!(
                 out,
-                "{:<16} {:>14.0} {:>14.0} {:>10} {:>12.1} {:>10.3} {:>12}",
+                "{:<16} {:>14.0} {:>14.0} {:>10} {:>12.1} {:>10.3} {:>12} {:>16.0}",
                 match report.floor.as_ref() {
                     Some(f) if f.kind == "tcp-raw" =>
                         format!("floor ({}B)", f.rate.bytes / f.rate.msgs.max(1)),
@@ -179,12 +213,13 @@ pub fn render(report: &Report, unit: Unit) -> String {
                 f.mb_per_sec,
                 f.mb_per_sec * 8.0 / 1e3,
                 "",
+                f.mb_per_sec * 1e6,
             );
         }
         for p in &rate {
             let _ = writeln!(
                 out,
-                "{:<16} {:>14.0} {:>14} {:>10} {:>12.1} {:>10.3} {:>12}",
+                "{:<16} {:>14.0} {:>14} {:>10} {:>12.1} {:>10.3} {:>12} {:>16.0} {:>12} {:>10}",
                 point_name(p),
                 p.msgs_per_sec.unwrap_or(0.0),
                 p.floor_msgs_per_sec
@@ -196,6 +231,13 @@ pub fn render(report: &Report, unit: Unit) -> String {
                 p.mb_per_sec.unwrap_or(0.0),
                 p.gbit_per_sec.unwrap_or(0.0),
                 p.iters,
+                p.bytes_per_sec.unwrap_or(0.0),
+                p.floor_memcpy_bytes_per_sec
+                    .map(|f| format!("{:.1}", f / 1e6))
+                    .unwrap_or_default(),
+                p.bytes_per_sec_x_memcpy
+                    .map(|x| format!("{x:.3}x"))
+                    .unwrap_or_default(),
             );
         }
     }

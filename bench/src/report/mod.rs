@@ -8,7 +8,8 @@
 //! | `summary.json` | [`Summary`]: `machine`, `floor` and one entry of `points` per measured point |
 //! | `summary.csv` | one row per point, columns [`CSV_COLUMNS`] |
 //! | `latency-percentiles.svg` | latency percentile distribution, log "nines" x-axis, every lat and load point and the floor overlaid |
-//! | `rate-vs-size.svg`, `bandwidth-vs-size.svg`, `latency-vs-size.svg` | sweeps over more than one size |
+//! | `rate-vs-size.svg`, `latency-vs-size.svg` | sweeps over more than one size |
+//! | `bandwidth-vs-size.svg` | the same: payload MB/s against size (log x), with the single-core `memcpy` floor drawn in when measured |
 //! | `latency-vs-load.svg` | load points over more than one offered rate: p50, p99, p99.9 against the offered rate (the "hockey stick") |
 //!
 //! A load point's `.hgrm` / `.hlog` hold its open-loop latency (from intended send time), not
@@ -30,7 +31,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::floor::FloorResult;
+use crate::floor::{FloorResult, MemcpyFloor};
 use crate::machine::Machine;
 use crate::stats::{LatencySummary, RateSummary};
 use crate::sys::{CpuUse, ProcessCsw};
@@ -71,6 +72,17 @@ pub struct Knobs {
     /// receive); 0: one send and one `try_recv` per message.
     #[serde(default)]
     pub app_batch: usize,
+    /// `--max-size`: the engine's `max_message_size` as configured, bytes (0 in summaries that
+    /// predate it).
+    #[serde(default)]
+    pub max_message_size: usize,
+    /// `--large-buffers`: large slots per connection per direction.
+    #[serde(default)]
+    pub large_buffers: usize,
+    /// The large threshold in effect, bytes (`--large-threshold`, at most `buffer_size`): a
+    /// longer message goes through a large slot.
+    #[serde(default)]
+    pub large_threshold: usize,
 }
 
 /// Engine counters on the client side over one point (warm-up and the point's few control
@@ -145,6 +157,9 @@ pub struct Point {
     pub mb_per_sec: Option<f64>,
     /// Payload gigabits (10^9) per second (null for lat points).
     pub gbit_per_sec: Option<f64>,
+    /// Payload bytes per second (null for lat points).
+    #[serde(default)]
+    pub bytes_per_sec: Option<f64>,
     /// RTT recorded with coordinated-omission correction (`--rate` given).
     pub co_corrected: bool,
     /// The sweep's crossed knob, if any.
@@ -159,6 +174,19 @@ pub struct Point {
     /// this point's msgs/s (null without a floor or for lat).
     #[serde(default)]
     pub floor_msgs_per_sec: Option<f64>,
+    /// The single-core `memcpy` bandwidth for this point's size, bytes/s (the bandwidth floor
+    /// of shm, measured in the same run), stated beside its bytes/s (null without a floor or
+    /// for lat).
+    #[serde(default)]
+    pub floor_memcpy_bytes_per_sec: Option<f64>,
+    /// bytes/s divided by [`floor_memcpy_bytes_per_sec`](Self::floor_memcpy_bytes_per_sec)
+    /// ("x memcpy"; null without it).
+    #[serde(default)]
+    pub bytes_per_sec_x_memcpy: Option<f64>,
+    /// The connection's limit: the largest message it carries (`Connection::max_message_size`:
+    /// `max_message_size` with large slots, else the buffer size); null for the floor.
+    #[serde(default)]
+    pub conn_max_message_size: Option<u64>,
     /// Engine counters over the point (null for the floor).
     #[serde(default)]
     pub counters: Option<Counters>,
@@ -206,6 +234,36 @@ pub struct FloorFigures {
     pub msgs_per_sec: f64,
     /// The same in MB/s.
     pub mb_per_sec: f64,
+    /// Single-core `memcpy` bandwidth per size (empty when not measured).
+    #[serde(default)]
+    pub memcpy: Vec<MemcpyFigures>,
+}
+
+/// The single-core `memcpy` floor for one size, as recorded in `summary.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MemcpyFigures {
+    /// Bytes per copy.
+    pub size_bytes: u64,
+    /// The core it ran on.
+    pub core: usize,
+    /// Measured copies.
+    pub copies: u64,
+    /// Bytes copied per second.
+    pub bytes_per_sec: f64,
+    /// The same in MB/s (10^6 bytes).
+    pub mb_per_sec: f64,
+}
+
+impl From<&MemcpyFloor> for MemcpyFigures {
+    fn from(m: &MemcpyFloor) -> Self {
+        Self {
+            size_bytes: m.size_bytes,
+            core: m.core,
+            copies: m.copies,
+            bytes_per_sec: m.bytes_per_sec(),
+            mb_per_sec: m.mb_per_sec(),
+        }
+    }
 }
 
 /// `summary.json`.
@@ -253,6 +311,8 @@ pub struct Report {
     pub machine: Machine,
     /// The floor, if measured.
     pub floor: Option<FloorResult>,
+    /// The single-core `memcpy` floor per size (measured with the floor, one per rate size).
+    pub memcpy: Vec<MemcpyFloor>,
     /// The points, in the order measured.
     pub measured: Vec<Measured>,
     /// Ctrl-C cut the run short.
@@ -267,6 +327,7 @@ impl Report {
             started: SystemTime::now(),
             machine: Machine::detect(),
             floor: None,
+            memcpy: Vec::new(),
             measured: Vec::new(),
             interrupted: false,
         }
@@ -280,7 +341,13 @@ impl Report {
             rtt_ns: LatencySummary::from_histogram(&f.rtt)?,
             msgs_per_sec: f.rate.msgs_per_sec(),
             mb_per_sec: f.rate.mb_per_sec(),
+            memcpy: self.memcpy.iter().map(MemcpyFigures::from).collect(),
         })
+    }
+
+    /// The `memcpy` floor measured for `size` bytes, if any.
+    pub fn memcpy_for(&self, size: u64) -> Option<&MemcpyFloor> {
+        self.memcpy.iter().find(|m| m.size_bytes == size)
     }
 
     /// Adds a point, filling its ratios to the floor when one was measured.
@@ -293,6 +360,11 @@ impl Report {
                 .filter(|_| f.msgs_per_sec > 0.0)
                 .map(|r| r / f.msgs_per_sec);
             m.point.floor_msgs_per_sec = m.point.msgs_per_sec.map(|_| f.msgs_per_sec);
+        }
+        if let (Some(bw), Some(mc)) = (m.point.bytes_per_sec, self.memcpy_for(m.point.size_bytes)) {
+            let floor = mc.bytes_per_sec();
+            m.point.floor_memcpy_bytes_per_sec = Some(floor);
+            m.point.bytes_per_sec_x_memcpy = (floor > 0.0).then(|| bw / floor);
         }
         self.measured.push(m);
     }
@@ -428,15 +500,28 @@ impl Report {
                     series: rate,
                 },
             ));
+            let mut bandwidth = series_by("rate", &|p| p.mb_per_sec, "MB/s");
+            let mut memcpy: Vec<(f64, f64)> = self
+                .memcpy
+                .iter()
+                .map(|m| (m.size_bytes as f64, m.mb_per_sec()))
+                .collect();
+            memcpy.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if !memcpy.is_empty() {
+                bandwidth.push(svg::Series {
+                    name: MEMCPY_SERIES.into(),
+                    points: memcpy,
+                });
+            }
             plots.push((
                 "bandwidth-vs-size.svg".into(),
                 svg::Plot {
                     title: "Bandwidth vs message size".into(),
                     x_label: "message size (bytes)".into(),
-                    y_label: "MB/s".into(),
+                    y_label: "payload MB/s".into(),
                     x_axis: svg::Axis::Log2,
                     y_axis: svg::Axis::Linear,
-                    series: series_by("rate", &|p| p.mb_per_sec, "MB/s"),
+                    series: bandwidth,
                 },
             ));
         }
@@ -463,6 +548,9 @@ impl Report {
         plots
     }
 }
+
+/// Legend of the `memcpy` floor's line in `bandwidth-vs-size.svg`.
+pub const MEMCPY_SERIES: &str = "memcpy floor (1 core)";
 
 /// Picks one figure of a latency summary.
 type Figure = fn(&LatencySummary) -> f64;
@@ -627,6 +715,13 @@ pub const CSV_COLUMNS: &[&str] = &[
     "process_voluntary_csw",
     "process_involuntary_csw",
     "process_involuntary_csw_per_sec",
+    "bytes_per_sec",
+    "floor_memcpy_bytes_per_sec",
+    "bytes_per_sec_x_memcpy",
+    "max_message_size",
+    "large_buffers",
+    "large_threshold",
+    "conn_max_message_size",
 ];
 
 /// Renders `points` as CSV with a header row ([`CSV_COLUMNS`]); empty cells for nulls, core
@@ -727,6 +822,13 @@ pub fn csv(points: &[Point]) -> String {
             opt(p.process.map(|c| c.voluntary_csw)),
             opt(p.process.map(|c| c.involuntary_csw)),
             opt(p.process.map(|c| c.involuntary_csw_per_sec)),
+            opt(p.bytes_per_sec),
+            opt(p.floor_memcpy_bytes_per_sec),
+            opt(p.bytes_per_sec_x_memcpy),
+            k.max_message_size.to_string(),
+            k.large_buffers.to_string(),
+            k.large_threshold.to_string(),
+            opt(p.conn_max_message_size),
         ]);
         debug_assert_eq!(row.len(), CSV_COLUMNS.len());
         let line: Vec<String> = row.iter().map(|s| field(s)).collect();
@@ -764,12 +866,16 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             msgs_per_sec: Some(rate.msgs_per_sec()),
             mb_per_sec: Some(rate.mb_per_sec()),
             gbit_per_sec: Some(rate.gbit_per_sec()),
+            bytes_per_sec: Some(rate.bytes_per_sec()),
             co_corrected: false,
             cross: None,
             cross_value: None,
             rtt_x_floor: None,
             msgs_per_sec_x_floor: None,
             floor_msgs_per_sec: None,
+            floor_memcpy_bytes_per_sec: None,
+            bytes_per_sec_x_memcpy: None,
+            conn_max_message_size: None,
             counters: None,
             latency_ns: None,
             latency_kind: None,
@@ -791,9 +897,45 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
                 app_cores: f.cores.to_vec(),
                 offered_rate: 0,
                 app_batch: 0,
+                max_message_size: 8,
+                large_buffers: 0,
+                large_threshold: 8,
             },
         },
         rtt: None,
         intervals: Vec::new(),
     }
+}
+
+/// A `memcpy` floor point for `bench floor` (test `floor`, fabric `memcpy`, label
+/// `floor-memcpy-<size>B`): its bandwidth in the rate columns.
+pub fn memcpy_point(m: &MemcpyFloor) -> Measured {
+    let bytes = m.copies * m.size_bytes;
+    let rate = RateSummary {
+        msgs: m.copies,
+        bytes,
+        elapsed_ns: m.elapsed_ns,
+    };
+    let mut out = floor_point(
+        &FloorResult {
+            rtt: crate::stats::new_latency_histogram(),
+            rate,
+            cores: [m.core, m.core],
+            kind: "memcpy",
+        },
+        m.copies,
+        m.copies / 8 + 1,
+    );
+    let p = &mut out.point;
+    p.label = format!("floor-memcpy-{}B", m.size_bytes);
+    p.mode = "one-core".into();
+    p.size_bytes = m.size_bytes;
+    p.bytes_per_sec = Some(m.bytes_per_sec());
+    p.knobs.app_cores = vec![m.core];
+    p.knobs.buffer_size = m.size_bytes as usize;
+    p.knobs.max_message_size = m.size_bytes as usize;
+    p.knobs.large_threshold = m.size_bytes as usize;
+    p.knobs.depth = 1;
+    p.knobs.buffers = 1;
+    out
 }

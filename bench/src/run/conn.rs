@@ -51,6 +51,12 @@ pub trait BenchConn {
     /// Pushes out a partially filled send batch.
     fn flush(&mut self) {}
 
+    /// The largest message this connection carries, if it has a limit of its own (spinwire's
+    /// `Connection::max_message_size`).
+    fn max_message_size(&self) -> Option<usize> {
+        None
+    }
+
     /// A snapshot of the engine counters behind this connection, if it has any.
     fn counters(&self) -> Option<Counters> {
         None

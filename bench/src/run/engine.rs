@@ -46,11 +46,17 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
         Some(bytes) => b.frame_size(bytes),
         None => b,
     };
+    let b = match g.large_threshold {
+        Some(bytes) => b.large_threshold(bytes),
+        None => b,
+    };
     b.idle(match g.idle {
         Idle::Spin => IdleStrategy::BusySpin,
         Idle::Backoff => IdleStrategy::backoff(),
     })
     .pool(g.buffer_size, g.buffers)
+    .max_message_size(g.max_message_size)
+    .large_buffers(g.large_buffers)
     .depth(g.depth)
     .batch(g.batch)
     .inline_threshold(g.inline_threshold)
@@ -70,14 +76,12 @@ pub(super) fn listen(engine: &Engine, endpoint: &str) -> Result<Listener, BenchE
 /// Waits up to `timeout` for a client; `None` when none came.
 pub(super) fn accept(
     engine: &Engine,
+    g: &EngineCfg,
     listener: &mut Listener,
     timeout: Duration,
 ) -> Result<Option<EngineConn>, BenchError> {
     match listener.accept_timeout(timeout) {
-        Ok(conn) => Ok(Some(EngineConn {
-            conn,
-            engine: engine.clone(),
-        })),
+        Ok(conn) => Ok(Some(EngineConn::new(conn, engine, g))),
         Err(Error::Timeout) => Ok(None),
         Err(e) => Err(engine_err("accepting a client", e)),
     }
@@ -86,20 +90,18 @@ pub(super) fn accept(
 /// Connects to `endpoint`, waiting at most `timeout`.
 pub(super) fn connect(
     engine: &Engine,
+    g: &EngineCfg,
     endpoint: &str,
     timeout: Duration,
 ) -> Result<EngineConn, BenchError> {
     engine
         .connect_timeout(endpoint, timeout)
-        .map(|conn| EngineConn {
-            conn,
-            engine: engine.clone(),
-        })
+        .map(|conn| EngineConn::new(conn, engine, g))
         .map_err(|e| match e {
             Error::FabricNotCompiled { fabric } => BenchError::FabricNotCompiled { fabric },
             e => BenchError::Engine {
                 step: format!(
-                    "connecting to {endpoint} (is a `bench ... --server` running there?)"
+                    "connecting to {endpoint} (is a `bench ... --server` running there, with the same --buffers, --buffer-size, --max-size and --large-buffers?)"
                 ),
                 source: Box::new(e),
             },
@@ -145,7 +147,7 @@ pub(super) fn loopback_server(
         if abort.load(Ordering::Relaxed) || super::stop_requested() {
             return Ok(());
         }
-        if let Some(c) = accept(&engine, &mut listener, Duration::from_millis(50))? {
+        if let Some(c) = accept(&engine, g, &mut listener, Duration::from_millis(50))? {
             break c;
         }
         if Instant::now() > deadline {
@@ -155,7 +157,8 @@ pub(super) fn loopback_server(
             });
         }
     };
-    match proto::serve(&mut conn, g.idle, g.buffer_size, stall_timeout) {
+    let limit = conn.conn.max_message_size();
+    match proto::serve(&mut conn, g.idle, limit, g.buffer_size, stall_timeout) {
         Err(BenchError::Interrupted) | Err(BenchError::Disconnected) => Ok(()),
         r => r,
     }
@@ -167,6 +170,37 @@ pub(super) struct EngineConn {
     conn: Connection,
     /// For [`Engine::counters`].
     engine: Engine,
+    /// A message longer than this is written in place into a large slot
+    /// ([`Connection::alloc_large`]), as a zero-copy application would; a shorter one into a
+    /// pool buffer. `usize::MAX` when the connection has no large slots (its limit is the
+    /// buffer size).
+    large_above: usize,
+}
+
+impl EngineConn {
+    fn new(conn: Connection, engine: &Engine, g: &EngineCfg) -> Self {
+        let large_above = if conn.max_message_size() > g.buffer_size {
+            g.effective_large_threshold()
+        } else {
+            usize::MAX
+        };
+        Self {
+            conn,
+            engine: engine.clone(),
+            large_above,
+        }
+    }
+
+    /// A send buffer for a `len`-byte message: a large slot above the large threshold, else a
+    /// pool buffer.
+    #[inline]
+    fn alloc_for(&self, len: usize) -> Result<spinwire::SendBuf<'_>, Error> {
+        if len > self.large_above {
+            self.conn.alloc_large()
+        } else {
+            self.conn.alloc()
+        }
+    }
 }
 
 impl BenchConn for EngineConn {
@@ -176,7 +210,7 @@ impl BenchConn for EngineConn {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<bool, BenchError> {
-        let mut buf = match self.conn.alloc() {
+        let mut buf = match self.alloc_for(len) {
             Ok(b) => b,
             Err(Error::WouldBlock) => return Ok(false),
             Err(e) => return Err(engine_err("allocating a send buffer", e)),
@@ -221,6 +255,10 @@ impl BenchConn for EngineConn {
         self.conn.flush();
     }
 
+    fn max_message_size(&self) -> Option<usize> {
+        Some(self.conn.max_message_size())
+    }
+
     fn counters(&self) -> Option<Counters> {
         let c = self.conn.stats();
         let e = self.engine.counters();
@@ -259,7 +297,7 @@ impl BenchConn for EngineConn {
             return Ok(Some(head));
         }
         loop {
-            match self.conn.alloc() {
+            match self.alloc_for(m.len()) {
                 Ok(mut buf) => {
                     buf.copy_from(&m)
                         .map_err(|e| engine_err("filling the echo", e))?;

@@ -7,7 +7,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::{engine, finish, proto, stop_requested, EngineCfg, Plan, Role, STOP};
-use crate::cli::{Fabric, Mode};
+use crate::cli::{Fabric, Mode, TestKind};
 use crate::error::BenchError;
 use crate::floor;
 use crate::machine::pin_current;
@@ -28,8 +28,11 @@ impl Plan {
                 Fabric::Tcp => crate::floor_tcp::measure,
                 _ => floor::measure,
             };
-            match measure(self.app_cores, iters, self.warmup.min(iters), &STOP) {
-                Ok(f) => report.floor = Some(f),
+            match measure(self.app_cores, iters, self.warmup.min(iters), &STOP).and_then(|f| {
+                report.floor = Some(f);
+                self.measure_memcpy(&mut report.memcpy)
+            }) {
+                Ok(()) => {}
                 Err(BenchError::Interrupted) => {
                     report.interrupted = true;
                     finish(&report, self.unit, self.out.as_deref())?;
@@ -77,6 +80,20 @@ impl Plan {
                 Err(e)
             }
         }
+    }
+
+    /// The single-core `memcpy` floor of every size a rate point has, on the client's core.
+    fn measure_memcpy(&self, out: &mut Vec<floor::MemcpyFloor>) -> Result<(), BenchError> {
+        if !self.tests.contains(&TestKind::Rate) {
+            return Ok(());
+        }
+        let mut sizes = self.sizes.clone();
+        sizes.sort_unstable();
+        sizes.dedup();
+        for size in sizes {
+            out.push(floor::memcpy(self.app_cores[0], size, &STOP)?);
+        }
+        Ok(())
     }
 
     /// One group: sets up the engines and connection, runs every point, tears down.
@@ -155,7 +172,7 @@ impl Plan {
                         Some(e) => Arc::clone(e),
                         None => Arc::new(engine::build(g)?),
                     };
-                    let mut conn = engine::connect(&engine, &endpoint, g.connect_timeout)?;
+                    let mut conn = engine::connect(&engine, g, &endpoint, g.connect_timeout)?;
                     for &point in &points {
                         if stop_requested() {
                             return Err(BenchError::Interrupted);

@@ -20,14 +20,21 @@ impl Plan {
         (test, size, rate): (TestKind, usize, u64),
         base_offset: Duration,
     ) -> Result<Measured, BenchError> {
+        let conn_limit = conn.max_message_size();
+        if let Some(max) = conn_limit.filter(|&max| size > max) {
+            // Refused before the point starts, with the engine's own error (which states the
+            // limit): the connection has no large slots, or smaller ones.
+            return Err(BenchError::Engine {
+                step: format!("a {size}-byte {} point", test.as_str()),
+                source: Box::new(spinwire::Error::MessageTooLarge { size, max }),
+            });
+        }
+        let (iters, warmup) = self.point_iters(g, test, size);
         let spec = PointSpec {
             size,
-            iters: match test {
-                TestKind::Lat | TestKind::Load => self.iters,
-                TestKind::Rate => self.rate_iters,
-            },
+            iters,
             duration: self.duration,
-            warmup: self.warmup,
+            warmup,
             rate,
             interval: self.interval,
             idle: g.idle,
@@ -37,6 +44,8 @@ impl Plan {
             stall: self.stall,
             stall_after: self.stall_after,
             app_batch: self.app_batch,
+            verify: self.verify,
+            eager_max: g.buffer_size,
         };
         let mut label = format!(
             "{}-{}-{}-{}B",
@@ -59,7 +68,7 @@ impl Plan {
             role: self.role.as_str().into(),
             size_bytes: size as u64,
             iters: 0,
-            warmup: self.warmup,
+            warmup,
             duration_s: self.duration.map(|d| d.as_secs_f64()),
             elapsed_s: 0.0,
             rtt_ns: None,
@@ -67,12 +76,16 @@ impl Plan {
             msgs_per_sec: None,
             mb_per_sec: None,
             gbit_per_sec: None,
+            bytes_per_sec: None,
             co_corrected: false,
             cross: g.cross.map(|(k, _)| k.as_str().to_string()),
             cross_value: g.cross.map(|(_, v)| v as u64),
             rtt_x_floor: None,
             msgs_per_sec_x_floor: None,
             floor_msgs_per_sec: None,
+            floor_memcpy_bytes_per_sec: None,
+            bytes_per_sec_x_memcpy: None,
+            conn_max_message_size: conn_limit.map(|m| m as u64),
             counters: None,
             latency_ns: None,
             latency_kind: None,
@@ -94,6 +107,9 @@ impl Plan {
                 app_cores: self.app_cores.to_vec(),
                 offered_rate: rate,
                 app_batch: self.app_batch,
+                max_message_size: g.max_message_size,
+                large_buffers: g.large_buffers,
+                large_threshold: g.effective_large_threshold(),
             },
         };
         let before = conn.counters();
@@ -135,6 +151,7 @@ impl Plan {
                 point.msgs_per_sec = Some(r.rate.msgs_per_sec());
                 point.mb_per_sec = Some(r.rate.mb_per_sec());
                 point.gbit_per_sec = Some(r.rate.gbit_per_sec());
+                point.bytes_per_sec = Some(r.rate.bytes_per_sec());
                 Ok(Measured {
                     point,
                     rtt: None,

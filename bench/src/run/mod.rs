@@ -178,7 +178,7 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
             }
             let buffer_size = a.common.buffer_size;
             let sizes = if a.sizes.is_empty() {
-                let max = a.max_size.unwrap_or(buffer_size);
+                let max = a.common.max_size.unwrap_or(buffer_size);
                 if max == 0 {
                     return Err(BenchError::invalid("--max-size", "must be at least 1"));
                 }
@@ -274,6 +274,10 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
     }
     report.measured.push(point);
     report.floor = Some(f);
+    // The bandwidth floor of shm for `--size`: one core copying, on this side's core.
+    let m = floor::memcpy(cores[0], a.size, &STOP)?;
+    report.measured.push(report::memcpy_point(&m));
+    report.memcpy.push(m);
     finish(&report, a.unit, a.out.as_deref())?;
     Ok(false)
 }

@@ -34,11 +34,48 @@ pub struct EngineCfg {
     pub signal_every: usize,
     /// RDMA frame size in bytes (`None`: the engine's default, the buffer size; 0: off).
     pub frame_size: Option<usize>,
+    /// The engine's `max_message_size`, bytes (`--max-size`, else the engine's default).
+    pub max_message_size: usize,
+    /// Large slots per connection per direction (`--large-buffers`, else the engine's default).
+    pub large_buffers: usize,
+    /// `--large-threshold` as given (`None`: the engine's default, the buffer size).
+    pub large_threshold: Option<usize>,
     /// Connection setup timeout.
     pub connect_timeout: Duration,
     /// The crossed knob and its value for this group.
     pub cross: Option<(CrossKnob, usize)>,
 }
+
+impl EngineCfg {
+    /// The largest message a connection of this engine carries, as the engine computes it:
+    /// `max_message_size` when there are large slots (some, and a limit above the buffer
+    /// size), else the buffer size.
+    pub fn message_limit(&self) -> usize {
+        if self.large_buffers > 0 && self.max_message_size > self.buffer_size {
+            self.max_message_size
+        } else {
+            self.buffer_size
+        }
+    }
+
+    /// The large threshold in effect: a longer message goes through a large slot.
+    pub fn effective_large_threshold(&self) -> usize {
+        self.large_threshold
+            .unwrap_or(self.buffer_size)
+            .min(self.buffer_size)
+    }
+}
+
+/// A large point (a size above the buffer size) sends at most this many payload bytes per rate
+/// point (and at least [`LARGE_MIN_MSGS`] messages), so a sweep to 16 MiB ends in reasonable
+/// time: 256 messages of 16 MiB.
+pub const LARGE_RATE_BYTES: u64 = 4 << 30;
+/// ... and per lat or load point (round trips of `size` bytes each way).
+pub const LARGE_LAT_BYTES: u64 = 1 << 30;
+/// ... and in its warm-up.
+pub const LARGE_WARMUP_BYTES: u64 = 256 << 20;
+/// Fewest measured messages of a large point.
+pub const LARGE_MIN_MSGS: u64 = 32;
 
 /// A validated run.
 #[derive(Debug, Clone)]
@@ -81,6 +118,8 @@ pub struct Plan {
     pub floor: bool,
     /// Rate points' application batch (`--app-batch`; 0: per message).
     pub app_batch: usize,
+    /// `--verify`: check every payload byte.
+    pub verify: bool,
     /// Show a progress bar.
     pub progress: bool,
     /// Report directory.
@@ -166,6 +205,35 @@ impl Plan {
         if sizes.is_empty() {
             return Err(BenchError::invalid("--sizes", "no sizes to measure"));
         }
+        let max_message_size = c.max_size.unwrap_or(spinwire::DEFAULT_MAX_MESSAGE_SIZE);
+        if max_message_size == 0 || max_message_size > spinwire::MAX_MESSAGE_SIZE {
+            return Err(BenchError::invalid(
+                "--max-size",
+                format!(
+                    "{max_message_size} bytes outside 1..={} (the engine's MAX_MESSAGE_SIZE)",
+                    spinwire::MAX_MESSAGE_SIZE
+                ),
+            ));
+        }
+        let large_buffers = c.large_buffers.unwrap_or(spinwire::DEFAULT_LARGE_BUFFERS);
+        if large_buffers > spinwire::MAX_LARGE_BUFFERS {
+            return Err(BenchError::invalid(
+                "--large-buffers",
+                format!(
+                    "{large_buffers} is more than {} (the engine's MAX_LARGE_BUFFERS)",
+                    spinwire::MAX_LARGE_BUFFERS
+                ),
+            ));
+        }
+        if let Some(t) = c.large_threshold.filter(|&t| t > c.buffer_size) {
+            return Err(BenchError::invalid(
+                "--large-threshold",
+                format!(
+                    "{t} bytes is more than --buffer-size {} (a message above the buffer size always goes through a large slot)",
+                    c.buffer_size
+                ),
+            ));
+        }
         let load_rates = if load_rates.is_empty() && c.rate > 0 {
             vec![c.rate]
         } else {
@@ -205,14 +273,24 @@ impl Plan {
             if s == 0 {
                 return Err(BenchError::invalid("--size", "must be at least 1 byte"));
             }
-            if s > c.buffer_size {
-                return Err(BenchError::invalid(
-                    "--size",
+            // The connection's limit, as the engine computes it (EngineCfg::message_limit).
+            let limit = if large_buffers > 0 && max_message_size > c.buffer_size {
+                max_message_size
+            } else {
+                c.buffer_size
+            };
+            if s > limit {
+                let why = if large_buffers == 0 {
                     format!(
-                        "{s} bytes is larger than --buffer-size {}; raise --buffer-size or lower --size",
+                        "{s} bytes is larger than --buffer-size {} and --large-buffers is 0; raise --buffer-size or --large-buffers, or lower --size",
                         c.buffer_size
-                    ),
-                ));
+                    )
+                } else {
+                    format!(
+                        "{s} bytes is larger than --max-size {limit}; raise --max-size or lower --size"
+                    )
+                };
+                return Err(BenchError::invalid("--size", why));
             }
         }
         let app: Vec<usize> = if c.app_cores.is_empty() {
@@ -276,6 +354,9 @@ impl Plan {
             inline_threshold: c.inline_threshold,
             signal_every: c.signal_every,
             frame_size: c.frame_size,
+            max_message_size,
+            large_buffers,
+            large_threshold: c.large_threshold,
             connect_timeout: c.connect_timeout,
             cross: None,
         };
@@ -364,12 +445,34 @@ impl Plan {
             interval: c.interval,
             floor: floor && app_cores[0] != app_cores[1],
             app_batch: c.app_batch,
+            verify: c.verify,
             progress,
             out: c.out,
             unit: c.unit,
             once: c.once,
             stall_timeout: c.connect_timeout.max(Duration::from_secs(10)),
         })
+    }
+
+    /// Measured iterations and warm-up of a `test` point of `size` bytes in group `g`: the
+    /// plan's, except that a large point (above the buffer size) is bounded by bytes
+    /// ([`LARGE_RATE_BYTES`], [`LARGE_LAT_BYTES`], [`LARGE_WARMUP_BYTES`]).
+    pub(super) fn point_iters(&self, g: &EngineCfg, test: TestKind, size: usize) -> (u64, u64) {
+        let iters = match test {
+            TestKind::Lat | TestKind::Load => self.iters,
+            TestKind::Rate => self.rate_iters,
+        };
+        if size <= g.buffer_size {
+            return (iters, self.warmup);
+        }
+        let size = size as u64;
+        let budget = match test {
+            TestKind::Rate => LARGE_RATE_BYTES,
+            TestKind::Lat | TestKind::Load => LARGE_LAT_BYTES,
+        };
+        let iters = iters.min((budget / size).max(LARGE_MIN_MSGS));
+        let warmup = self.warmup.min((LARGE_WARMUP_BYTES / size).max(8));
+        (iters, warmup)
     }
 
     /// Points per group: every size crossed with every test (load: with every offered rate),

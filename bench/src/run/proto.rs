@@ -15,7 +15,10 @@
 //! BYE                      --->  (server waits for the next client)
 //! ```
 //!
-//! Everything read from the peer is checked (length, tag, sizes) before use.
+//! Everything read from the peer is checked (length, tag, sizes) before use. `DATA` payloads
+//! are checked by length and tag; a large one (above the receiver's buffer size) also at a few
+//! words spread over it, and every byte with `--verify` (rate: by the server; lat: the client
+//! checks the echoes).
 
 use std::time::{Duration, Instant};
 
@@ -25,7 +28,8 @@ use super::conn::{BenchConn, Waiter};
 use super::intervals::Intervals;
 pub use super::session::PointSpec;
 use super::session::{
-    bad_data, expect_ready, expect_result, payload, recv_blocking, send_blocking, Stall,
+    bad_data, corrupt, expect_ready, expect_result, payload, recv_blocking, send_blocking, Check,
+    Stall,
 };
 use super::wire::{Hello, ServerResult, TAG_BYE, TAG_DATA, TAG_END, TAG_READY};
 pub use super::wire::{CONTROL_MAX, LOAD_MIN_SIZE};
@@ -77,6 +81,7 @@ pub fn client_lat<C: BenchConn>(
     expect_ready(conn, &mut w)?;
 
     let template = payload(spec.size);
+    let check = Check::new(spec.verify, spec.size, spec.eager_max);
     let mut rtt = new_latency_histogram();
     let mut intervals = Intervals::new(spec.interval, spec.duration);
     let interval_ns = expected_interval_ns(spec.rate);
@@ -117,9 +122,10 @@ pub fn client_lat<C: BenchConn>(
         }
         conn.flush();
         loop {
-            match conn.try_recv_with(|m| (m.len(), m.first().copied()))? {
-                Some((len, Some(TAG_DATA))) if len == spec.size => break,
-                Some((len, tag)) => {
+            match conn.try_recv_with(|m| (m.len(), m.first().copied(), check.first_bad(m)))? {
+                Some((len, Some(TAG_DATA), None)) if len == spec.size => break,
+                Some((_, Some(TAG_DATA), Some(at))) => return Err(corrupt(spec.size, at)),
+                Some((len, tag, _)) => {
                     return Err(BenchError::Protocol(format!(
                         "expected a {}-byte echo, got {len} bytes with tag {:#04x}",
                         spec.size,
@@ -250,8 +256,9 @@ pub fn client_bye<C: BenchConn>(
 }
 
 /// Serves one client until it says BYE or disconnects: echoes lat points, counts rate points.
-/// `max_size` is the largest payload this side accepts; `idle_timeout` bounds the wait for the
-/// client's next message.
+/// `max_size` is the largest payload this side accepts (the connection's limit); a payload
+/// above `eager_max` (the buffer size) is a large message, checked at a few words;
+/// `idle_timeout` bounds the wait for the client's next message.
 ///
 /// # Errors
 /// Protocol errors, [`BenchError::Timeout`], [`BenchError::Interrupted`]. A disconnect between
@@ -260,6 +267,7 @@ pub fn serve<C: BenchConn>(
     conn: &mut C,
     idle: Idle,
     max_size: usize,
+    eager_max: usize,
     idle_timeout: Duration,
 ) -> Result<(), BenchError> {
     loop {
@@ -283,16 +291,28 @@ pub fn serve<C: BenchConn>(
         send_blocking(conn, &[TAG_READY, 1], &mut w)?;
         let size = hello.size as usize;
         let stall = Stall::new(&hello);
+        let check = Check::new(hello.verify, size, eager_max);
         let cpu0 = ThreadCpu::now();
         let (rate, shipped) = match (hello.test, hello.latency) {
             (TestKind::Lat, _) | (TestKind::Load, LatencyKind::RoundTrip) => {
                 (serve_lat(conn, &mut w, size, stall)?, None)
             }
             (TestKind::Rate, _) if hello.app_batch > 0 => (
-                serve_rate_batched(conn, &mut w, size, hello.warmup, hello.app_batch, stall)?,
+                serve_rate_batched(
+                    conn,
+                    &mut w,
+                    size,
+                    hello.warmup,
+                    hello.app_batch,
+                    stall,
+                    check,
+                )?,
                 None,
             ),
-            (TestKind::Rate, _) => (serve_rate(conn, &mut w, size, hello.warmup, stall)?, None),
+            (TestKind::Rate, _) => (
+                serve_rate(conn, &mut w, size, hello.warmup, stall, check)?,
+                None,
+            ),
             (TestKind::Load, LatencyKind::OneWay) => {
                 let (rate, raw) = super::load::serve_one_way(conn, &mut w, &hello, stall)?;
                 (rate, Some(raw))
@@ -339,6 +359,7 @@ fn serve_rate<C: BenchConn>(
     size: usize,
     warmup: u64,
     mut stall: Stall,
+    check: Check,
 ) -> Result<RateSummary, BenchError> {
     // The clock starts when message number `reference` arrives (the last warm-up message, or
     // the first message without warm-up) and stops when END arrives; only messages after the
@@ -348,8 +369,13 @@ fn serve_rate<C: BenchConn>(
     let mut t0 = None;
     let t_end;
     loop {
-        match conn.try_recv_with(|m| (m.len(), m.first().copied().unwrap_or(0xFF)))? {
-            Some((len, TAG_DATA)) if len == size => {
+        let head = |m: &[u8]| {
+            let bad = check.first_bad(m);
+            (m.len(), m.first().copied().unwrap_or(0xFF), bad)
+        };
+        match conn.try_recv_with(head)? {
+            Some((_, TAG_DATA, Some(at))) => return Err(corrupt(size, at)),
+            Some((len, TAG_DATA, None)) if len == size => {
                 stall.check(count);
                 if count == reference {
                     t0 = Some(Instant::now());
@@ -357,11 +383,11 @@ fn serve_rate<C: BenchConn>(
                 count += 1;
                 w.reset();
             }
-            Some((1, TAG_END)) => {
+            Some((1, TAG_END, _)) => {
                 t_end = Instant::now();
                 break;
             }
-            Some((len, tag)) => return Err(bad_data(size, len, tag)),
+            Some((len, tag, _)) => return Err(bad_data(size, len, tag)),
             None => w.idle()?,
         }
     }
@@ -382,12 +408,14 @@ fn serve_rate_batched<C: BenchConn>(
     warmup: u64,
     batch: u32,
     mut stall: Stall,
+    check: Check,
 ) -> Result<RateSummary, BenchError> {
     let reference = warmup.max(1) - 1;
     let mut count = 0u64;
     let mut t0 = None;
     let mut t_end = None;
     let mut bad = None;
+    let mut corrupted = None;
     let limit = batch as usize;
     while t_end.is_none() {
         let n = conn.poll_batch(limit, |m| {
@@ -396,6 +424,9 @@ fn serve_rate_batched<C: BenchConn>(
                 // Nothing may follow END; keep the first offence.
                 bad.get_or_insert(head);
             } else if head == (size, TAG_DATA) {
+                if let Some(at) = check.first_bad(m) {
+                    corrupted.get_or_insert(at);
+                }
                 stall.check(count);
                 if count == reference {
                     t0 = Some(Instant::now());
@@ -409,6 +440,9 @@ fn serve_rate_batched<C: BenchConn>(
         })?;
         if let Some((len, tag)) = bad {
             return Err(bad_data(size, len, tag));
+        }
+        if let Some(at) = corrupted {
+            return Err(corrupt(size, at));
         }
         if n == 0 {
             w.idle()?;
@@ -437,6 +471,8 @@ mod tests {
         tx: rtrb::Producer<Vec<u8>>,
         rx: rtrb::Consumer<Vec<u8>>,
         max: usize,
+        /// Test aid: flips this byte of every `DATA` message long enough to have it.
+        corrupt_at: Option<usize>,
     }
 
     fn pair(depth: usize, max: usize) -> (FakeConn, FakeConn) {
@@ -447,11 +483,13 @@ mod tests {
                 tx: atx,
                 rx: arx,
                 max,
+                corrupt_at: None,
             },
             FakeConn {
                 tx: btx,
                 rx: brx,
                 max,
+                corrupt_at: None,
             },
         )
     }
@@ -471,6 +509,9 @@ mod tests {
             }
             let mut m = vec![0u8; len];
             fill(&mut m);
+            if let Some(at) = self.corrupt_at.filter(|&at| at < len && m[0] == TAG_DATA) {
+                m[at] ^= 0x5A;
+            }
             self.tx
                 .push(m)
                 .map(|_| true)
@@ -504,6 +545,8 @@ mod tests {
             stall: Duration::ZERO,
             stall_after: 0,
             app_batch: 0,
+            verify: false,
+            eager_max: 256,
         }
     }
 
@@ -511,7 +554,13 @@ mod tests {
     fn lat_rate_and_bye_over_a_fake_connection() {
         let (mut client, mut server) = pair(16, 256);
         let srv = std::thread::spawn(move || {
-            serve(&mut server, Idle::Backoff, 256, Duration::from_secs(20))
+            serve(
+                &mut server,
+                Idle::Backoff,
+                256,
+                256,
+                Duration::from_secs(20),
+            )
         });
         let lat = client_lat(&mut client, &spec(64), Duration::ZERO).unwrap();
         assert_eq!(lat.count, 500);
@@ -543,10 +592,86 @@ mod tests {
     }
 
     #[test]
+    fn payloads_are_checked_sampled_above_the_eager_limit_and_fully_with_verify() {
+        use super::super::session::Check;
+        let p = payload(100_000);
+        for c in [Check::Head, Check::Sampled, Check::Full] {
+            assert_eq!(c.first_bad(&p), None, "{c:?}");
+            assert_eq!(c.first_bad(&p[..1]), None, "{c:?}");
+        }
+        let mut bad = p.clone();
+        bad[99_999] ^= 1;
+        assert_eq!(Check::Sampled.first_bad(&bad), Some(99_999));
+        assert_eq!(Check::Full.first_bad(&bad), Some(99_999));
+        assert_eq!(Check::Head.first_bad(&bad), None);
+        let mut bad = p.clone();
+        bad[300] ^= 1;
+        assert_eq!(Check::Full.first_bad(&bad), Some(300));
+        assert_eq!(Check::new(false, 4097, 4096), Check::Sampled);
+        assert_eq!(Check::new(false, 4096, 4096), Check::Head);
+        assert_eq!(Check::new(true, 8, 4096), Check::Full);
+
+        // Over a connection: a large rate point (above the server's eager limit of 256) is
+        // sampled, and a flipped last byte is caught; with --verify any flipped byte is.
+        let (mut client, mut server) = pair(16, 4096);
+        let srv = std::thread::spawn(move || {
+            serve(
+                &mut server,
+                Idle::Backoff,
+                4096,
+                256,
+                Duration::from_secs(20),
+            )
+        });
+        let r = client_rate(&mut client, &spec(4096)).unwrap();
+        assert_eq!(r.rate.bytes, 500 * 4096);
+        let verified = PointSpec {
+            verify: true,
+            ..spec(200)
+        };
+        let r = client_rate(&mut client, &verified).unwrap();
+        assert_eq!(r.rate.msgs, 500);
+        client.corrupt_at = Some(4095);
+        let err = client_rate(&mut client, &spec(4096));
+        assert!(
+            matches!(
+                err,
+                Err(BenchError::Timeout { .. }) | Err(BenchError::Disconnected)
+            ),
+            "{err:?}"
+        );
+        let err = srv.join().unwrap();
+        assert!(
+            matches!(err, Err(BenchError::Protocol(ref m)) if m.contains("differs from what was sent at byte 4095")),
+            "{err:?}"
+        );
+
+        // The lat client checks the echoes: a byte flipped on the way is caught with --verify.
+        let (mut client, mut server) = pair(16, 4096);
+        server.corrupt_at = Some(7);
+        let srv = std::thread::spawn(move || {
+            serve(
+                &mut server,
+                Idle::Backoff,
+                4096,
+                4096,
+                Duration::from_secs(5),
+            )
+        });
+        let err = client_lat(&mut client, &verified, Duration::ZERO);
+        assert!(
+            matches!(err, Err(BenchError::Protocol(ref m)) if m.contains("at byte 7")),
+            "{err:?}"
+        );
+        drop(client);
+        let _ = srv.join().unwrap();
+    }
+
+    #[test]
     fn duration_bounded_and_paced_lat() {
         let (mut client, mut server) = pair(4, 64);
         let srv = std::thread::spawn(move || {
-            serve(&mut server, Idle::Backoff, 64, Duration::from_secs(20))
+            serve(&mut server, Idle::Backoff, 64, 64, Duration::from_secs(20))
         });
         let mut s = spec(8);
         s.duration = Some(Duration::from_millis(50));

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::conn::BenchConn;
 use super::{engine, proto, stop_requested, Plan};
 use crate::error::BenchError;
 use crate::machine::pin_current;
@@ -16,23 +17,33 @@ impl Plan {
         let engine = engine::build(g)?;
         let mut listener = engine::listen(&engine, &endpoint)?;
         report::print(&format!(
-            "bench server listening on {endpoint} (fabric {}, mode {}, buffers {} x {} B); Ctrl-C to stop\n",
+            "bench server listening on {endpoint} (fabric {}, mode {}, buffers {} x {} B, max message {} B, large slots {}, large threshold {} B); Ctrl-C to stop\n",
             self.fabric.as_str(),
             g.mode.as_str(),
             g.buffers,
-            g.buffer_size
+            g.buffer_size,
+            g.max_message_size,
+            g.large_buffers,
+            g.effective_large_threshold(),
         ));
         loop {
             if stop_requested() {
                 return Ok(true);
             }
             let Some(mut conn) =
-                engine::accept(&engine, &mut listener, Duration::from_millis(200))?
+                engine::accept(&engine, g, &mut listener, Duration::from_millis(200))?
             else {
                 continue;
             };
             eprintln!("bench server: client connected");
-            match proto::serve(&mut conn, g.idle, g.buffer_size, Duration::from_secs(60)) {
+            let limit = conn.max_message_size().unwrap_or(g.buffer_size);
+            match proto::serve(
+                &mut conn,
+                g.idle,
+                limit,
+                g.buffer_size,
+                Duration::from_secs(60),
+            ) {
                 Ok(()) => eprintln!("bench server: client done"),
                 Err(BenchError::Interrupted) => return Ok(true),
                 Err(e) => eprintln!("bench server: client failed: {e}"),

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use super::conn::{BenchConn, Waiter};
-use super::wire::{unexpected, Hello, ServerResult, TAG_DATA, TAG_READY};
+use super::wire::{payload_byte, unexpected, Hello, ServerResult, TAG_DATA, TAG_READY};
 use crate::cli::{Idle, LatencyKind, TestKind};
 use crate::error::BenchError;
-use crate::floor::duration_ns;
+use crate::floor::{duration_ns, AlignedBuf};
 
 /// Parameters of one client-side point.
 #[derive(Debug, Clone)]
@@ -40,6 +40,12 @@ pub struct PointSpec {
     /// Rate: the application batch (`--app-batch`): messages sent per flush and received per
     /// `poll(handler, n)` call. 0: one `send` / `try_recv` per message, flushed at the end.
     pub app_batch: usize,
+    /// `--verify`: the receiver checks every payload byte (rate: the server; lat: the client's
+    /// echoes).
+    pub verify: bool,
+    /// The eager limit (the buffer size): a payload above it is a large message, which the
+    /// receiver checks at a few words even without `verify`.
+    pub eager_max: usize,
 }
 
 impl PointSpec {
@@ -54,6 +60,7 @@ impl PointSpec {
             stall_ns: duration_ns(self.stall),
             interval_ns: duration_ns(self.interval),
             app_batch: u32::try_from(self.app_batch).unwrap_or(u32::MAX),
+            verify: self.verify,
         }
     }
 }
@@ -103,13 +110,85 @@ pub(super) fn expect_result<C: BenchConn>(
     ServerResult::decode(&recv_blocking(conn, w)?)
 }
 
-/// A payload template: `size` bytes, tag first, a recognisable pattern after.
-pub(super) fn payload(size: usize) -> Vec<u8> {
-    let mut p: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+/// A payload template: `size` bytes, tag first, a recognisable pattern after
+/// ([`payload_byte`]); it starts on a page, so the sender's copy into its buffer runs as the
+/// memcpy floor's does ([`AlignedBuf`]).
+pub(super) fn payload(size: usize) -> AlignedBuf {
+    let mut p = AlignedBuf::zeroed(size);
+    for (i, b) in p.iter_mut().enumerate() {
+        *b = payload_byte(i);
+    }
     if let Some(b) = p.first_mut() {
         *b = TAG_DATA;
     }
     p
+}
+
+/// How a receiver checks a `DATA` payload beyond its length and tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    /// Length and tag only (what the caller already compares).
+    Head,
+    /// A few words spread over it (a large message: its bytes are read, as an application
+    /// would, at the cost of a few cache lines).
+    Sampled,
+    /// Every byte (`--verify`).
+    Full,
+}
+
+/// Bytes a [`Check::Sampled`] looks at, spread evenly from the second to the last.
+const SAMPLES: usize = 8;
+
+impl Check {
+    /// The check for `size`-byte payloads: `Full` with `verify`, `Sampled` above `eager_max`.
+    pub(super) fn new(verify: bool, size: usize, eager_max: usize) -> Self {
+        if verify {
+            Check::Full
+        } else if size > eager_max {
+            Check::Sampled
+        } else {
+            Check::Head
+        }
+    }
+
+    /// The first byte of `m` (after the tag) that differs from the pattern, if any.
+    #[inline]
+    pub(super) fn first_bad(self, m: &[u8]) -> Option<usize> {
+        match self {
+            Check::Head => None,
+            Check::Sampled if m.len() > 1 => (1..=SAMPLES)
+                .map(|k| 1 + k * (m.len() - 2) / SAMPLES)
+                .find(|&i| m[i] != payload_byte(i)),
+            Check::Sampled => None,
+            // One pattern period (251 bytes) per comparison: a `memcmp` each, not a loop over
+            // bytes. The tag (byte 0) is the caller's.
+            Check::Full => m.chunks(PERIOD.len()).enumerate().find_map(|(j, c)| {
+                let from = usize::from(j == 0);
+                (c[from..] != PERIOD[from..c.len()]).then(|| {
+                    let at = (from..c.len()).find(|&i| c[i] != PERIOD[i]).unwrap_or(from);
+                    j * PERIOD.len() + at
+                })
+            }),
+        }
+    }
+}
+
+/// One period of the payload pattern: `PERIOD[i] == payload_byte(i)` for `i < 251`.
+const PERIOD: [u8; 251] = {
+    let mut p = [0u8; 251];
+    let mut i = 0;
+    while i < p.len() {
+        p[i] = i as u8;
+        i += 1;
+    }
+    p
+};
+
+/// The protocol error for a payload whose byte `at` is not the pattern's.
+pub(super) fn corrupt(size: usize, at: usize) -> BenchError {
+    BenchError::Protocol(format!(
+        "a {size}-byte DATA payload differs from what was sent at byte {at}"
+    ))
 }
 
 pub(super) fn bad_data(size: usize, len: usize, tag: u8) -> BenchError {

@@ -6,8 +6,8 @@
 //!
 //! | message | bytes | layout |
 //! |---------|-------|--------|
-//! | `DATA` | size | tag; for `load` also seq `u64` at 8, intended send time (ns, `CLOCK_MONOTONIC`) at 16 |
-//! | `HELLO` | 48 | tag, test, latency kind (1 one-way), size at 8, warm-up at 16, stall after at 24, stall ns at 32, interval ns at 40 |
+//! | `DATA` | size | tag, then byte `i` is `i % 251` ([`payload_byte`]); for `load` seq `u64` at 8 and intended send time (ns, `CLOCK_MONOTONIC`) at 16 instead |
+//! | `HELLO` | 48 | tag, test, latency kind (1 one-way), flags (bit 0: verify), app batch `u32` at 4, size at 8, warm-up at 16, stall after at 24, stall ns at 32, interval ns at 40 |
 //! | `READY` | 2.. | tag, ok (1) or refused (0) + reason text |
 //! | `END` | 1 | tag |
 //! | `RESULT` | 64 | tag, msgs at 8, bytes at 16, elapsed ns at 24, server thread CPU at 32 ([`ThreadCpu::encode`]) |
@@ -33,6 +33,12 @@ pub(super) const TAG_CHUNK: u8 = 0xB7;
 pub const CONTROL_MAX: usize = 64;
 /// Smallest `load` payload: tag, sequence number and intended send time.
 pub const LOAD_MIN_SIZE: usize = 24;
+
+/// Byte `i` of a `DATA` payload (`i > 0`; byte 0 is the tag), as the sender writes it.
+#[inline]
+pub fn payload_byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
 
 /// Reads the little-endian `u64` at `at` (the caller checked the length).
 pub(super) fn u64_at(m: &[u8], at: usize) -> u64 {
@@ -71,6 +77,9 @@ pub struct Hello {
     /// many messages per `poll(handler, n)` call. 0: one `try_recv` per message (and what a
     /// client that predates the field sends).
     pub app_batch: u32,
+    /// `--verify` (flags bit 0, byte 3): the receiver checks every payload byte. A client that
+    /// predates the field sends 0.
+    pub verify: bool,
 }
 
 impl Hello {
@@ -84,6 +93,7 @@ impl Hello {
             TestKind::Load => 3,
         };
         b[2] = u8::from(self.latency == LatencyKind::OneWay);
+        b[3] = u8::from(self.verify);
         b[4..8].copy_from_slice(&self.app_batch.to_le_bytes());
         for (at, v) in [
             (8, self.size),
@@ -128,6 +138,7 @@ impl Hello {
             stall_ns: u64_at(m, 32),
             interval_ns: u64_at(m, 40),
             app_batch: u32::from_le_bytes([m[4], m[5], m[6], m[7]]),
+            verify: m[3] & 1 == 1,
         })
     }
 }
@@ -233,6 +244,7 @@ mod tests {
             stall_ns: 50_000_000,
             interval_ns: 1_000_000_000,
             app_batch: 32,
+            verify: true,
         };
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
         assert!(Hello::decode(&[TAG_HELLO; 3]).is_err());

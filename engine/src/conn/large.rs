@@ -1,63 +1,7 @@
 //! Large messages (issue #12): [`Connection::alloc_large`], [`Connection::send_copy`] and
 //! [`Connection::recv_into`].
 //!
-//! A message above the pool's buffer size travels through a **large slot**: one of
-//! [`large_buffers`](crate::EngineBuilder::large_buffers) buffers of
-//! [`max_message_size`](crate::EngineBuilder::max_message_size) bytes per connection and
-//! direction, set up with the connection (shm: in the shared segment; tcp: local memory the
-//! socket reads into; RDMA: registered regions for a rendezvous by RDMA READ). A large slot is
-//! a [`SendBuf`] like any other (written in place, then [`send`](Connection::send)), and the
-//! receiver reads it in place as one contiguous [`Message`]. The slot is the sender's again
-//! when the receiver has dropped the message (RDMA: when the READ has landed): until then
-//! `alloc_large` reports back-pressure ([`Error::WouldBlock`]), never loss.
-//!
-//! Order holds across sizes: small and large messages of one connection arrive in the order
-//! they were sent.
-//!
-//! Protocols by size, per message: up to the inline threshold, copied into the fabric's record
-//! (shm: the ring; RDMA: the frame); up to the buffer size, a pool buffer by reference (eager);
-//! above it (or above [`large_threshold`](crate::EngineBuilder::large_threshold) for
-//! `send_copy`), a large slot: shm hands the reader a reference into the shared segment, tcp
-//! `recv`s straight into the receiver's slot, RDMA moves it by rendezvous (the receiver pulls
-//! it with one RDMA READ).
-//!
-//! ```
-//! use std::time::Duration;
-//! use spinwire::{Engine, IdleStrategy};
-//!
-//! # fn main() -> Result<(), spinwire::Error> {
-//! let engine = Engine::builder()
-//!     .run_to_completion()
-//!     .idle(IdleStrategy::backoff())
-//!     .max_message_size(1 << 20) // up to 1 MiB per message
-//!     .large_buffers(2)          // two 1 MiB slots per connection and direction
-//!     .build()?;
-//! # let name = format!("shm://doc-large-{}", std::process::id());
-//! let listener = engine.listen(&name)?;
-//! let client = engine.connect(&name)?;
-//! let server = listener.accept_timeout(Duration::from_secs(5))?;
-//!
-//! // Zero copy: write the message in place in a large slot, then send it.
-//! let mut buf = client.alloc_large()?;
-//! buf.as_mut_slice()[..300_000].fill(0xab);
-//! buf.set_len(300_000)?;
-//! client.send(buf)?;
-//! // Or copy from the application's own bytes.
-//! client.send_copy(&vec![1u8; 700_000])?;
-//!
-//! let m = server.recv_timeout(Duration::from_secs(5))?; // one contiguous message, in place
-//! assert_eq!((m.len(), m[0]), (300_000, 0xab));
-//! drop(m); // gives the slot back to the sender
-//! let mut mine = vec![0u8; 1 << 20];
-//! let n = loop {
-//!     if let Some(n) = server.recv_into(&mut mine).expect("fits") {
-//!         break n;
-//!     }
-//! };
-//! assert_eq!(n, 700_000);
-//! # Ok(())
-//! # }
-//! ```
+//! See [`Connection::alloc_large`] for the model, the protocols by size and an example.
 
 use std::time::{Duration, Instant};
 
@@ -125,6 +69,66 @@ impl Connection {
     /// [`set_len`](SendBuf::set_len), or [`copy_from`](SendBuf::copy_from)) and
     /// [`send`](Self::send) it; dropping it unsent returns the slot. Zero copy: the receiver
     /// reads the slot's bytes in place (RDMA: after one RDMA READ into its own slot).
+    ///
+    /// # Large messages
+    ///
+    /// A message above the pool's buffer size travels through a **large slot**: one of
+    /// [`large_buffers`](crate::EngineBuilder::large_buffers) buffers of
+    /// [`max_message_size`](crate::EngineBuilder::max_message_size) bytes per connection and
+    /// direction, set up with the connection (shm: in the shared segment; tcp: local memory the
+    /// socket reads into; RDMA: registered regions for a rendezvous by RDMA READ). A large slot is
+    /// a [`SendBuf`] like any other (written in place, then [`send`](Connection::send)), and the
+    /// receiver reads it in place as one contiguous [`Message`]. The slot is the sender's again
+    /// when the receiver has dropped the message (RDMA: when the READ has landed): until then
+    /// `alloc_large` reports back-pressure ([`Error::WouldBlock`]), never loss.
+    ///
+    /// Order holds across sizes: small and large messages of one connection arrive in the order
+    /// they were sent.
+    ///
+    /// Protocols by size, per message: up to the inline threshold, copied into the fabric's record
+    /// (shm: the ring; RDMA: the frame); up to the buffer size, a pool buffer by reference (eager);
+    /// above it (or above [`large_threshold`](crate::EngineBuilder::large_threshold) for
+    /// `send_copy`), a large slot: shm hands the reader a reference into the shared segment, tcp
+    /// `recv`s straight into the receiver's slot, RDMA moves it by rendezvous (the receiver pulls
+    /// it with one RDMA READ).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use spinwire::{Engine, IdleStrategy};
+    ///
+    /// # fn main() -> Result<(), spinwire::Error> {
+    /// let engine = Engine::builder()
+    ///     .run_to_completion()
+    ///     .idle(IdleStrategy::backoff())
+    ///     .max_message_size(1 << 20) // up to 1 MiB per message
+    ///     .large_buffers(2)          // two 1 MiB slots per connection and direction
+    ///     .build()?;
+    /// # let name = format!("shm://doc-large-{}", std::process::id());
+    /// let listener = engine.listen(&name)?;
+    /// let client = engine.connect(&name)?;
+    /// let server = listener.accept_timeout(Duration::from_secs(5))?;
+    ///
+    /// // Zero copy: write the message in place in a large slot, then send it.
+    /// let mut buf = client.alloc_large()?;
+    /// buf.as_mut_slice()[..300_000].fill(0xab);
+    /// buf.set_len(300_000)?;
+    /// client.send(buf)?;
+    /// // Or copy from the application's own bytes.
+    /// client.send_copy(&vec![1u8; 700_000])?;
+    ///
+    /// let m = server.recv_timeout(Duration::from_secs(5))?; // one contiguous message, in place
+    /// assert_eq!((m.len(), m[0]), (300_000, 0xab));
+    /// drop(m); // gives the slot back to the sender
+    /// let mut mine = vec![0u8; 1 << 20];
+    /// let n = loop {
+    ///     if let Some(n) = server.recv_into(&mut mine).expect("fits") {
+    ///         break n;
+    ///     }
+    /// };
+    /// assert_eq!(n, 700_000);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///

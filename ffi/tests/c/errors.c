@@ -58,6 +58,13 @@ static void on_msg(void *clientd, const uint8_t *data, size_t len) {
     (*(int *)clientd)++;
 }
 
+/* Records a large message's length once its bytes check out (byte i is i * 7). */
+static void on_large(void *clientd, const uint8_t *data, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (data[i] != (uint8_t)(i * 7)) return;
+    *(size_t *)clientd = len;
+}
+
 static sw_conn *close_target;
 static int32_t close_result = 1;
 static void close_from_handler(void *clientd, const uint8_t *data, size_t len) {
@@ -115,9 +122,42 @@ int main(void) {
     cfg.idle = 7;
     expect("sw_engine_new(idle = 7)", sw_engine_new(&cfg, &engine), SW_BAD_CONFIG, "idle");
 
+    /* Large messages: above the buffer size through a large slot, up to max_message_size. */
     sw_config_init(&cfg);
     cfg.buffers = 8;
     cfg.buffer_size = 256;
+    cfg.max_message_size = 64 * 1024;
+    cfg.large_buffers = 2;
+    cfg.idle = SW_IDLE_BACKOFF;
+    expect("sw_engine_new(64 KiB messages)", sw_engine_new(&cfg, &engine), SW_OK, NULL);
+    if (!engine) return 1;
+    {
+        sw_listener *ll = NULL;
+        sw_conn *lc = NULL, *ls = NULL;
+        snprintf(name, sizeof name, "shm://ffi-errors-large-%d", pid);
+        pair(engine, name, &ll, &lc, &ls);
+        expect("sw_conn_max_message_size(64 KiB)", sw_conn_max_message_size(lc) == 64 * 1024 ? SW_OK : -99,
+               SW_OK, NULL);
+        static uint8_t big[64 * 1024 + 1];
+        for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)(i * 7);
+        expect("sw_offer(40000 bytes)", sw_offer(lc, big, 40000) > 0 ? SW_OK : -99, SW_OK, NULL);
+        size_t large_len = 0;
+        uint64_t until = now_ns() + 5000 * MS;
+        while (large_len == 0 && now_ns() < until) sw_poll(ls, on_large, &large_len, 1);
+        expect("large message arrived whole", large_len == 40000 ? SW_OK : -99, SW_OK, NULL);
+        expect("sw_offer(64 KiB + 1)", sw_offer(lc, big, sizeof big), SW_TOO_LARGE, "65536");
+        sw_conn_close(lc);
+        sw_conn_close(ls);
+        sw_listener_close(ll);
+    }
+    expect("sw_engine_close", sw_engine_close(engine), SW_OK, NULL);
+    engine = NULL;
+
+    /* The rest on a pool-only engine: its limit is the buffer size. */
+    sw_config_init(&cfg);
+    cfg.buffers = 8;
+    cfg.buffer_size = 256;
+    cfg.large_buffers = 0;
     cfg.idle = SW_IDLE_BACKOFF;
     expect("sw_engine_new(defaults, 8 x 256 B)", sw_engine_new(&cfg, &engine), SW_OK, NULL);
     if (!engine) return 1;

@@ -31,7 +31,7 @@ use crate::fabric::control::{
     PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
 };
 use crate::fabric::Fabric;
-use crate::link::{ConnParts, Pools};
+use crate::link::ConnParts;
 use crate::poller::{Command, PollerLink};
 
 /// Most accepted connections whose handshake is pending at once (over every listener).
@@ -77,8 +77,7 @@ impl TcpControl {
         let poller = self.reg.least_loaded(ctx.cfg.max_connections_per_poller)?;
         let Established {
             conn,
-            tx_pool,
-            rx_pool,
+            pools,
             keep,
             peer,
         } = est;
@@ -86,7 +85,7 @@ impl TcpControl {
         let new = NewConn {
             poller,
             conn,
-            pools: Pools::small(tx_pool, rx_pool),
+            pools,
             keep,
             setup: TcpSetup { sock },
             path: Some(peer.to_string()),

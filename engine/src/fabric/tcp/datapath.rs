@@ -11,7 +11,12 @@
 //! runs and payload slices, so consecutive small messages and credits coalesce into one entry.
 //! A partial write keeps a byte offset into that list (nothing is copied again); a pooled
 //! buffer is freed ([`TxDone::free_buf`]) once all its bytes are in the kernel. Copying small
-//! messages once costs less than a 16-byte iovec entry per header plus one per payload.
+//! messages once costs less than a 16-byte iovec entry per header plus one per payload. A
+//! **large slot** (`LARGE_BIT | slot`, issue #12) is queued like a pooled buffer whatever its
+//! length: one `DATA` record, its header in the stage and its payload written straight from the
+//! slot by the same `sendmsg` path, over as many cycles as partial writes take; the slot is
+//! freed once all its bytes are in the kernel. Small and large messages share the one FIFO, so
+//! their order holds.
 //!
 //! **Receive, in place.** The connection's receive pool ([`rx_chunks`]) is a set of *chunks*,
 //! each large enough for at least two records of the largest size. One non-blocking `recv`
@@ -30,6 +35,21 @@
 //! moved. Lent messages are bounded by the pool's chunk count (the application's release ring
 //! holds that many): when they are all out, delivery waits, as it waits for ring room.
 //!
+//! **Receive, large messages** (issue #12, when the connection has large slots). A `DATA`
+//! record of up to half a chunk (`lend_max`: 32 KiB - 8 with the default 64-KiB chunks) is
+//! read into the chunks and lent in place like a pooled one, even above the buffer size: one
+//! contiguous message, no slot taken, at most one move. A longer one goes into a free **large
+//! receive slot**: once its header is parsed (and checked against the connection's limit), the
+//! payload bytes already read into the chunk (at most the rest of one `recv`, under a chunk)
+//! are copied to the slot's start, and the rest is read by `recv`s straight into the slot (the
+//! kernel's copy is the only one); then [`RxSink::push_large`] lends it, and the slot is free
+//! again when `LARGE_BIT | slot` comes back through [`release_rx`](FabricConn::release_rx).
+//! With no free slot the stream stops at that record's header and the socket is not read
+//! until the application drops a large message: TCP's window holds the sender back, whose
+//! slots then stay in flight (its `alloc_large` reports `WouldBlock`). Both sizes are read by
+//! the kernel's copy alone (plus that bounded prefix), so there is no cliff in copies at the
+//! switch; the measurement across it (`bench`, 4 KiB .. 16 MiB) is still to be taken.
+//!
 //! Small messages stay copied into the descriptor rather than lent: a lent message costs a
 //! release-ring round trip and a reference count, which for a message of at most
 //! [`INLINE_MAX`] bytes is more than copying its bytes within the cache line the ring slot
@@ -41,13 +61,15 @@
 //!
 //! **Credits.** The sender may have `depth` messages in flight (the engine counts them). The
 //! receiver consumes a `DATA` record only when its application's ring has a slot (and, for a
-//! large message, a free pool buffer) and then owes one credit; it returns the cumulative count
+//! lent message, a chunk to lend from; for a large one, a free large slot) and then owes one
+//! credit; it returns the cumulative count
 //! in a `CREDIT` record, piggybacked on its next write or alone once half the depth is owed. So
 //! at most `depth` messages sit in the kernel buffers and the receive buffer: a slow receiver
 //! back-pressures the sender, and the kernel never queues without bound.
 //!
 //! **Untrusted peer.** Every header is validated: an unknown, reserved or unexpected type
-//! (`BUF_REF`, `PAD`), a `DATA` payload above the buffer size, a malformed or zero length, a
+//! (`BUF_REF`, `PAD`), a `DATA` payload above the connection's limit (the buffer size without
+//! large slots), a malformed or zero length, reserved header bytes set, a
 //! credit count that goes backwards or exceeds the messages sent, or a stream that ends inside a
 //! record fail this connection with [`FabricError::Protocol`]. The end of stream is
 //! [`FabricError::PeerClosed`] (after delivering what came before), as is a reset.
@@ -62,9 +84,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::desc::{PoolView, TxDesc, INLINE_MAX};
+use crate::desc::{is_large, large_slot, PoolView, TxDesc, INLINE_MAX};
 use crate::error::FabricError;
 use crate::fabric::{Fabric, FabricConn, RxSink, TxDone};
+use crate::link::Pools;
 use crate::record::{self, Record, RecordError, RecordReader, RecordType, RECORD_HEADER};
 
 use super::sys::{self, Iov, IovList};
@@ -114,6 +137,21 @@ pub(crate) struct ConnSizes {
     pub(crate) peer_depth: usize,
     /// The liveness timeout (zero: off).
     pub(crate) liveness: Duration,
+    /// The connection's message limit (from the handshake): the largest DATA payload either
+    /// side sends; above the buffer size only with large pools.
+    pub(crate) max_payload: usize,
+}
+
+/// A large record being received into a large slot (issue #12).
+#[derive(Clone, Copy, Debug)]
+struct LargeRx {
+    /// The large receive slot (without `LARGE_BIT`).
+    slot: u32,
+    /// Payload bytes.
+    len: u32,
+    /// Bytes of payload and padding in the slot so far; `total` in all.
+    got: usize,
+    total: usize,
 }
 
 /// One TCP connection's data-path state.
@@ -123,8 +161,15 @@ pub struct TcpConn {
     /// Keeps the pools mapped.
     _pools: Arc<dyn Any + Send + Sync>,
     tx_pool: PoolView,
-    /// Largest DATA payload accepted from the peer (the buffer size).
+    /// The large send slots (empty without large messages).
+    tx_large: PoolView,
+    /// Largest DATA payload accepted from the peer: the connection's message limit.
     max_payload: usize,
+    /// DATA payloads up to this are read into the receive chunks (and lent there); longer ones
+    /// go into a large receive slot. `buffer_size <= lend_max <= max_payload`.
+    lend_max: usize,
+    /// `record_size(lend_max)`: the largest record read into a chunk.
+    lend_record: usize,
     copy_max: usize,
 
     // ---- send side ----
@@ -144,6 +189,10 @@ pub struct TcpConn {
     payload_written: usize,
     /// DATA records queued so far (the bound for the peer's credit count).
     msgs_sent: u64,
+    /// A write failed (the peer reset or closed the connection): what was queued is dropped
+    /// (its buffers freed), nothing more is queued or written, and `flush` has nothing to do,
+    /// so the poller can retire the connection once everything received is delivered.
+    tx_dead: bool,
 
     // ---- receive side ----
     /// Bytes per receive chunk.
@@ -156,6 +205,9 @@ pub struct TcpConn {
     max_record: usize,
     /// The peer's end of stream (or reset) was seen; nothing more is read.
     eof: bool,
+    /// The large record being read into a large slot, if any: the socket is read into the slot
+    /// until `got == total`, then the message is delivered ([`RxSink::push_large`]).
+    large_rx: Option<LargeRx>,
     /// Where parsed records go.
     rx: Delivery,
     /// The delivered count last put in a CREDIT record.
@@ -274,6 +326,13 @@ struct Delivery {
     /// Cumulative credits the peer returned; credits not yet reported to the engine.
     credits_in: u64,
     credits_unreported: u64,
+    /// The large receive slots (empty without large messages).
+    large: PoolView,
+    /// Which large slots are in use (being read, or lent to the application).
+    large_out: Box<[bool]>,
+    /// Free large slots (a stack).
+    large_free: Box<[u32]>,
+    large_free_len: usize,
 }
 
 impl Delivery {
@@ -299,6 +358,34 @@ impl Delivery {
         if self.refs[old as usize] == 0 {
             self.push_free(old);
         }
+    }
+
+    /// Takes a free large receive slot.
+    #[inline]
+    fn take_large(&mut self) -> Option<u32> {
+        self.large_free_len = self.large_free_len.checked_sub(1)?;
+        let s = self.large_free[self.large_free_len];
+        self.large_out[s as usize] = true;
+        Some(s)
+    }
+
+    /// The application dropped large message `slot`: the slot is free again.
+    #[inline]
+    fn release_large(&mut self, slot: u32) -> Result<(), FabricError> {
+        match self.large_out.get_mut(slot as usize) {
+            Some(out) if *out => *out = false,
+            _ => {
+                return Err(FabricError::Protocol(
+                    "released a large receive slot not lent",
+                ))
+            }
+        }
+        // At most `count` slots are free at once: there is room.
+        if let Some(top) = self.large_free.get_mut(self.large_free_len) {
+            *top = slot;
+            self.large_free_len += 1;
+        }
+        Ok(())
     }
 
     #[inline]
@@ -393,6 +480,41 @@ fn check_partial(buf: &[u8], max_payload: usize) -> Result<(), FabricError> {
     }
 }
 
+/// The payload length of the `DATA` record whose header starts `buf` when it goes into a large
+/// slot (longer than `lend_max`); `None` for any other record, or before its header is
+/// complete (the record reader checks those).
+///
+/// # Errors
+///
+/// [`FabricError::Protocol`] for a `DATA` record above the connection's limit `max_payload`, or
+/// one with reserved header bytes set.
+#[inline]
+fn large_data(
+    buf: &[u8],
+    lend_max: usize,
+    max_payload: usize,
+) -> Result<Option<usize>, FabricError> {
+    if buf.len() < RECORD_HEADER || buf[4] != RecordType::Data as u8 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let Some(payload) = len.checked_sub(RECORD_HEADER) else {
+        return Ok(None);
+    };
+    if payload <= lend_max {
+        return Ok(None);
+    }
+    if payload > max_payload {
+        return Err(FabricError::Protocol(
+            "tcp record longer than the connection's message limit",
+        ));
+    }
+    if buf[5..8] != [0; 3] {
+        return Err(FabricError::Protocol("tcp record with reserved fields set"));
+    }
+    Ok(Some(payload))
+}
+
 enum Deliver {
     /// Delivered (or a control record handled).
     Done,
@@ -404,10 +526,15 @@ impl TcpConn {
     pub(crate) fn new(
         sock: Arc<TcpStream>,
         pools: Arc<dyn Any + Send + Sync>,
-        tx_pool: PoolView,
-        rx_pool: PoolView,
+        views: Pools,
         sizes: ConnSizes,
     ) -> TcpConn {
+        let Pools {
+            tx: tx_pool,
+            rx: rx_pool,
+            tx_large,
+            rx_large,
+        } = views;
         let buf_size = tx_pool.buf_size();
         let copy_max = sizes.copy_max.min(INLINE_MAX).min(buf_size);
         let depth = sizes.depth.max(1);
@@ -420,29 +547,60 @@ impl TcpConn {
         let count = rx_pool.count();
         let chunk_size = rx_pool.buf_size();
         debug_assert!(count >= 2 && chunk_size >= 2 * max_record);
+        // Without large slots nothing above the buffer size is accepted. With them, records of
+        // up to half a chunk are read into the chunks like smaller ones (one contiguous lent
+        // message, no slot needed: a record that does not fit the rest of a chunk is moved at
+        // most once, as it fits a whole chunk from its start); longer ones go into a large slot.
+        // A large record is read with its padding into a slot (setup sizes them `align8(limit)`):
+        // capped here too, so the slot writes in `parse`/`fill_large` stay in the slot whatever
+        // the sizes given.
+        let max_payload = if rx_large.count() > 0 {
+            sizes
+                .max_payload
+                .min(rx_large.buf_size() / 8 * 8)
+                .max(buf_size)
+        } else {
+            buf_size
+        };
+        let lend_max = (chunk_size / 2 - RECORD_HEADER)
+            .min(record::MAX_PAYLOAD)
+            .min(max_payload)
+            .max(buf_size);
+        let lend_record = record::record_size(lend_max).unwrap_or(max_record);
+        let large_count = rx_large.count();
         let fd = sock.as_raw_fd();
         TcpConn {
             sock,
             fd,
             _pools: pools,
             tx_pool,
-            max_payload: buf_size,
+            tx_large,
+            max_payload,
+            lend_max,
+            lend_record,
             copy_max,
             stage: vec![0u8; stage].into_boxed_slice(),
             stage_len: 0,
             stage_written: 0,
-            entries: vec![Entry::default(); tx_pool.count().max(1).next_power_of_two() as usize]
-                .into_boxed_slice(),
+            entries: vec![
+                Entry::default();
+                (tx_pool.count() as usize + tx_large.count() as usize)
+                    .max(1)
+                    .next_power_of_two()
+            ]
+            .into_boxed_slice(),
             free_head: 0,
             wr: 0,
             tail: 0,
             payload_written: 0,
             msgs_sent: 0,
+            tx_dead: false,
             chunk_size,
             head: 0,
             tail_rx: 0,
             max_record,
             eof: false,
+            large_rx: None,
             rx: Delivery {
                 copy_max,
                 rx_pool,
@@ -455,6 +613,11 @@ impl TcpConn {
                 delivered: 0,
                 credits_in: 0,
                 credits_unreported: 0,
+                large: rx_large,
+                large_out: vec![false; large_count as usize].into_boxed_slice(),
+                // Slot 0 on top.
+                large_free: (0..large_count).rev().collect(),
+                large_free_len: large_count as usize,
             },
             credit_sent: 0,
             credit_batch: (sizes.peer_depth as u64 / 2).max(1),
@@ -545,10 +708,12 @@ impl TcpConn {
             first = false;
             let len = e.len as usize;
             if skip < len {
-                // SAFETY: `e.buf < count` and `len <= buf_size` (checked by the engine before
-                // `post_send`), so the range lies in the send pool, which `_pools` keeps alive;
-                // the poller owns the buffer until it is freed after the write.
-                let base = unsafe { self.tx_pool.buf_ptr_unchecked(e.buf).as_ptr().add(skip) };
+                // SAFETY: `e.buf < count` and `len <= buf_size`, or `e.buf` is `LARGE_BIT |
+                // slot` with `slot < large count` and `len <=` the slot size (checked by the
+                // engine before `post_send`), so the range lies in the send pool or the large
+                // send pool, which `_pools` keeps alive; the poller owns the buffer until it is
+                // freed after the write.
+                let base = unsafe { self.payload_ptr(e.buf).add(skip) };
                 if !iov.push(Iov {
                     base,
                     len: len - skip,
@@ -575,6 +740,23 @@ impl TcpConn {
                 base,
                 len: self.stage_len - at,
             });
+        }
+    }
+
+    /// Start of send buffer `buf`: a pool buffer, or with
+    /// [`LARGE_BIT`](crate::desc::LARGE_BIT) a large slot.
+    ///
+    /// # Safety
+    ///
+    /// `buf` is a valid index of its pool (the engine checks every send descriptor).
+    #[inline]
+    unsafe fn payload_ptr(&self, buf: u32) -> *const u8 {
+        if is_large(buf) {
+            // SAFETY: by the caller's contract, `slot < tx_large.count()`.
+            unsafe { self.tx_large.buf_ptr_unchecked(large_slot(buf)).as_ptr() }
+        } else {
+            // SAFETY: by the caller's contract, `buf < tx_pool.count()`.
+            unsafe { self.tx_pool.buf_ptr_unchecked(buf).as_ptr() }
         }
     }
 
@@ -626,6 +808,19 @@ impl TcpConn {
         let before = sink.written();
         let mut blocked = false;
         loop {
+            if let Some(l) = self.large_rx {
+                if l.got < l.total {
+                    // The rest of it comes from the socket straight into the slot (`fill`).
+                    break;
+                }
+                if sink.room() == 0 {
+                    blocked = true;
+                    break;
+                }
+                sink.push_large(l.slot, l.len)?;
+                self.large_rx = None;
+                self.rx.delivered += 1;
+            }
             let head = self.head;
             if head == self.tail_rx {
                 break;
@@ -641,9 +836,44 @@ impl TcpConn {
                     self.tail_rx - head,
                 )
             };
-            let mut reader = RecordReader::stream(buf, self.max_payload).map_err(record_err)?;
+            if let Some(payload) = large_data(buf, self.lend_max, self.max_payload)? {
+                // A large record: into a free large slot, or wait here (the socket is not read
+                // meanwhile: TCP's window holds the sender back).
+                if sink.room() == 0 {
+                    blocked = true;
+                    break;
+                }
+                let Some(slot) = self.rx.take_large() else {
+                    blocked = true;
+                    break;
+                };
+                let total = payload + pad_of(payload);
+                // What of it was read into the chunk already (at most a chunk) is copied;
+                // the rest is read from the socket into the slot.
+                let k = (buf.len() - RECORD_HEADER).min(total);
+                // SAFETY: `slot < large count` (from the free stack), the slot holds at least
+                // `align8(max_payload) >= total >= k` bytes (`new` caps `max_payload`) and is
+                // the fabric's (not lent); the source
+                // is `k` unparsed bytes of the current chunk; pools do not overlap.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        buf.as_ptr().add(RECORD_HEADER),
+                        self.rx.large.buf_ptr_unchecked(slot).as_ptr(),
+                        k,
+                    );
+                }
+                self.head = head + RECORD_HEADER + k;
+                self.large_rx = Some(LargeRx {
+                    slot,
+                    len: payload as u32,
+                    got: k,
+                    total,
+                });
+                continue;
+            }
+            let mut reader = RecordReader::stream(buf, self.lend_max).map_err(record_err)?;
             let Some(rec) = reader.next_record().map_err(record_err)? else {
-                check_partial(buf, self.max_payload)?;
+                check_partial(buf, self.lend_max)?;
                 break;
             };
             let used = reader.position();
@@ -682,7 +912,7 @@ impl TcpConn {
         }
         // A partial record at `head`: its end, when its header is there; else assume the
         // largest record.
-        let known = partial_len(self.unparsed(), self.max_record);
+        let known = partial_len(self.unparsed(), self.lend_record);
         let need = known.unwrap_or(self.max_record);
         if self.head + need > size {
             // It cannot complete in this chunk: move its bytes to the start of a free one
@@ -711,9 +941,49 @@ impl TcpConn {
         (self.tail_rx < end).then_some(end)
     }
 
-    /// One non-blocking `recv` into the current chunk; `Ok(false)` when nothing came.
+    /// One non-blocking `recv` of the rest of the large record being read, straight into its
+    /// slot (the kernel's copy is the only one).
+    #[inline]
+    fn fill_large(&mut self, mut l: LargeRx) -> Result<bool, FabricError> {
+        // SAFETY: `slot < large count` (taken from the free stack), `got < total <=` the slot
+        // size (`new` caps `max_payload` so that `align8(max_payload)` fits): the unread rest of a slot that only the fabric touches until
+        // the message is delivered.
+        let free = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.rx.large.buf_ptr_unchecked(l.slot).as_ptr().add(l.got),
+                l.total - l.got,
+            )
+        };
+        match sys::recv(self.fd, free) {
+            Ok(0) => {
+                self.eof = true;
+                Err(FabricError::Protocol("tcp stream ended inside a record"))
+            }
+            Ok(n) => {
+                l.got += n;
+                self.large_rx = Some(l);
+                self.heard += n as u64;
+                Ok(true)
+            }
+            Err(libc::EAGAIN | libc::EINTR) => Ok(false),
+            Err(e) => {
+                self.eof = true;
+                Err(sock_err(e))
+            }
+        }
+    }
+
+    /// One non-blocking `recv` into the current chunk (or the large slot being filled);
+    /// `Ok(false)` when nothing came.
     #[inline]
     fn fill(&mut self) -> Result<bool, FabricError> {
+        if let Some(l) = self.large_rx {
+            if l.got < l.total {
+                return self.fill_large(l);
+            }
+            // Complete, waiting for ring room: read nothing more until it is delivered.
+            return Ok(false);
+        }
         let Some(end) = self.make_room() else {
             return Ok(false);
         };
@@ -752,7 +1022,7 @@ impl FabricConn for TcpConn {
     #[inline]
     fn rx_pending(&mut self) -> bool {
         // A socket can only be asked (a syscall); after its end only buffered bytes remain.
-        !self.eof || self.head != self.tail_rx
+        !self.eof || self.head != self.tail_rx || self.large_rx.is_some()
     }
 
     #[inline]
@@ -785,12 +1055,17 @@ impl FabricConn for TcpConn {
 
     #[inline]
     fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        if self.tx_dead {
+            // The application sees the disconnect once the poller retires the connection.
+            return Ok(0);
+        }
         let mut n = 0;
         let cap = self.entries.len() as u64;
         for d in descs {
             let len = d.len as usize;
             let room = self.stage.len() - self.stage_len;
-            if self.copies(d.len) {
+            // A large slot is always written from the slot (the engine marked it held).
+            if !is_large(d.buf) && self.copies(d.len) {
                 let need = RECORD_HEADER + len + pad_of(len);
                 if room < need + CTL_ROOM {
                     break;
@@ -834,6 +1109,10 @@ impl FabricConn for TcpConn {
     fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
         for &b in bufs {
             let rx = &mut self.rx;
+            if is_large(b) {
+                rx.release_large(large_slot(b))?;
+                continue;
+            }
             match rx.refs.get_mut(b as usize) {
                 Some(r) if *r > 0 => *r -= 1,
                 _ => return Err(FabricError::Protocol("released a receive buffer not lent")),
@@ -865,6 +1144,9 @@ impl FabricConn for TcpConn {
 
     #[inline]
     fn flush(&mut self) -> Result<(), FabricError> {
+        if self.tx_dead {
+            return Ok(());
+        }
         if self.stage_written == self.stage_len && self.wr == self.tail {
             // Everything is in the kernel: start the stage over.
             self.stage_len = 0;
@@ -887,7 +1169,16 @@ impl FabricConn for TcpConn {
                 self.consume(n);
             }
             Err(libc::EAGAIN | libc::EINTR) => {}
-            Err(e) => return Err(sock_err(e)),
+            Err(e) => {
+                // Reported once; the queued buffers go back (`reclaim` frees `[free_head,
+                // tail)`), and every later flush has nothing to write.
+                self.tx_dead = true;
+                self.wr = self.tail;
+                self.payload_written = 0;
+                self.stage_len = 0;
+                self.stage_written = 0;
+                return Err(sock_err(e));
+            }
         }
         if self.stage_written == self.stage_len && self.wr == self.tail {
             self.stage_len = 0;
@@ -953,6 +1244,51 @@ mod tests {
             chunk,
             (2 * ((1 << 20) + RECORD_HEADER)).next_multiple_of(64)
         );
+    }
+
+    #[test]
+    fn large_headers_are_recognised_and_checked_against_the_limit() {
+        let h = |payload: usize, ty: u8| {
+            let mut b = [0u8; 8];
+            b[0..4].copy_from_slice(&((RECORD_HEADER + payload) as u32).to_le_bytes());
+            b[4] = ty;
+            b
+        };
+        let data = RecordType::Data as u8;
+        assert_eq!(
+            large_data(&h(100, data), 1000, 5000),
+            Ok(None),
+            "lent in place"
+        );
+        assert_eq!(
+            large_data(&h(1000, data), 1000, 5000),
+            Ok(None),
+            "the lend limit"
+        );
+        assert_eq!(large_data(&h(1001, data), 1000, 5000), Ok(Some(1001)));
+        assert_eq!(
+            large_data(&h(5000, data), 1000, 5000),
+            Ok(Some(5000)),
+            "the limit"
+        );
+        assert!(
+            large_data(&h(5001, data), 1000, 5000).is_err(),
+            "above the limit"
+        );
+        assert_eq!(
+            large_data(&h(5001, data)[..7], 1000, 5000),
+            Ok(None),
+            "partial header"
+        );
+        let credit = RecordType::Credit as u8;
+        assert_eq!(
+            large_data(&h(5001, credit), 1000, 5000),
+            Ok(None),
+            "the reader's"
+        );
+        let mut reserved = h(2000, data);
+        reserved[7] = 1;
+        assert!(large_data(&reserved, 1000, 5000).is_err(), "reserved bytes");
     }
 
     #[test]

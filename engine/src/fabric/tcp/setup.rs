@@ -2,7 +2,11 @@
 //! Runs on the control thread (accepts, as a non-blocking state machine: [`Handshake`]) or on
 //! the thread calling `connect` (bounded by its timeout), never on a poller.
 //!
-//! The handshake (one 32-byte hello each way) is specified in `hello`.
+//! The handshake (one 32-byte hello each way) is specified in `hello`; it settles the
+//! connection's message limit. With large messages on, each direction gets a **large pool**
+//! (`large_buffers` slots of the limit, issue #12): one anonymous `MAP_NORESERVE` mapping,
+//! made here and unmapped when the last holder of the connection's memory drops it, whose pages
+//! take memory only as messages touch them.
 
 use std::alloc::Layout;
 use std::any::Any;
@@ -16,11 +20,13 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::desc::PoolView;
 use crate::error::{Error, SetupError};
+use crate::link::Pools;
 use crate::record;
 
 use super::datapath::{rx_chunks, ConnSizes, TcpConn};
 use super::error::TcpSetupError;
 use super::hello::{TcpParams, HELLO_LEN, STATUS_BUSY, STATUS_INVALID, STATUS_MISMATCH, STATUS_OK};
+use super::sys;
 
 /// How long an accepted connection may take to send its hello. The control thread does not
 /// wait: the pending handshake is an entry with this deadline (see [`Handshake`]).
@@ -41,10 +47,18 @@ pub(crate) fn params_for(cfg: &Config) -> Result<TcpParams, Error> {
             size: cfg.buffer_size,
             max: record::MAX_PAYLOAD,
         })?;
+    // Both are in range: the builder checks them against `MAX_MESSAGE_SIZE` (< 2^32) and
+    // `MAX_LARGE_BUFFERS`.
+    let (max_message_size, large_buffers) = match cfg.large_pool() {
+        (0, _) | (_, 0) => (buffer_size, 0),
+        (size, slots) => (u32::try_from(size).unwrap_or(u32::MAX), slots),
+    };
     Ok(TcpParams {
         version: record::VERSION,
         buffer_size,
         depth: u32::try_from(cfg.depth).unwrap_or(u32::MAX),
+        max_message_size,
+        large_buffers,
     })
 }
 
@@ -78,17 +92,59 @@ impl Drop for Region {
     }
 }
 
-/// A connection's two buffer pools (send, receive), kept alive by every holder of their views.
+/// One anonymous mapping holding a large pool (issue #12): `MAP_NORESERVE`, so its pages take
+/// memory only once a message touches them; unmapped on drop.
+struct Mapped {
+    ptr: NonNull<u8>,
+    bytes: usize,
+}
+
+// SAFETY: as for `Region`: plain memory whose use the engine's ownership protocol governs.
+unsafe impl Send for Mapped {}
+// SAFETY: as above.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    /// `slot_bytes * slots` bytes, or no mapping (a dangling pointer) for zero bytes.
+    fn new(slot_bytes: usize, slots: u32) -> Result<Mapped, TcpSetupError> {
+        let bytes = slot_bytes
+            .checked_mul(slots as usize)
+            .filter(|&b| b <= isize::MAX as usize / 2)
+            .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+        if bytes == 0 {
+            return Ok(Mapped {
+                ptr: NonNull::dangling(),
+                bytes: 0,
+            });
+        }
+        let ptr = sys::map_anon(bytes).map_err(|_| TcpSetupError::Alloc { bytes })?;
+        Ok(Mapped { ptr, bytes })
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            // SAFETY: mapped in `new` with this size, unmapped once; every view of it is gone
+            // (they are held with the `Arc<TcpPools>` that owns this).
+            unsafe { sys::unmap(self.ptr, self.bytes) }
+        }
+    }
+}
+
+/// A connection's buffer pools (send, receive, and the large send and receive pools), kept
+/// alive by every holder of their views.
 pub(crate) struct TcpPools {
     tx: Region,
     rx: Region,
+    tx_large: Mapped,
+    rx_large: Mapped,
 }
 
 /// A fully set-up TCP connection, before it is registered with the engine.
 pub(crate) struct Established {
     pub(crate) conn: TcpConn,
-    pub(crate) tx_pool: PoolView,
-    pub(crate) rx_pool: PoolView,
+    pub(crate) pools: Pools,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     pub(crate) peer: SocketAddr,
 }
@@ -101,7 +157,8 @@ fn opt_err(what: &'static str) -> impl FnOnce(io::Error) -> TcpSetupError {
 fn establish(
     stream: TcpStream,
     peer: SocketAddr,
-    peer_depth: u32,
+    ours: &TcpParams,
+    theirs: &TcpParams,
     cfg: &Config,
 ) -> Result<Established, Error> {
     stream
@@ -121,35 +178,56 @@ fn establish(
         .checked_mul(chunks as usize)
         .filter(|&b| b <= isize::MAX as usize / 2 && chunk <= u32::MAX as usize)
         .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+    // The large pools: slots of the connection's limit (so that `max_message_size()` reports
+    // it); a receive slot also holds the record's padding, which is read into it.
+    let (limit, large) = ours.message_limit(theirs);
+    let (tx_slot, rx_slot, slots) = if large {
+        let rx_slot = record::align8(limit).ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+        (limit, rx_slot, cfg.large_buffers as u32)
+    } else {
+        (0, 0, 0)
+    };
     let pools = Arc::new(TcpPools {
         tx: Region::new(bytes)?,
         rx: Region::new(rx_bytes)?,
+        tx_large: Mapped::new(tx_slot, slots)?,
+        rx_large: Mapped::new(rx_slot, slots)?,
     });
     // SAFETY: the send region is `buf_size * count` bytes and the receive region `chunk *
-    // chunks` (both checked above to fit `isize`), zeroed and alive while `pools` is, which the
-    // connection and the application's handles hold.
-    let (tx_pool, rx_pool) = unsafe {
-        (
-            PoolView::new(pools.tx.ptr, buf_size, count),
-            PoolView::new(pools.rx.ptr, chunk, chunks),
-        )
+    // chunks`, the large mappings `tx_slot * slots` and `rx_slot * slots` (all checked above to
+    // fit `isize`), zeroed and alive while `pools` is, which the connection and the
+    // application's handles hold. A view of zero slots reads nothing.
+    let pool_views = unsafe {
+        Pools {
+            tx: PoolView::new(pools.tx.ptr, buf_size, count),
+            rx: PoolView::new(pools.rx.ptr, chunk, chunks),
+            tx_large: if large {
+                PoolView::new(pools.tx_large.ptr, tx_slot, slots)
+            } else {
+                PoolView::empty()
+            },
+            rx_large: if large {
+                PoolView::new(pools.rx_large.ptr, rx_slot, slots)
+            } else {
+                PoolView::empty()
+            },
+        }
     };
     let conn = TcpConn::new(
         Arc::new(stream),
         pools.clone() as Arc<dyn Any + Send + Sync>,
-        tx_pool,
-        rx_pool,
+        pool_views,
         ConnSizes {
             copy_max: cfg.inline_threshold,
             depth: cfg.depth,
-            peer_depth: peer_depth as usize,
+            peer_depth: theirs.depth as usize,
             liveness: cfg.liveness_timeout,
+            max_payload: limit,
         },
     );
     Ok(Established {
         conn,
-        tx_pool,
-        rx_pool,
+        pools: pool_views,
         keep: pools,
         peer,
     })
@@ -257,7 +335,7 @@ pub(crate) fn connect(
     }
     let _ = stream.set_read_timeout(None);
     let _ = stream.set_write_timeout(None);
-    establish(stream, addr, theirs.depth, cfg)
+    establish(stream, addr, &ours, &theirs, cfg)
 }
 
 /// A listening TCP endpoint.
@@ -389,7 +467,7 @@ impl TcpListenerState {
             }
         }
         let Handshake { stream, peer, .. } = hs;
-        establish(stream, peer, theirs.depth, cfg).map(|e| Step::Done(Box::new(e)))
+        establish(stream, peer, &self.params, &theirs, cfg).map(|e| Step::Done(Box::new(e)))
     }
 }
 
