@@ -16,8 +16,9 @@
 #   5. bench rate --fabric rdma --size 8  --iters RATE_ITERS (server + client)
 #   6. bench rate --fabric rdma --size 64 --iters RATE_ITERS (server + client)
 #   7. perftest ib_read_bw  -F -s 1048576 -n LARGE_ITERS   (1 MiB RDMA READ bandwidth)
-#   8. bench rate --fabric rdma --size 1m --iters LARGE_ITERS (large messages:
-#      rendezvous, the receiver pulls each with one RDMA READ; issue #12)
+#   8. bench rate --fabric rdma --size 1m --max-size 1m --large-buffers LARGE_SLOTS
+#      --iters LARGE_ITERS (large messages: rendezvous, the receiver pulls each
+#      with one RDMA READ, up to LARGE_SLOTS in flight; issue #12)
 # and prints a table:
 #   latency  bench RTT/2 p50 vs ib_send_lat t_typical (one-way, us; lower is better)
 #   rate     bench msgs/s at the receiver vs ib_send_bw MsgRate (Mpps; higher is better),
@@ -41,6 +42,8 @@
 #   RDMA_BENCH_RATE_ITERS=50000  messages for ib_send_bw and bench rate
 #   RDMA_BENCH_LARGE_ITERS=500   1 MiB messages for ib_read_bw and bench rate (0: skip
 #                                steps 7 and 8)
+#   RDMA_BENCH_LARGE_SLOTS=4     bench --large-buffers for the 1 MiB run (READs in flight;
+#                                perftest keeps up to 128 outstanding)
 #   RDMA_BENCH_FRAME_SIZE=       bench --frame-size BYTES for both rate runs
 #                                (unset: bench's default, the buffer size; 0: off)
 #   RDMA_BENCH_CORES=1,2         server vCPU, client vCPU (default 1,2 with 3+
@@ -60,6 +63,8 @@ esac
 lat_iters=${RDMA_BENCH_LAT_ITERS:-5000}
 rate_iters=${RDMA_BENCH_RATE_ITERS:-50000}
 large_iters=${RDMA_BENCH_LARGE_ITERS:-500}
+large_slots=${RDMA_BENCH_LARGE_SLOTS:-4}
+[[ $large_slots =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_LARGE_SLOTS must be a count (got $large_slots)" >&2; exit 2; }
 [[ $large_iters =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_LARGE_ITERS must be a count (got $large_iters)" >&2; exit 2; }
 frame_size=${RDMA_BENCH_FRAME_SIZE:-}
 [[ -z $frame_size || $frame_size =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_FRAME_SIZE must be a byte count (got $frame_size)" >&2; exit 2; }
@@ -87,10 +92,10 @@ bench=$(cargo build --release -p bench --features rdma --message-format=json |
 [ -x "$bench" ] || { echo "rdma-vm-bench: FAIL: no bench executable was built" >&2; exit 1; }
 
 # The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE
-# LARGE_ITERS [FRAME_SIZE].
+# LARGE_ITERS LARGE_SLOTS [FRAME_SIZE].
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
-bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 frame=${7:-}
+bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 large_slots=$7 frame=${8:-}
 D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
 W=$(mktemp -d)
 fails=()
@@ -155,9 +160,10 @@ if [ "$large_iters" -gt 0 ]; then
   # large messages (rendezvous: an RNDV record, one RDMA READ by the receiver, an ack).
   pair read_bw ib_read_bw -d "$D" -x "$X" -F -s 1048576 -n "$large_iters" -- \
     ib_read_bw -d "$D" -x "$X" -F -s 1048576 -n "$large_iters" "$IP"
-  pair bench_rate1m "$bench" rate "${common[@]}" --size 1m --server "rdma://$IP:7474" \
+  large=(--size 1m --max-size 1m --large-buffers "$large_slots")
+  pair bench_rate1m "$bench" rate "${common[@]}" "${large[@]}" --server "rdma://$IP:7474" \
     --once --app-cores "$sc" --iters "$large_iters" --warmup 20 -- \
-    "$bench" rate "${common[@]}" --size 1m --client "rdma://$IP:7474" \
+    "$bench" rate "${common[@]}" "${large[@]}" --client "rdma://$IP:7474" \
     --app-cores "$cc" --iters "$large_iters" --warmup 20 --out "$W/rate1m"
 fi
 
@@ -185,7 +191,7 @@ echo
 echo "rdma-vm-bench: bench vs perftest on $D, same VM boot, server vCPU $sc / client vCPU $cc (EMULATION: only ratios matter)"
 echo "rdma-vm-bench: bench rate --frame-size ${frame:-default (the buffer size)}"
 awk -v pl="$p_lat" -v bl="$b_lat" -v pr8="$p_mpps8" -v br8="$b_mpps8" -v pr="$p_mpps" -v br="$b_mpps" \
-  -v pw="$p_bw" -v bw="$b_bw" -v gi="$large_iters" \
+  -v pw="$p_bw" -v bw="$b_bw" -v gi="$large_iters" -v gs="$large_slots" \
   -v li="$lat_iters" -v ri="$rate_iters" 'BEGIN {
   r = "%-34s %12s %12s %14s\n"
   printf r, "figure", "perftest", "bench", "bench/perftest"
@@ -197,7 +203,7 @@ awk -v pl="$p_lat" -v bl="$b_lat" -v pr8="$p_mpps8" -v br8="$b_mpps8" -v pr="$p_
   printf "latency: ib_send_lat t_typical vs bench RTT/2 p50, %d round trips\n", li
   printf "rate:    ib_send_bw MsgRate vs bench msgs/s at the receiver, %d messages\n", ri
   if (gi > 0)
-    printf "bw:      ib_read_bw vs bench rate --size 1m (rendezvous) at the receiver, %d messages\n", gi
+    printf "bw:      ib_read_bw vs bench rate --size 1m (rendezvous, %d large slots) at the receiver, %d messages\n", gs, gi
 }'
 if [ ${#fails[@]} -gt 0 ]; then
   echo "rdma-vm-bench: FAIL: ${fails[*]}"
@@ -206,7 +212,7 @@ fi
 echo "rdma-vm-bench: PASS"
 GUEST
 
-cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$frame_size")"
+cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$large_slots" "$frame_size")"
 set +e
 RXE_VM_SMP=$smp RXE_VM_TIMES=1 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} "$ROOT/scripts/rxe-vm" "$cmd"
 rc=$?
