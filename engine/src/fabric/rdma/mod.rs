@@ -71,7 +71,7 @@
 //! sides have large slots of the same size, or neither (a typed setup error otherwise).
 //! Connect and accept ask rdma_cm for as many outstanding READs (`initiator_depth`,
 //! `responder_resources`) as the device and the peer allow, and the send queue has room for
-//! a READ per receive slot, an RNDV SEND per send slot and the acknowledgements. The default
+//! the READs in flight, an RNDV SEND per send slot and the acknowledgements. The default
 //! footprint: 2 slots of 16 MiB per direction, 64 MiB registered (pinned) per connection.
 //!
 //! ```text
@@ -101,17 +101,22 @@
 //!    that one slot, `len` fits its own receive slot. A violation is a
 //!    [`FabricError::Protocol`] of that connection only; so is an RNDV naming a peer slot
 //!    that was pulled and not yet acknowledged.
-//! 3. It takes a free receive slot and posts a signalled RDMA READ into it. Without a free
-//!    slot (the application holds them all), or with as many READs in flight as slots or the
-//!    QP's READ depth allow, it stops at that record; the rest of the frame (and its receive
-//!    buffer, hence the sender's credit) waits, and the receive continues when the
-//!    application drops a large message. Consecutive RNDV records are pulled in a pipeline,
-//!    but no other record behind an RNDV is delivered before its large message: FIFO order
-//!    holds across small and large messages.
+//! 3. It takes a free receive slot and pulls the message into it with signalled RDMA READs
+//!    of at most 256 KiB each, at most 8 in flight per connection (and no more than the QP's
+//!    READ depth): the peer's HCA serves our SENDs (acknowledgements, credits, heartbeats)
+//!    only after the READs posted before them, so bounding the bytes in flight (2 MiB)
+//!    bounds that delay, and the peer's liveness check never sees a long silence while its
+//!    slots are pulled (16 MiB READs at the 20 MB/s of Soft-RoCE under emulation would be
+//!    silent for longer than the default 1 s liveness timeout). Without a free slot (the
+//!    application holds them all) it stops at that record; the rest of the frame (and its
+//!    receive buffer, hence the sender's credit) waits, and the receive continues when the
+//!    application drops a large message. Consecutive RNDV records are pulled in a pipeline
+//!    (one message's chunks after the other's), but no other record behind an RNDV is
+//!    delivered before its large message: FIFO order holds across small and large messages.
 //! 4. Each READ is done on its own completion (`IBV_WC_RDMA_READ`), never inferred from a
 //!    later send's: soft-iWARP reports a SEND posted after a READ before the READ's data is
-//!    placed. Completed READs are delivered oldest first: each is lent to the
-//!    application ([`RxSink::push_large`](crate::fabric::RxSink::push_large)), and an
+//!    placed. Messages whose every chunk has landed are delivered oldest first: each is lent
+//!    to the application ([`RxSink::push_large`](crate::fabric::RxSink::push_large)), and an
 //!    acknowledgement is owed: the next `flush` sends a *control frame* of RNDV_DONE records
 //!    (type 8, one per slot; the immediate's credit and frame bits both set), a signalled SEND
 //!    that spends a credit like a credit message (and may use the reserved one). Only on that

@@ -28,7 +28,7 @@ mod send;
 
 use fifo::Fifo;
 use rndv::Large;
-pub(crate) use rndv::{ack_scratch_size, LargeParts, ACK_BUFS, RNDV_SCRATCH};
+pub(crate) use rndv::{ack_scratch_size, LargeParts, ACK_BUFS, READ_WINDOW, RNDV_SCRATCH};
 
 /// What one received buffer holds.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
@@ -382,8 +382,8 @@ impl RdmaConn {
             let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
             self.sq_completed = self.sq_completed.max(seq + 1);
             if wc.is_rdma_read() {
-                // A rendezvous READ: its large message may be delivered now.
-                if let Err(e) = self.large.read_done(seq) {
+                // A rendezvous READ chunk: its large message may be complete now.
+                if let Err(e) = self.large.read_done() {
                     self.error.get_or_insert(e);
                 }
             }
@@ -692,11 +692,14 @@ impl FabricConn for RdmaConn {
         let mut stuck = false;
         let rndv = self.large.rndv_check();
         while sink.room() > 0 && nrepost < CHAIN {
-            // Large messages whose READ completed come first: they precede every record still
-            // queued (FIFO).
-            if self.large.reads_pending() && self.deliver_read(sink)? {
-                delivered += 1;
-                continue;
+            // Large messages whose READs completed come first: they precede every record
+            // still queued (FIFO); more of their chunks are posted as the window frees up.
+            if self.large.reads_pending() {
+                self.pump_reads()?;
+                if self.deliver_read(sink)? {
+                    delivered += 1;
+                    continue;
+                }
             }
             // Then the rest of the frame being split (the sink had no room for all of it, or
             // a record waits for a large message).

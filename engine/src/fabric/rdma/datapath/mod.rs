@@ -114,7 +114,7 @@ mod rndv;
 pub use chain::SrqShared;
 pub use conn::RdmaConn;
 pub(crate) use conn::RdmaConnParts;
-pub(crate) use conn::{ack_scratch_size, LargeParts, ACK_BUFS, RNDV_SCRATCH};
+pub(crate) use conn::{ack_scratch_size, LargeParts, ACK_BUFS, READ_WINDOW, RNDV_SCRATCH};
 pub(crate) use rndv::{LargeRegion, MAX_LARGE_SLOTS, RNDV_FRAME};
 // Also reachable here, as before the counters moved to their own file.
 #[doc(no_inline)]

@@ -25,7 +25,8 @@ use super::setup_err;
 use crate::config::Config;
 use crate::error::Error;
 use crate::fabric::rdma::datapath::{
-    ack_scratch_size, LargeParts, LargeRegion, ACK_BUFS, MAX_LARGE_SLOTS, RNDV_FRAME, RNDV_SCRATCH,
+    ack_scratch_size, LargeParts, LargeRegion, ACK_BUFS, MAX_LARGE_SLOTS, READ_WINDOW, RNDV_FRAME,
+    RNDV_SCRATCH,
 };
 use crate::fabric::rdma::error::RdmaSetupError;
 use crate::fabric::rdma::verbs::{Access, DeviceLimits, MemoryRegion, ProtectionDomain};
@@ -53,7 +54,7 @@ pub(super) struct LargeRegions {
     pub(super) scratch: MemoryRegion,
     pub(super) slot_size: u32,
     pub(super) slots: u32,
-    /// Most RDMA READs in flight (the slots and the device's initiator depth).
+    /// Most RDMA READ chunks in flight ([`READ_WINDOW`] and the device's initiator depth).
     pub(super) max_reads: u32,
     /// Bytes of one acknowledgement frame buffer.
     ack_size: usize,
@@ -116,7 +117,7 @@ pub(super) fn register(
             .map_err(|e| setup_err("register rendezvous frames", e))?,
         slot_size: slot_u32,
         slots,
-        max_reads: slots.min(limits.max_qp_init_rd_atom).min(255),
+        max_reads: READ_WINDOW.min(limits.max_qp_init_rd_atom),
         ack_size,
     }))
 }

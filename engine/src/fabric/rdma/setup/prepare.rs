@@ -76,12 +76,16 @@ fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> 
     // unsignalled sends waiting for the next signalled one, plus credit messages.
     let signal = u32::try_from(cfg.signal_every).unwrap_or(u32::MAX).max(1);
     let mut sq_depth = buffers.saturating_add(signal).saturating_add(4);
-    // Rendezvous: an RDMA READ per large receive slot, an RNDV SEND per large send slot
-    // (both signalled) and the acknowledgement frames.
+    // Rendezvous: the READ chunks in flight, an RNDV SEND per large send slot (both
+    // signalled) and the acknowledgement frames.
     let (_, large_slots) = cfg.large_pool();
-    sq_depth = sq_depth
-        .saturating_add(large_slots.saturating_mul(2))
-        .saturating_add(crate::fabric::rdma::datapath::ACK_BUFS as u32);
+    if large_slots > 0 {
+        use crate::fabric::rdma::datapath::{ACK_BUFS, READ_WINDOW};
+        sq_depth = sq_depth
+            .saturating_add(READ_WINDOW)
+            .saturating_add(large_slots)
+            .saturating_add(ACK_BUFS as u32);
+    }
     if let Some(l) = limits {
         if buffers > l.max_qp_wr {
             return Err(RdmaSetupError::QueueTooDeep {
