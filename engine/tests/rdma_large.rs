@@ -221,6 +221,43 @@ fn flood_of_large_messages_into_a_slow_receiver() {
 }
 
 #[test]
+fn a_deep_window_of_large_messages_keeps_the_peer_alive() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    // 8 slots of 4 MiB: 32 MiB may wait to be pulled, a second or more at Soft-RoCE's speed.
+    // The receiver pulls in bounded chunks, so its acknowledgements and heartbeats reach the
+    // sender within its liveness timeout (the default, 1 s) all the same.
+    let size = 4 << 20;
+    let e = rtc_builder(BUF, 16)
+        .depth(16)
+        .max_message_size(size)
+        .large_buffers(8)
+        .connect_timeout(T)
+        .build()
+        .expect("engine");
+    let (server, client) = pair(&e, &e, &format!("rdma://{ip}:20208"));
+    const N: usize = 16;
+    let sender = std::thread::spawn(move || {
+        for i in 0..N {
+            client
+                .send_copy_timeout(&payload(size, i as u64), T)
+                .unwrap_or_else(|e| panic!("send {i}: {e}"));
+        }
+        client.flush();
+        client
+    });
+    for i in 0..N {
+        let m = server
+            .recv_timeout(T)
+            .unwrap_or_else(|e| panic!("recv {i}: {e}"));
+        assert!(*m == *payload(size, i as u64), "message {i}");
+    }
+    let client = sender.join().expect("sender");
+    assert!(client.is_open() && server.is_open());
+    assert_clean(&before);
+}
+
+#[test]
 fn one_side_without_large_slots_is_refused() {
     let Some(ip) = vm_ip() else { return };
     let with = engine(2);
