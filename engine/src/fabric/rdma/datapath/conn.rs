@@ -382,7 +382,9 @@ impl RdmaConn {
             let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
             self.sq_completed = self.sq_completed.max(seq + 1);
             if wc.is_rdma_read() {
-                // A rendezvous READ chunk: its large message may be complete now.
+                // A rendezvous READ chunk: its large message may be complete now. The peer's
+                // HCA answered, so the peer is alive (liveness).
+                self.rx_heard += 1;
                 if let Err(e) = self.large.read_done() {
                     self.error.get_or_insert(e);
                 }
