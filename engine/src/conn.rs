@@ -569,7 +569,7 @@ impl Connection {
         if d.claim_open() {
             return DirectSend::Failed(Error::ClaimOpen);
         }
-        match d.send(&self.tx_pool, idx, len) {
+        match d.send(&self.tx_pool, idx, len, false) {
             Ok(Sent::Full) => {
                 // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
                 unsafe { self.app() }.would_block += 1;
@@ -987,6 +987,10 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        // A batch of sends goes out before the close is signalled.
+        if let Some(d) = &self.direct {
+            d.flush();
+        }
         if self.run_to_completion && self.direct.is_none() {
             self.engine.poll();
         }
