@@ -11,6 +11,15 @@
 //! message) touches only the other halves; a receive call from inside a handler finds nothing
 //! (it would alias the consumer being polled).
 //!
+//! Synchronisation is amortised per run of messages, in both directions: `send` with
+//! `batched` writes records that [`ShmDirect::flush`] publishes with one store (the engine's
+//! `send_batched`; a plain `send` publishes at once, and a full window or ring publishes the
+//! run before reporting it), and [`ShmDirect::recv_into`] (the engine's `try_recv`) publishes
+//! the consumer position once per run (when the ring runs empty, after a quarter of the
+//! window, or on the next call of another kind) instead of once per message; `poll`
+//! publishes once per batch. The sender re-reads the consumer's position only when its
+//! window of `depth` messages is full.
+//!
 //! Everything read from the peer is validated by the wire layer; a violation is a
 //! [`FabricError::Protocol`] that the caller turns into a failed connection.
 
