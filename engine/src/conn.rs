@@ -476,7 +476,7 @@ impl Connection {
         // cost of a direct send in `perf annotate`). The checks are those of `send_checked`.
         if let Some(d) = &self.direct {
             if std::ptr::eq(buf.conn, self) && self.shared.down().is_none() {
-                return self.send_direct(d, buf);
+                return self.send_direct(d, buf, false);
             }
         }
         self.send_checked(buf)
@@ -498,7 +498,7 @@ impl Connection {
             });
         }
         if let Some(d) = &self.direct {
-            return self.send_direct(d, buf);
+            return self.send_direct(d, buf, false);
         }
         if !self.has_credit() {
             self.drive_poller();
@@ -557,32 +557,29 @@ impl Connection {
     /// As [`send`](Self::send).
     #[inline(always)]
     pub fn send_batched<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+        // The same thin dispatch as `send` (a ring claim is committed and published as there).
         if let Some(d) = &self.direct {
-            if buf.idx != RING_CLAIM && std::ptr::eq(buf.conn, self) && self.shared.down().is_none()
-            {
-                let (idx, len) = (buf.idx, buf.len);
-                return match self.send_direct_parts(d, idx, len, true) {
-                    DirectSend::Done => {
-                        std::mem::forget(buf);
-                        Ok(())
-                    }
-                    DirectSend::Full => Err(SendError::WouldBlock(buf)),
-                    DirectSend::Failed(error) => Err(SendError::Closed { buf, error }),
-                };
+            if std::ptr::eq(buf.conn, self) && self.shared.down().is_none() {
+                return self.send_direct(d, buf, true);
             }
         }
         self.send_checked(buf)
     }
 
     #[inline(always)]
-    fn send_direct<'c>(&'c self, d: &DirectPath, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+    fn send_direct<'c>(
+        &'c self,
+        d: &DirectPath,
+        buf: SendBuf<'c>,
+        batched: bool,
+    ) -> Result<(), SendError<'c>> {
         // Field by field: the buffer is read where it lies and never moved on the way to the
         // ring (a moved `SendBuf` is copied with wide loads over fields its owner just wrote
         // narrowly, which stall on store forwarding: the largest single cost of alloc +
         // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
         // when the send fails.
         let (idx, len) = (buf.idx, buf.len);
-        match self.send_direct_parts(d, idx, len, false) {
+        match self.send_direct_parts(d, idx, len, batched) {
             DirectSend::Done => {
                 std::mem::forget(buf);
                 Ok(())
