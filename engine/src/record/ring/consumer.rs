@@ -254,9 +254,11 @@ impl Consumer {
     }
 
     /// Whether nothing is published at the position right now (the header word there reads
-    /// `0`): a racy hint (the producer may publish the next moment), for deciding when to
-    /// [`publish`](Self::publish) after [`poll_deferred`](Self::poll_deferred). Reads one word
-    /// (the one the next poll reads first); validates nothing.
+    /// `0`, or is a PAD's, which an aborted claim can leave as the last record): a racy hint
+    /// (the producer may publish the next moment), for deciding when to
+    /// [`publish`](Self::publish) after [`poll_deferred`](Self::poll_deferred); publishing
+    /// early is always safe. Reads one word (the one the next poll reads first); validates
+    /// nothing.
     #[inline]
     pub fn is_empty_hint(&self) -> bool {
         let off = self.pos as usize & (self.cap - 1);
@@ -265,6 +267,7 @@ impl Consumer {
         // Acquire).
         let word = self.region.word(off).load(Ordering::Relaxed);
         guard.end();
-        word.to_ne_bytes()[..4] == [0; 4]
+        let b = word.to_ne_bytes();
+        b[..4] == [0; 4] || b[4] == RecordType::Pad as u8
     }
 }
