@@ -258,8 +258,8 @@ pub struct CommonArgs {
         help_heading = "Data path"
     )]
     pub batch: usize,
-    /// Rate points: the application batch. The sender flushes once per N messages sent, the
-    /// receiver takes up to N messages per batch-receive call (`Connection::poll(handler, N)`).
+    /// Rate points: the application batch. The sender sends with `Connection::send_batched` and
+    /// flushes once per N messages sent (shm: one publication per run), the receiver takes up to N messages per batch-receive call (`Connection::poll(handler, N)`).
     /// 0: one `send` and one `try_recv` per message, no flush until the end (the behaviour
     /// before this knob).
     #[arg(

@@ -3,8 +3,9 @@
 //!
 //! # Files
 //!
-//! - this file: [`Connection`] (send, receive, the batch receive [`poll`](Connection::poll),
-//!   stats) and the application side's state it keeps in an `UnsafeCell`.
+//! - this file: [`Connection`] (send, the batch send
+//!   [`send_batched`](Connection::send_batched), receive, the batch receive
+//!   [`poll`](Connection::poll), stats) and the application side's state it keeps in an `UnsafeCell`.
 //! - `buffers`: [`SendBuf`] and [`Message`], the in-place views of a pool buffer.
 //! - `listener`: [`Listener`].
 //! - `send_error`: [`SendError`].
@@ -91,7 +92,8 @@ struct AppSide {
     rx_bytes: u64,
 }
 
-/// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send), receive with
+/// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send) (or
+/// [`send_batched`](Connection::send_batched) + [`flush`](Connection::flush)), receive with
 /// [`try_recv`](Connection::try_recv) / [`recv_timeout`](Connection::recv_timeout), or in batches
 /// with [`poll`](Connection::poll).
 ///
@@ -521,7 +523,7 @@ impl Connection {
         // cost of a direct send in `perf annotate`). The checks are those of `send_checked`.
         if let Some(d) = &self.direct {
             if std::ptr::eq(buf.conn, self) && self.shared.down().is_none() {
-                return self.send_direct(d, buf);
+                return self.send_direct(d, buf, false);
             }
         }
         self.send_checked(buf)
@@ -543,7 +545,7 @@ impl Connection {
             });
         }
         if let Some(d) = &self.direct {
-            return self.send_direct(d, buf);
+            return self.send_direct(d, buf, false);
         }
         if !self.has_credit() {
             self.drive_poller();
@@ -586,15 +588,50 @@ impl Connection {
         Ok(())
     }
 
+    /// [`send`](Self::send), batched: on a direct path (shm) a message up to the inline
+    /// threshold is written into the ring but not published yet, so that a run of messages
+    /// costs one publication (one zero-ahead store and one `Release` store of the run's first
+    /// header) instead of one per message. The run is published by [`flush`](Self::flush), by
+    /// the engine's `batch`-th batched send in a row (bounded latency), by the next plain
+    /// [`send`](Self::send) or ring [`claim`](Self::claim) commit (FIFO order is kept), by a
+    /// send that finds the window or the ring full (before it returns
+    /// [`SendError::WouldBlock`]), by a receive call on this connection that finds nothing,
+    /// and when the connection is dropped. A larger message (sent by reference) is published at
+    /// once, with the run before it.
+    ///
+    /// On other fabrics it is [`send`](Self::send) (in run-to-completion mode that already
+    /// queues up to `batch` messages until [`flush`](Self::flush)).
+    ///
+    /// Use it for streams; a lone message wants [`send`](Self::send), which publishes at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send).
     #[inline(always)]
-    fn send_direct<'c>(&'c self, d: &DirectPath, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+    pub fn send_batched<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+        // The same thin dispatch as `send` (a ring claim is committed and published as there).
+        if let Some(d) = &self.direct {
+            if std::ptr::eq(buf.conn, self) && self.shared.down().is_none() {
+                return self.send_direct(d, buf, true);
+            }
+        }
+        self.send_checked(buf)
+    }
+
+    #[inline(always)]
+    fn send_direct<'c>(
+        &'c self,
+        d: &DirectPath,
+        buf: SendBuf<'c>,
+        batched: bool,
+    ) -> Result<(), SendError<'c>> {
         // Field by field: the buffer is read where it lies and never moved on the way to the
         // ring (a moved `SendBuf` is copied with wide loads over fields its owner just wrote
         // narrowly, which stall on store forwarding: the largest single cost of alloc +
         // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
         // when the send fails.
         let (idx, len) = (buf.idx, buf.len);
-        match self.send_direct_parts(d, idx, len) {
+        match self.send_direct_parts(d, idx, len, batched) {
             DirectSend::Done => {
                 std::mem::forget(buf);
                 Ok(())
@@ -606,14 +643,15 @@ impl Connection {
 
     /// The direct send of the message in buffer `idx` (or the open ring claim, `RING_CLAIM`)
     /// of `len` bytes; on [`DirectSend::Done`] the caller forgets the `SendBuf` (its buffer
-    /// is accounted for here).
+    /// is accounted for here). `batched`: see [`send_batched`](Self::send_batched).
     #[inline(always)]
-    fn send_direct_parts(&self, d: &DirectPath, idx: u32, len: u32) -> DirectSend {
+    fn send_direct_parts(&self, d: &DirectPath, idx: u32, len: u32, batched: bool) -> DirectSend {
         if idx == RING_CLAIM {
-            // The record is in the ring already: publish it.
+            // The record is in the ring already: publish it (with any batch before it).
             d.commit_claim(len as usize);
             // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
             let app = unsafe { self.app() };
+            app.unflushed = 0;
             app.sent += 1;
             app.tx_bytes += u64::from(len);
             return DirectSend::Done;
@@ -624,10 +662,13 @@ impl Connection {
         if crate::desc::is_large(idx) {
             return self.send_direct_large(d, idx, len);
         }
-        match d.send(&self.tx_pool, idx, len) {
+        match d.send(&self.tx_pool, idx, len, batched) {
             Ok(Sent::Full) => {
                 // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
-                unsafe { self.app() }.would_block += 1;
+                let app = unsafe { self.app() };
+                // The fabric published the batch before reporting it full.
+                app.unflushed = 0;
+                app.would_block += 1;
                 DirectSend::Full
             }
             Ok(sent) => {
@@ -641,6 +682,16 @@ impl Connection {
                 }
                 app.sent += 1;
                 app.tx_bytes += u64::from(len);
+                if batched && sent == Sent::Copied {
+                    app.unflushed += 1;
+                    if app.unflushed >= self.batch {
+                        app.unflushed = 0;
+                        d.flush();
+                    }
+                } else {
+                    // Published, with any batch before it (a reference is never batched).
+                    app.unflushed = 0;
+                }
                 DirectSend::Done
             }
             Err(e) => DirectSend::Failed(self.fail(e)),
@@ -686,11 +737,19 @@ impl Connection {
         }
     }
 
-    /// Pushes queued sends out now. Nothing to do on a direct path (shm: `send` published
-    /// already). In run-to-completion mode this runs a poller cycle; with
-    /// dedicated pollers it does nothing (they drain continuously).
+    /// Pushes queued sends out now. On a direct path (shm) it publishes what
+    /// [`send_batched`](Self::send_batched) wrote (`send` publishes at once). In
+    /// run-to-completion mode this runs a poller cycle; with dedicated pollers it does nothing
+    /// (they drain continuously).
+    #[inline]
     pub fn flush(&self) {
-        if self.run_to_completion && self.direct.is_none() {
+        if let Some(d) = &self.direct {
+            // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
+            unsafe { self.app() }.unflushed = 0;
+            d.flush();
+            return;
+        }
+        if self.run_to_completion {
             // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
             unsafe { self.app() }.unflushed = 0;
             self.engine.poll();
@@ -699,6 +758,12 @@ impl Connection {
 
     /// Takes the next received message, if any (in run-to-completion mode, after running a poller
     /// cycle if none was waiting). The message is read in place; dropping it recycles its buffer.
+    ///
+    /// On a direct path (shm) the slots of the messages taken are given back to the sender once
+    /// per run, not per message: when the ring runs empty, after a quarter of the window, and at
+    /// the latest by the next call of another kind on this connection (a send, `poll`,
+    /// `stats`). A call that finds nothing also publishes a pending
+    /// [`send_batched`](Self::send_batched) run.
     ///
     /// # Errors
     ///
@@ -778,6 +843,8 @@ impl Connection {
     #[cold]
     #[inline(never)]
     fn try_recv_direct_empty(&self, d: &DirectPath) -> Result<Option<Message<'_>>, Error> {
+        // Nothing to receive: let a batch of sends go out (a reply may depend on it).
+        self.flush();
         match self.direct_down(d) {
             Some(e) => match self.recv_direct(d)? {
                 // Published before the state changed: still ours.
@@ -832,6 +899,8 @@ impl Connection {
             if n > 0 || limit == 0 {
                 return Ok(n);
             }
+            // Nothing to receive: let a batch of sends go out (a reply may depend on it).
+            self.flush();
             return match self.direct_down(d) {
                 Some(e) => match self.poll_direct(d, &mut handler, limit)? {
                     0 => Err(e),
@@ -1048,6 +1117,10 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        // A batch of sends goes out before the close is signalled.
+        if let Some(d) = &self.direct {
+            d.flush();
+        }
         if self.run_to_completion && self.direct.is_none() {
             self.engine.poll();
         }

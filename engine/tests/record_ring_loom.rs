@@ -6,6 +6,13 @@
 //! lap or the next) is reported as a data race, and a stale header or payload value fails the
 //! assertions.
 //!
+//! The models cover the publications the engine uses: per record (`commit`), a batch published
+//! by one store (`commit_batched` + `publish`, the engine's `send_batched`), and a consumer that
+//! consumes one record per call without publishing its position and publishes it only when the
+//! ring looks empty or a run is complete (`poll_deferred` + `publish`, the engine's
+//! `try_recv`), so the wrap reuses bytes whose reads the producer learns of only from that
+//! later publication.
+//!
 //! Run with `scripts/ci/loom.sh`.
 #![cfg(loom)]
 
@@ -58,6 +65,67 @@ fn consume_all(c: &mut Consumer, n: u8) {
         }
     }
     assert_eq!(c.poll(4, |r| panic!("extra {r:?}")), Ok(0));
+}
+
+/// The engine's `try_recv` policy on a small scale: one record per `poll_deferred`, the
+/// position published after `run` records, when the ring looks empty, or when nothing came.
+fn consume_deferred(c: &mut Consumer, n: u8, run: u8) {
+    let mut next = 0u8;
+    let mut unpublished = 0u8;
+    while next < n {
+        let got = c
+            .poll_deferred(1, |rec| match rec {
+                Record::Data(d) => {
+                    assert_eq!(d, payload(next).as_slice(), "record {next}");
+                    next += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .expect("poll");
+        unpublished += got as u8;
+        if got == 0 || unpublished >= run || c.is_empty_hint() {
+            c.publish();
+            unpublished = 0;
+        }
+        if got == 0 {
+            thread::yield_now();
+        }
+    }
+    c.publish();
+    assert_eq!(c.unpublished_bytes(), 0);
+    assert_eq!(c.poll(4, |r| panic!("extra {r:?}")), Ok(0));
+}
+
+#[test]
+fn deferred_consumer_publication_then_wrap() {
+    loom::model(|| {
+        let (mut p, mut c) = ring::with_capacity(CAP, max_payload_for(CAP)).unwrap();
+        let t = thread::spawn(move || {
+            for i in 0..3 {
+                push_wait(&mut p, &payload(i), false);
+            }
+        });
+        consume_deferred(&mut c, 3, 2);
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn batch_into_deferred_consumer() {
+    loom::model(|| {
+        let (mut p, mut c) = ring::with_capacity(CAP, max_payload_for(CAP)).unwrap();
+        let t = thread::spawn(move || {
+            push_wait(&mut p, &payload(0), true);
+            push_wait(&mut p, &payload(1), true);
+            p.publish();
+            // Batched, and published only because the ring is full until the consumer
+            // publishes (push_wait publishes before it waits), or at the end.
+            push_wait(&mut p, &payload(2), true);
+            p.publish();
+        });
+        consume_deferred(&mut c, 3, 3);
+        t.join().unwrap();
+    });
 }
 
 #[test]

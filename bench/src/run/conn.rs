@@ -24,6 +24,20 @@ pub trait BenchConn {
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<bool, BenchError>;
 
+    /// [`try_send_with`](Self::try_send_with) as part of a batch (`--app-batch`): the message
+    /// may wait for [`flush`](Self::flush) (or the fabric's own batch bound) to go out. The
+    /// default is `try_send_with`; spinwire connections use `Connection::send_batched`.
+    ///
+    /// # Errors
+    /// As [`try_send_with`](Self::try_send_with).
+    fn try_send_batched_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, BenchError> {
+        self.try_send_with(len, fill)
+    }
+
     /// Receives one message if one is ready and hands its bytes to `f`.
     ///
     /// # Errors

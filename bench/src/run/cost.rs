@@ -1,7 +1,7 @@
 //! `bench cost`: the engine's own software cost, with both ends of a shm connection on one
 //! pinned thread (one run-to-completion engine), so no cross-core transfer is measured.
 //!
-//! * **stream**: send `--batch` messages, flush, receive them; ns per message, once receiving
+//! * **stream**: send `--batch` messages (`Connection::send_batched`), flush, receive them; ns per message, once receiving
 //!   with `try_recv` in a loop and once with the batch receive `Connection::poll` (limit
 //!   `--batch`).
 //! * **round trip**: send, receive, echo, receive; ns per round trip.
@@ -257,9 +257,10 @@ impl Bound {
     }
 }
 
-/// Sends one message, flushing (which runs the engine) while out of buffers or credits.
+/// Sends one message, flushing (which runs the engine) while out of buffers or credits;
+/// `batched`: with `Connection::send_batched` (published at the caller's `flush`).
 #[inline]
-fn send(conn: &Connection, payload: &[u8]) -> Result<(), BenchError> {
+fn send(conn: &Connection, payload: &[u8], batched: bool) -> Result<(), BenchError> {
     let mut bound = Bound::new("a send buffer");
     let mut b = loop {
         match conn.alloc() {
@@ -274,7 +275,12 @@ fn send(conn: &Connection, payload: &[u8]) -> Result<(), BenchError> {
     b.copy_from(payload)
         .map_err(engine_err("copy the payload"))?;
     loop {
-        match conn.send(b) {
+        let r = if batched {
+            conn.send_batched(b)
+        } else {
+            conn.send(b)
+        };
+        match r {
             Ok(()) => return Ok(()),
             Err(SendError::WouldBlock(back)) => {
                 b = back;
@@ -297,7 +303,7 @@ fn stream_rounds(
 ) -> Result<(), BenchError> {
     for _ in 0..rounds {
         for _ in 0..batch {
-            send(tx, payload)?;
+            send(tx, payload, true)?;
         }
         tx.flush();
         let mut got = 0;
@@ -332,7 +338,7 @@ fn rtt_rounds(
     rounds: u64,
 ) -> Result<(), BenchError> {
     for _ in 0..rounds {
-        send(c, payload)?;
+        send(c, payload, false)?;
         c.flush();
         let mut bound = Bound::new("the ping");
         loop {
@@ -342,7 +348,7 @@ fn rtt_rounds(
             }
             bound.spin()?;
         }
-        send(s, echo)?;
+        send(s, echo, false)?;
         s.flush();
         let mut bound = Bound::new("the echo");
         while c.try_recv().map_err(engine_err("try_recv"))?.is_none() {

@@ -203,12 +203,14 @@ impl EngineConn {
     }
 }
 
-impl BenchConn for EngineConn {
-    #[inline]
-    fn try_send_with(
+impl EngineConn {
+    /// alloc + fill + `send` (or `send_batched`).
+    #[inline(always)]
+    fn send_with(
         &mut self,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
+        batched: bool,
     ) -> Result<bool, BenchError> {
         let mut buf = match self.alloc_for(len) {
             Ok(b) => b,
@@ -227,11 +229,36 @@ impl BenchConn for EngineConn {
         fill(&mut buf.as_mut_slice()[..len]);
         buf.set_len(len)
             .map_err(|e| engine_err("filling a send buffer", e))?;
-        match self.conn.send(buf) {
+        let r = if batched {
+            self.conn.send_batched(buf)
+        } else {
+            self.conn.send(buf)
+        };
+        match r {
             Ok(()) => Ok(true),
             Err(e) if e.is_would_block() => Ok(false),
             Err(e) => Err(send_err("sending", e)),
         }
+    }
+}
+
+impl BenchConn for EngineConn {
+    #[inline]
+    fn try_send_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, BenchError> {
+        self.send_with(len, fill, false)
+    }
+
+    #[inline]
+    fn try_send_batched_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<bool, BenchError> {
+        self.send_with(len, fill, true)
     }
 
     #[inline]

@@ -215,7 +215,13 @@ pub fn client_rate<C: BenchConn>(
                 pacer.reset();
             }
         }
-        if conn.try_send_with(spec.size, |b| b.copy_from_slice(&template))? {
+        let fill = |b: &mut [u8]| b.copy_from_slice(&template);
+        let ok = if spec.app_batch > 0 {
+            conn.try_send_batched_with(spec.size, fill)?
+        } else {
+            conn.try_send_with(spec.size, fill)?
+        };
+        if ok {
             sent += 1;
             w.reset();
             // `--app-batch N`: one flush per N messages.

@@ -170,11 +170,27 @@ impl DirectPath {
         }
     }
 
-    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated).
+    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated);
+    /// `batched`: not published until [`flush`](Self::flush) (or the next unbatched send, or
+    /// a full window or ring).
     #[inline]
-    pub(crate) fn send(&self, pool: &PoolView, idx: u32, len: u32) -> Result<Sent, FabricError> {
+    pub(crate) fn send(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> Result<Sent, FabricError> {
         match self {
-            DirectPath::Shm(d) => d.send(pool, idx, len),
+            DirectPath::Shm(d) => d.send(pool, idx, len, batched),
+        }
+    }
+
+    /// Publishes what batched sends wrote.
+    #[inline]
+    pub(crate) fn flush(&self) {
+        match self {
+            DirectPath::Shm(d) => d.flush(),
         }
     }
 

@@ -11,6 +11,15 @@
 //! message) touches only the other halves; a receive call from inside a handler finds nothing
 //! (it would alias the consumer being polled).
 //!
+//! Synchronisation is amortised per run of messages, in both directions: `send` with
+//! `batched` writes records that [`ShmDirect::flush`] publishes with one store (the engine's
+//! `send_batched`; a plain `send` publishes at once, and a full window or ring publishes the
+//! run before reporting it), and [`ShmDirect::recv_into`] (the engine's `try_recv`) publishes
+//! the consumer position once per run (when the ring runs empty, after a quarter of the
+//! window, or on the next call of another kind) instead of once per message; `poll`
+//! publishes once per batch. The sender re-reads the consumer's position only when its
+//! window of `depth` messages is full.
+//!
 //! Everything read from the peer is validated by the wire layer; a violation is a
 //! [`FabricError::Protocol`] that the caller turns into a failed connection.
 
@@ -53,6 +62,15 @@ impl TxSide {
         Ok(self.len < self.depth)
     }
 
+    /// The window or the ring is full: publishes what a batch left unpublished first (the peer
+    /// must see it to make room), then reports it.
+    #[cold]
+    #[inline(never)]
+    fn full(&mut self) -> Sent {
+        self.ring.producer().publish();
+        Sent::Full
+    }
+
     #[inline(always)]
     fn push_end(&mut self) {
         let mask = self.ends.len() - 1;
@@ -71,6 +89,12 @@ pub(crate) struct ShmDirect {
     polling: Cell<bool>,
     /// An application claim of ring space is open ([`ShmDirect::claim`]).
     claim_open: Cell<bool>,
+    /// Messages [`recv_into`](ShmDirect::recv_into) consumed without publishing the consumer
+    /// position yet (`rx` publishes it when this reaches `rx_publish_every`, when the ring
+    /// runs empty, and on every other call that may take `rx`).
+    rx_unpublished: Cell<u32>,
+    /// See `rx_unpublished`: a quarter of the window, `1 ..= 32`.
+    rx_publish_every: u32,
     seg: Segment,
     inline_max: usize,
     /// The peer's large slots, read in place by `poll` (`LARGE_BIT | slot` references).
@@ -157,6 +181,8 @@ impl ShmDirect {
             rel: UnsafeCell::new(rel),
             polling: Cell::new(false),
             claim_open: Cell::new(false),
+            rx_unpublished: Cell::new(0),
+            rx_publish_every: (depth / 4).clamp(1, 32) as u32,
             seg,
             inline_max,
             rx_large,
@@ -236,13 +262,16 @@ impl ShmDirect {
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
     pub(crate) fn send_ref(&self, idx: u32, len: u32) -> Result<Sent, FabricError> {
+        // As `send` by reference: settles the receive side's deferred position, and publishes
+        // any batched run before it together with this record.
+        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.len >= side.depth && !side.collect()? {
-            return Ok(Sent::Full);
+            return Ok(side.full());
         }
         if !side.ring.try_send_buf(idx, len).map_err(wire_err)? {
-            return Ok(Sent::Full);
+            return Ok(side.full());
         }
         side.push_end();
         Ok(Sent::Referenced)
@@ -250,22 +279,31 @@ impl ShmDirect {
 
     /// Sends the first `len` bytes of send-pool buffer `idx` (`idx < count`, `len <=
     /// buf_size`, owned by the caller): copied into a `DATA` record when `len <= inline_max`,
-    /// else by reference.
+    /// else by reference. `batched`: a `DATA` record is written but not published (see
+    /// [`flush`](Self::flush)); a `BUF_REF` is always published, with the batch before it.
+    /// `Sent::Full` publishes the batch.
     ///
     /// # Errors
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
     #[inline]
-    pub(crate) fn send(&self, pool: &PoolView, idx: u32, len: u32) -> Result<Sent, FabricError> {
+    pub(crate) fn send(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> Result<Sent, FabricError> {
+        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.len >= side.depth && !side.collect()? {
-            return Ok(Sent::Full);
+            return Ok(side.full());
         }
         let tx = &mut side.ring;
         let sent = if len as usize <= self.inline_max {
             let Some(mut c) = tx.claim(len as usize).map_err(wire_err)? else {
-                return Ok(Sent::Full);
+                return Ok(side.full());
             };
             let dst = c.payload_mut();
             // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size`; the pool stays
@@ -278,15 +316,46 @@ impl ShmDirect {
                     dst.len(),
                 );
             }
-            c.commit();
+            if batched {
+                c.commit_batched();
+            } else {
+                c.commit();
+            }
             Sent::Copied
         } else if tx.try_send_buf(idx, len).map_err(wire_err)? {
             Sent::Referenced
         } else {
-            return Ok(Sent::Full);
+            return Ok(side.full());
         };
         side.push_end();
         Ok(sent)
+    }
+
+    /// Publishes the records [`send`](Self::send) wrote batched (one `Release` store; nothing
+    /// when none is pending).
+    #[inline]
+    pub(crate) fn flush(&self) {
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        unsafe { self.tx() }.ring.producer().publish();
+    }
+
+    /// Publishes the consumer position that [`recv_into`](Self::recv_into) left unpublished,
+    /// unless a poll is running (it publishes at its end). One flag and one compare when
+    /// nothing is pending.
+    #[inline(always)]
+    fn settle_rx(&self) {
+        if self.rx_unpublished.get() != 0 && !self.polling.get() {
+            self.settle_rx_now();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn settle_rx_now(&self) {
+        // SAFETY: not polling (checked by the caller), so no other reference to `rx` is live;
+        // no application code runs while it is borrowed here.
+        unsafe { &mut *self.rx.get() }.publish();
+        self.rx_unpublished.set(0);
     }
 
     /// Messages in flight: sent and not yet consumed by the peer (re-reads its position).
@@ -295,6 +364,7 @@ impl ShmDirect {
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
     pub(crate) fn unconsumed(&self) -> Result<usize, FabricError> {
+        self.settle_rx();
         // SAFETY: borrowed for the call only; no application code runs meanwhile.
         let side = unsafe { self.tx() };
         if side.len > 0 {
@@ -320,9 +390,11 @@ impl ShmDirect {
     #[inline]
     pub(crate) fn claim(&self, len: usize) -> Result<Option<std::ptr::NonNull<u8>>, FabricError> {
         debug_assert!(!self.claim_open.get() && len <= self.inline_max);
+        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.len >= side.depth && !side.collect()? {
+            side.full();
             return Ok(None);
         }
         match side.ring.producer().claim_raw(len) {
@@ -330,7 +402,10 @@ impl ShmDirect {
                 self.claim_open.set(true);
                 Ok(Some(p))
             }
-            Ok(None) => Ok(None),
+            Ok(None) => {
+                side.full();
+                Ok(None)
+            }
             Err(source) => Err(wire_err(WireError::Ring { source })),
         }
     }
@@ -380,6 +455,8 @@ impl ShmDirect {
         // SAFETY: `polling` makes this the only reference to the consumer half: every other
         // use of `rx` sets the flag first, and handlers re-entering find it set.
         let rx = unsafe { &mut *self.rx.get() };
+        // `rx.poll` publishes the position at its end, with what `recv_into` left pending.
+        self.rx_unpublished.set(0);
         let mut error: Option<FabricError> = None;
         let mut bytes = 0u64;
         let r = rx.poll(limit, |m| {
@@ -432,9 +509,17 @@ impl ShmDirect {
 
     /// Takes the next received message into `desc`, written in place: a `DATA` payload is
     /// copied in (`<= INLINE_MAX` bytes: only its `len` bytes are written), a `BUF_REF` buffer
-    /// stays in place, held until [`release`](Self::release). Publishes the consumer position.
-    /// `Ok(false)`: nothing received (or called from inside a [`poll`](Self::poll) handler);
-    /// `desc` is then unchanged.
+    /// stays in place, held until [`release`](Self::release). `Ok(false)`: nothing received
+    /// (or called from inside a [`poll`](Self::poll) handler); `desc` is then unchanged.
+    ///
+    /// The consumer position is published once per run of messages, not per message: when
+    /// the ring runs empty (nothing published after the message taken, or nothing to take),
+    /// after `rx_publish_every` messages (a quarter of the window), and by the next call of
+    /// any other kind (`send`, `claim`, `poll`, `unconsumed`). So the window slot of a
+    /// consumed message is free for the sender at the latest when the receiver's ring runs
+    /// empty, and the producer re-reads the position once per run instead of its line moving
+    /// between the cores per message (the consumer's store of its position per message was the
+    /// one shared write a `try_recv` loop made, besides the header reads).
     ///
     /// The caller's descriptor is filled where it lies, so the 128-byte descriptor is not built
     /// here and moved through `Option`/`Result` layers (`perf annotate` of `try_recv` showed
@@ -456,7 +541,7 @@ impl ShmDirect {
         // store-forwarding stall, `perf annotate`); the common case now stores one flag.
         let mut got = false;
         let mut error: Option<FabricError> = None;
-        rx.poll(1, |m| match m {
+        let r = rx.poll_deferred(1, |m| match m {
             RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
                 desc.len = b.len() as u32;
                 desc.buf = BUF_INLINE;
@@ -486,8 +571,15 @@ impl ShmDirect {
                 }
                 Err(e) => error = Some(wire_err(e)),
             },
-        })
-        .map_err(wire_err)?;
+        });
+        let k = self.rx_unpublished.get() + u32::from(got);
+        if !got || k >= self.rx_publish_every || rx.is_empty_hint() {
+            rx.publish();
+            self.rx_unpublished.set(0);
+        } else {
+            self.rx_unpublished.set(k);
+        }
+        r.map_err(wire_err)?;
         match error {
             Some(e) => Err(e),
             None => Ok(got),

@@ -19,8 +19,16 @@ pub struct Consumer {
     region: Region,
     cap: usize,
     max_payload: usize,
-    /// Next record position (a multiple of 8); published after each poll that moved it.
+    /// Next record position (a multiple of 8).
     pos: u64,
+    /// The position last published to the producer (`published <= pos`): by [`poll`] at the
+    /// end of its batch, by [`publish`] after [`poll_deferred`]. Honest records end within
+    /// `published + cap - 8`.
+    ///
+    /// [`poll`]: Consumer::poll
+    /// [`publish`]: Consumer::publish
+    /// [`poll_deferred`]: Consumer::poll_deferred
+    published: u64,
     failed: Option<RingError>,
     /// Loom only: DATA payloads are copied out of the tracked words into this.
     #[cfg(loom)]
@@ -45,6 +53,7 @@ impl Consumer {
             region: Region::clone(&region),
             max_payload,
             pos: 0,
+            published: 0,
             failed: None,
             #[cfg(loom)]
             stage: vec![0; max_payload],
@@ -94,7 +103,25 @@ impl Consumer {
     /// [`RingError::Record`] and [`RingError::Overrun`]: the producer broke the protocol (the
     /// records before the bad one were handed over and consumed); the consumer is then failed.
     #[inline]
-    pub fn poll<F>(&mut self, limit: usize, mut handler: F) -> Result<usize, RingError>
+    pub fn poll<F>(&mut self, limit: usize, handler: F) -> Result<usize, RingError>
+    where
+        F: FnMut(Record<'_>),
+    {
+        let r = self.poll_deferred(limit, handler);
+        self.publish();
+        r
+    }
+
+    /// [`poll`](Self::poll) without publishing the new position: the records handed over are
+    /// consumed (never handed over again) but their space goes back to the producer only at
+    /// the next [`publish`](Self::publish) (or `poll`). For a caller that takes one record per
+    /// call and publishes once per run of them (the engine's `try_recv`).
+    ///
+    /// # Errors
+    ///
+    /// As [`poll`](Self::poll).
+    #[inline]
+    pub fn poll_deferred<F>(&mut self, limit: usize, mut handler: F) -> Result<usize, RingError>
     where
         F: FnMut(Record<'_>),
     {
@@ -102,11 +129,10 @@ impl Consumer {
             return Err(e);
         }
         let cap = self.cap;
-        let start = self.pos;
-        // `start` is our published position; an honest producer keeps the word at
-        // `start + cap - 8` free, so no record of this batch ends beyond it. This bounds the
-        // batch to one lap: at most `cap / 8` iterations (each consumes >= 8 bytes).
-        let limit_pos = start + (cap - RECORD_ALIGN) as u64;
+        // An honest producer keeps the word at `published + cap - 8` free (it has seen no
+        // position beyond `published`), so no record ends beyond it. This bounds the work to one
+        // lap: at most `cap / 8` iterations (each consumes >= 8 bytes).
+        let limit_pos = self.published + (cap - RECORD_ALIGN) as u64;
         let mut n = 0usize;
         let result = loop {
             if n >= limit {
@@ -198,7 +224,6 @@ impl Consumer {
                 }
             }
         };
-        self.publish_from(start);
         match result {
             Ok(()) => Ok(n),
             Err(e) => {
@@ -208,14 +233,41 @@ impl Consumer {
         }
     }
 
+    /// Bytes consumed and not yet published to the producer.
     #[inline]
-    fn publish_from(&mut self, start: u64) {
-        if self.pos != start {
+    pub fn unpublished_bytes(&self) -> usize {
+        (self.pos - self.published) as usize
+    }
+
+    /// Publishes the position (one `Release` store), if it moved since the last publication:
+    /// the producer may reuse the space of every record consumed so far.
+    #[inline]
+    pub fn publish(&mut self) {
+        if self.pos != self.published {
             // Release: our reads of every record before `pos` happen before the producer's
             // writes over them (it Acquire-loads this word before reusing the space).
             self.region
                 .consumer_pos()
                 .store(self.pos, Ordering::Release);
+            self.published = self.pos;
         }
+    }
+
+    /// Whether nothing is published at the position right now (the header word there reads
+    /// `0`, or is a PAD's, which an aborted claim can leave as the last record): a racy hint
+    /// (the producer may publish the next moment), for deciding when to
+    /// [`publish`](Self::publish) after [`poll_deferred`](Self::poll_deferred); publishing
+    /// early is always safe. Reads one word (the one the next poll reads first); validates
+    /// nothing.
+    #[inline]
+    pub fn is_empty_hint(&self) -> bool {
+        let off = self.pos as usize & (self.cap - 1);
+        let guard = self.region.track_read(off);
+        // Relaxed: a hint; nothing is read on the strength of it (a poll re-loads the word with
+        // Acquire).
+        let word = self.region.word(off).load(Ordering::Relaxed);
+        guard.end();
+        let b = word.to_ne_bytes();
+        b[..4] == [0; 4] || b[4] == RecordType::Pad as u8
     }
 }

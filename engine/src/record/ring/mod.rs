@@ -44,6 +44,11 @@
 //!   the batch publishes its position once (`Release`). A record handed to the handler is
 //!   consumed, also if the handler unwinds (it is never handed over twice). The consumer never
 //!   writes the record area.
+//! * [`Consumer::poll_deferred`] is a poll that leaves the position unpublished, for a caller
+//!   that takes one record per call and publishes once per run ([`Consumer::publish`]; the
+//!   engine's `try_recv` publishes when [`Consumer::is_empty_hint`] says the ring ran empty or
+//!   a run is complete). The producer gets the space back only at that publication, and the
+//!   consumer's bound on an honest record's end is taken from the *published* position.
 //!
 //! Why zero-ahead rather than the consumer zeroing the length words it consumed: records have
 //! variable sizes, so the next lap's headers fall on offsets where this lap held payload bytes
@@ -215,6 +220,40 @@ mod tests {
             p.claim(9),
             Err(RingError::TooLong { len: 9, max: 8 })
         ));
+    }
+
+    #[test]
+    fn deferred_poll_frees_space_only_when_published() {
+        let (mut p, mut c) = with_capacity(64, 8).unwrap();
+        // Three 16-byte records fill 48 of the 56 usable bytes.
+        for i in 0..3u8 {
+            assert!(p.push(&[i; 8]).unwrap());
+        }
+        assert!(!c.is_empty_hint());
+        assert_eq!(c.poll_deferred(2, |_| {}).unwrap(), 2);
+        assert_eq!(c.unpublished_bytes(), 32);
+        assert!(!c.is_empty_hint());
+        // Consumed but not published: the producer still sees the ring full.
+        assert!(!p.push(&[9; 8]).unwrap());
+        assert_eq!(p.consumer_position().unwrap(), 0);
+        c.publish();
+        assert_eq!(c.unpublished_bytes(), 0);
+        assert_eq!(p.consumer_position().unwrap(), 32);
+        assert!(p.push(&[3; 8]).unwrap());
+        // Never handed over twice; the rest arrives in order, and `poll` publishes.
+        let mut got = Vec::new();
+        assert_eq!(
+            c.poll(8, |r| {
+                if let Record::Data(d) = r {
+                    got.push(d[0])
+                }
+            })
+            .unwrap(),
+            2
+        );
+        assert_eq!(got, [2, 3]);
+        assert!(c.is_empty_hint());
+        assert_eq!(p.consumer_position().unwrap(), 64);
     }
 
     #[test]

@@ -109,7 +109,23 @@ impl RxRing {
     /// `BUF_REF` naming a buffer outside the pool or longer than a buffer (the messages before
     /// it were handed over). The handle is then failed.
     #[inline]
-    pub fn poll<F>(&mut self, limit: usize, mut handler: F) -> Result<usize, WireError>
+    pub fn poll<F>(&mut self, limit: usize, handler: F) -> Result<usize, WireError>
+    where
+        F: FnMut(RxMsg<'_>),
+    {
+        let r = self.poll_deferred(limit, handler);
+        self.ring.publish();
+        r
+    }
+
+    /// [`poll`](Self::poll) without publishing the consumer position: the sender gets the
+    /// space back at the next [`publish`](Self::publish) or `poll` (see
+    /// [`Consumer::poll_deferred`]).
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    #[inline]
+    pub fn poll_deferred<F>(&mut self, limit: usize, mut handler: F) -> Result<usize, WireError>
     where
         F: FnMut(RxMsg<'_>),
     {
@@ -120,7 +136,7 @@ impl RxRing {
         let mut bad = None;
         let mut n = 0;
         let start = self.ring.position();
-        let r = self.ring.poll(limit, |rec| {
+        let r = self.ring.poll_deferred(limit, |rec| {
             if bad.is_some() {
                 return;
             }
@@ -150,6 +166,26 @@ impl RxRing {
             return Err(WireError::corrupt(b.0, b.1, b.2));
         }
         Ok(n)
+    }
+
+    /// Publishes the consumer position if it moved (one `Release` store): the sender may reuse
+    /// the space of every record consumed so far.
+    #[inline]
+    pub fn publish(&mut self) {
+        self.ring.publish();
+    }
+
+    /// Bytes consumed and not yet published to the sender.
+    #[inline]
+    pub fn unpublished_bytes(&self) -> usize {
+        self.ring.unpublished_bytes()
+    }
+
+    /// Whether nothing is published at the consumer position right now (a racy hint; see
+    /// [`Consumer::is_empty_hint`]).
+    #[inline]
+    pub fn is_empty_hint(&self) -> bool {
+        self.ring.is_empty_hint()
     }
 
     /// Raw pointer to buffer `index` of the sender's pool, for reading a received buffer in
