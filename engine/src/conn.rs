@@ -338,11 +338,7 @@ impl Connection {
                 }
             }
         };
-        Ok(SendBuf {
-            conn: self,
-            idx,
-            len: 0,
-        })
+        Ok(SendBuf::new(self, idx, 0))
     }
 
     /// [`alloc`](Self::alloc), waiting up to `timeout` for a buffer to come back.
@@ -377,11 +373,7 @@ impl Connection {
             // Only buffers the wire layer validated reach the list; checked anyway.
             Some(idx) if idx < self.tx_pool.count() => {
                 app.held += 1;
-                Ok(SendBuf {
-                    conn: self,
-                    idx,
-                    len: 0,
-                })
+                Ok(SendBuf::new(self, idx, 0))
             }
             Some(_) => Err(Error::WouldBlock),
             None => self.alloc_direct_slow(d),
@@ -400,11 +392,7 @@ impl Connection {
         match app.spare.pop() {
             Some(idx) if idx < self.tx_pool.count() => {
                 app.held += 1;
-                Ok(SendBuf {
-                    conn: self,
-                    idx,
-                    len: 0,
-                })
+                Ok(SendBuf::new(self, idx, 0))
             }
             // Only buffers the wire layer validated reach the list; checked anyway.
             Some(_) => Err(Error::WouldBlock),
@@ -452,11 +440,7 @@ impl Connection {
                 return match d.claim(len) {
                     Ok(Some(ptr)) => {
                         self.ring_claim.set((ptr, len));
-                        Ok(SendBuf {
-                            conn: self,
-                            idx: RING_CLAIM,
-                            len: len as u32,
-                        })
+                        Ok(SendBuf::new(self, RING_CLAIM, len as u32))
                     }
                     Ok(None) => {
                         // SAFETY: no other `AppSide` reference is live.
@@ -556,8 +540,8 @@ impl Connection {
             }
         }
         let desc = TxDesc {
-            buf: buf.idx,
-            len: buf.len,
+            buf: buf.idx(),
+            len: buf.msg_len(),
         };
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
@@ -570,7 +554,7 @@ impl Connection {
             app.would_block += 1;
             return Err(SendError::WouldBlock(buf));
         }
-        let large = crate::desc::is_large(buf.idx);
+        let large = crate::desc::is_large(buf.idx());
         std::mem::forget(buf);
         if large {
             app.held_large -= 1;
@@ -630,7 +614,7 @@ impl Connection {
         // narrowly, which stall on store forwarding: the largest single cost of alloc +
         // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
         // when the send fails.
-        let (idx, len) = (buf.idx, buf.len);
+        let (idx, len) = buf.parts();
         match self.send_direct_parts(d, idx, len, batched) {
             DirectSend::Done => {
                 std::mem::forget(buf);

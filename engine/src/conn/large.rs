@@ -139,19 +139,11 @@ impl Connection {
     /// [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down.
     pub fn alloc_large(&self) -> Result<SendBuf<'_>, Error> {
         if let Some(idx) = self.take_large() {
-            return Ok(SendBuf {
-                conn: self,
-                idx,
-                len: 0,
-            });
+            return Ok(SendBuf::new(self, idx, 0));
         }
         self.drive_poller();
         if let Some(idx) = self.take_large() {
-            return Ok(SendBuf {
-                conn: self,
-                idx,
-                len: 0,
-            });
+            return Ok(SendBuf::new(self, idx, 0));
         }
         // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
         let app = unsafe { self.app() };
