@@ -269,13 +269,19 @@
 //!   inline messages (see `fabric::rdma::datapath`).
 //! * `bench rate --app-batch N` and the cache-line streaming floor next to every rate figure;
 //!   the control thread sleeps until its next deadline instead of ticking every 10 ms.
+//! * Amortised publication on the direct path: [`Connection::try_recv`] publishes the consumer
+//!   position once per run, [`Connection::send_batched`] publishes a run of records with one
+//!   store (`bench rate --app-batch N` uses it).
+//! * Large messages (issue #12): large slots per connection ([`Connection::alloc_large`]); shm
+//!   references them in the segment, tcp `recv`s into them, RDMA pulls them by rendezvous
+//!   (RNDV / RNDV_DONE records, one RDMA READ per chunk).
 //!
 //! *Next:*
-//! 1. A batch send on the direct path over [`record::ring::Claim::commit_batched`] (one
-//!    publication per batch); CREDIT records instead of the release ring.
+//! 1. CREDIT records instead of the release ring; the shm hello carrying the record version.
 //! 2. RDMA: read frame records in place in the receive buffer ([`RxSink`](fabric::RxSink)'s
 //!    offset, as TCP does) instead of copying each into its descriptor.
-//! 3. Large messages (FRAG, RNDV, #12).
+//! 3. FRAG (reserved): fragmenting a message through the ring, should it measure better than
+//!    a large slot for some size.
 //!
 //! # Counters
 //!
