@@ -347,11 +347,21 @@ impl Connection {
     ///
     /// As `alloc`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
     pub fn alloc_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
+        self.retry_timeout(timeout, || self.alloc())
+    }
+
+    /// Calls `attempt` until it gives anything but [`Error::WouldBlock`], idling per the
+    /// engine's strategy between tries, for at most `timeout` (then [`Error::Timeout`]).
+    fn retry_timeout<T>(
+        &self,
+        timeout: Duration,
+        mut attempt: impl FnMut() -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let deadline = Instant::now() + timeout;
         let mut idler = Idler::new(self.idle);
         let mut spins = 0u32;
         loop {
-            match self.alloc() {
+            match attempt() {
                 Err(Error::WouldBlock) => {}
                 other => return other,
             }

@@ -3,13 +3,12 @@
 //!
 //! See [`Connection::alloc_large`] for the model, the protocols by size and an example.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Connection, Message, SendBuf, SendError};
 use crate::desc::{is_large, large_slot};
 use crate::error::Error;
 use crate::fabric::{DirectPath, Sent};
-use crate::idle::Idler;
 
 use super::DirectSend;
 
@@ -165,20 +164,7 @@ impl Connection {
     ///
     /// As `alloc_large`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
     pub fn alloc_large_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
-        let deadline = Instant::now() + timeout;
-        let mut idler = Idler::new(self.idle);
-        let mut spins = 0u32;
-        loop {
-            match self.alloc_large() {
-                Err(Error::WouldBlock) => {}
-                other => return other,
-            }
-            spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && Instant::now() >= deadline {
-                return Err(Error::Timeout);
-            }
-            idler.idle(0);
-        }
+        self.retry_timeout(timeout, || self.alloc_large())
     }
 
     /// [`claim`](Self::claim) of more than a pool buffer: a large slot with the length set.
@@ -283,20 +269,7 @@ impl Connection {
     ///
     /// As `send_copy`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
     pub fn send_copy_timeout(&self, data: &[u8], timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        let mut idler = Idler::new(self.idle);
-        let mut spins = 0u32;
-        loop {
-            match self.send_copy(data) {
-                Err(Error::WouldBlock) => {}
-                other => return other,
-            }
-            spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && Instant::now() >= deadline {
-                return Err(Error::Timeout);
-            }
-            idler.idle(0);
-        }
+        self.retry_timeout(timeout, || self.send_copy(data))
     }
 
     /// Receives the next message into a buffer the application supplies (the idiom of UCX's
