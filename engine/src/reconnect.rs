@@ -637,6 +637,16 @@ impl Reconnecting {
         self.conn()?.alloc()
     }
 
+    /// [`Connection::claim`] on the current connection: `len` bytes to write in place (a
+    /// large slot above the buffer size).
+    ///
+    /// # Errors
+    ///
+    /// As `Connection::claim`; [`Error::Disconnected`] with no connection.
+    pub fn claim(&self, len: usize) -> Result<SendBuf<'_>, Error> {
+        self.conn()?.claim(len)
+    }
+
     /// [`Connection::alloc_timeout`] on the current connection.
     ///
     /// # Errors
