@@ -8,7 +8,8 @@
 //! each listening on its own shm name, and keeps `CONNS_PER_PEER` [`Reconnecting`] connections
 //! to each. Meanwhile it sends messages of mixed sizes, 1 B to the connection's maximum message
 //! size (`MAX_MESSAGE`: above the buffer size through large slots), and checks every echo;
-//! closes and reopens a random connection every `CHURN_EVERY`; SIGKILLs a random peer every `KILL_EVERY` and restarts it on the same name;
+//! closes and reopens a random connection every `CHURN_EVERY`; SIGKILLs a random peer every
+//! `KILL_EVERY` and restarts it on the same name;
 //! and SIGSTOPs another one every `STOP_EVERY` for `STOP_FOR` (longer than the liveness
 //! timeout, so the driver sees `PeerUnresponsive`, then reconnects after the SIGCONT).
 //!
