@@ -144,17 +144,17 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     pub(crate) fn new(engine: Engine, parts: ConnParts) -> Connection {
         let cfg = engine.config();
-        let count = parts.tx_pool.count() as usize;
+        let count = parts.pools.tx.count() as usize;
         let mut spare = Vec::with_capacity(count);
-        let mut spare_large = Vec::with_capacity(parts.tx_large.count() as usize);
+        let mut spare_large = Vec::with_capacity(parts.pools.tx_large.count() as usize);
         let (rings, direct) = match parts.path {
             AppPath::Rings(r) => (Some(r), None),
             AppPath::Direct(d) => {
                 // A direct path owns its whole pool from the start (the poller path's free ring
                 // starts full instead). Popped from the end: buffer 0 first.
-                spare.extend((0..parts.tx_pool.count()).rev());
+                spare.extend((0..parts.pools.tx.count()).rev());
                 spare_large.extend(
-                    (0..parts.tx_large.count())
+                    (0..parts.pools.tx_large.count())
                         .rev()
                         .map(|s| crate::desc::LARGE_BIT | s),
                 );
@@ -182,18 +182,18 @@ impl Connection {
                 rx_bytes: 0,
             }),
             shared: parts.shared,
-            tx_pool: parts.tx_pool,
-            rx_pool: parts.rx_pool,
+            tx_pool: parts.pools.tx,
+            rx_pool: parts.pools.rx,
             // A fabric may settle a smaller limit with its peer (tcp's hello): its slots are
             // then that size.
-            message_limit: if parts.tx_large.count() > 0 {
-                cfg.message_limit().min(parts.tx_large.buf_size())
+            message_limit: if parts.pools.tx_large.count() > 0 {
+                cfg.message_limit().min(parts.pools.tx_large.buf_size())
             } else {
-                parts.tx_pool.buf_size()
+                parts.pools.tx.buf_size()
             },
             large_threshold: cfg.large_threshold(),
-            tx_large: parts.tx_large,
-            rx_large: parts.rx_large,
+            tx_large: parts.pools.tx_large,
+            rx_large: parts.pools.rx_large,
             depth: cfg.depth as u64,
             batch: cfg.batch as u32,
             run_to_completion: cfg.run_to_completion(),

@@ -126,12 +126,9 @@ pub(crate) struct ConnParts {
     pub(crate) id: u64,
     pub(crate) peer: String,
     pub(crate) path: AppPath,
-    pub(crate) tx_pool: PoolView,
-    pub(crate) rx_pool: PoolView,
-    /// The large pools (issue #12; [`PoolView::empty`] without): slot `s` is index
-    /// `LARGE_BIT | s` ([`crate::desc::LARGE_BIT`]).
-    pub(crate) tx_large: PoolView,
-    pub(crate) rx_large: PoolView,
+    /// The connection's pools; a large slot `s` is index `LARGE_BIT | s`
+    /// ([`crate::desc::LARGE_BIT`]).
+    pub(crate) pools: Pools,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     pub(crate) shared: Arc<ConnShared>,
 }
@@ -238,10 +235,7 @@ pub(crate) fn conn_pair<C>(
             rx: rx_c,
             release: rel_p,
         }),
-        tx_pool,
-        rx_pool,
-        tx_large,
-        rx_large,
+        pools,
         keep,
         shared,
     };
@@ -261,10 +255,7 @@ pub(crate) fn direct_parts(
         id,
         peer,
         path: AppPath::Direct(direct),
-        tx_pool: pools.tx,
-        rx_pool: pools.rx,
-        tx_large: pools.tx_large,
-        rx_large: pools.rx_large,
+        pools,
         keep,
         shared: Arc::new(ConnShared::new(id)),
     }

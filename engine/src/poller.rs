@@ -197,8 +197,13 @@ impl<C: FabricConn> PollerConn<C> {
             }
         }
 
-        let mut done = TxDone::new(free, tx_owned, free_scratch)
-            .with_counts(tx_pool.count(), tx_large.count());
+        let mut done = TxDone::new(
+            free,
+            tx_owned,
+            free_scratch,
+            tx_pool.count(),
+            tx_large.count(),
+        );
 
         // Send: drain one batch of the application's send ring.
         {

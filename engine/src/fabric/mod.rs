@@ -724,10 +724,13 @@ impl core::fmt::Debug for TxDone<'_> {
 }
 
 impl<'a> TxDone<'a> {
+    /// `owned` is the bitmap of `count` ordinary send buffers followed by `large` large slots.
     pub(crate) fn new(
         free: &'a mut Producer<u32>,
         owned: &'a mut [u64],
         pending: &'a mut [u32; FREE_BATCH],
+        count: u32,
+        large: u32,
     ) -> TxDone<'a> {
         TxDone {
             free,
@@ -736,16 +739,9 @@ impl<'a> TxDone<'a> {
             freed: 0,
             pending,
             npending: 0,
-            count: u32::MAX >> 1,
-            large: 0,
+            count,
+            large,
         }
-    }
-
-    /// The pool sizes behind `owned`: `count` ordinary buffers, then `large` large slots.
-    pub(crate) fn with_counts(mut self, count: u32, large: u32) -> TxDone<'a> {
-        self.count = count;
-        self.large = large;
-        self
     }
 
     /// Marks send buffer (or large slot) `buf` as held by the fabric, or not. `buf` was
