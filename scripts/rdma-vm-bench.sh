@@ -139,7 +139,7 @@ pair send_bw8 ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" "$IP"
 pair send_bw ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" "$IP"
-common=(--fabric rdma --mode inline --idle spin)
+common=(--fabric rdma --mode rtc --idle spin)
 rate_knobs=()
 [ -n "$frame" ] && rate_knobs=(--frame-size "$frame")
 pair bench_lat "$bench" lat "${common[@]}" --size 8 --server "rdma://$IP:7471" --once --app-cores "$sc" \

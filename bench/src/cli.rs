@@ -11,8 +11,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Default shared-memory endpoint a `--server` listens on.
 pub const DEFAULT_SERVER_ENDPOINT: &str = "shm://spinwire-bench";
 
-/// Default address a `floor --fabric tcp --server` listens on.
-pub const DEFAULT_TCP_FLOOR_SERVER: &str = "0.0.0.0:7472";
+/// Default endpoint a `floor --fabric tcp --server` listens on.
+pub const DEFAULT_TCP_FLOOR_SERVER: &str = "tcp://0.0.0.0:7472";
 
 /// spinwire benchmark: latency, message rate and bandwidth, with HdrHistogram jitter reports.
 ///
@@ -37,7 +37,7 @@ pub const DEFAULT_TCP_FLOOR_SERVER: &str = "0.0.0.0:7472";
 /// their rate: with every core owned by a spinner, involuntary ones are preempted spinners, the
 /// usual cause of a ping-pong's p99.9 tail.
 ///
-/// Threads: in loopback `--mode inline` (the default) runs one app thread per side, pinned to the
+/// Threads: in loopback `--mode rtc` (the default) runs one app thread per side, pinned to the
 /// two `--app-cores`, each driving its own engine: two busy threads in all, which fits a 2-core
 /// machine. `--mode dedicated` adds one pinned poller thread per `--poller-cores` entry; it needs
 /// at least three cores to avoid oversubscription (or `--idle backoff`).
@@ -98,13 +98,15 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 #[group(multiple = false)]
 pub struct RoleArgs {
-    /// Run only the server side: listen on ENDPOINT (default shm://spinwire-bench) and echo /
-    /// count what clients send, until Ctrl-C (or the first client leaves, with --once).
-    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1,
-          default_missing_value = DEFAULT_SERVER_ENDPOINT)]
+    /// Run only the server side: listen on ENDPOINT and echo / count what clients send, until
+    /// Ctrl-C (or the first client leaves, with --once). The endpoint's scheme selects the
+    /// fabric. Without a value: the fabric's default endpoint (shm://spinwire-bench,
+    /// tcp://0.0.0.0:7471, rdma://0.0.0.0:7471).
+    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "")]
     pub server: Option<String>,
     /// Run only the client side against a server at ENDPOINT (e.g. shm://spinwire-bench,
-    /// tcp://198.18.0.1:7471 or rdma://10.0.0.1:7471).
+    /// tcp://198.18.0.1:7471 or rdma://10.0.0.1:7471); its scheme selects the fabric. A
+    /// refused connection is retried until --connect-timeout.
     #[arg(long, value_name = "ENDPOINT")]
     pub client: Option<String>,
     /// Run both sides in this process (the default when neither --server nor --client is given).
@@ -123,6 +125,9 @@ pub enum Fabric {
     /// Kernel TCP (busy-polled non-blocking sockets); loopback runs use `tcp://127.0.0.1:PORT`,
     /// and the floor is the raw busy-polled TCP ping-pong.
     Tcp,
+    /// In-process (`mem://`): both ends in this process, driven by the real pollers with no
+    /// fabric cost (loopback only).
+    Mem,
 }
 
 impl Fabric {
@@ -132,6 +137,7 @@ impl Fabric {
             Fabric::Shm => "shm",
             Fabric::Rdma => "rdma",
             Fabric::Tcp => "tcp",
+            Fabric::Mem => "mem",
         }
     }
 }
@@ -141,7 +147,7 @@ impl Fabric {
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Run to completion: no poller thread; each app thread drives its own engine.
-    Inline,
+    Rtc,
     /// One dedicated pinned poller thread per `--poller-cores` entry; app threads exchange
     /// descriptors with it through SPSC rings.
     Dedicated,
@@ -151,7 +157,7 @@ impl Mode {
     /// Lower-case name, as in reports.
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Inline => "inline",
+            Mode::Rtc => "rtc",
             Mode::Dedicated => "dedicated",
         }
     }
@@ -184,9 +190,11 @@ pub struct CommonArgs {
     #[allow(missing_docs)]
     pub role: RoleArgs,
 
-    /// Fabric to measure. `rdma` needs a build with `--features rdma`.
-    #[arg(long, value_enum, default_value_t = Fabric::Shm, help_heading = "Fabric")]
-    pub fabric: Fabric,
+    /// Fabric to measure [default: the --server / --client endpoint's scheme, else shm]. Not
+    /// needed with an endpoint (`tcp://...` selects tcp); `rdma` needs a build with
+    /// `--features rdma`.
+    #[arg(long, value_enum, help_heading = "Fabric")]
+    pub fabric: Option<Fabric>,
 
     /// Measured iterations: round trips for lat, messages for rate (a sweep's rate points use
     /// --rate-iters). A point above --buffer-size is also bounded by bytes: at most 4 GiB per
@@ -224,8 +232,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "N", default_value_t = 1000, hide = true)]
     pub stall_after: u64,
 
-    /// Threading mode. `inline` needs one core per side; `dedicated` adds the poller cores.
-    #[arg(long, value_enum, default_value_t = Mode::Inline, help_heading = "Threads")]
+    /// Threading mode. `rtc` (run to completion) needs one core per side; `dedicated` adds the poller cores.
+    #[arg(long, value_enum, default_value_t = Mode::Rtc, help_heading = "Threads")]
     pub mode: Mode,
     /// Cores for dedicated poller threads, e.g. `2` or `2,3` [default: the first core not in
     /// --app-cores, else the last core].
@@ -248,6 +256,32 @@ pub struct CommonArgs {
     /// What idle threads do: `spin` (lowest latency) or `backoff` (spin, yield, park).
     #[arg(long, value_enum, default_value_t = Idle::Spin, help_heading = "Threads")]
     pub idle: Idle,
+    /// Loopback with ONE app thread (on the first --app-cores entry) owning both ends: the
+    /// server's steps run between the client's. With --mode dedicated: one app thread plus the
+    /// poller threads. lat and rate only.
+    #[arg(long, help_heading = "Threads")]
+    pub one_thread: bool,
+
+    /// Before measuring, wait up to this long for a quiet machine: until other processes use
+    /// at most --disturbed-above of a core on this run's cores (0: don't wait).
+    #[arg(long, value_name = "SECONDS", default_value = "0", value_parser = parse_duration,
+          help_heading = "Quiet machine")]
+    pub quiet_wait: Duration,
+    /// Rerun a disturbed point up to N times (the last run is reported, marked if still
+    /// disturbed).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Quiet machine"
+    )]
+    pub retry_disturbed: u32,
+    /// A point is disturbed when other processes took more than this share of a core on the
+    /// run's cores while it ran (`10%` or `0.1`); with --idle spin also when a spinning thread
+    /// got less than 90 % of its core.
+    #[arg(long, value_name = "PCT", default_value = "10%", value_parser = parse_fraction,
+          help_heading = "Quiet machine")]
+    pub disturbed_above: f64,
 
     /// Max work items posted per doorbell / drained per poller cycle (the engine's batch; the
     /// application's is --app-batch).
@@ -595,23 +629,27 @@ pub struct FloorArgs {
     /// Unmeasured round trips first.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub warmup: u64,
-    /// `tcp`: the raw busy-polled TCP ping-pong (and the `--size` chunk streaming) instead of the
-    /// cache-line one, in loopback or across hosts (`--server` / `--client`).
-    #[arg(long, value_enum, default_value_t = Fabric::Shm)]
-    pub fabric: Fabric,
+    /// `tcp`: the raw busy-polled TCP ping-pong and chunk streaming, both of `--size` bytes,
+    /// instead of the cache-line one, in loopback or across hosts (`--server` / `--client`)
+    /// [default: the --server / --client endpoint's scheme, else shm].
+    #[arg(long, value_enum)]
+    pub fabric: Option<Fabric>,
     /// Bytes per copy of the single-core `memcpy` bandwidth (the bandwidth floor of shm for
     /// messages of this size; source and destination of this size, warm); `tcp`: also bytes per
-    /// streamed chunk (one `send` / `recv` each, at most 8 MiB). k/m suffixes accepted.
+    /// ping-pong message and per streamed chunk (one `send` / `recv` each, at most 8 MiB). k/m
+    /// suffixes accepted.
     #[arg(long, value_name = "BYTES", default_value = "64k", value_parser = parse_size)]
     pub size: usize,
-    /// `tcp` only: run only the server side, listening on ADDR:PORT (default 0.0.0.0:7472), until
+    /// `tcp` only: run only the server side, listening on ENDPOINT (`tcp://ADDR:PORT`, as every
+    /// subcommand takes; a bare ADDR:PORT is accepted too) [default: tcp://0.0.0.0:7472], until
     /// Ctrl-C (or the first client's run is done, with --once); pinned to the first --app-cores.
-    #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1,
-          default_missing_value = DEFAULT_TCP_FLOOR_SERVER, conflicts_with = "client")]
+    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "",
+          conflicts_with = "client")]
     pub server: Option<String>,
-    /// `tcp` only: run only the client side against a `floor --server` at ADDR:PORT (e.g.
-    /// 198.18.0.1:7472), pinned to the first --app-cores; the server's core is reported.
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// `tcp` only: run only the client side against a `floor --server` at ENDPOINT (e.g.
+    /// tcp://198.18.0.1:7472), pinned to the first --app-cores; the server's core is reported.
+    /// A refused connection is retried until --connect-timeout.
+    #[arg(long, value_name = "ENDPOINT")]
     pub client: Option<String>,
     /// Server: exit after the first client's run (ping-pong and stream).
     #[arg(long)]
@@ -622,8 +660,8 @@ pub struct FloorArgs {
     /// Write floor.hgrm, summary.json, summary.csv and latency-percentiles.svg here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Print latencies in `ns` or `us`.
-    #[arg(long, value_enum, default_value_t = Unit::Ns)]
+    /// Print latencies in `ns` or `us` (the default of every subcommand).
+    #[arg(long, value_enum, default_value_t = Unit::Us)]
     pub unit: Unit,
 }
 
@@ -647,6 +685,9 @@ pub struct CostArgs {
     /// The core to pin the thread to [default: the first allowed core].
     #[arg(long, value_name = "CORE")]
     pub core: Option<usize>,
+    /// The fabric: `shm` (the direct path) or `mem` (the poller path, in process).
+    #[arg(long, value_enum, default_value_t = Fabric::Shm)]
+    pub fabric: Fabric,
     /// Write summary.json here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,

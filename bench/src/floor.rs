@@ -41,6 +41,8 @@ pub struct FloorResult {
     pub cores: [usize; 2],
     /// What was measured: `"cache-line"` (this module) or `"tcp-raw"` ([`crate::floor_tcp`]).
     pub kind: &'static str,
+    /// Bytes each way per round trip (the cache line's 8-byte word; tcp: the ping size).
+    pub ping_bytes: u64,
 }
 
 /// Measures the floor between `cores[0]` (client) and `cores[1]` (server): `iters` round trips
@@ -66,6 +68,7 @@ pub fn measure(
         rate,
         cores,
         kind: "cache-line",
+        ping_bytes: 8,
     })
 }
 

@@ -100,7 +100,8 @@ fn write_full(mut s: &TcpStream, buf: &[u8], what: &'static str) -> Result<(), B
 
 /// First 4 bytes of every request (`"SPWF"`, little-endian).
 const MAGIC: u32 = u32::from_le_bytes(*b"SPWF");
-/// Request kind: 8-byte ping-pong until the client's end of stream.
+/// Request kind: ping-pong of the request's parameter bytes (0, from an older client: 8)
+/// until the client's end of stream.
 const KIND_PING: u32 = 1;
 /// Request kind: a stream of the request's parameter bytes, in chunks of the size in the
 /// kind's upper 24 bits.
@@ -135,7 +136,17 @@ fn serve_conn(s: &TcpStream, core: usize) -> Result<bool, BenchError> {
     write_full(s, &(core as u64).to_le_bytes(), "the tcp floor client")?;
     match kind & 0xff {
         KIND_PING => {
-            let mut b = [0u8; 8];
+            let size = match usize::try_from(param) {
+                Ok(0) => 8,
+                Ok(n) if n <= MAX_CHUNK => n,
+                _ => {
+                    return Err(BenchError::io(
+                        "the tcp floor client's request",
+                        io::Error::new(io::ErrorKind::InvalidData, "bad ping size"),
+                    ))
+                }
+            };
+            let mut b = vec![0u8; size];
             while read_full(s, &mut b, "the tcp floor client")? {
                 write_full(s, &b, "the tcp floor client")?;
             }
@@ -297,7 +308,7 @@ fn request(
 }
 
 /// Measures the raw TCP floor on loopback between `cores[0]` (client) and `cores[1]` (server)
-/// with 64 KiB chunks: see [`measure_with`].
+/// with 8-byte pings and 64 KiB chunks: see [`measure_with`].
 ///
 /// # Errors
 /// As [`measure_with`].
@@ -307,12 +318,31 @@ pub fn measure(
     warmup: u64,
     stop: &AtomicBool,
 ) -> Result<FloorResult, BenchError> {
-    measure_with(cores, iters, warmup, CHUNK, stop)
+    let run = TcpFloorRun {
+        iters,
+        warmup,
+        chunk: CHUNK,
+        ping: 8,
+    };
+    measure_with(cores, run, stop)
+}
+
+/// What one raw tcp floor measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpFloorRun {
+    /// Measured round trips.
+    pub iters: u64,
+    /// Unmeasured round trips first.
+    pub warmup: u64,
+    /// Bytes per streamed chunk.
+    pub chunk: usize,
+    /// Bytes each way per round trip.
+    pub ping: usize,
 }
 
 /// Measures the raw TCP floor on loopback between `cores[0]` (client) and `cores[1]` (a
-/// server thread): `iters` round trips after `warmup` unmeasured ones, then `iters / 16` (at
-/// least 64) streamed chunks of `chunk` bytes.
+/// server thread): `run.iters` round trips of `run.ping` bytes each way after `run.warmup`
+/// unmeasured ones, then `iters / 16` (at least 64) streamed chunks of `run.chunk` bytes.
 ///
 /// # Errors
 /// [`BenchError::InvalidArg`] for zero `iters` or a chunk size outside `1..=MAX_CHUNK`;
@@ -320,12 +350,11 @@ pub fn measure(
 /// peer stalls for [`SPIN_LIMIT`]; [`BenchError::Interrupted`] when `stop` is raised.
 pub fn measure_with(
     cores: [usize; 2],
-    iters: u64,
-    warmup: u64,
-    chunk: usize,
+    run: TcpFloorRun,
     stop: &AtomicBool,
 ) -> Result<FloorResult, BenchError> {
-    check(iters, chunk)?;
+    check(run.iters, run.chunk)?;
+    check_ping(run.ping)?;
     let l = listen("127.0.0.1:0")?;
     let addr = l.local_addr().map_err(io_err("tcp floor listen"))?;
     let server_stop = AtomicBool::new(false);
@@ -349,15 +378,7 @@ pub fn measure_with(
                 Ok(())
             })
             .map_err(|e| BenchError::io("thread spawn", e))?;
-        let result = client(
-            &addr.to_string(),
-            cores[0],
-            iters,
-            warmup,
-            chunk,
-            CONNECT_TIMEOUT,
-            stop,
-        );
+        let result = client(&addr.to_string(), cores[0], run, CONNECT_TIMEOUT, stop);
         if result.is_err() {
             server_stop.store(true, Ordering::Relaxed);
         }
@@ -368,6 +389,19 @@ pub fn measure_with(
         joined?;
         Ok(f)
     })
+}
+
+fn check_ping(ping: usize) -> Result<(), BenchError> {
+    if ping == 0 || ping > MAX_CHUNK {
+        return Err(BenchError::invalid(
+            "--size",
+            format!(
+                "the tcp floor's ping-pong message must be 1 B ..= {} MiB",
+                MAX_CHUNK >> 20
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check(iters: u64, chunk: usize) -> Result<(), BenchError> {
@@ -387,8 +421,8 @@ fn check(iters: u64, chunk: usize) -> Result<(), BenchError> {
 }
 
 /// `bench floor --fabric tcp --client ADDR`: the client side against a floor server, pinned to
-/// `core`: `iters` round trips after `warmup`, then `iters / 16` (at least 64) chunks of
-/// `chunk` bytes, the rate as the server measured it. The result's cores are this one and the
+/// `core`: `run.iters` round trips of `run.ping` bytes after `run.warmup`, then `iters / 16`
+/// (at least 64) chunks of `run.chunk` bytes, the rate as the server measured it. The result's cores are this one and the
 /// server's.
 ///
 /// # Errors
@@ -397,16 +431,21 @@ fn check(iters: u64, chunk: usize) -> Result<(), BenchError> {
 pub fn client(
     addr: &str,
     core: usize,
-    iters: u64,
-    warmup: u64,
-    chunk: usize,
+    run: TcpFloorRun,
     connect_timeout: std::time::Duration,
     stop: &AtomicBool,
 ) -> Result<FloorResult, BenchError> {
+    let TcpFloorRun {
+        iters,
+        warmup,
+        chunk,
+        ping,
+    } = run;
     check(iters, chunk)?;
+    check_ping(ping)?;
     pin_current(core)?;
-    let (s, server_core) = request(addr, KIND_PING, 0, connect_timeout)?;
-    let rtt = ping_pong(&s, iters, warmup, stop);
+    let (s, server_core) = request(addr, KIND_PING, ping as u64, connect_timeout)?;
+    let rtt = ping_pong(&s, ping, iters, warmup, stop);
     let _ = s.shutdown(std::net::Shutdown::Both);
     let rtt = rtt?;
     let chunks = (iters / 16).max(64);
@@ -416,22 +455,25 @@ pub fn client(
         rate,
         cores: [core, server_core],
         kind: "tcp-raw",
+        ping_bytes: ping as u64,
     })
 }
 
 fn ping_pong(
     s: &TcpStream,
+    size: usize,
     iters: u64,
     warmup: u64,
     stop: &AtomicBool,
 ) -> Result<Histogram<u64>, BenchError> {
     let mut hist = new_latency_histogram();
-    let mut b = [0u8; 8];
+    let mut b = vec![0u8; size];
     for i in 0..warmup + iters {
         if i % 4096 == 0 && stop.load(Ordering::Relaxed) {
             return Err(BenchError::Interrupted);
         }
-        b.copy_from_slice(&i.to_le_bytes());
+        let n = b.len().min(8);
+        b[..n].copy_from_slice(&i.to_le_bytes()[..n]);
         let t0 = Instant::now();
         write_full(s, &b, "the tcp floor server")?;
         if !read_full(s, &mut b, "the tcp floor server")? {

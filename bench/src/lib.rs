@@ -32,11 +32,13 @@
 //! * [`sys`]: the only `unsafe` (libc): the host-wide monotonic clock that timestamps load
 //!   messages, and per-thread CPU use (`getrusage(RUSAGE_THREAD)`).
 //! * [`report::compare`]: `bench compare A B`.
+//! * [`quiet`]: the quiet-machine guard (other processes' CPU on the run's cores, each
+//!   spinner's achieved CPU; disturbed points are marked).
 //!
 //! # Threads
 //!
 //! A loopback run has one app thread per side, pinned to `--app-cores` (client first); in
-//! `--mode inline` each drives its own engine, in `--mode dedicated` they share one whose
+//! `--mode rtc` each drives its own engine, in `--mode dedicated` they share one whose
 //! pollers are pinned to `--poller-cores`. Measurement loops read the clock once per round trip
 //! (load: once per message on each side) and never allocate, lock or log; results travel to the main thread (progress bar, report)
 //! over a channel between points.
@@ -56,6 +58,7 @@ pub mod error;
 pub mod floor;
 pub mod floor_tcp;
 pub mod machine;
+pub mod quiet;
 pub mod report;
 pub mod run;
 pub mod stats;

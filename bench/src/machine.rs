@@ -9,8 +9,12 @@ use crate::error::BenchError;
 pub struct Machine {
     /// CPU model name from `/proc/cpuinfo`, or `"unknown"`.
     pub cpu_model: String,
-    /// Cores this process may run on.
+    /// Cores the machine has online (not only those this process may use: see
+    /// [`allowed_cores`](Self::allowed_cores)).
     pub cores: usize,
+    /// The cores this process may run on (its affinity mask: `taskset`, cgroups).
+    #[serde(default)]
+    pub allowed_cores: Vec<usize>,
     /// Host name, or `"unknown"`.
     pub hostname: String,
     /// Operating system and architecture, e.g. `linux-x86_64`.
@@ -32,13 +36,37 @@ impl Machine {
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "unknown".to_string());
+        let allowed_cores = available_cores();
         Self {
             cpu_model,
-            cores: available_cores().len(),
+            cores: online_cores().unwrap_or(allowed_cores.len()),
+            allowed_cores,
             hostname,
             os: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
         }
     }
+}
+
+/// How many cores the machine has online (`/sys/devices/system/cpu/online`, e.g. `0-3,6`),
+/// whatever this process's affinity.
+pub fn online_cores() -> Option<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    parse_cpu_list(s.trim())
+}
+
+/// The number of cores in a kernel CPU list (`0-3,6`).
+fn parse_cpu_list(s: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse().ok()?)? + 1,
+            None => {
+                part.parse::<usize>().ok()?;
+                1
+            }
+        };
+    }
+    (n > 0).then_some(n)
 }
 
 /// Ids of the cores this process may be pinned to (at least `[0]`).
@@ -80,5 +108,15 @@ pub fn pin_current(core: usize) -> Result<(), BenchError> {
         Ok(())
     } else {
         Err(BenchError::Pin { core })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(super::parse_cpu_list("0-3,6"), Some(5));
+        assert_eq!(super::parse_cpu_list("0"), Some(1));
+        assert_eq!(super::parse_cpu_list("x"), None);
     }
 }

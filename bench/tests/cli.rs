@@ -110,18 +110,15 @@ fn sweep_flags_parse() {
         panic!("not sweep")
     };
     assert_eq!(s.tests, vec![TestKind::Lat, TestKind::Rate]);
-    assert_eq!(s.common.mode, Mode::Inline);
+    assert_eq!(s.common.mode, Mode::Rtc);
     assert_eq!(s.common.buffer_size, 4096);
     assert!(s.common.role.server.is_none() && s.common.role.client.is_none());
-    // --server takes an optional endpoint.
+    // --server takes an optional endpoint: without one, the plan picks the fabric's default.
     let cli = Cli::try_parse_from(["bench", "lat", "--server"]).unwrap();
     let Sub::Lat(l) = cli.command else {
         panic!("not lat")
     };
-    assert_eq!(
-        l.common.role.server.as_deref(),
-        Some("shm://spinwire-bench")
-    );
+    assert_eq!(l.common.role.server.as_deref(), Some(""));
 }
 
 #[test]
@@ -277,6 +274,28 @@ fn help_explains_every_knob() {
 
 #[test]
 fn bad_values_are_rejected_before_measuring() {
+    // mem:// is in-process; --one-thread is a loopback mode for lat and rate.
+    fails(
+        &["lat", "--fabric", "mem", "--client", "mem://x"],
+        1,
+        "runs loopback only",
+    );
+    fails(
+        &["lat", "--fabric", "mem", "--server", "mem://x"],
+        1,
+        "runs loopback only",
+    );
+    fails(
+        &["lat", "--one-thread", "--client", "shm://x"],
+        1,
+        "--one-thread",
+    );
+    fails(
+        &["load", "--one-thread", "--rate", "1000"],
+        1,
+        "lat and rate points only",
+    );
+    fails(&["cost", "--fabric", "tcp"], 1, "--fabric");
     // Sizes go up to --max-size (the engine's default, 16 MiB, without it).
     fails(
         &["lat", "--size", "32m"],
@@ -351,9 +370,9 @@ fn bad_values_are_rejected_before_measuring() {
     );
     fails(&["lat", "--client", "ftp://x"], 1, "unknown scheme");
     fails(
-        &["lat", "--client", "rdma://10.0.0.1:7471"],
+        &["lat", "--fabric", "shm", "--client", "rdma://10.0.0.1:7471"],
         1,
-        "pass --fabric rdma",
+        "the endpoint's scheme selects the fabric",
     );
     fails(&["lat", "--client", "nonsense"], 1, "expected shm://NAME");
     fails(

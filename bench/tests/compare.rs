@@ -12,19 +12,19 @@ fn summaries() -> (Value, Value) {
         "p99_9": p99, "p99_99": p99, "max": p99, "mean": p50, "stdev": 0.0})
     };
     let a = json!({"schema_version": 1, "points": [
-        {"label": "lat-shm-inline-64B", "test": "lat", "rtt_ns": lat(1000.0, 2000.0)},
-        {"label": "rate-shm-inline-64B", "test": "rate", "msgs_per_sec": 10e6},
-        {"label": "load-shm-inline-64B-1000000mps", "test": "load",
+        {"label": "lat-shm-rtc-64B", "test": "lat", "rtt_ns": lat(1000.0, 2000.0)},
+        {"label": "rate-shm-rtc-64B", "test": "rate", "msgs_per_sec": 10e6},
+        {"label": "load-shm-rtc-64B-1000000mps", "test": "load",
          "latency_ns": lat(500.0, 1000.0), "achieved_rate": 1e6},
         {"label": "only-in-a", "test": "rate", "msgs_per_sec": 1.0},
     ]});
     let b = json!({"schema_version": 1, "points": [
         // p50 +2 % (within 5 %), p99 and p99.9 +50 %.
-        {"label": "lat-shm-inline-64B", "test": "lat", "rtt_ns": lat(1020.0, 3000.0)},
+        {"label": "lat-shm-rtc-64B", "test": "lat", "rtt_ns": lat(1020.0, 3000.0)},
         // Rate -20 %.
-        {"label": "rate-shm-inline-64B", "test": "rate", "msgs_per_sec": 8e6},
+        {"label": "rate-shm-rtc-64B", "test": "rate", "msgs_per_sec": 8e6},
         // Better latency, same rate.
-        {"label": "load-shm-inline-64B-1000000mps", "test": "load",
+        {"label": "load-shm-rtc-64B-1000000mps", "test": "load",
          "latency_ns": lat(250.0, 1000.0), "achieved_rate": 1e6},
         {"label": "only-in-b", "test": "rate", "msgs_per_sec": 1.0},
     ]});

@@ -176,7 +176,7 @@ fn loopback_sweep_on_shm_writes_every_report() {
             .zip([("lat", 8), ("rate", 8), ("lat", 1024), ("rate", 1024)])
     {
         assert_eq!(p["fabric"], "shm");
-        assert_eq!(p["mode"], "inline");
+        assert_eq!(p["mode"], "rtc");
         assert_eq!(p["role"], "loopback");
         assert_eq!(p["idle"], "backoff");
         assert_eq!(p["size_bytes"], size);
@@ -198,9 +198,9 @@ fn loopback_sweep_on_shm_writes_every_report() {
         }
     }
     for f in [
-        "lat-shm-inline-8B.hgrm",
-        "lat-shm-inline-8B.hlog",
-        "lat-shm-inline-1024B.hgrm",
+        "lat-shm-rtc-8B.hgrm",
+        "lat-shm-rtc-8B.hlog",
+        "lat-shm-rtc-1024B.hgrm",
         "floor.hgrm",
         "summary.csv",
         "latency-percentiles.svg",
@@ -210,7 +210,7 @@ fn loopback_sweep_on_shm_writes_every_report() {
     ] {
         assert!(dir.join(f).exists(), "{f} not written");
     }
-    let hgrm = std::fs::read_to_string(dir.join("lat-shm-inline-8B.hgrm")).unwrap();
+    let hgrm = std::fs::read_to_string(dir.join("lat-shm-rtc-8B.hgrm")).unwrap();
     let parsed = spinwire_bench::report::hgrm::parse(&hgrm).unwrap();
     assert_eq!(parsed.total_count, 2000);
 }
@@ -603,8 +603,8 @@ fn open_loop_shows_a_stall_that_closed_loop_records_once() {
     run_ok(&args, Duration::from_secs(60));
 
     const FORTY_MS: u64 = 40_000_000;
-    let closed_h = hlog_total(&closed.join("lat-shm-inline-64B.hlog"));
-    let open_h = hlog_total(&open.join("load-shm-inline-64B-20000mps.hlog"));
+    let closed_h = hlog_total(&closed.join("lat-shm-rtc-64B.hlog"));
+    let open_h = hlog_total(&open.join("load-shm-rtc-64B-20000mps.hlog"));
     assert_eq!(closed_h.len(), 3000);
     assert_eq!(open_h.len(), 3000);
     let slow = |h: &hdrhistogram::Histogram<u64>| h.count_between(FORTY_MS, u64::MAX >> 2);
@@ -920,4 +920,54 @@ fn sweep_plots_bandwidth_against_the_memcpy_floor() {
     // One line for the rate points, one for the floor.
     let paths = doc.descendants().filter(|n| n.has_tag_name("path")).count();
     assert_eq!(paths, 2, "{svg}");
+}
+
+#[test]
+fn mem_with_one_app_thread_and_one_dedicated_poller() {
+    let _s = serial();
+    let dir = out_dir("e2e-mem-one-thread");
+    let cores = spinwire_bench::machine::available_cores();
+    let poller = cores[cores.len() - 1].to_string();
+    run_ok(
+        &[
+            "sweep",
+            "--tests",
+            "lat,rate",
+            "--sizes",
+            "8,5000",
+            "--fabric",
+            "mem",
+            "--mode",
+            "dedicated",
+            "--one-thread",
+            "--app-cores",
+            &cores[0].to_string(),
+            "--poller-cores",
+            &poller,
+            "--idle",
+            "backoff",
+            "--iters",
+            "500",
+            "--rate-iters",
+            "2000",
+            "--warmup",
+            "50",
+            "--no-floor",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let s = summary(&dir);
+    let points = s["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4, "{points:?}");
+    for p in points {
+        assert_eq!(p["fabric"], "mem");
+        assert_eq!(p["mode"], "dedicated");
+        if p["test"] == "lat" {
+            check_lat(p);
+        } else {
+            check_rate(p);
+        }
+    }
 }

@@ -89,6 +89,12 @@ fn check_floor(s: &Value, chunk: u64, iters: u64) {
     );
     assert_eq!(p["iters"], iters);
     assert_eq!(s["floor"]["rtt_ns"]["p50"], p["rtt_ns"]["p50"]);
+    // The ping-pong carries --size too, and the knobs say what ran (one ping in flight, no
+    // engine buffers), not placeholders.
+    assert_eq!(p["size_bytes"], chunk, "{p}");
+    assert_eq!(p["buffer_size"], chunk, "{p}");
+    assert_eq!(p["depth"], 1, "{p}");
+    assert_eq!(p["buffers"], 0, "{p}");
 }
 
 #[test]
@@ -127,12 +133,11 @@ fn loopback_floor_streams_chunks_of_the_given_size() {
 #[test]
 fn server_and_client_as_two_processes() {
     let _s = serial();
+    // Endpoint URLs as every subcommand takes them; the scheme selects tcp (no --fabric).
     let mut server = spawn(&[
         "floor",
-        "--fabric",
-        "tcp",
         "--server",
-        "127.0.0.1:0",
+        "tcp://127.0.0.1:0",
         "--once",
         "--app-cores",
         "1",
@@ -144,10 +149,10 @@ fn server_and_client_as_two_processes() {
         Duration::from_secs(30),
         "the floor server did not start",
     );
-    // "bench floor server listening on 127.0.0.1:PORT (raw tcp, core 1); ..."
+    // "bench floor server listening on tcp://127.0.0.1:PORT (raw tcp, core 1; ...); ..."
     let addr = line
         .split_whitespace()
-        .find(|w| w.starts_with("127.0.0.1:"))
+        .find(|w| w.starts_with("tcp://127.0.0.1:"))
         .expect("the bound address")
         .to_string();
     assert!(!addr.ends_with(":0"), "{line}");
@@ -156,8 +161,6 @@ fn server_and_client_as_two_processes() {
     let client = wait(
         spawn(&[
             "floor",
-            "--fabric",
-            "tcp",
             "--client",
             &addr,
             "--app-cores",
@@ -222,12 +225,16 @@ fn client_without_a_server_times_out_and_bad_flags_are_refused() {
     assert!(t0.elapsed() < Duration::from_secs(20));
     for (args, needle) in [
         (
-            &["floor", "--server", "127.0.0.1:0"][..],
+            &["floor", "--fabric", "shm", "--server", "127.0.0.1:0"][..],
             "only for --fabric tcp",
         ),
         (
-            &["floor", "--client", "127.0.0.1:1"][..],
+            &["floor", "--fabric", "shm", "--client", "127.0.0.1:1"][..],
             "only for --fabric tcp",
+        ),
+        (
+            &["floor", "--client", "shm://x"][..],
+            "floor roles exist only for tcp",
         ),
         (&["floor", "--fabric", "tcp", "--size", "0"][..], "--size"),
         (&["floor", "--fabric", "tcp", "--size", "16m"][..], "--size"),

@@ -49,9 +49,9 @@ fn knobs() -> Knobs {
 fn point(test: &str, size: u64) -> Point {
     Point {
         test: test.into(),
-        label: format!("{test}-shm-inline-{size}B"),
+        label: format!("{test}-shm-rtc-{size}B"),
         fabric: "shm".into(),
-        mode: "inline".into(),
+        mode: "rtc".into(),
         role: "loopback".into(),
         size_bytes: size,
         iters: 10_000,
@@ -82,6 +82,7 @@ fn point(test: &str, size: u64) -> Point {
         rate_warning: false,
         cpu: None,
         process: None,
+        quiet: None,
         knobs: knobs(),
     }
 }
@@ -101,6 +102,7 @@ fn sample_report() -> Report {
         },
         cores: [0, 1],
         kind: "cache-line",
+        ping_bytes: 8,
     });
     for (i, size) in [8u64, 64, 512].into_iter().enumerate() {
         let h = hist(1000 + 300 * i as u64, 10_000);

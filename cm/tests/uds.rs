@@ -161,6 +161,24 @@ fn second_bind_is_addr_in_use_and_stale_socket_is_replaced() {
 }
 
 #[test]
+fn reject_carries_the_listeners_params() {
+    let (_l, mut c, mut s) = pair(&name("reject-params"));
+    c.send_hello(&params(), T).unwrap();
+    let _ = s.recv_hello(T).unwrap();
+    let mut ours = params();
+    ours.buffer_size *= 2;
+    s.send_reject_with(HandshakeRefusal::ParamsMismatch, &ours, T)
+        .unwrap();
+    match c.recv_offer(T) {
+        Err(UdsError::Rejected {
+            reason: HandshakeRefusal::ParamsMismatch,
+            params,
+        }) => assert_eq!(params, ours),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn params_rejected_with_reason() {
     let (_l, mut c, mut s) = pair(&name("reject"));
     c.send_hello(&params(), T).unwrap();
@@ -171,7 +189,8 @@ fn params_rejected_with_reason() {
         matches!(
             e,
             UdsError::Rejected {
-                reason: HandshakeRefusal::ParamsMismatch
+                reason: HandshakeRefusal::ParamsMismatch,
+                ..
             }
         ),
         "{e:?}"
@@ -215,7 +234,8 @@ fn version_mismatch_is_rejected() {
         matches!(
             e,
             Err(UdsError::Rejected {
-                reason: HandshakeRefusal::VersionMismatch
+                reason: HandshakeRefusal::VersionMismatch,
+                ..
             })
         ),
         "{e:?}"
@@ -370,4 +390,121 @@ fn runtime_dir_override_is_checked() {
         role::run(cmd, Duration::from_secs(30));
     }
     std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// The lock file of `name` in the runtime directory.
+fn lock_path(name: &str) -> std::path::PathBuf {
+    uds::runtime_dir().unwrap().join(format!("{name}.lock"))
+}
+
+#[test]
+fn listener_drop_removes_its_lock_file_too() {
+    let n = name("files");
+    let l = UdsListener::bind(&n).unwrap();
+    let sock = l.path().to_owned();
+    assert!(sock.exists() && lock_path(&n).exists());
+    drop(l);
+    assert!(!sock.exists(), "socket file left behind");
+    assert!(!lock_path(&n).exists(), "lock file left behind");
+    // The name binds again.
+    drop(UdsListener::bind(&n).unwrap());
+    assert!(!lock_path(&n).exists());
+}
+
+#[test]
+fn no_listener_names_the_per_user_directory() {
+    let e = uds::connect(&name("nobody-here"), T).unwrap_err();
+    let dir = uds::runtime_dir().unwrap();
+    match &e {
+        UdsError::NoListener { dir: d, .. } => assert_eq!(d, &dir),
+        e => panic!("expected NoListener, got {e:?}"),
+    }
+    let text = e.to_string();
+    assert!(text.contains(&*dir.to_string_lossy()), "{text}");
+    assert!(text.contains("per user"), "{text}");
+}
+
+const BIND_CHILD_ENV: &str = "CM_UDS_TEST_BIND_NAME";
+
+/// Child role of `files_of_a_sigkilled_listener_are_removed_by_the_next_bind`: binds the name
+/// in `BIND_CHILD_ENV`, says so, and waits to be killed (bounded).
+#[test]
+#[ignore = "child role: run by files_of_a_sigkilled_listener_are_removed_by_the_next_bind"]
+fn child_binds_and_waits() {
+    let _l = UdsListener::bind(&role::env(BIND_CHILD_ENV)).unwrap();
+    println!("bound");
+    std::thread::sleep(Duration::from_secs(30));
+}
+
+#[test]
+fn files_of_a_sigkilled_listener_are_removed_by_the_next_bind() {
+    use std::io::BufRead;
+    let dead = name("sigkilled");
+    let mut child = KillOnDrop(
+        role::command("child_binds_and_waits")
+            .env(BIND_CHILD_ENV, &dead)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // libtest's own lines come first; the child's stdout ends if it fails.
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child never bound"
+        );
+        if line.trim_end().ends_with("bound") {
+            break;
+        }
+    }
+    let sock = uds::runtime_dir().unwrap().join(format!("{dead}.sock"));
+    assert!(sock.exists());
+    // A live listener's files are not touched by another bind.
+    drop(UdsListener::bind(&name("sigkilled-other")).unwrap());
+    assert!(sock.exists() && lock_path(&dead).exists());
+    child.kill().unwrap(); // SIGKILL: nothing unlinks
+    child.wait().unwrap();
+    assert!(sock.exists() && lock_path(&dead).exists());
+    let l = UdsListener::bind(&name("sigkilled-next")).unwrap();
+    assert!(!sock.exists(), "stale socket file left");
+    assert!(!lock_path(&dead).exists(), "stale lock file left");
+    drop(l);
+}
+
+#[test]
+fn one_listener_per_name_while_lock_files_come_and_go() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let n = name("race");
+    let holders = AtomicU32::new(0);
+    let bound = AtomicU32::new(0);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (n, holders, bound) = (&n, &holders, &bound);
+            s.spawn(move || {
+                for i in 0..200 {
+                    // Binds of other names sweep this one's files concurrently.
+                    if (i + t) % 4 == 0 {
+                        drop(UdsListener::bind(&format!("{n}-{t}")).unwrap());
+                        continue;
+                    }
+                    match UdsListener::bind(n) {
+                        Ok(l) => {
+                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            bound.fetch_add(1, Ordering::Relaxed);
+                            std::thread::yield_now();
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                            drop(l);
+                        }
+                        Err(UdsError::AddrInUse { .. }) => {}
+                        Err(e) => panic!("bind: {e:?}"),
+                    }
+                }
+            });
+        }
+    });
+    assert!(bound.load(Ordering::Relaxed) > 0);
+    assert!(!lock_path(&n).exists());
 }

@@ -98,7 +98,7 @@ fn send_spin(conn: &Connection, payload: &[u8]) {
         match conn.alloc() {
             Ok(b) => break b,
             Err(spinwire::Error::WouldBlock) => {
-                conn.flush();
+                conn.flush().expect("flush");
             }
             Err(e) => panic!("alloc: {e}"),
         }
@@ -110,7 +110,7 @@ fn send_spin(conn: &Connection, payload: &[u8]) {
             Ok(()) => return,
             Err(SendError::WouldBlock(back)) => {
                 b = back;
-                conn.flush();
+                conn.flush().expect("flush");
             }
             Err(e) => panic!("send: {e:?}"),
         }
@@ -137,7 +137,7 @@ fn pingpong(
             buf.copy_from_slice(&m);
             drop(m);
             send_spin(&s, &buf);
-            s.flush();
+            s.flush().expect("flush");
         }
         drop(s);
         drop(se);
@@ -148,7 +148,7 @@ fn pingpong(
     for i in 0..n {
         let t = Instant::now();
         send_spin(&c, &payload);
-        c.flush();
+        c.flush().expect("flush");
         let m = c.recv_timeout(Duration::from_secs(10)).unwrap();
         debug_assert_eq!(m.len(), size);
         drop(m);
@@ -209,7 +209,7 @@ fn rate(o: &Opts, size: usize, rx_pollers: &[usize], tx_pollers: &[usize]) -> f6
             break;
         }
     }
-    t.flush();
+    t.flush().expect("flush");
     stop.store(true, Ordering::Relaxed);
     if std::env::var_os("SPINWIRE_BENCH_DEBUG").is_some() {
         eprintln!("sender {:?}\nsender engine {:?}", t.stats(), te.counters());
@@ -234,7 +234,7 @@ fn single_thread_cost(o: &Opts, size: usize) -> f64 {
         for _ in 0..batch {
             send_spin(&t, &payload);
         }
-        t.flush();
+        t.flush().expect("flush");
         let mut n = 0;
         while n < batch {
             if let Some(m) = r.try_recv().unwrap() {
@@ -260,7 +260,7 @@ fn single_thread_rtt(o: &Opts, size: usize) -> f64 {
     let t0 = Instant::now();
     for _ in 0..rounds {
         send_spin(&c, &payload);
-        c.flush();
+        c.flush().expect("flush");
         loop {
             if let Some(m) = s.try_recv().unwrap() {
                 buf.copy_from_slice(&m);
@@ -268,7 +268,7 @@ fn single_thread_rtt(o: &Opts, size: usize) -> f64 {
             }
         }
         send_spin(&s, &buf);
-        s.flush();
+        s.flush().expect("flush");
         while c.try_recv().unwrap().is_none() {}
     }
     t0.elapsed().as_nanos() as f64 / rounds as f64

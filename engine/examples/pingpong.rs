@@ -30,7 +30,7 @@ fn send(conn: &Connection, payload: &[u8]) -> Result<(), Error> {
         Err(SendError::Timeout(_)) => return Err(Error::Timeout),
         Err(e) => return Err(e.into()),
     }
-    conn.flush();
+    conn.flush()?;
     Ok(())
 }
 
@@ -88,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     if let Err(e) = conn.send_timeout(buf, Duration::from_secs(5)) {
                         return Err(Error::from(e).into());
                     }
-                    conn.flush();
+                    conn.flush()?;
                     echoed += 1;
                 }
                 eprintln!("connection {} closed after {echoed} messages", conn.id());

@@ -209,7 +209,7 @@ fn echo(c: &Connection) -> Result<usize, Error> {
         }
         n += 1;
     }
-    c.flush();
+    c.flush()?;
     Ok(n)
 }
 
@@ -322,7 +322,8 @@ impl Slot {
                 self.sent += 1;
                 work += 1;
             }
-            self.rc.flush();
+            // A connection that went down is seen (and replaced) by the poll below.
+            let _ = self.rc.flush();
         }
         let (seed, sent, echoed) = (self.seed, self.sent, &mut self.echoed);
         let got = self.rc.poll(

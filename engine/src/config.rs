@@ -31,7 +31,7 @@ pub(crate) struct Config {
     pub(crate) depth: usize,
     pub(crate) batch: usize,
     pub(crate) inline_threshold: usize,
-    /// The largest message, with large slots (issue #12); see [`Config::large_enabled`].
+    /// The largest message, with large slots; see [`Config::large_enabled`].
     pub(crate) max_message_size: usize,
     /// Large slots per connection per direction.
     pub(crate) large_buffers: usize,
@@ -45,9 +45,12 @@ pub(crate) struct Config {
     pub(crate) frame_size: Option<usize>,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_connections_per_poller: usize,
+    pub(crate) max_connections_per_listener: usize,
     /// How long a peer may stay silent before its connection fails; zero: never.
     pub(crate) liveness_timeout: Duration,
     pub(crate) name: String,
+    /// Publish the counters into a counters file ([`crate::counters`]).
+    pub(crate) counters_file: bool,
     /// `depth` was set explicitly (else it follows `min(128, buffers)`).
     pub(crate) depth_set: bool,
 }
@@ -152,6 +155,8 @@ pub const DEFAULT_BATCH: usize = 32;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`EngineBuilder::max_connections_per_poller`].
 pub const DEFAULT_MAX_CONNECTIONS_PER_POLLER: usize = 1024;
+/// Default of [`EngineBuilder::max_connections_per_listener`].
+pub const DEFAULT_MAX_CONNECTIONS_PER_LISTENER: usize = 1024;
 /// Default of [`EngineBuilder::liveness_timeout`].
 pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(1);
 /// Shortest non-zero [`EngineBuilder::liveness_timeout`]: the control thread's liveness beat is a
@@ -191,8 +196,10 @@ impl Default for EngineBuilder {
                 frame_size: None,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 max_connections_per_poller: DEFAULT_MAX_CONNECTIONS_PER_POLLER,
+                max_connections_per_listener: DEFAULT_MAX_CONNECTIONS_PER_LISTENER,
                 liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
                 name: "spinwire".to_owned(),
+                counters_file: true,
                 depth_set: false,
             },
         }
@@ -343,6 +350,17 @@ impl EngineBuilder {
         self
     }
 
+    /// Most connections one listener holds open at a time (accepted and not yet closed, and
+    /// those whose handshake is under way); default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_LISTENER`]. A connection past it is refused as busy (the
+    /// connector's error says so) and reported on the listener's engine as an
+    /// [`Event::Error`](crate::Event::Error) with
+    /// [`Error::ListenerFull`](crate::Error::ListenerFull).
+    pub fn max_connections_per_listener(mut self, n: usize) -> Self {
+        self.cfg.max_connections_per_listener = n;
+        self
+    }
+
     /// Liveness: a peer that has not proved it is alive for `timeout` fails its connection with
     /// [`FabricError::PeerUnresponsive`](crate::FabricError::PeerUnresponsive), reported as
     /// [`Event::PeerUnresponsive`](crate::Event::PeerUnresponsive). Each side proves it every
@@ -351,6 +369,10 @@ impl EngineBuilder {
     /// else for that long. A peer stopped (SIGSTOP, a debugger), hung, or on a host that vanished
     /// is found within `timeout` plus one liveness beat of the control thread (`timeout / 12`).
     /// Between beats the control thread sleeps, so it does not preempt busy-polling threads.
+    /// None of this needs the application to call into the engine: in run-to-completion mode
+    /// the control thread runs a poller cycle itself on a beat when the application ran none
+    /// since the last (tcp, RDMA and `mem://` heartbeats and checks are the poller's), so an
+    /// idle application keeps its connections on every fabric.
     ///
     /// Both sides should use the same timeout (each side decides with its own). Default 1 s;
     /// at least [`MIN_LIVENESS_TIMEOUT`]; `Duration::ZERO` turns liveness off (a stopped peer is
@@ -360,9 +382,20 @@ impl EngineBuilder {
         self
     }
 
-    /// Prefix of the engine's thread names (`<name>-control`, `<name>-poller-<core>`).
+    /// The engine's name: the prefix of its thread names (`<name>-control`,
+    /// `<name>-poller-<core>`) and of its counters file (`<name>-<pid>-<n>.counters`, see
+    /// [`crate::counters`]). Default `spinwire`.
     pub fn name(mut self, name: &str) -> Self {
         self.cfg.name = name.to_owned();
+        self
+    }
+
+    /// Whether the engine publishes its counters into a counters file that `spinwire-stat`
+    /// reads from outside the process ([`crate::counters`]). Default on; the file costs the
+    /// data path nothing (the control thread copies the counters into it at most ten times a
+    /// second).
+    pub fn counters_file(mut self, on: bool) -> Self {
+        self.cfg.counters_file = on;
         self
     }
 
@@ -417,6 +450,9 @@ impl EngineBuilder {
                 value: c.max_connections_per_poller,
                 max: 1 << 20,
             }));
+        }
+        if c.max_connections_per_listener == 0 {
+            return Err(Error::Config(ConfigError::MaxConnectionsPerListener));
         }
         if !c.liveness_timeout.is_zero() && c.liveness_timeout < MIN_LIVENESS_TIMEOUT {
             return Err(Error::Config(ConfigError::LivenessTimeout {

@@ -2,8 +2,9 @@
 //!
 //! [`Dispatcher`] is the engine's [`cm::control::Backend`]: it runs on the `cm::control` thread,
 //! owns the state every fabric shares (configuration, engine-wide ids, the event ring, the
-//! engine's counters, the coarse clock) and one [`FabricControl`] per compiled-in fabric
-//! (`fabric/<name>/control.rs`, built in [`Dispatcher::new`]). Requests from application threads
+//! engine's counters, the coarse clock) and one [`FabricControl`] per compiled-in fabric (the
+//! shared [`Control`] around the fabric's part in `fabric/<name>/control.rs`, built in
+//! [`Dispatcher::new`]). Requests from application threads
 //! go to the fabric named by the endpoint's scheme (or, for ids, to the fabric that owns them);
 //! the control loop's `fds`, `on_ready`, `tick` and shutdown go to every fabric in turn. The
 //! dispatcher holds nothing fabric-specific; see [`crate::fabric`] for adding a fabric.
@@ -13,6 +14,12 @@
 //! fabrics' own deadlines and, while any fabric needs it, the next beat; the control thread
 //! sleeps until then (or until a request, a descriptor or a poller's notice wakes it). Each
 //! turn counts one [`EngineStats::control_wakeups`](crate::EngineStats::control_wakeups).
+//!
+//! Run-to-completion: on each liveness beat the dispatcher runs one cycle of the engine's
+//! [`RunToCompletion`] poller itself when no thread ran one since the previous beat, taking its
+//! ownership flag with a non-blocking try (never waiting, never alongside the application's
+//! cycle). So heartbeats go out and peers are checked, on every fabric, whether or not the
+//! application calls into the engine.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -22,12 +29,16 @@ use rings::Producer;
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::counters::publish::Publisher;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
-use crate::fabric::control::{earliest, Cadence, Ctx, Established, FabricConnect, FabricControl};
+use crate::fabric;
+use crate::fabric::control::{
+    earliest, Accepting, Cadence, Control, Ctx, FabricConnect, FabricControl, NoPollers,
+};
 use crate::link::ConnParts;
-use crate::poller::AgentLinks;
+use crate::poller::{AgentLinks, RunToCompletion};
 use crate::stats::EngineCounters;
 
 /// Requests from application threads.
@@ -38,12 +49,10 @@ pub(crate) enum Request {
         reply: mpsc::SyncSender<Result<(u64, mpsc::Receiver<ConnParts>), Error>>,
     },
     Unlisten(u64),
-    /// A connection set up by the connecting thread, to be registered with a poller.
+    /// Connections set up by connecting threads wait in the queue of fabric `scheme`'s
+    /// control half ([`FabricControl::install`]).
     Register {
         scheme: &'static str,
-        est: Established,
-        raw: String,
-        reply: mpsc::SyncSender<Result<ConnParts, Error>>,
     },
     Close(u64),
 }
@@ -60,6 +69,11 @@ pub(crate) struct Dispatcher {
     watched: Vec<usize>,
     /// The liveness beats shared by every fabric.
     cadence: Cadence,
+    /// The run-to-completion poller, if this engine has one, and its cycle count at the last
+    /// beat.
+    rtc: Option<(Arc<RunToCompletion>, u64)>,
+    /// The counters file, published on the control thread's turns.
+    publisher: Option<Arc<Publisher>>,
 }
 
 impl Dispatcher {
@@ -69,6 +83,8 @@ impl Dispatcher {
         events: Producer<Event>,
         clock: Arc<Clock>,
         counters: Arc<EngineCounters>,
+        rtc: Option<Arc<RunToCompletion>>,
+        publisher: Option<Arc<Publisher>>,
     ) -> Dispatcher {
         let mut d = Dispatcher {
             cadence: Cadence::new(&cfg, Instant::now()),
@@ -79,24 +95,24 @@ impl Dispatcher {
             next_id: 1,
             fabrics: Vec::new(),
             watched: Vec::new(),
+            rtc: rtc.map(|r| (r, 0)),
+            publisher,
         };
-        // The fabrics. Adding a fabric adds its line here (and one in `crate::poller`'s agent
-        // set).
-        d.add(crate::fabric::shm::control::ShmControl::new(
-            links.shm, &d.cfg,
-        ));
-        d.add(crate::fabric::tcp::control::TcpControl::new(
-            links.tcp, &d.cfg,
-        ));
+        // The fabrics. Adding a fabric adds its line here (and, if it has a poller side, one in
+        // `crate::poller`'s agent set).
+        d.add::<fabric::shm::control::ShmControl>(NoPollers);
+        d.add::<fabric::tcp::control::TcpControl>(links.tcp);
+        d.add::<fabric::mem::control::MemControl>(links.mem);
         #[cfg(feature = "rdma")]
-        d.add(crate::fabric::rdma::control::RdmaControl::new(
-            links.rdma, &d.cfg,
-        ));
+        d.add::<fabric::rdma::control::RdmaControl>(links.rdma);
         d
     }
 
-    fn add(&mut self, fabric: impl FabricControl + 'static) {
-        self.fabrics.push(Box::new(fabric));
+    /// Adds the control half of fabric `A` (the shared [`Control`] around its part), serving
+    /// its `pollers`.
+    fn add<A: Accepting>(&mut self, pollers: A::Pollers) {
+        self.fabrics
+            .push(Box::new(Control::<A>::new(pollers, &self.cfg)));
         self.watched.push(0);
     }
 
@@ -145,20 +161,9 @@ impl cm::control::Backend for Dispatcher {
             Request::Unlisten(id) => {
                 let _ = self.fabrics.iter_mut().any(|f| f.unlisten(id));
             }
-            Request::Register {
-                scheme,
-                est,
-                raw,
-                reply,
-            } => {
-                let Some((f, mut ctx)) = self.fabric(scheme) else {
-                    let _ = reply.try_send(Err(Error::FabricNotCompiled { fabric: scheme }));
-                    return;
-                };
-                let res = f.install(&mut ctx, est, raw);
-                if let Err(mpsc::TrySendError::Disconnected(Ok(parts))) = reply.try_send(res) {
-                    // The connecting thread gave up waiting: close it again.
-                    f.drop_conn(&mut ctx, parts.id);
+            Request::Register { scheme } => {
+                if let Some((f, mut ctx)) = self.fabric(scheme) {
+                    f.install(&mut ctx);
                 }
             }
             Request::Close(id) => {
@@ -195,6 +200,14 @@ impl cm::control::Backend for Dispatcher {
             .control_wakeups
             .fetch_add(1, Ordering::Relaxed);
         let beat = self.cadence.due(now);
+        if let (Some(b), Some((rtc, seen))) = (beat, self.rtc.as_mut()) {
+            // Run-to-completion: an application that ran no poller cycle since the last beat
+            // (idle, or busy elsewhere) must not look dead to its peers, nor miss theirs. A
+            // cycle it is running makes the try fail: then it is serving everyone anyway.
+            if b.check {
+                *seen = rtc.poll_if_idle(*seen, self.clock.now_ns());
+            }
+        }
         let (fabrics, mut ctx) = self.split();
         let mut next = None;
         let mut beating = false;
@@ -202,6 +215,9 @@ impl cm::control::Backend for Dispatcher {
             let due = f.tick(&mut ctx, now, beat);
             next = earliest(next, due.at);
             beating |= due.beat;
+        }
+        if let Some(p) = &self.publisher {
+            p.publish(now);
         }
         let next = earliest(next, beating.then(|| self.cadence.next()))?;
         Some(next.saturating_duration_since(Instant::now()))
@@ -212,6 +228,9 @@ impl cm::control::Backend for Dispatcher {
         let (fabrics, mut ctx) = self.split();
         for f in fabrics.iter_mut() {
             f.shutdown(&mut ctx);
+        }
+        if let Some(p) = &self.publisher {
+            p.publish_now();
         }
     }
 }

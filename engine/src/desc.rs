@@ -12,7 +12,7 @@ pub const INLINE_MAX: usize = 120;
 /// `RxDesc::buf` value meaning "the payload is inline".
 pub(crate) const BUF_INLINE: u32 = u32::MAX;
 
-/// Set in a buffer index that names a slot of the connection's **large pool** (issue #12)
+/// Set in a buffer index that names a slot of the connection's **large pool**
 /// instead of a buffer of its ordinary pool: `LARGE_BIT | slot`, in the same direction. Such
 /// indices travel wherever pool-buffer indices do ([`TxDesc::buf`], the free and release rings,
 /// [`TxDone::free_buf`](crate::fabric::TxDone::free_buf), [`FabricConn::release_rx`](crate::fabric::FabricConn::release_rx));

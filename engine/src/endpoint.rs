@@ -1,5 +1,5 @@
-//! Endpoint URLs: `shm://name`, `tcp://host:port` (IPv6: `tcp://[::1]:port`) and
-//! `rdma://host:port`.
+//! Endpoint URLs: `shm://name`, `tcp://host:port` (IPv6: `tcp://[::1]:port`),
+//! `rdma://host:port` and `mem://name` (in-process).
 
 use crate::error::Error;
 
@@ -21,6 +21,11 @@ pub(crate) enum Endpoint {
         /// Port (0: any, for a listener).
         port: u16,
     },
+    /// In-process (`fabric::mem`), by name: the same rules as an shm name.
+    Mem {
+        /// `[A-Za-z0-9._-]{1,64}`.
+        name: String,
+    },
     /// RDMA (RC queue pairs through rdma_cm). Only `fabric::rdma` reads the fields, so they are
     /// unread in a build without it.
     #[allow(dead_code)]
@@ -39,6 +44,7 @@ impl Endpoint {
             Endpoint::Shm { .. } => "shm",
             Endpoint::Tcp { .. } => "tcp",
             Endpoint::Rdma { .. } => "rdma",
+            Endpoint::Mem { .. } => "mem",
         }
     }
 
@@ -59,7 +65,7 @@ impl Endpoint {
             ));
         };
         match scheme {
-            "shm" => {
+            "shm" | "mem" => {
                 if rest.is_empty() {
                     return Err(bad("empty shm name"));
                 }
@@ -75,8 +81,11 @@ impl Endpoint {
                 if rest.starts_with('.') {
                     return Err(bad("shm name may not start with '.'"));
                 }
-                Ok(Endpoint::Shm {
-                    name: rest.to_owned(),
+                let name = rest.to_owned();
+                Ok(if scheme == "mem" {
+                    Endpoint::Mem { name }
+                } else {
+                    Endpoint::Shm { name }
                 })
             }
             "tcp" => {
@@ -123,7 +132,7 @@ impl Endpoint {
                 })
             }
             "" => Err(bad("empty scheme")),
-            _ => Err(bad("unknown scheme (supported: shm, tcp, rdma)")),
+            _ => Err(bad("unknown scheme (supported: shm, tcp, rdma, mem)")),
         }
     }
 }
@@ -174,6 +183,22 @@ mod tests {
             Endpoint::parse(&long),
             Err(Error::BadEndpoint { .. })
         ));
+    }
+
+    #[test]
+    fn parses_mem() {
+        assert_eq!(
+            Endpoint::parse("mem://a-b_c.1").unwrap(),
+            Endpoint::Mem {
+                name: "a-b_c.1".into()
+            }
+        );
+        for s in ["mem://", "mem://a/b", "mem://.x"] {
+            assert!(
+                matches!(Endpoint::parse(s), Err(Error::BadEndpoint { .. })),
+                "{s}"
+            );
+        }
     }
 
     #[test]

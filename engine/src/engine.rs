@@ -11,6 +11,7 @@ use crate::clock::Clock;
 use crate::config::{Config, EngineBuilder};
 use crate::conn::{Connection, Listener};
 use crate::control::{self, Request};
+use crate::counters::publish::Publisher;
 use crate::endpoint::Endpoint;
 use crate::error::{Chain, ConfigError, Error};
 use crate::event::Event;
@@ -33,8 +34,9 @@ struct Inner {
     cfg: Config,
     ctl: cm::control::ControlHandle<Request>,
     control: Option<cm::control::ControlThread<Request>>,
-    /// The run-to-completion poller (no poller threads), and its counters.
-    rtc: Option<RunToCompletion>,
+    /// The run-to-completion poller (no poller threads; the control thread holds the other
+    /// reference), and its counters.
+    rtc: Option<Arc<RunToCompletion>>,
     rtc_counters: Option<Arc<PollerCounters>>,
     pollers: Vec<PollerThread>,
     events: Mutex<Consumer<Event>>,
@@ -42,6 +44,8 @@ struct Inner {
     counters: Arc<EngineCounters>,
     /// Each fabric's connecting side.
     connectors: Vec<Arc<dyn FabricConnect>>,
+    /// The counters file, if any (also held by the control thread, which publishes).
+    publisher: Option<Arc<Publisher>>,
 }
 
 /// The spinwire engine: pollers, the control thread, and the connections made through it.
@@ -96,8 +100,41 @@ impl Engine {
             cfg.max_connections_per_poller,
             cfg.batch,
         );
-        let backend =
-            control::Dispatcher::new(cfg.clone(), links, ev_p, clock.clone(), counters.clone());
+        let publisher = if cfg.counters_file {
+            let cores: Vec<Option<usize>> = if cfg.run_to_completion() {
+                vec![None]
+            } else {
+                cfg.pollers.iter().map(|&c| Some(c)).collect()
+            };
+            let pollers = cores
+                .into_iter()
+                .zip(poller_counters.iter().cloned())
+                .collect();
+            Publisher::create(&cfg.name, counters.clone(), pollers)
+        } else {
+            None
+        };
+        // Run-to-completion: the one agent set, shared with the control thread, which runs a
+        // cycle on its liveness beats while the application runs none (see `Dispatcher`).
+        let mut rtc = None;
+        let mut rtc_counters = None;
+        if cfg.run_to_completion() {
+            // `agents` holds exactly one set in run-to-completion mode (built above).
+            let Some(a) = agents.pop() else {
+                return Err(Error::Config(ConfigError::RunToCompletionAgents));
+            };
+            rtc = Some(Arc::new(RunToCompletion::new(a)));
+            rtc_counters = poller_counters.pop();
+        }
+        let backend = control::Dispatcher::new(
+            cfg.clone(),
+            links,
+            ev_p,
+            clock.clone(),
+            counters.clone(),
+            rtc.clone(),
+            publisher.clone(),
+        );
         let connectors = backend.connectors();
         let control = cm::control::ControlThread::spawn_with_waker(
             &format!("{}-control", cfg.name),
@@ -111,22 +148,16 @@ impl Engine {
             cfg: cfg.clone(),
             ctl,
             control: Some(control),
-            rtc: None,
-            rtc_counters: None,
+            rtc,
+            rtc_counters,
             pollers: Vec::new(),
             events: Mutex::new(ev_c),
             clock: clock.clone(),
             counters,
             connectors,
+            publisher,
         };
-        if cfg.run_to_completion() {
-            // `agents` holds exactly one set in run-to-completion mode (built above).
-            let Some(a) = agents.pop() else {
-                return Err(Error::Config(ConfigError::RunToCompletionAgents));
-            };
-            inner.rtc = Some(RunToCompletion::new(a));
-            inner.rtc_counters = poller_counters.pop();
-        } else {
+        if !cfg.run_to_completion() {
             for ((core, a), pc) in cfg.pollers.iter().zip(agents).zip(poller_counters) {
                 // On failure `inner` drops here, stopping the threads started so far.
                 let t = spawn_poller(&cfg, *core, a, clock.clone(), pc)?;
@@ -183,13 +214,41 @@ impl Engine {
         self.connect_timeout(endpoint, self.inner.cfg.connect_timeout)
     }
 
-    /// Connects to `endpoint`, giving up after `timeout`.
+    /// Connects to `endpoint`, giving up after `timeout`. While nobody listens on it (no
+    /// listener, the connection refused) it waits for one to appear, retrying every 1 ms at
+    /// first and every 50 ms at most, so that the two sides may start in either order (`rdma://`
+    /// does not wait: it fails at once). Any other failure ends it at once.
     ///
     /// # Errors
     ///
-    /// [`Error::BadEndpoint`], [`Error::FabricNotCompiled`], [`Error::Connect`] (nobody listening,
-    /// refused, handshake failed), [`Error::Setup`], [`Error::Timeout`], [`Error::Shutdown`].
+    /// [`Error::BadEndpoint`], [`Error::FabricNotCompiled`], [`Error::NoListener`] (nobody
+    /// listened until the deadline), [`Error::Connect`] (refused by the listener, handshake
+    /// failed), [`Error::Setup`], [`Error::Timeout`], [`Error::Shutdown`].
     pub fn connect_timeout(&self, endpoint: &str, timeout: Duration) -> Result<Connection, Error> {
+        self.connect_with(endpoint, timeout, true)
+    }
+
+    /// One connect attempt, bounded by `timeout`, that fails at once when nobody listens (for
+    /// [`Reconnecting`](crate::Reconnecting), whose policy paces its own attempts).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_timeout`](Self::connect_timeout), with [`Error::Connect`] instead of
+    /// [`Error::NoListener`].
+    pub(crate) fn connect_once(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> Result<Connection, Error> {
+        self.connect_with(endpoint, timeout, false)
+    }
+
+    fn connect_with(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+        wait: bool,
+    ) -> Result<Connection, Error> {
         let ep = Endpoint::parse(endpoint)?;
         let Some(connector) = self
             .inner
@@ -204,15 +263,12 @@ impl Engine {
         // The rendezvous runs on this (the calling) thread, bounded by `timeout`; the control
         // thread then registers the connection with a poller.
         tracing::info!(endpoint, ?timeout, "connecting");
-        let est = connector
-            .connect(&ep, endpoint, &self.inner.cfg, timeout)
-            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "connect failed"))?;
         let (reply, rx) = mpsc::sync_channel(1);
+        connector
+            .connect(&ep, endpoint, &self.inner.cfg, timeout, wait, reply)
+            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "connect failed"))?;
         self.request(Request::Register {
             scheme: ep.scheme(),
-            est,
-            raw: endpoint.to_owned(),
-            reply,
         })?;
         let parts = self.wait_reply(&rx, Duration::from_secs(10))??;
         Ok(Connection::new(self.clone(), parts))
@@ -261,7 +317,10 @@ impl Engine {
     /// Exclusive use of the run-to-completion poller, if this is one and nobody else has it.
     #[inline]
     pub(crate) fn rtc_guard(&self) -> Option<RtcGuard<'_>> {
-        self.inner.rtc.as_ref().and_then(RunToCompletion::try_lock)
+        self.inner
+            .rtc
+            .as_deref()
+            .and_then(RunToCompletion::try_lock)
     }
 
     /// The coarse clock.
@@ -315,8 +374,27 @@ impl Engine {
         }
     }
 
-    pub(crate) fn close_connection(&self, id: u64) {
-        let _ = self.inner.ctl.request(Request::Close(id));
+    /// The path of this engine's counters file ([`crate::counters`]); `None` when it has none
+    /// ([`EngineBuilder::counters_file`] off, or the file could not be made).
+    pub fn counters_path(&self) -> Option<std::path::PathBuf> {
+        self.inner.publisher.as_ref().map(|p| p.path())
+    }
+
+    /// Shows a connection in the counters file.
+    pub(crate) fn attach_counters(
+        &self,
+        shared: &Arc<crate::link::ConnShared>,
+        fabric: &str,
+        endpoint: &str,
+    ) {
+        if let Some(p) = &self.inner.publisher {
+            p.attach(shared, fabric, endpoint);
+        }
+    }
+
+    /// Asks the control thread to close connection `id`; false if it is gone (shutdown).
+    pub(crate) fn close_connection(&self, id: u64) -> bool {
+        self.inner.ctl.request(Request::Close(id)).is_ok()
     }
 
     pub(crate) fn close_listener(&self, id: u64) {
@@ -393,12 +471,17 @@ impl Drop for Inner {
             .iter_mut()
             .filter_map(PollerThread::stop)
             .collect();
-        if let Some(a) = self.rtc.take() {
-            stopped.push(a.into_inner());
-        }
         for a in &mut stopped {
             a.retire_all();
         }
+        // The run-to-completion poller: taken from the control thread (which may be running a
+        // cycle of it right now: a short wait) and held until the control thread has stopped,
+        // so that it runs no cycle on the retired agents.
+        let _rtc = self.rtc.as_deref().map(|r| {
+            let mut g = r.lock();
+            g.retire_all();
+            g
+        });
         // Then the control plane: it drains the retirement notices, closes sockets and listeners.
         if let Some(mut c) = self.control.take() {
             c.shutdown();

@@ -61,12 +61,36 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// A listener refused a connection: it holds
+    /// [`max_connections_per_listener`](crate::EngineBuilder::max_connections_per_listener)
+    /// already (reported on the listener's engine as an [`Event::Error`](crate::Event::Error);
+    /// the connector was told it is busy).
+    #[error("listener on {endpoint:?} refused a connection: it holds its maximum of {max}")]
+    ListenerFull {
+        /// The listener's endpoint.
+        endpoint: String,
+        /// Its maximum.
+        max: usize,
+    },
     /// Connecting to an endpoint failed.
     #[error("connect to {endpoint:?} failed")]
     Connect {
         /// The endpoint.
         endpoint: String,
         /// The cause (rendezvous / rdma_cm error).
+        #[source]
+        source: BoxError,
+    },
+    /// Nobody listened on the endpoint until the connect's deadline
+    /// ([`Engine::connect_timeout`](crate::Engine::connect_timeout) waits for a listener to
+    /// appear). The last refusal is the [`source`](std::error::Error::source).
+    #[error("connect to {endpoint:?}: no listener appeared within {waited:?}")]
+    NoListener {
+        /// The endpoint.
+        endpoint: String,
+        /// How long the connect waited.
+        waited: Duration,
+        /// The last attempt's refusal (no listener there, connection refused).
         #[source]
         source: BoxError,
     },
@@ -104,7 +128,9 @@ pub enum Error {
     #[error("connection disconnected")]
     Disconnected,
     /// The connection failed on the data path (e.g. the peer wrote an invalid descriptor).
-    #[error("connection failed: {0}")]
+    /// Its [`source`](std::error::Error::source) is the reason (printed by a chain printer,
+    /// not repeated in this message).
+    #[error("connection failed")]
     Fabric(#[from] FabricError),
     /// A [`SendBuf`](crate::SendBuf) was sent on a connection other than the one it was allocated from.
     #[error("buffer belongs to another connection")]
@@ -222,6 +248,10 @@ pub enum ConfigError {
         /// The largest accepted value.
         max: usize,
     },
+    /// [`max_connections_per_listener`](crate::EngineBuilder::max_connections_per_listener) is
+    /// zero.
+    #[error("max connections per listener must be at least 1")]
+    MaxConnectionsPerListener,
     /// The [`IdleStrategy::Backoff`](crate::IdleStrategy::Backoff) park bounds are inconsistent.
     #[error(
         "backoff park durations must satisfy min_park <= max_park <= {limit:?} \
@@ -263,12 +293,6 @@ pub enum SetupError {
         fabric: &'static str,
         /// The poller index.
         poller: usize,
-    },
-    /// Internal: a fabric was handed a connection of another fabric.
-    #[error("fabric setup failed: {fabric}: not an {fabric} connection")]
-    WrongFabric {
-        /// The fabric that got it.
-        fabric: &'static str,
     },
     /// The shm fabric failed (its message names the step; the cause is its source).
     #[error(transparent)]

@@ -4,12 +4,15 @@
 //! [`ConnShared`] is the state all three see (credits, up/down state, counters); [`conn_pair`]
 //! builds the rings between the application and the poller and splits a fabric connection into
 //! the application's [`ConnParts`] and the poller's [`PollerConn`]; [`direct_parts`] builds the
-//! application's parts of a connection with a direct path (shm), which has no poller half. This module is the floor the
-//! handles (`conn`), the pollers (`poller`), the fabric seam (`fabric`) and the control thread
-//! (`control`, `fabric::*::control`) stand on; it imports none of them.
+//! application's parts of a connection with a direct path (shm), which has no poller half.
+//! This module is the floor the handles (`conn`), the pollers (`poller`), the fabric seam and
+//! the control thread (`control`, `fabric::*::control`) stand on; it imports none of them. The
+//! one thing it names from `fabric` is the direct-path handle ([`DirectPath`], which stands
+//! below it: it imports nothing of the seam, the control halves or this module), so that the
+//! hand-off is typed.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
@@ -18,7 +21,8 @@ use rings::{Consumer, Producer, RingBuffer};
 use crate::config::Config;
 use crate::desc::{PoolView, RxDesc, TxDesc};
 use crate::error::{Error, FabricError};
-use crate::stats::ConnCounters;
+use crate::fabric::DirectPath;
+use crate::stats::{AppCounters, ConnCounters, LiveCounters};
 
 /// Freed buffers collected before one batched push into the application's free ring.
 pub(crate) const FREE_BATCH: usize = 32;
@@ -45,7 +49,14 @@ pub(crate) struct ConnShared {
     /// `OPEN`, or why not; the first reason wins.
     state: CachePadded<AtomicU8>,
     error: OnceLock<FabricError>,
+    /// Its poller let go of it (retired it): nothing of it is left to post or deliver. Set
+    /// once, by the poller; never set for a direct path.
+    retired: AtomicBool,
     pub(crate) counters: CachePadded<ConnCounters>,
+    /// The application thread's counters (its own cache line: the poller never writes it).
+    pub(crate) app: CachePadded<AppCounters>,
+    /// Heartbeats and when the peer was last heard from (control thread).
+    pub(crate) live: LiveCounters,
 }
 
 impl ConnShared {
@@ -55,7 +66,10 @@ impl ConnShared {
             credits: CachePadded::new(AtomicU64::new(0)),
             state: CachePadded::new(AtomicU8::new(OPEN)),
             error: OnceLock::new(),
+            retired: AtomicBool::new(false),
             counters: CachePadded::default(),
+            app: CachePadded::default(),
+            live: LiveCounters::default(),
         }
     }
 
@@ -79,6 +93,16 @@ impl ConnShared {
         let _ = self
             .state
             .compare_exchange(OPEN, CLOSED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The poller retired it (after its last service pass).
+    pub(crate) fn set_retired(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// Whether its poller has let go of it.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     #[inline]
@@ -112,13 +136,14 @@ pub(crate) struct AppRings {
 }
 
 /// How the application reaches a connection's data path.
+// Unboxed: built once per connection and moved twice (to the application's thread, into its
+// handle), where a box would be one more allocation for each.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum AppPath {
     /// Through a poller: the application's ends of the rings to it.
     Rings(AppRings),
-    /// Directly: the fabric's direct-path handle (a `crate::fabric::DirectPath`). Carried
-    /// type-erased because this module sits below `fabric`; `Connection::new` unpacks it once,
-    /// at setup, and the data path then dispatches statically.
-    Direct(Box<dyn Any + Send>),
+    /// Directly: the fabric's direct-path handle, which the connection drives itself.
+    Direct(DirectPath),
 }
 
 /// Everything the control thread hands to the application for a new connection.
@@ -221,6 +246,7 @@ pub(crate) fn conn_pair<C>(
         rx_large,
         shared: shared.clone(),
         credits_returned: 0,
+        closing: false,
         draining: false,
         drain_reason: None,
         drained: false,
@@ -242,12 +268,11 @@ pub(crate) fn conn_pair<C>(
     (parts, poller)
 }
 
-/// The application's parts of a connection with a direct path (no poller half): `direct` is
-/// the fabric's `DirectPath`.
+/// The application's parts of a connection with a direct path (no poller half).
 pub(crate) fn direct_parts(
     id: u64,
     peer: String,
-    direct: Box<dyn Any + Send>,
+    direct: DirectPath,
     pools: Pools,
     keep: Arc<dyn Any + Send + Sync>,
 ) -> ConnParts {
@@ -277,6 +302,9 @@ pub(crate) struct PollerConn<C> {
     pub(crate) rx_large: PoolView,
     pub(crate) shared: Arc<ConnShared>,
     pub(crate) credits_returned: u64,
+    /// The application closed it: it stays until what it queued is posted and the fabric has
+    /// settled it (its fabric connection's `settled`).
+    pub(crate) closing: bool,
     /// The peer is gone: keep delivering what it sent, then retire (with `drain_reason`).
     pub(crate) draining: bool,
     pub(crate) drain_reason: Option<FabricError>,
@@ -285,3 +313,7 @@ pub(crate) struct PollerConn<C> {
     /// Scratch for `fabric::TxDone`'s batched buffer returns.
     pub(crate) free_scratch: [u32; FREE_BATCH],
 }
+
+#[cfg(test)]
+#[path = "link/tests.rs"]
+mod tests;

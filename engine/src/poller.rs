@@ -20,10 +20,11 @@
 //!
 //! This module is also the floor between the control thread and the pollers: the [`Command`] and
 //! [`Notice`] rings and the control thread's end of them ([`PollerLink`]). The agent set
-//! ([`Agents`], declared by `agent_set!`, one line per fabric) is what one poller thread drives.
+//! ([`Agents`], declared by `agent_set!`, one line per fabric with a poller side) is what one
+//! poller thread drives.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cm::control::Waker;
@@ -49,11 +50,16 @@ const CHECK_INTERVAL_NS: u64 = 10_000_000;
 pub(crate) enum Command<F: Fabric> {
     /// Serve a new connection.
     Add(Box<PollerConn<F::Conn>>),
-    /// Stop serving connection `id` (closed by the application) after one last service pass.
+    /// Stop serving connection `id` (closed by the application) after a last service pass, or,
+    /// where the fabric asks for it, once what it queued is posted and settled
+    /// ([`FabricConn::settled`]).
     Remove(u64),
-    /// The peer of connection `id` hung up: one last service pass (delivering what the peer sent
-    /// before), then mark it disconnected for the application and stop serving it.
-    PeerGone(u64),
+    /// The peer of connection `id` closed it, as the control thread saw (RDMA: rdma_cm's
+    /// DISCONNECTED): deliver everything it sent first, then retire the connection as
+    /// disconnected.
+    // Sent only by a fabric whose control half sees a peer's close out of band (rdma).
+    #[allow(dead_code)]
+    PeerClosed(u64),
     /// A command for the poller's fabric state.
     #[allow(dead_code)]
     Fabric(F::Command),
@@ -380,12 +386,16 @@ impl<F: Fabric> Poller<F> {
                 continue;
             };
             let mut res = conn.service(self.batch, &self.counters);
-            if check && !conn.draining {
+            if check && !conn.draining && !conn.closing {
                 if let (Ok(_), Err(e)) = (&res, conn.fabric.check_peer(now_ns)) {
                     res = Err(e);
                 }
             }
-            let finished = conn.draining && conn.drained;
+            // Draining: everything the peer sent is delivered once the fabric is empty and the
+            // shared completion source had nothing left this cycle.
+            let finished = conn.draining && conn.drained && !self.fabric.backlog();
+            // Closing: what the application queued is posted and settled, as the fabric sees it.
+            let closed = conn.closing && !finished && conn.fabric.settled(!conn.tx.is_empty());
             match res {
                 Ok(n) if finished => {
                     // Everything the departed peer sent is delivered: now the application
@@ -396,9 +406,20 @@ impl<F: Fabric> Poller<F> {
                     let reason = conn.drain_reason;
                     self.retire(i, reason);
                 }
+                Ok(n) if closed => {
+                    work += n + 1;
+                    conn.fabric.close();
+                    self.retire(i, None);
+                }
                 Ok(n) => {
                     work += n;
                     i += 1;
+                }
+                Err(_) if conn.closing => {
+                    // The application closed it: its last pass failing is nobody's news.
+                    work += 1;
+                    conn.fabric.close();
+                    self.retire(i, None);
                 }
                 Err(FabricError::PeerClosed) => {
                     // A clean close by the peer: deliver what it sent before closing first.
@@ -438,36 +459,45 @@ impl<F: Fabric> Poller<F> {
                     self.counters.conn_errors.add(1);
                     conn.shared
                         .fail(FabricError::Protocol("poller connection table full"));
+                    conn.shared.set_retired();
                     self.notify(Notice::Retired {
                         conn,
                         error: Some(FabricError::Protocol("poller connection table full")),
                     });
                 }
             },
-            Command::PeerGone(id) => {
-                // Keep serving it until everything the peer sent is delivered.
-                if let Some(conn) = self.slots.iter_mut().flatten().find(|c| c.id == id) {
-                    conn.draining = true;
+            Command::Remove(id) => {
+                // The cycle's service pass posts what the application queued before closing (and
+                // delivers what the peer sent); the connection is retired after it, or, where the
+                // fabric asks to linger, once that is posted and settled (or it fails). The
+                // control thread's close grace bounds the wait.
+                if let Some(conn) = self.conn_mut(id) {
+                    conn.closing = true;
                 }
             }
-            Command::Remove(id) => {
-                if let Some(i) = self
-                    .active
-                    .iter()
-                    .position(|&s| matches!(&self.slots[s as usize], Some(c) if c.id == id))
-                {
-                    // Last chance for sends the application queued before closing, and for
-                    // messages the peer sent before it went away.
-                    let slot = self.active[i] as usize;
-                    if let Some(conn) = self.slots[slot].as_mut() {
-                        let _ = conn.service(self.batch, &self.counters);
-                        conn.fabric.close();
+            Command::PeerClosed(id) => {
+                // Like a peer close the data path saw: what arrived before it is delivered
+                // first (the cycle's shared poll files it, after this command).
+                if let Some(conn) = self.conn_mut(id) {
+                    if !conn.draining {
+                        conn.draining = true;
+                        conn.drained = false;
+                        conn.drain_reason = Some(FabricError::PeerClosed);
                     }
-                    self.retire(i, None);
                 }
             }
             Command::Fabric(c) => self.fabric.on_command(c),
         }
+    }
+
+    /// The active connection `id`, if this poller serves it.
+    fn conn_mut(&mut self, id: u64) -> Option<&mut PollerConn<F::Conn>> {
+        let slots = &mut self.slots;
+        let slot = *self
+            .active
+            .iter()
+            .find(|&&s| matches!(&slots[s as usize], Some(c) if c.id == id))?;
+        slots[slot as usize].as_deref_mut()
     }
 
     /// Removes `active[i]` and hands it to the control thread.
@@ -480,6 +510,7 @@ impl<F: Fabric> Poller<F> {
                 conn.shared.fail(e);
                 conn.fabric.close();
             }
+            conn.shared.set_retired();
             self.notify(Notice::Retired { conn, error });
         }
     }
@@ -597,10 +628,11 @@ macro_rules! agent_set {
     };
 }
 
-// The agent set. Adding a fabric adds its line here (and one in `crate::control`'s dispatcher).
+// The agent set: one line per fabric with a poller side (a direct-path-only fabric, as shm, has
+// none). Adding such a fabric adds its line here (and one in `crate::control`'s dispatcher).
 agent_set! {
-    shm: crate::fabric::shm::ShmFabric = crate::fabric::shm::ShmFabric,
     tcp: crate::fabric::tcp::TcpFabric = crate::fabric::tcp::TcpFabric::new(),
+    mem: crate::fabric::mem::MemFabric = crate::fabric::mem::MemFabric,
     #[cfg(feature = "rdma")]
     rdma: crate::fabric::rdma::RdmaFabric = crate::fabric::rdma::RdmaFabric::new(),
 }
@@ -609,8 +641,14 @@ agent_set! {
 /// calls [`Engine::poll`](crate::Engine::poll) (explicitly or inside `send`/`recv`). A
 /// non-blocking ownership flag keeps it single-threaded: a thread that finds it taken does not
 /// wait (the owner is doing the work for everyone).
+///
+/// The control thread runs a cycle itself ([`RunToCompletion::poll_if_idle`]) on its liveness
+/// beats when no thread has run one since its last look, so that heartbeats go out and peers
+/// are checked while the application makes no call.
 pub(crate) struct RunToCompletion {
     busy: AtomicBool,
+    /// Cycles run (by any thread), advanced by the owner only.
+    cycles: AtomicU64,
     agents: std::cell::UnsafeCell<Agents>,
 }
 
@@ -622,6 +660,7 @@ impl RunToCompletion {
     pub(crate) fn new(agents: Agents) -> RunToCompletion {
         RunToCompletion {
             busy: AtomicBool::new(false),
+            cycles: AtomicU64::new(0),
             agents: std::cell::UnsafeCell::new(agents),
         }
     }
@@ -652,9 +691,27 @@ impl RunToCompletion {
             })
     }
 
-    /// Takes the agents out (engine shutdown: no other user is left).
-    pub(crate) fn into_inner(self) -> Agents {
-        self.agents.into_inner()
+    /// Runs one cycle when no thread has run one since the cycle count was `seen` (and no thread
+    /// is running one now); returns the cycle count to pass next time. Never waits.
+    pub(crate) fn poll_if_idle(&self, seen: u64, now_ns: u64) -> u64 {
+        let cycles = self.cycles.load(Ordering::Relaxed);
+        if cycles == seen {
+            if let Some(mut g) = self.try_lock() {
+                g.poll(now_ns);
+            }
+        }
+        self.cycles.load(Ordering::Relaxed)
+    }
+
+    /// Takes ownership of the poller, waiting (yielding) while another thread runs a cycle
+    /// (engine shutdown: only the control thread may still hold it, for one cycle).
+    pub(crate) fn lock(&self) -> RtcGuard<'_> {
+        loop {
+            if let Some(g) = self.try_lock() {
+                return g;
+            }
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -668,8 +725,17 @@ impl RtcGuard<'_> {
     /// One cycle.
     #[inline]
     pub(crate) fn poll(&mut self, now_ns: u64) -> usize {
+        // Only the owner writes `cycles`: a load and a store, no read-modify-write.
+        let c = &self.owner.cycles;
+        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         // SAFETY: the guard holds `busy`, so no other thread accesses `agents` until it drops.
         unsafe { (*self.owner.agents.get()).do_work(now_ns) }
+    }
+
+    /// Retires every connection (engine shutdown).
+    pub(crate) fn retire_all(&mut self) {
+        // SAFETY: as in `poll`.
+        unsafe { (*self.owner.agents.get()).retire_all() }
     }
 }
 
@@ -679,3 +745,7 @@ impl Drop for RtcGuard<'_> {
         self.owner.busy.store(false, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+#[path = "poller/tests.rs"]
+mod tests;

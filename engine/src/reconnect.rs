@@ -44,7 +44,8 @@
 //! Like a [`Connection`], a `Reconnecting` is `Send` and not `Sync`. The data-path calls never
 //! connect and never block beyond what the forwarded call does; with no connection up they
 //! return [`Error::Disconnected`] at once. `maintain` makes at most one connect attempt, bounded
-//! by the policy's `connect_timeout` (an shm connect to a name nobody listens on fails at once);
+//! by the policy's `connect_timeout` (an attempt that finds nobody listening fails at once;
+//! the policy paces the next);
 //! `wait_connected(timeout)` bounds every attempt by what is left of its own timeout. Every
 //! loss, attempt, reconnect and give-up is logged through `tracing` (this is control-plane code;
 //! nothing here runs on the poller).
@@ -334,6 +335,7 @@ fn retryable(e: &Error) -> bool {
     matches!(
         e,
         Error::Connect { .. }
+            | Error::NoListener { .. }
             | Error::Setup(_)
             | Error::Timeout
             | Error::Disconnected
@@ -491,7 +493,8 @@ impl Reconnecting {
         self.stats.attempts += 1;
         let timeout = self.policy.connect_timeout.min(limit);
         tracing::info!(endpoint = %self.endpoint, attempt, ?timeout, "reconnect: attempt");
-        match self.engine.connect_timeout(&self.endpoint, timeout) {
+        // One attempt: the policy paces the attempts, so none waits for a listener.
+        match self.engine.connect_once(&self.endpoint, timeout) {
             Ok(conn) => {
                 let after = down.since.elapsed();
                 tracing::info!(endpoint = %self.endpoint, attempt, ?after, conn = conn.id(),
@@ -691,10 +694,15 @@ impl Reconnecting {
         }
     }
 
-    /// [`Connection::flush`] on the current connection (nothing with none).
-    pub fn flush(&self) {
-        if let Some(c) = &self.conn {
-            c.flush();
+    /// [`Connection::flush`] on the current connection.
+    ///
+    /// # Errors
+    ///
+    /// As `Connection::flush`; [`Error::Disconnected`] with no connection.
+    pub fn flush(&self) -> Result<(), Error> {
+        match &self.conn {
+            Some(c) => c.flush(),
+            None => Err(Error::Disconnected),
         }
     }
 

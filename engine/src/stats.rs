@@ -163,3 +163,33 @@ pub(crate) struct EngineCounters {
     pub(crate) connections_closed: AtomicU64,
     pub(crate) control_wakeups: AtomicU64,
 }
+
+/// A connection's application-side counts as the control thread sees them (for the counters
+/// file, [`crate::counters`]): a direct path copies its plain counts in every 256 messages and
+/// when a receive finds its ring empty; a polled path adds its would-block results and
+/// allocation failures here as they happen (slow paths); large slots are counted as they are
+/// taken and released. One writer each: the connection's owning thread.
+#[derive(Debug, Default)]
+pub(crate) struct AppCounters {
+    pub(crate) sent: Counter,
+    pub(crate) received: Counter,
+    pub(crate) would_block: Counter,
+    pub(crate) alloc_failures: Counter,
+    /// Direct path only (the poller counts these on the poller path).
+    pub(crate) tx_bytes: Counter,
+    pub(crate) rx_bytes: Counter,
+    /// Large slots taken to send, and large messages released.
+    pub(crate) large_sent: Counter,
+    pub(crate) large_received: Counter,
+    /// Set once at setup: the connection takes the direct path.
+    pub(crate) direct: std::sync::atomic::AtomicBool,
+}
+
+/// Per-connection liveness, written by the control thread.
+#[derive(Debug, Default)]
+pub(crate) struct LiveCounters {
+    /// Heartbeats this side sent.
+    pub(crate) heartbeats: AtomicU64,
+    /// When the peer was last heard from, ns since the Unix epoch (0: not tracked).
+    pub(crate) last_heard_ns: AtomicU64,
+}

@@ -19,7 +19,7 @@ const BUF: usize = 4096;
 const COUNT: u32 = 16;
 
 /// Connects to `ep` as a raw peer (side B) with the wire API and returns its segment handle
-/// (proposing the engine's default large slots, as `inline_engine` has them).
+/// (proposing the engine's default large slots, as `rtc_engine` has them).
 fn hostile_connect(ep: &str) -> (Segment, uds::UdsStream) {
     hostile_connect_large(
         ep,
@@ -71,12 +71,12 @@ fn scribble(seg: &Segment, rng: &mut XorShift, off: usize, len: usize) {
 #[test]
 fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
     let _g = serial();
-    let engine = inline_engine(BUF, COUNT as usize);
+    let engine = rtc_engine(BUF, COUNT as usize);
     let ep = endpoint("corrupt");
     let listener = engine.listen(&ep).unwrap();
     let mut rng = XorShift::new(0x5eed_1234_abcd_ef01);
     // A healthy connection on the same engine, exercised every round: unaffected throughout.
-    let healthy_peer = inline_engine(BUF, COUNT as usize);
+    let healthy_peer = rtc_engine(BUF, COUNT as usize);
     let (hs, hc) = pair(&engine, &healthy_peer, &endpoint("corrupt-healthy"));
     let mut failed = 0;
     let rounds = 60;
@@ -184,7 +184,7 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
     assert!(errors > 0, "no Protocol error event within {WAIT:?}");
 
     // The engine still serves healthy connections.
-    let other = inline_engine(BUF, COUNT as usize);
+    let other = rtc_engine(BUF, COUNT as usize);
     let (s, c) = pair(&engine, &other, &endpoint("after-corrupt"));
     for seq in 0..100 {
         send_msg(&c, seq, 1 + seq as usize * 13);

@@ -34,4 +34,45 @@ fn config_errors_carry_the_value_and_the_limit() {
         Err(Error::Config(ConfigError::DuplicateCore { core: 0 })) => {}
         other => panic!("got {other:?}"),
     }
+    match Engine::builder().max_connections_per_listener(0).build() {
+        Err(Error::Config(ConfigError::MaxConnectionsPerListener)) => {}
+        other => panic!("got {other:?}"),
+    }
+}
+
+/// An error and its `source` chain, `: `-separated (as a chain printer shows it).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(c) = source {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        source = c.source();
+    }
+    s
+}
+
+#[test]
+fn a_failed_connections_error_states_its_reason_once() {
+    use spinwire::FabricError;
+    let e = Error::Fabric(FabricError::PeerUnresponsive {
+        silent_for: std::time::Duration::from_millis(1060),
+    });
+    let text = chain(&e);
+    assert_eq!(
+        text,
+        "connection failed: peer unresponsive: nothing heard for 1.06s"
+    );
+    assert!(
+        matches!(
+            std::error::Error::source(&e).and_then(|s| s.downcast_ref::<FabricError>()),
+            Some(FabricError::PeerUnresponsive { .. })
+        ),
+        "the reason is the source"
+    );
+    let e = Error::Fabric(FabricError::Protocol("bad descriptor"));
+    assert_eq!(
+        chain(&e),
+        "connection failed: peer protocol violation: bad descriptor"
+    );
 }

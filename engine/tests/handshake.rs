@@ -27,7 +27,7 @@ fn hostile_clients(name: &str) -> Vec<UdsStream> {
 #[test]
 fn stalled_handshakes_do_not_delay_a_good_client_and_expire() {
     let _g = serial();
-    let engine = inline_engine(4096, 16);
+    let engine = rtc_engine(4096, 16);
     let ep = endpoint("stalled");
     let name = ep.strip_prefix("shm://").expect("an shm endpoint");
     let listener = engine.listen(&ep).expect("listen");
@@ -77,7 +77,7 @@ fn stalled_handshakes_do_not_delay_a_good_client_and_expire() {
 #[test]
 fn a_client_stalled_after_the_offer_is_expired() {
     let _g = serial();
-    let engine = inline_engine(4096, 16);
+    let engine = rtc_engine(4096, 16);
     let ep = endpoint("stalled-ready");
     let name = ep.strip_prefix("shm://").expect("an shm endpoint");
     let listener = engine.listen(&ep).expect("listen");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spinwire::{Connection, Engine, IdleStrategy};
-use spinwire_testkit::engine::{endpoint, inline_engine, poller_builder, recv_msg, send_msg};
+use spinwire_testkit::engine::{endpoint, poller_builder, recv_msg, rtc_engine, send_msg};
 
 /// A loopback TCP endpoint on a port that was free a moment ago.
 fn tcp_endpoint() -> String {
@@ -21,7 +21,7 @@ const ROUNDS: u32 = 50;
 
 fn many_connections(cores: &[usize]) -> Vec<spinwire::PollerStats> {
     let server = poller_builder(cores, 1024, 8).build().unwrap();
-    let client = inline_engine(1024, 8);
+    let client = rtc_engine(1024, 8);
     let ep = tcp_endpoint();
     let listener = server.listen(&ep).unwrap();
     let mut clients = Vec::new();
@@ -109,7 +109,7 @@ fn connections_spread_over_several_pollers() {
 fn shm_connections_bypass_the_pollers() {
     let _g = serial();
     let server = poller_builder(&[cores()[0]], 1024, 8).build().unwrap();
-    let client = inline_engine(1024, 8);
+    let client = rtc_engine(1024, 8);
     let ep = endpoint("bypass");
     let listener = server.listen(&ep).unwrap();
     let c = client.connect(&ep).unwrap();

@@ -50,7 +50,7 @@ fn send_batch(c: &Connection, msgs: &[Vec<u8>]) {
             panic!("send: {e}");
         }
     }
-    c.flush();
+    c.flush().expect("flush");
 }
 
 /// Receives `msgs`, in order, verified.
@@ -200,7 +200,7 @@ fn mixed_small_and_large_both_ways_fifo_no_loss_with_random_stalls() {
                     Err(err) => panic!("send: {err}"),
                 }
             }
-            c.flush();
+            c.flush().expect("flush");
             // Take a random number of messages (sometimes none: a stalled receiver).
             for _ in 0..rng.below(20) {
                 let Some(m) = c.try_recv().expect("recv") else {
@@ -266,7 +266,7 @@ fn flood_of_small_messages_into_a_slow_receiver_no_rnr_no_loss_back_pressure() {
                 Err(e) => panic!("send failed: {e}"),
             }
         }
-        client.flush();
+        client.flush().expect("flush");
         // Slow receiver: one message per round, after a pause.
         std::thread::sleep(Duration::from_micros(200));
         if let Some(m) = server.try_recv().expect("recv") {

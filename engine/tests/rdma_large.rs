@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use spinwire::fabric::rdma::{self, RdmaStats};
 use spinwire::{Connection, Engine, Error, Event};
 use spinwire_testkit::data::{payload, XorShift};
-use spinwire_testkit::engine::{pair, rtc_builder};
+use spinwire_testkit::engine::{pair, poller_builder, rtc_builder};
 use spinwire_testkit::process::{lines, wait_for_line, KillOnDrop};
 use spinwire_testkit::rdma::vm_ip;
-use spinwire_testkit::role;
+use spinwire_testkit::{cores, role};
 
 const T: Duration = Duration::from_secs(20);
 const BUF: usize = 4096;
@@ -52,7 +52,7 @@ fn assert_clean(before: &RdmaStats) {
 fn round_trip(from: &Connection, to: &Connection, data: &[u8]) {
     from.send_copy_timeout(data, T)
         .unwrap_or_else(|e| panic!("send {} B: {e}", data.len()));
-    from.flush();
+    from.flush().expect("flush");
     let m = to
         .recv_timeout(T)
         .unwrap_or_else(|e| panic!("recv {} B: {e}", data.len()));
@@ -90,7 +90,7 @@ fn every_boundary_with_verified_payloads() {
     let p = payload(LIMIT, 99);
     b.copy_from(&p).expect("copy into the slot");
     client.send_timeout(b, T).expect("send slot");
-    client.flush();
+    client.flush().expect("flush");
     let m = server.recv_timeout(T).expect("recv slot");
     assert!(*m == *p);
     drop(m);
@@ -160,7 +160,7 @@ fn small_and_large_interleaved_arrive_in_order() {
                 .send_copy_timeout(&payload(len, i as u64), T)
                 .unwrap_or_else(|e| panic!("send {i} ({len} B): {e}"));
         }
-        client.flush();
+        client.flush().expect("flush");
         client
     });
     for (i, &len) in expect.iter().enumerate() {
@@ -193,7 +193,7 @@ fn flood_of_large_messages_into_a_slow_receiver() {
                 .send_copy_timeout(&payload(len, i as u64), T)
                 .unwrap_or_else(|e| panic!("send {i}: {e}"));
         }
-        client.flush();
+        client.flush().expect("flush");
         (client, t0.elapsed())
     });
     // Slow at first: the sender runs out of large slots and waits (back-pressure), nothing
@@ -243,7 +243,7 @@ fn a_deep_window_of_large_messages_keeps_the_peer_alive() {
                 .send_copy_timeout(&payload(size, i as u64), T)
                 .unwrap_or_else(|e| panic!("send {i}: {e}"));
         }
-        client.flush();
+        client.flush().expect("flush");
         client
     });
     for i in 0..N {
@@ -254,6 +254,81 @@ fn a_deep_window_of_large_messages_keeps_the_peer_alive() {
     }
     let client = sender.join().expect("sender");
     assert!(client.is_open() && server.is_open());
+    assert_clean(&before);
+}
+
+/// A rendezvous pull that lasts longer than the liveness timeout is data moving, not silence.
+/// While the receiver pulls, the sender's HCA serves the READs and its engine sees nothing of
+/// them: only the receiver knows the transfer is alive, so it must keep sending heartbeats. The
+/// receiver here polls every 150 ms (alive: it heartbeats every other poll, well inside the
+/// default 1-s timeout even when the loaded VM runs it late), and each poll posts at most one
+/// window of READ chunks (`READ_WINDOW` x `READ_CHUNK`, 2 MiB): a 16-MiB message takes at
+/// least 8 polls, 1.2 s, longer than the timeout at any device speed. The sender polls all
+/// along on its own poller thread, so it would see the silence.
+#[test]
+fn a_pull_longer_than_the_liveness_timeout_keeps_both_sides() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    let size = spinwire::DEFAULT_MAX_MESSAGE_SIZE;
+    let receiver_engine = rtc_builder(BUF, 16)
+        .depth(16)
+        .connect_timeout(T)
+        .build()
+        .expect("receiver engine");
+    let sender_engine = poller_builder(&cores()[..1], BUF, 16)
+        .depth(16)
+        .connect_timeout(T)
+        .build()
+        .expect("sender engine");
+    let (receiver, sender) = pair(
+        &receiver_engine,
+        &sender_engine,
+        &format!("rdma://{ip}:20209"),
+    );
+    // What the engines reported (a failure event says which side gave up, and why).
+    let events = || {
+        let mut all = Vec::new();
+        for (side, e) in [("receiver", &receiver_engine), ("sender", &sender_engine)] {
+            while let Some(ev) = e.try_event() {
+                all.push(format!("{side}: {ev:?}"));
+            }
+        }
+        all
+    };
+    for i in 0..2u64 {
+        let data = payload(size, i);
+        sender
+            .send_copy_timeout(&data, T)
+            .unwrap_or_else(|e| panic!("send {i}: {e}; {:?}", events()));
+        sender
+            .flush()
+            .unwrap_or_else(|e| panic!("flush {i}: {e}; {:?}", events()));
+        let t0 = Instant::now();
+        let mut polls = 0u32;
+        let m = loop {
+            match receiver.try_recv() {
+                Ok(Some(m)) => break m,
+                Ok(None) => {}
+                Err(e) => panic!("recv {i} after {:?}: {e}; {:?}", t0.elapsed(), events()),
+            }
+            polls += 1;
+            assert!(t0.elapsed() < T, "message {i} not pulled within {T:?}");
+            std::thread::sleep(Duration::from_millis(150));
+        };
+        eprintln!("16-MiB pull {i}: {:?} in {polls} polls", t0.elapsed());
+        assert!(*m == *data, "message {i}");
+    }
+    // Both sides alive: a round trip, and no failure event on either engine.
+    round_trip(&sender, &receiver, b"after");
+    round_trip(&receiver, &sender, b"after");
+    for ev in events() {
+        assert!(
+            !(ev.contains("PeerUnresponsive")
+                || ev.contains("Disconnected")
+                || ev.contains("Error")),
+            "{ev}"
+        );
+    }
     assert_clean(&before);
 }
 
@@ -328,7 +403,7 @@ fn peer_killed_mid_transfer_gives_a_disconnect_and_leaks_nothing() {
         .connect(&format!("rdma://{ip}:{port}"))
         .expect("connect to child");
     c.send_copy_timeout(&payload(LIMIT, 1), T).expect("send");
-    c.flush();
+    c.flush().expect("flush");
     wait_for_line(&out, "CHILD FLOODING", T, "child flooding");
     // Take one large message, keep a second one undelivered (the child is mid-transfer
     // while we hold slots), then kill the child.

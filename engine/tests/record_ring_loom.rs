@@ -83,7 +83,7 @@ fn consume_deferred(c: &mut Consumer, n: u8, run: u8) {
             })
             .expect("poll");
         unpublished += got as u8;
-        if got == 0 || unpublished >= run || c.is_empty_hint() {
+        if got == 0 || unpublished >= run || c.may_be_empty() {
             c.publish();
             unpublished = 0;
         }

@@ -1,6 +1,8 @@
-//! The `tcp://` fabric on loopback: ping-pong of every size (one process, IPv4 and IPv6, and
-//! two processes), a flood into a slow receiver, a killed peer, hostile peers speaking raw TCP,
-//! and connect errors. Traffic goes only to loopback.
+//! The `tcp://` fabric on loopback: ping-pong of every size over IPv6, hostile peers speaking
+//! raw TCP, connect errors, and the cross-host roles of `scripts/ci/tcp-netns.sh`. Traffic goes
+//! only to loopback (the roles: to the namespaces' veth pair). What every scheme does (every
+//! size over IPv4 in one and two processes, back-pressure, a killed or stopped peer, reconnect)
+//! is the conformance suite's (`conformance/`, `tcp::<case>`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,7 +11,6 @@ use std::time::{Duration, Instant};
 use spinwire::{Connection, Engine, Error, Event, FabricError, SetupError};
 use spinwire_testkit::data::verify;
 use spinwire_testkit::engine::*;
-use spinwire_testkit::process::{wait_success, KillOnDrop};
 use spinwire_testkit::{cores, role, serial, WAIT};
 
 const BUF: usize = 4096;
@@ -38,21 +39,10 @@ fn every_size(client: &Connection, server: Option<&Connection>) {
             b.copy_from(&m).unwrap();
             drop(m);
             s.send_timeout(b, WAIT).expect("echo");
-            s.flush();
+            s.flush().expect("flush");
         }
         recv_msg(client, seq, len);
     }
-}
-
-#[test]
-fn loopback_every_size_run_to_completion() {
-    let _g = serial();
-    let engine = inline_engine(BUF, 16);
-    let (s, c) = pair(&engine, &engine, &ep4());
-    every_size(&c, Some(&s));
-    let st = c.stats();
-    assert_eq!(st.sent, BUF as u64);
-    assert_eq!(st.received, BUF as u64);
 }
 
 #[test]
@@ -64,161 +54,12 @@ fn loopback_every_size_dedicated_poller_ipv6() {
         None => ep4(),
     };
     let se = poller_engine(cores()[0], BUF, 16);
-    let ce = inline_engine(BUF, 16);
+    let ce = rtc_engine(BUF, 16);
     let (s, c) = pair(&se, &ce, &ep);
     let echo = std::thread::spawn(move || echo_until_closed(&s));
     every_size(&c, None);
     drop(c);
     assert_eq!(echo.join().unwrap(), BUF as u64);
-}
-
-#[test]
-fn two_process_every_size() {
-    let _g = serial();
-    let engine = inline_engine(BUF, 16);
-    let ep = ep4();
-    let listener = engine.listen(&ep).unwrap();
-    let mut child = KillOnDrop(
-        role::command("child_echo")
-            .env(ENDPOINT_ENV, &ep)
-            .spawn()
-            .expect("spawn child"),
-    );
-    let c = listener
-        .accept_timeout(Duration::from_secs(30))
-        .expect("child connects");
-    every_size(&c, None);
-    drop(c);
-    wait_success(&mut child, Duration::from_secs(60));
-}
-
-/// Child role: connect to `ENDPOINT_ENV` and echo until the parent closes.
-#[test]
-#[ignore = "child role: run by two_process_every_size"]
-fn child_echo() {
-    let ep = role::env(ENDPOINT_ENV);
-    let engine = inline_engine(BUF, 16);
-    let conn = engine.connect_timeout(&ep, WAIT).expect("child connect");
-    assert_eq!(echo_until_closed(&conn), BUF as u64);
-}
-
-#[test]
-fn flood_into_slow_receiver_is_lossless_and_bounded() {
-    let _g = serial();
-    const N: u32 = 20_000;
-    const DEPTH: usize = 16;
-    let se = poller_engine(cores()[0], 256, 64);
-    let ce = rtc_builder(256, 64).depth(DEPTH).build().unwrap();
-    let (s, c) = pair(&se, &ce, &ep4());
-    let rx = std::thread::spawn(move || {
-        for seq in 0..N {
-            if seq % 2000 == 0 {
-                // Slow: let the sender run into the credit limit.
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let len = 1 + (seq as usize * 7) % 256;
-            let m = s.recv_timeout(WAIT).expect("recv");
-            verify(&m, seq, len);
-        }
-        s
-    });
-    let mut would_block = 0u64;
-    let mut max_in_flight = 0u64;
-    let end = Instant::now() + Duration::from_secs(60);
-    for seq in 0..N {
-        let len = 1 + (seq as usize * 7) % 256;
-        loop {
-            assert!(Instant::now() < end, "flood stalled at {seq}");
-            let mut b = match c.alloc() {
-                Ok(b) => b,
-                Err(Error::WouldBlock) => {
-                    would_block += 1;
-                    ce.poll();
-                    continue;
-                }
-                Err(e) => panic!("alloc: {e}"),
-            };
-            b.set_len(len).unwrap();
-            spinwire_testkit::data::fill(&mut b, seq);
-            match c.send(b) {
-                Ok(()) => break,
-                Err(e) if e.is_would_block() => {
-                    would_block += 1;
-                    ce.poll();
-                }
-                Err(e) => panic!("send: {e:?}"),
-            }
-        }
-        max_in_flight = max_in_flight.max(c.stats().in_flight);
-    }
-    // Run to completion: this thread drives its engine until the receiver has everything (the
-    // last bytes may still wait for room in the socket).
-    while !rx.is_finished() {
-        assert!(Instant::now() < end, "flood tail stalled");
-        c.flush();
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let s = rx.join().unwrap();
-    assert!(would_block > 0, "the slow receiver never back-pressured");
-    assert!(
-        max_in_flight <= DEPTH as u64,
-        "in flight {max_in_flight} > depth"
-    );
-    assert_eq!(s.stats().received, u64::from(N));
-}
-
-#[test]
-fn killed_peer_is_disconnected_within_a_second() {
-    let _g = serial();
-    let engine = inline_engine(BUF, 16);
-    let ep = ep4();
-    let listener = engine.listen(&ep).unwrap();
-    let mut child = KillOnDrop(
-        role::command("child_connect_and_wait")
-            .env(ENDPOINT_ENV, &ep)
-            .spawn()
-            .expect("spawn child"),
-    );
-    let victim = listener
-        .accept_timeout(Duration::from_secs(30))
-        .expect("child connects");
-    recv_msg(&victim, 1, 100);
-    while engine.try_event().is_some() {}
-    child.kill().expect("SIGKILL");
-    let killed = Instant::now();
-    let err = victim.recv_timeout(Duration::from_secs(5)).unwrap_err();
-    let seen = killed.elapsed();
-    assert!(matches!(err, Error::Disconnected), "{err}");
-    assert!(seen < Duration::from_secs(1), "seen after {seen:?}");
-    let deadline = Instant::now() + Duration::from_secs(1);
-    let mut got = false;
-    while Instant::now() < deadline && !got {
-        match engine.try_event() {
-            Some(Event::Disconnected { conn }) if conn == victim.id() => got = true,
-            Some(_) => {}
-            None => {
-                engine.poll();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-    assert!(got, "Disconnected event within 1 s");
-    let _ = child.wait();
-}
-
-/// Child role: connect, send one message, then wait to be killed (bounded).
-#[test]
-#[ignore = "child role: run by killed_peer_is_disconnected_within_a_second"]
-fn child_connect_and_wait() {
-    let ep = role::env(ENDPOINT_ENV);
-    let engine = inline_engine(BUF, 16);
-    let conn = engine.connect_timeout(&ep, WAIT).expect("child connect");
-    send_msg(&conn, 1, 100);
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end {
-        engine.poll();
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// A hello as a spinwire connector sends it (see `fabric/tcp/setup.rs`).
@@ -263,13 +104,13 @@ fn wait_failed(conn: &Connection) -> Error {
 #[test]
 fn hostile_peers_fail_only_their_connection() {
     let _g = serial();
-    let engine = inline_engine(BUF, 16);
+    let engine = rtc_engine(BUF, 16);
     let port = free_port("127.0.0.1").unwrap();
     let ep = format!("tcp://127.0.0.1:{port}");
     let addr = format!("127.0.0.1:{port}");
     let listener = engine.listen(&ep).unwrap();
     // A healthy connection through the same listener.
-    let peer_engine = inline_engine(BUF, 16);
+    let peer_engine = rtc_engine(BUF, 16);
     let good_c = peer_engine.connect(&ep).unwrap();
     let good_s = listener.accept_timeout(WAIT).unwrap();
 
@@ -363,17 +204,21 @@ fn hostile_peers_fail_only_their_connection() {
 #[test]
 fn connect_errors_are_typed_and_bounded() {
     let _g = serial();
-    let engine = inline_engine(BUF, 16);
+    let engine = rtc_engine(BUF, 16);
     let limit = Duration::from_millis(500);
 
-    // A closed port: refused.
+    // A closed port: refused until the deadline (the connect waits for a listener), the last
+    // refusal as the source.
     let port = free_port("127.0.0.1").unwrap();
     let t = Instant::now();
     let err = engine
         .connect_timeout(&format!("tcp://127.0.0.1:{port}"), limit)
         .unwrap_err();
     assert!(t.elapsed() < limit + Duration::from_millis(500));
-    match &err {
+    let Error::NoListener { source, .. } = &err else {
+        panic!("expected NoListener, got {err:?}");
+    };
+    match source.downcast_ref::<Error>().expect("the refusal") {
         Error::Connect { source, .. } => {
             let e = source
                 .downcast_ref::<spinwire::fabric::tcp::TcpSetupError>()
@@ -413,7 +258,7 @@ fn connect_errors_are_typed_and_bounded() {
     );
 
     // A mismatched buffer size: refused with a typed error on both sides.
-    let other = inline_engine(BUF * 2, 16);
+    let other = rtc_engine(BUF * 2, 16);
     let ep = ep4();
     let _l = engine.listen(&ep).unwrap();
     let h = std::thread::spawn(move || other.connect_timeout(&ep, WAIT).map(|_| ()));
@@ -448,7 +293,7 @@ fn netns_server() {
 #[ignore = "cross-host role: run by scripts/ci/tcp-netns.sh"]
 fn netns_client() {
     let ep = role::env(ENDPOINT_ENV);
-    let engine = inline_engine(BUF, 16);
+    let engine = rtc_engine(BUF, 16);
     let deadline = Instant::now() + Duration::from_secs(30);
     let conn = loop {
         match engine.connect_timeout(&ep, Duration::from_secs(2)) {
@@ -466,4 +311,43 @@ fn netns_client() {
         "netns: {BUF} verified round trips (1..={BUF} B) in {:?}",
         t.elapsed()
     );
+}
+
+/// A raw peer that sends a valid hello and half a record, then goes silent, is reported
+/// unresponsive within the liveness timeout (plus its beat), as a peer silent between records
+/// is: a partial record is read on, so its silence counts.
+#[test]
+fn peer_silent_mid_record_is_unresponsive() {
+    let _g = serial();
+    let liveness = Duration::from_millis(300);
+    let engine = rtc_builder(BUF, 16)
+        .liveness_timeout(liveness)
+        .build()
+        .unwrap();
+    let port = free_port("127.0.0.1").unwrap();
+    let ep = format!("tcp://127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{port}");
+    let listener = engine.listen(&ep).unwrap();
+    let (mut raw, conn) = raw_peer(&engine, &listener, &addr);
+    // A DATA record of 100 bytes: its header and 50 bytes of it.
+    let mut rec = [0u8; 58];
+    rec[0..4].copy_from_slice(&108u32.to_le_bytes());
+    rec[4] = 1;
+    raw.write_all(&rec).unwrap();
+    let sent = Instant::now();
+    let err = match conn.recv_timeout(WAIT) {
+        Ok(_) => panic!("a message from half a record"),
+        Err(e) => e,
+    };
+    let seen = sent.elapsed();
+    let Error::Fabric(FabricError::PeerUnresponsive { silent_for }) = err else {
+        panic!("expected PeerUnresponsive, got {err:?}");
+    };
+    assert!(silent_for >= liveness, "silent_for {silent_for:?}");
+    // Reported, not pinned: before, such a connection stayed open for 10-18 s. The bound is
+    // the timeout plus the conformance suite's death bound for tcp (1 s): a loaded 2-core CI
+    // machine reported it after 2.2x the timeout once, and how soon is a benchmark's question.
+    let limit = liveness + Duration::from_secs(1);
+    assert!(seen <= limit, "reported after {seen:?} (limit {limit:?})");
+    drop(raw);
 }

@@ -1,21 +1,17 @@
-//! Large messages (issue #12) on `tcp://`, loopback only: every size boundary with verified
-//! payloads (the pool buffer, the part of the receive chunks that lends in place, 64 KiB, the
-//! limit, and the limit + 1 refused with the limit), the limit settled in the hello, small and
-//! large messages interleaved in order (run to completion and with dedicated pollers), a flood
-//! of large messages into a slow receiver (back-pressure, no loss), a peer killed in the middle
-//! of a large transfer, hostile raw peers, and `recv_into`. Every wait is bounded; the tests run
-//! one at a time ([`serial`]).
+//! Large messages on `tcp://`, loopback only: the limit settled in the hello, a flood of large
+//! messages into a slow receiver (back-pressure, no loss, the waiting calls time out), a peer
+//! killed in the middle of a large transfer, and hostile raw peers. Every size boundary up to
+//! the limit (and the limit + 1 refused), the default limit, small and large interleaved and
+//! `recv_into` are the conformance suite's, over every scheme (`conformance/`). Every wait is
+//! bounded; the tests run one at a time ([`serial`]).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use spinwire::{
-    Connection, Engine, EngineBuilder, Error, Event, FabricError, RecvIntoError, SetupError,
-    DEFAULT_MAX_MESSAGE_SIZE,
-};
-use spinwire_testkit::data::{fill, verify, XorShift as Rng};
+use spinwire::{Connection, Engine, EngineBuilder, Error, Event, FabricError, SetupError};
+use spinwire_testkit::data::{fill, verify};
 use spinwire_testkit::engine::*;
 use spinwire_testkit::process::KillOnDrop;
 use spinwire_testkit::{cores, role, serial, WAIT};
@@ -25,9 +21,6 @@ const BUFFERS: usize = 16;
 const DEPTH: usize = 16;
 /// The message limit of most tests (the default, 16 MiB, has its own test).
 const LIMIT: usize = 1 << 20;
-/// The largest payload read into a receive chunk and lent in place (half a 64-KiB chunk less a
-/// record header, see `fabric/tcp/datapath.rs`); above it a message goes into a large slot.
-const LEND_MAX: usize = (64 << 10) / 2 - 8;
 /// The environment variable that tells a child role the message limit.
 const LIMIT_ENV: &str = "SPINWIRE_TEST_LARGE_LIMIT";
 
@@ -66,7 +59,7 @@ fn send_any(c: &Connection, seq: u32, len: usize) {
     if let Err(e) = c.send_timeout(b, WAIT) {
         panic!("send {seq} ({len} B): {e:?}");
     }
-    c.flush();
+    c.flush().expect("flush");
 }
 
 /// Frame `seq` of `len` bytes as a vector (for `send_copy`).
@@ -74,23 +67,6 @@ fn frame(seq: u32, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     fill(&mut v, seq);
     v
-}
-
-/// Receives the next message into `buf` with `recv_into`, within `WAIT`.
-// The error hands the message back, as `recv_into`'s does.
-#[allow(clippy::result_large_err)]
-fn recv_into_wait<'c>(c: &'c Connection, buf: &mut [u8]) -> Result<usize, RecvIntoError<'c>> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        // Reborrowed per call: a `TooSmall` returned below ends the loop.
-        match c.recv_into(&mut *buf) {
-            Ok(Some(n)) => return Ok(n),
-            Ok(None) => {}
-            Err(e) => return Err(e),
-        }
-        assert!(Instant::now() < deadline, "no message within {WAIT:?}");
-        std::thread::sleep(Duration::from_micros(50));
-    }
 }
 
 /// `e` is `MessageTooLarge` for `size` bytes, stating the limit `max` (also in its text).
@@ -113,86 +89,6 @@ fn assert_limit_refused(c: &Connection, limit: usize) {
     let mut b = c.alloc_large_timeout(WAIT).expect("alloc_large");
     assert_eq!(b.capacity(), limit, "a large slot holds the limit");
     assert_too_large(&b.set_len(limit + 1).unwrap_err(), limit + 1, limit);
-}
-
-/// Sizes around every boundary: inline, pool buffer, big-record `recv`, lent in place / large
-/// slot, 64 KiB, the limit.
-fn boundaries(limit: usize) -> Vec<usize> {
-    let mut v = vec![
-        1,
-        120,
-        121,
-        BUF - 1,
-        BUF,
-        BUF + 1,
-        (16 << 10) - 1,
-        16 << 10,
-        LEND_MAX - 1,
-        LEND_MAX,
-        LEND_MAX + 1,
-        (64 << 10) - 1,
-        64 << 10,
-        (64 << 10) + 1,
-    ];
-    v.extend([limit - 1, limit]);
-    v
-}
-
-/// Each size client -> server, verified, and echoed back (a copy into the server's own buffer or
-/// slot), verified again. One run-to-completion engine drives both ends.
-fn round_trips(s: &Connection, c: &Connection, sizes: &[usize]) {
-    for (i, &len) in sizes.iter().enumerate() {
-        let seq = i as u32;
-        send_any(c, seq, len);
-        let m = s
-            .recv_timeout(WAIT)
-            .unwrap_or_else(|e| panic!("recv {len} B: {e}"));
-        verify(&m, seq, len);
-        let mut b = alloc_for(s, len);
-        b.copy_from(&m).unwrap();
-        drop(m);
-        s.send_timeout(b, WAIT).expect("echo");
-        s.flush();
-        recv_msg(c, seq, len);
-    }
-}
-
-#[test]
-fn every_boundary_round_trips_and_the_limit_plus_one_is_refused() {
-    let _g = serial();
-    let e = builder(LIMIT).build().unwrap();
-    let (s, c) = pair(&e, &e, &ep4().0);
-    assert_eq!(c.max_message_size(), LIMIT);
-    assert_eq!(s.max_message_size(), LIMIT);
-    round_trips(&s, &c, &boundaries(LIMIT));
-    assert_limit_refused(&c, LIMIT);
-    assert_limit_refused(&s, LIMIT);
-    // `send_copy` of each boundary too (eager up to the buffer size, a slot above).
-    for (i, &len) in boundaries(LIMIT).iter().enumerate() {
-        let seq = 100 + i as u32;
-        c.send_copy_timeout(&frame(seq, len), WAIT)
-            .unwrap_or_else(|e| panic!("send_copy {len} B: {e}"));
-        c.flush();
-        recv_msg(&s, seq, len);
-    }
-    let n = 2 * boundaries(LIMIT).len() as u64;
-    assert_eq!(s.stats().received, n);
-    assert_eq!(c.stats().sent, n);
-    assert!(c.is_open() && s.is_open());
-}
-
-#[test]
-fn the_default_limit_is_16_mib_and_carried_whole() {
-    let _g = serial();
-    let e = rtc_builder(BUF, BUFFERS).depth(DEPTH).build().unwrap();
-    let (s, c) = pair(&e, &e, &ep4().0);
-    assert_eq!(c.max_message_size(), DEFAULT_MAX_MESSAGE_SIZE);
-    round_trips(
-        &s,
-        &c,
-        &[DEFAULT_MAX_MESSAGE_SIZE - 1, DEFAULT_MAX_MESSAGE_SIZE],
-    );
-    assert_limit_refused(&c, DEFAULT_MAX_MESSAGE_SIZE);
 }
 
 #[test]
@@ -229,83 +125,6 @@ fn the_limit_is_the_smaller_side_and_needs_large_slots_on_both() {
     ));
     send_any(&c, 2, BUF);
     recv_msg(&s, 2, BUF);
-}
-
-/// Sizes for the interleaved test: inline, pooled, lent in place above the buffer size, large
-/// (mostly up to 192 KiB, some at the limit).
-fn mixed_size(rng: &mut Rng) -> usize {
-    match rng.index(10) {
-        0 | 1 => 1 + rng.index(120),
-        2 | 3 => 121 + rng.index(BUF - 120),
-        4 | 5 => BUF + 1 + rng.index(LEND_MAX - BUF),
-        6 => LIMIT,
-        _ => LEND_MAX + 1 + rng.index(192 << 10),
-    }
-}
-
-/// `N` messages of [`mixed_size`] (seeded) from a sender thread (its own run-to-completion
-/// engine; in place and `send_copy` alternately) to `server`'s accepted connection: all arrive,
-/// verified, in order. Some are taken with `recv_into`.
-fn interleaved(server: Engine) {
-    const N: u32 = 300;
-    let (ep, _) = ep4();
-    let l = server.listen(&ep).unwrap();
-    let sender = std::thread::spawn(move || {
-        let ce = builder(LIMIT).build().unwrap();
-        let c = ce.connect_timeout(&ep, WAIT).expect("connect");
-        let mut rng = Rng::new(12);
-        for seq in 0..N {
-            let len = mixed_size(&mut rng);
-            if seq % 2 == 0 {
-                send_any(&c, seq, len);
-            } else {
-                c.send_copy_timeout(&frame(seq, len), WAIT)
-                    .unwrap_or_else(|e| panic!("send_copy {seq}: {e}"));
-                c.flush();
-            }
-        }
-        // Until the receiver has everything (it closes first).
-        let end = Instant::now() + Duration::from_secs(60);
-        while c.is_open() && Instant::now() < end {
-            ce.poll();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        c.stats()
-    });
-    let s = l.accept_timeout(WAIT).expect("accept");
-    let mut rng = Rng::new(12);
-    let mut into = vec![0u8; LIMIT];
-    for seq in 0..N {
-        let len = mixed_size(&mut rng);
-        if seq % 3 == 0 {
-            let n = recv_into_wait(&s, &mut into).unwrap_or_else(|e| panic!("recv_into: {e}"));
-            verify(&into[..n], seq, len);
-        } else {
-            recv_msg(&s, seq, len);
-        }
-    }
-    assert_eq!(s.stats().received, u64::from(N));
-    drop(s);
-    let st = sender.join().unwrap();
-    assert_eq!(st.sent, u64::from(N));
-}
-
-#[test]
-fn small_and_large_interleaved_arrive_in_order() {
-    let _g = serial();
-    interleaved(builder(LIMIT).build().unwrap());
-}
-
-#[test]
-fn small_and_large_interleaved_arrive_in_order_dedicated_poller() {
-    let _g = serial();
-    interleaved(
-        poller_builder(&[cores()[0]], BUF, BUFFERS)
-            .depth(DEPTH)
-            .max_message_size(LIMIT)
-            .build()
-            .unwrap(),
-    );
 }
 
 #[test]
@@ -450,7 +269,7 @@ fn child_send_forever() {
             Err(Error::Timeout) => {}
             Err(_) => return,
         }
-        c.flush();
+        c.flush().expect("flush");
     }
 }
 
@@ -501,7 +320,9 @@ fn a_peer_killed_mid_transfer_is_a_typed_disconnect_and_leaks_nothing() {
     let mut stuck = false;
     for seq in 2..66 {
         match victim.send_copy_timeout(&frame(seq, LIMIT), Duration::from_millis(200)) {
-            Ok(()) => victim.flush(),
+            Ok(()) => victim
+                .flush()
+                .unwrap_or_else(|e| panic!("flush {seq}: {e}")),
             Err(Error::Timeout) => {
                 stuck = true;
                 break;
@@ -568,7 +389,7 @@ fn a_peer_killed_mid_transfer_is_a_typed_disconnect_and_leaks_nothing() {
             b.copy_from(&m).unwrap();
             drop(m);
             c.send_timeout(b, WAIT).expect("echo");
-            c.flush();
+            c.flush().expect("flush");
             n += 1;
         }
         n
@@ -734,43 +555,4 @@ fn hostile_peers_fail_only_their_connection() {
         send_any(&good_s, seq, len);
         recv_msg(&good_c, seq, len);
     }
-}
-
-#[test]
-fn recv_into_copies_what_fits_and_hands_back_what_does_not() {
-    let _g = serial();
-    let e = builder(LIMIT).build().unwrap();
-    let (s, c) = pair(&e, &e, &ep4().0);
-    let mut big = vec![0u8; LIMIT];
-    let mut small = vec![0u8; 64];
-    // More rounds than large slots: each `recv_into` gives its slot back at once.
-    for round in 0..5u32 {
-        let seq = 10 * round;
-        // Fits: copied, slot recycled.
-        send_any(&c, seq, LIMIT);
-        assert_eq!(recv_into_wait(&s, &mut big).expect("fits"), LIMIT);
-        verify(&big, seq, LIMIT);
-        // Too small: the message comes back intact, and is still the next one's predecessor.
-        send_any(&c, seq + 1, LIMIT - 1);
-        send_any(&c, seq + 2, 64);
-        match recv_into_wait(&s, &mut big[..LIMIT - 2]) {
-            Err(RecvIntoError::TooSmall { message, capacity }) => {
-                assert_eq!(capacity, LIMIT - 2);
-                verify(&message, seq + 1, LIMIT - 1);
-            }
-            other => panic!("expected TooSmall, got {:?}", other.map(|_| ())),
-        }
-        match recv_into_wait(&s, &mut small[..63]) {
-            Err(RecvIntoError::TooSmall { message, capacity }) => {
-                assert_eq!(capacity, 63);
-                verify(&message, seq + 2, 64);
-            }
-            other => panic!("expected TooSmall, got {:?}", other.map(|_| ())),
-        }
-        // The other way round, a small one that fits.
-        send_any(&s, seq + 3, 64);
-        assert_eq!(recv_into_wait(&c, &mut small).expect("fits"), 64);
-        verify(&small, seq + 3, 64);
-    }
-    assert_eq!(s.stats().received, 15);
 }

@@ -4,14 +4,16 @@
  *   pingpong server <endpoint> <messages>          echo <messages> messages, then exit
  *   pingpong client <endpoint> <messages> [size]   ping-pong, print RTT percentiles
  *   pingpong sink   <endpoint> <messages>          receive a stream with sw_poll, print rate
- *   pingpong source <endpoint> <messages> [size]   send a stream with sw_offer
+ *   pingpong source <endpoint> <messages> [size]   send a stream with sw_offer_batched
  *
  * Every message carries its sequence number and a payload derived from it; the server checks
  * each one and echoes it, the client checks each echo, the sink checks order and contents.
  * Both sides run in run-to-completion mode (no poller thread: one spinning thread per process).
  * Every wait is bounded; exit status 0 means every message was verified.
  *
- * Build: gcc -O2 -Iffi/include ffi/examples/pingpong.c -Ltarget/release -lspinwire -o pingpong
+ * Build (from the repository root):
+ *   gcc -O2 -Iffi/include ffi/examples/pingpong.c -Ltarget/release \
+ *       -Wl,-rpath,$PWD/target/release -lspinwire -o pingpong
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 
@@ -34,6 +36,11 @@ static uint64_t now_ns(void) {
 static void die(const char *what, int64_t code) {
     fprintf(stderr, "pingpong: %s: %s (%s)\n", what, sw_strerror((int32_t)code), sw_errmsg());
     exit(1);
+}
+
+/* Dies on a failed call (a negative code). */
+static void ok(const char *what, int64_t r) {
+    if (r < 0) die(what, r);
 }
 
 /* The payload of message `seq`: the sequence number, then bytes derived from it. */
@@ -82,11 +89,12 @@ static void recv_one(sw_conn *conn, struct rx *rx) {
     }
 }
 
-/* Sends one message, polling (bounded) while back-pressured, then flushes. */
-static void send_one(sw_conn *conn, const uint8_t *data, size_t len, int flush) {
+/* Sends one message (`batched`: sw_offer_batched, published by a later flush), polling
+ * (bounded) while back-pressured, then flushes if `flush`. */
+static void send_one(sw_conn *conn, const uint8_t *data, size_t len, int flush, int batched) {
     uint64_t deadline = 0;
     for (uint32_t spins = 0;; spins++) {
-        int64_t r = sw_offer(conn, data, len);
+        int64_t r = batched ? sw_offer_batched(conn, data, len) : sw_offer(conn, data, len);
         if (r > 0) break;
         if (r != SW_BACK_PRESSURED) die("sw_offer", r);
         if ((spins & 1023) == 0) {
@@ -94,9 +102,9 @@ static void send_one(sw_conn *conn, const uint8_t *data, size_t len, int flush) 
             if (deadline == 0) deadline = t + WAIT_NS;
             else if (t > deadline) die("send", SW_TIMEOUT);
         }
-        sw_flush(conn);
+        ok("sw_flush", sw_flush(conn));
     }
-    if (flush) sw_flush(conn);
+    if (flush) ok("sw_flush", sw_flush(conn));
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -151,7 +159,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     sw_config cfg;
-    sw_config_init(&cfg);
+    ok("sw_config_init", sw_config_init(&cfg));
     cfg.buffer_size = 4096;
     cfg.buffers = 64;
     sw_engine *engine = NULL;
@@ -165,15 +173,15 @@ int main(int argc, char **argv) {
         uint64_t echoed = 0;
         while (echoed < count) {
             recv_one(conn, &rx);
-            send_one(conn, rx.last, rx.last_len, 1);
+            send_one(conn, rx.last, rx.last_len, 1, 0);
             echoed++;
         }
         wait_closed(conn, &rx);
         fprintf(stderr, "server: echoed %llu messages, %llu bad\n", (unsigned long long)echoed,
                 (unsigned long long)rx.bad);
-        sw_conn_close(conn);
-        sw_listener_close(l);
-        sw_engine_close(engine);
+        ok("sw_conn_close", sw_conn_close(conn));
+        ok("sw_listener_close", sw_listener_close(l));
+        ok("sw_engine_close", sw_engine_close(engine));
         return rx.bad == 0 ? 0 : 1;
     }
     if (strcmp(role, "client") == 0) {
@@ -186,7 +194,7 @@ int main(int argc, char **argv) {
         for (uint64_t i = 0; i < count; i++) {
             fill(msg, size, i);
             uint64_t t0 = now_ns();
-            send_one(conn, msg, size, 1);
+            send_one(conn, msg, size, 1, 0);
             rx.expect = i;
             rx.size = size;
             uint64_t bad_before = rx.bad;
@@ -204,8 +212,8 @@ int main(int argc, char **argv) {
                (unsigned long long)rtt[(timed - 1) * 99 / 100],
                (unsigned long long)rtt[timed - 1]);
         free(rtt);
-        sw_conn_close(conn);
-        sw_engine_close(engine);
+        ok("sw_conn_close", sw_conn_close(conn));
+        ok("sw_engine_close", sw_engine_close(engine));
         return bad == 0 ? 0 : 1;
     }
     if (strcmp(role, "sink") == 0) {
@@ -222,9 +230,9 @@ int main(int argc, char **argv) {
         printf("C stream (sw_poll): %llu messages of %zu B, %llu bad: %.2f Mmsg/s\n",
                (unsigned long long)rx.expect, rx.size, (unsigned long long)rx.bad,
                (double)count * 1e3 / (double)(ns ? ns : 1));
-        sw_conn_close(conn);
-        sw_listener_close(l);
-        sw_engine_close(engine);
+        ok("sw_conn_close", sw_conn_close(conn));
+        ok("sw_listener_close", sw_listener_close(l));
+        ok("sw_engine_close", sw_engine_close(engine));
         return rx.bad == 0 ? 0 : 1;
     }
     if (strcmp(role, "source") == 0) {
@@ -232,18 +240,18 @@ int main(int argc, char **argv) {
         uint8_t msg[4096];
         for (uint64_t i = 0; i < count; i++) {
             fill(msg, size, i);
-            send_one(conn, msg, size, 0);
+            send_one(conn, msg, size, 0, 1);
         }
-        sw_flush(conn);
+        ok("sw_flush", sw_flush(conn));
         /* Let the sink take everything before closing (bounded). */
         sw_conn_stats st;
         uint64_t deadline = now_ns() + WAIT_NS;
         do {
-            sw_engine_poll(engine);
-            sw_conn_get_stats(conn, &st);
+            ok("sw_engine_poll", sw_engine_poll(engine));
+            ok("sw_conn_get_stats", sw_conn_get_stats(conn, &st));
         } while (st.tx_msgs < count && now_ns() < deadline);
-        sw_conn_close(conn);
-        sw_engine_close(engine);
+        ok("sw_conn_close", sw_conn_close(conn));
+        ok("sw_engine_close", sw_engine_close(engine));
         return st.tx_msgs >= count ? 0 : 1;
     }
     fprintf(stderr, "pingpong: unknown role %s\n", role);

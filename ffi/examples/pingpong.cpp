@@ -8,7 +8,9 @@
 // each and echoes it, the client checks each echo. Every wait is bounded; exit status 0 means
 // every message was verified.
 //
-// Build: g++ -O2 -std=c++17 -Iffi/include ffi/examples/pingpong.cpp -Ltarget/release -lspinwire
+// Build (from the repository root):
+//   g++ -O2 -std=c++17 -Iffi/include ffi/examples/pingpong.cpp -Ltarget/release
+//       -Wl,-rpath,$PWD/target/release -lspinwire -o pingpong_cpp
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kWait = std::chrono::seconds(10);
 
 [[noreturn]] void die(const char *what, int64_t code) {
-    std::fprintf(stderr, "pingpong_cpp: %s: %s (%s)\n", what, spinwire::strerror(code),
+    std::fprintf(stderr, "pingpong_cpp: %s: %s (%s)\n", what, spinwire::code_name(code),
                  spinwire::errmsg().c_str());
     std::exit(1);
 }
@@ -41,6 +43,10 @@ bool check(const uint8_t *p, size_t len, size_t size, uint64_t seq) {
     if (len != size || size > sizeof want) return false;
     fill(want, size, seq);
     return std::memcmp(p, want, size) == 0;
+}
+
+void flush(spinwire::Connection &conn) {
+    if (int r = conn.flush(); r != SW_OK) die("flush", r);
 }
 
 // Waits (bounded) for one message and hands it to f.
@@ -63,7 +69,7 @@ template <class W> void send_claimed(spinwire::Connection &conn, size_t len, W &
         if (r == SW_OK) break;
         if (r != SW_BACK_PRESSURED) die("try_claim", r);
         if ((spins & 1023) == 0 && Clock::now() > deadline) die("claim", SW_TIMEOUT);
-        conn.flush();
+        flush(conn);
     }
     write(claim.data());
     for (uint32_t spins = 0;; spins++) {
@@ -71,9 +77,9 @@ template <class W> void send_claimed(spinwire::Connection &conn, size_t len, W &
         if (r > 0) break;
         if (r != SW_BACK_PRESSURED) die("commit", r);
         if ((spins & 1023) == 0 && Clock::now() > deadline) die("commit", SW_TIMEOUT);
-        conn.flush();
+        flush(conn);
     }
-    conn.flush();
+    flush(conn);
 }
 
 }  // namespace

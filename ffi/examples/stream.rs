@@ -1,7 +1,8 @@
 //! The Rust equivalent of `pingpong.c`'s `sink` / `source` roles, for `scripts/ci/ffi.sh`'s
-//! rate comparison: the same loop on the Rust API (`alloc` + `copy_from` + `send`, retried
-//! while back-pressured; the batch receive `Connection::poll` with a limit of 64), the same
-//! engine configuration, the same verification.
+//! rate comparison: the same loop on the Rust API (`alloc` + `copy_from` + `send_batched`,
+//! retried while back-pressured, as the C source's `sw_offer_batched`; the batch receive
+//! `Connection::poll` with a limit of 64), the same engine configuration, the same
+//! verification.
 //!
 //! ```text
 //! cargo run --release -p spinwire-ffi --example stream -- sink shm://s 1000000 &
@@ -101,19 +102,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 loop {
                     let r = conn.alloc().and_then(|mut b| {
                         b.copy_from(&msg)?;
-                        conn.send(b).map_err(|e| match e {
+                        conn.send_batched(b).map_err(|e| match e {
                             SendError::WouldBlock(_) => Error::WouldBlock,
                             e => e.into(),
                         })
                     });
                     match r {
                         Ok(()) => break,
-                        Err(Error::WouldBlock) if Instant::now() < deadline => conn.flush(),
+                        Err(Error::WouldBlock) if Instant::now() < deadline => conn.flush()?,
                         Err(e) => return Err(e.into()),
                     }
                 }
             }
-            conn.flush();
+            conn.flush()?;
             let deadline = Instant::now() + WAIT;
             while conn.stats().tx_msgs < count && Instant::now() < deadline {
                 engine.poll();

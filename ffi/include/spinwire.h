@@ -1,23 +1,31 @@
 /*
- * spinwire.h - the C ABI of spinwire (libspinwire.so / libspinwire.a; link with -lspinwire).
+ * spinwire.h - the C ABI of spinwire (libspinwire.so.0 / libspinwire.a; link with -lspinwire,
+ * or use pkg-config's spinwire.pc or CMake's find_package(spinwire), both installed by
+ * scripts/install-c). Needs C99 or C++11 (spinwire.hpp, the C++ wrapper: C++14).
  *
  * A busy-polling data-plane engine: shm://name (shared memory between processes on one host),
  * tcp://host:port, rdma://host:port (when built with the rdma feature). The API follows
  * Aeron's C API: sw_offer copies, sw_try_claim + sw_claim_commit write in place (zero copy),
- * sw_poll hands received messages to a handler in batches.
+ * sw_poll hands received messages to a handler in batches, sw_hold + sw_release keep a
+ * received message in place beyond a call (zero copy).
  *
  * RESULTS AND ERRORS
  *   Every call returns SW_OK (0) or a non-negative count on success, and a negative SW_* code
  *   on failure. sw_errmsg() then returns the failure's message with its whole cause chain; it
  *   is thread-local and valid until the next failing call on the same thread. sw_strerror()
  *   names a code. No Rust panic crosses this boundary: it becomes SW_INTERNAL.
+ *   Every call that returns a code is declared SW_NODISCARD: [[nodiscard]] in C++17 and C23,
+ *   __attribute__((warn_unused_result)) with gcc and clang otherwise, so an ignored
+ *   SW_BACK_PRESSURED is a warning. GCC does not let a (void) cast silence the attribute form:
+ *   write (void)!call(...) to discard a result knowingly, or define SW_NODISCARD empty before
+ *   including this header to turn the checks off.
  *
  * THREADING (the Rust API's rules)
  *   - sw_engine: thread-safe; any number of threads may use one engine handle at once. Close
  *     it only when no other thread uses it.
  *   - sw_listener, sw_conn: one thread at a time. A handle may move to another thread between
- *     calls, but two threads must never call into the same connection (or its claims) at once.
- *     This is not checked.
+ *     calls, but two threads must never call into the same connection (or its claims and held
+ *     messages) at once. This is not checked.
  *   - Run-to-completion (sw_config.poller_count == 0, the default): no poller thread; the
  *     thread calling sw_offer / sw_poll / sw_flush / sw_engine_poll drives the engine. Give
  *     each spinning thread its own core.
@@ -33,12 +41,16 @@
  *     claim.data[0 .. claim.len), then sw_claim_commit (send) or sw_claim_abort (give it back).
  *     Commit or abort every claim before closing its connection; sw_conn_close aborts what is
  *     left, and the sw_claim becomes invalid with it.
- *   - In sw_poll the handler's data is valid during the call only; copy what you keep.
+ *   - In sw_poll the handler's data is valid during the call only. To keep a message without
+ *     copying it, receive it with sw_hold (instead of sw_poll): it stays valid until
+ *     sw_release, at most sw_conn_max_held messages per connection at once (the receive pool),
+ *     past which sw_hold returns SW_BACK_PRESSURED. sw_conn_close releases what is left.
  *
  * DATA PATH
- *   sw_offer, sw_try_claim, sw_claim_commit, sw_poll, sw_flush and sw_engine_poll allocate
- *   nothing, take no lock and never block. A failure writes sw_errmsg's thread-local buffer,
- *   which keeps its capacity, so after a thread's first failures that allocates nothing.
+ *   sw_offer, sw_offer_batched, sw_try_claim, sw_claim_commit, sw_poll, sw_hold, sw_release,
+ *   sw_flush and sw_engine_poll allocate nothing, take no lock and never block. A failure
+ *   writes sw_errmsg's thread-local buffer, which keeps its capacity, so after a thread's first
+ *   failures that allocates nothing.
  */
 
 
@@ -51,6 +63,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#ifndef SW_NODISCARD
+#if defined(__cplusplus) && __cplusplus >= 201703L
+#define SW_NODISCARD [[nodiscard]]
+#elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
+#define SW_NODISCARD [[nodiscard]]
+#elif defined(__GNUC__) || defined(__clang__)
+#define SW_NODISCARD __attribute__((warn_unused_result))
+#else
+#define SW_NODISCARD
+#endif
+#endif
+
 
 /**
  * Idle strategy: spin with a CPU relax hint (lowest latency; burns the core). The default.
@@ -61,6 +85,46 @@
  * Idle strategy: spin, then yield, then park for 1 us doubling up to 1 ms (for shared cores).
  */
 #define SW_IDLE_BACKOFF 1
+
+/**
+ * Largest `sw_config.inline_threshold`, in bytes.
+ */
+#define SW_INLINE_MAX 120
+
+/**
+ * Largest `sw_config.buffer_size`, in bytes (1 GiB).
+ */
+#define SW_MAX_BUFFER_SIZE 1073741824
+
+/**
+ * Largest `sw_config.buffers`.
+ */
+#define SW_MAX_BUFFERS 65536
+
+/**
+ * Largest `sw_config.batch`.
+ */
+#define SW_MAX_BATCH 256
+
+/**
+ * Largest `sw_config.max_message_size`, in bytes (1 GiB).
+ */
+#define SW_MAX_MESSAGE_SIZE 1073741824
+
+/**
+ * Largest `sw_config.large_buffers`.
+ */
+#define SW_MAX_LARGE_BUFFERS 4096
+
+/**
+ * Largest `sw_config.max_connections_per_poller`.
+ */
+#define SW_MAX_CONNECTIONS_PER_POLLER 1048576
+
+/**
+ * Smallest non-zero `sw_config.liveness_timeout_ns` (80 ms).
+ */
+#define SW_MIN_LIVENESS_TIMEOUT_NS 80000000
 
 /**
  * Event kind: a connection was established (`conn_id`, `peer`).
@@ -90,7 +154,7 @@
 #define SW_EVENT_OTHER 5
 
 /**
- * Bytes of [`sw_event::peer`], the terminating NUL included.
+ * Bytes of `sw_event.peer`, the terminating NUL included.
  */
 #define SW_EVENT_PEER_LEN 256
 
@@ -101,7 +165,8 @@
 
 /**
  * No room right now: no free buffer (they are in flight) or no credit (the receiver has not
- * made room yet). Poll and retry; nothing was sent.
+ * made room yet): poll and retry; nothing was sent. From `sw_hold`: the application holds as
+ * many messages as it may (`sw_conn_max_held`): release one; nothing was taken.
  */
 #define SW_BACK_PRESSURED -1
 
@@ -188,29 +253,21 @@
 #define SW_CLAIM_OPEN -15
 
 /**
- * The most negative code: every code is in `SW_CODE_MIN ..= SW_OK`.
+ * The most negative code: every code is between `SW_CODE_MIN` and `SW_OK`, both included.
  */
 #define SW_CODE_MIN SW_CLAIM_OPEN
 
 /**
- * A connection. Opaque; made by `sw_connect` or `sw_accept`, freed by [`sw_conn_close`].
+ * A connection. Opaque; made by `sw_connect` or `sw_accept`, freed by `sw_conn_close`.
  *
  * Use it from one thread at a time (it may move between threads between calls), like the Rust
  * `Connection` (`Send`, not `Sync`).
- *
- * Invariants: the handle never moves (it lives in its `Box` until closed); every `SendBuf` in
- * `claims` borrows `conn`, and all of them are dropped before `conn` is (by `sw_conn_close`,
- * and by field order should the box be dropped another way): dropping a pool buffer returns
- * it to `conn`'s pool, dropping a ring claim aborts it in `conn`'s ring, so `conn` must still
- * be alive then; the handle is only ever accessed
- * through shared references (its mutable parts are `Cell`s / `UnsafeCell`s), so the buffers'
- * shared borrows of `conn` stay valid.
  */
 typedef struct sw_conn sw_conn;
 
 /**
  * An engine: its control thread, its pollers (or the run-to-completion poller) and the fabrics.
- * Opaque; made by [`sw_engine_new`], freed by [`sw_engine_close`].
+ * Opaque; made by `sw_engine_new`, freed by `sw_engine_close`.
  *
  * Thread-safe: any thread may use an engine handle at the same time as others (but no thread
  * may use it while or after another closes it).
@@ -218,89 +275,14 @@ typedef struct sw_conn sw_conn;
 typedef struct sw_engine sw_engine;
 
 /**
- * A listening endpoint. Opaque; made by `sw_listen`, freed by [`sw_listener_close`]. Use it
+ * A listening endpoint. Opaque; made by `sw_listen`, freed by `sw_listener_close`. Use it
  * from one thread at a time.
  */
 typedef struct sw_listener sw_listener;
 
 /**
- * Engine configuration. Fill it with [`sw_config_init`], then change what you need.
- *
- * The defaults are the Rust `EngineBuilder`'s: run-to-completion (no poller thread), busy spin,
- * 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)`, batch 32,
- * inline threshold 120 bytes, connect timeout 5 s, 1024 connections per poller, liveness
- * timeout 1 s.
- */
-typedef struct sw_config {
-  /**
-   * Bytes per buffer (shm rounds it up to a multiple of 64): the largest message sent
-   * eagerly through a pool buffer.
-   */
-  size_t buffer_size;
-  /**
-   * Buffers per connection and direction.
-   */
-  size_t buffers;
-  /**
-   * Credits: most messages in flight per connection; 0 means `min(128, buffers)`.
-   */
-  size_t depth;
-  /**
-   * Most sends queued before a send runs a poller cycle itself (run-to-completion), and most
-   * work items a poller moves per connection per step. 1..=256.
-   */
-  size_t batch;
-  /**
-   * Messages up to this many bytes travel inside the descriptor (at most 120).
-   */
-  size_t inline_threshold;
-  /**
-   * `SW_IDLE_BUSY_SPIN` or `SW_IDLE_BACKOFF`: what pollers and waiting calls do when idle.
-   */
-  uint32_t idle;
-  /**
-   * Default timeout of `sw_connect` (used when its `timeout_ns` is 0).
-   */
-  uint64_t connect_timeout_ns;
-  /**
-   * A peer silent this long fails its connection (`SW_CONN_FAILED`); 0 turns liveness off.
-   */
-  uint64_t liveness_timeout_ns;
-  /**
-   * Most connections one poller serves.
-   */
-  size_t max_connections_per_poller;
-  /**
-   * Core ids of dedicated poller threads (one pinned thread each), `poller_count` of them;
-   * NULL / 0 means run-to-completion (the application thread drives the poller inside the
-   * data-path calls and `sw_engine_poll`).
-   */
-  const size_t *poller_cores;
-  /**
-   * Entries of `poller_cores`.
-   */
-  size_t poller_count;
-  /**
-   * Prefix of the engine's thread names; NULL means `"spinwire"`.
-   */
-  const char *name;
-  /**
-   * The largest message (default 16 MiB): one above `buffer_size` travels through a large
-   * slot (`sw_offer` and `sw_try_claim` pick it by length). At or below `buffer_size`, or
-   * with `large_buffers` 0, the limit is `buffer_size`.
-   */
-  size_t max_message_size;
-  /**
-   * Large slots of `max_message_size` bytes per connection and direction (default 2): how
-   * many large messages may be in flight at once. Memory per connection: `2 *
-   * large_buffers * max_message_size` more.
-   */
-  size_t large_buffers;
-} sw_config;
-
-/**
  * A zero-copy claim: `len` bytes to write a message in place at `data`, then send with
- * [`sw_claim_commit`] or give back with [`sw_claim_abort`]. Filled by [`sw_try_claim`].
+ * `sw_claim_commit` or give back with `sw_claim_abort`. Filled by `sw_try_claim`.
  *
  * Where `data` points: on shm, a message up to the inline threshold
  * (`sw_config.inline_threshold`) is claimed straight in the connection's ring record (a *ring claim*:
@@ -338,15 +320,97 @@ typedef struct sw_claim {
 } sw_claim;
 
 /**
- * The message handler of [`sw_poll`]: `data[0..len)` is the message, valid only during the
- * call (copy what you keep). It may call `sw_offer`, `sw_try_claim`, `sw_claim_commit` and
+ * Engine configuration. Fill it with `sw_config_init`, then change what you need.
+ *
+ * The defaults are the Rust `EngineBuilder`'s: run-to-completion (no poller thread), busy spin,
+ * 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)`, batch 32,
+ * inline threshold 120 bytes, connect timeout 5 s, 1024 connections per poller, liveness
+ * timeout 1 s, messages up to 16 MiB through 2 large slots.
+ *
+ * Every range below is checked by `sw_engine_new`: a value outside it fails with
+ * `SW_BAD_CONFIG`, and `sw_errmsg()` names the field and its range.
+ */
+typedef struct sw_config {
+  /**
+   * Bytes per buffer, 1 to `SW_MAX_BUFFER_SIZE` (shm rounds it up to a multiple of 64): the
+   * largest message sent through a pool buffer.
+   */
+  size_t buffer_size;
+  /**
+   * Buffers per connection and direction, 1 to `SW_MAX_BUFFERS`.
+   */
+  size_t buffers;
+  /**
+   * Credits: most messages in flight per connection, 1 to `buffers`; 0 means
+   * `min(128, buffers)`.
+   */
+  size_t depth;
+  /**
+   * Most sends queued before a send runs a poller cycle itself (run-to-completion), and most
+   * work items a poller moves per connection per step: 1 to `SW_MAX_BATCH`.
+   */
+  size_t batch;
+  /**
+   * Messages up to this many bytes travel inside the descriptor (on shm, in the ring record):
+   * 0 to `SW_INLINE_MAX`; the engine also caps it at `buffer_size`.
+   */
+  size_t inline_threshold;
+  /**
+   * `SW_IDLE_BUSY_SPIN` or `SW_IDLE_BACKOFF`: what pollers and waiting calls do when idle.
+   */
+  uint32_t idle;
+  /**
+   * Default timeout of `sw_connect` (used when its `timeout_ns` is 0): at least 1.
+   */
+  uint64_t connect_timeout_ns;
+  /**
+   * A peer silent this long fails its connection (`SW_CONN_FAILED`): 0 (liveness off) or at
+   * least `SW_MIN_LIVENESS_TIMEOUT_NS`.
+   */
+  uint64_t liveness_timeout_ns;
+  /**
+   * Most connections one poller serves, 1 to `SW_MAX_CONNECTIONS_PER_POLLER`.
+   */
+  size_t max_connections_per_poller;
+  /**
+   * Core ids of dedicated poller threads (one pinned thread each), `poller_count` of them,
+   * distinct and below the host's CPU count; NULL / 0 means run-to-completion (the
+   * application thread drives the poller inside the data-path calls and `sw_engine_poll`).
+   */
+  const size_t *poller_cores;
+  /**
+   * Entries of `poller_cores`.
+   */
+  size_t poller_count;
+  /**
+   * Prefix of the engine's thread names (UTF-8); NULL means `"spinwire"`.
+   */
+  const char *name;
+  /**
+   * The largest message, 1 to `SW_MAX_MESSAGE_SIZE` (default 16 MiB): one above
+   * `buffer_size` travels through a large slot (`sw_offer` and `sw_try_claim` pick it by
+   * length). At or below `buffer_size`, or with `large_buffers` 0, the limit is
+   * `buffer_size`.
+   */
+  size_t max_message_size;
+  /**
+   * Large slots of `max_message_size` bytes per connection and direction, 0 to
+   * `SW_MAX_LARGE_BUFFERS` (default 2): how many large messages may be in flight at once.
+   * Memory per connection: `2 * large_buffers * max_message_size` more.
+   */
+  size_t large_buffers;
+} sw_config;
+
+/**
+ * The message handler of `sw_poll`: `data[0 .. len)` is the message, valid only during the
+ * call (copy what you keep, or receive with `sw_hold` to keep messages without a copy). It may call `sw_offer`, `sw_try_claim`, `sw_claim_commit` and
  * `sw_flush` on any connection, but must not close the connection being polled (refused with
  * `SW_BAD_ARG`), and must not unwind (C++ exceptions, `longjmp`) out of the call.
  */
 typedef void (*sw_handler)(void *clientd, const uint8_t *data, size_t len);
 
 /**
- * A connection's counters (plain data): [`sw_conn_get_stats`].
+ * A connection's counters (plain data): `sw_conn_get_stats`.
  *
  * shm connections have no poller (the direct path): their `rx_msgs` / `tx_msgs` are the
  * messages the application received / sent (as `received` / `sent`), `tx_stalls` the sends
@@ -396,7 +460,7 @@ typedef struct sw_conn_stats {
 } sw_conn_stats;
 
 /**
- * A connection-level event (plain data), filled by [`sw_next_event`].
+ * A connection-level event (plain data), filled by `sw_next_event`.
  */
 typedef struct sw_event {
   /**
@@ -426,7 +490,7 @@ typedef struct sw_event {
 } sw_event;
 
 /**
- * Engine-wide counters (plain data), summed over its pollers: [`sw_engine_get_stats`].
+ * Engine-wide counters (plain data), summed over its pollers: `sw_engine_get_stats`.
  *
  * shm connections do not pass through the pollers (their messages go straight through the
  * shared-memory rings, on the application's thread), so their traffic is not in `rx_msgs` /
@@ -498,106 +562,42 @@ typedef struct sw_engine_stats {
   uint64_t connections_closed;
 } sw_engine_stats;
 
+/**
+ * A received message the application holds: `len` bytes at `data`, read in place, valid until
+ * `sw_release` (or `sw_conn_close`). Filled by `sw_hold`.
+ *
+ * Ownership: the bytes belong to the connection; the application reads `data[0 .. len)` from
+ * `sw_hold` until it releases the message, and not after. Release every held message before
+ * closing its connection (`sw_conn_close` releases what is left, which invalidates the
+ * `sw_msg`). A held message is used on the connection's thread, like the connection. The
+ * fields are outputs: do not change them.
+ */
+typedef struct sw_msg {
+  /**
+   * The message bytes: `len` of them. NULL once released.
+   */
+  const uint8_t *data;
+  /**
+   * The message length.
+   */
+  size_t len;
+  /**
+   * The connection it was received on.
+   */
+  struct sw_conn *conn;
+  /**
+   * Opaque: identifies the message to its connection (0 once released).
+   */
+  uint64_t token;
+} sw_msg;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 /**
- * Fills `cfg` with the defaults. Returns `SW_OK`, or `SW_BAD_ARG` when `cfg` is NULL.
- *
- * # Safety
- *
- * `cfg` is NULL or points to writable memory for one `sw_config`.
- */
-int32_t sw_config_init(struct sw_config *cfg);
-
-/**
- * Takes the next connection of `listener`, waiting up to `timeout_ns` (0: only look), and
- * stores it in `*out`. Returns `SW_OK`, `SW_TIMEOUT` (none came), `SW_SHUTDOWN` or `SW_BAD_ARG`.
- *
- * # Safety
- *
- * `listener` is a live listener handle (NULL is caught); `out` points to writable memory for
- * one pointer.
- */
-int32_t sw_accept(const struct sw_listener *listener, uint64_t timeout_ns, struct sw_conn **out);
-
-/**
- * Stops listening and frees the handle (connections accepted from it stay open). Returns
- * `SW_OK`, or `SW_BAD_ARG` for a NULL or closed handle.
- *
- * # Safety
- *
- * `listener` is NULL or a live listener handle; it is not used during or after the call.
- */
-int32_t sw_listener_close(struct sw_listener *listener);
-
-/**
- * Closes the connection (the peer sees `SW_CLOSED`) and frees the handle. Outstanding claims
- * (pool buffers and an open ring claim) are aborted first, before the connection itself is
- * dropped: their `sw_claim`s become invalid with the handle, and the peer sees none of them. Sends queued by
- * `sw_offer` / `sw_claim_commit` are posted first, best effort; call `sw_flush` and let the peer
- * acknowledge if every message must arrive.
- *
- * Returns `SW_OK`, or `SW_BAD_ARG` for a NULL or closed handle or when called from inside this
- * connection's own `sw_poll` handler (the connection is then left open).
- *
- * # Safety
- *
- * `conn` is NULL or a live connection handle; it is not used during or after the call (other
- * than by the `sw_poll` that may be running on this thread, which is caught).
- */
-int32_t sw_conn_close(struct sw_conn *conn);
-
-/**
- * The connection's largest message (its buffer size), or `SW_BAD_ARG`.
- *
- * # Safety
- *
- * `conn` is a live connection handle (NULL is caught).
- */
-int64_t sw_conn_max_message_size(const struct sw_conn *conn);
-
-/**
- * The connection's engine-wide id (as in `sw_event::conn_id`), or 0 for a NULL or invalid
- * handle (ids start at 1).
- *
- * # Safety
- *
- * `conn` is a live connection handle (NULL is caught).
- */
-uint64_t sw_conn_id(const struct sw_conn *conn);
-
-/**
- * 1 while the connection is open, 0 once it is closed or failed, `SW_BAD_ARG` for a bad handle.
- *
- * # Safety
- *
- * `conn` is a live connection handle (NULL is caught).
- */
-int32_t sw_conn_is_open(const struct sw_conn *conn);
-
-/**
- * Sends `len` bytes from `data` (copied into a send buffer). Returns the number of messages
- * sent on this handle so far (>= 1, Aeron's "position") or a negative code: `SW_BACK_PRESSURED`
- * (no free buffer or no credit: poll and retry; nothing was sent), `SW_TOO_LARGE`,
- * `SW_POOL_EXHAUSTED` (the application holds every buffer in claims), `SW_CLAIM_OPEN` (a ring
- * claim of this connection is open: commit or abort it first), `SW_CLOSED`, `SW_CONN_FAILED`,
- * `SW_BAD_ARG`.
- *
- * In run-to-completion mode the message is posted when `batch` sends have queued, on
- * `sw_flush`, or by the next `sw_poll` / `sw_engine_poll`. Allocates nothing; never blocks.
- *
- * # Safety
- *
- * `conn` is a live connection handle (NULL is caught) used by no other thread now; `data`
- * points to `len` readable bytes (it may be NULL when `len` is 0).
- */
-int64_t sw_offer(const struct sw_conn *conn, const uint8_t *data, size_t len);
-
-/**
  * Claims room for a message of `len` bytes, written in place (a ring record or a pool
- * buffer: see [`sw_claim`]), and fills `*claim`. Returns `SW_OK` or `SW_BACK_PRESSURED` (no
+ * buffer: see `sw_claim`), and fills `*claim`. Returns `SW_OK` or `SW_BACK_PRESSURED` (no
  * free buffer or ring space yet: poll and retry), `SW_CLAIM_OPEN` (a ring claim of this
  * connection is open: commit or abort it first), `SW_POOL_EXHAUSTED` (every buffer is
  * claimed), `SW_TOO_LARGE`, `SW_CLOSED`, `SW_CONN_FAILED`, `SW_BAD_ARG`. Allocates nothing;
@@ -608,7 +608,7 @@ int64_t sw_offer(const struct sw_conn *conn, const uint8_t *data, size_t len);
  * `conn` is a live connection handle (NULL is caught) used by no other thread now; `claim`
  * points to writable memory for one `sw_claim`.
  */
-int32_t sw_try_claim(struct sw_conn *conn, size_t len, struct sw_claim *claim);
+SW_NODISCARD int32_t sw_try_claim(struct sw_conn *conn, size_t len, struct sw_claim *claim);
 
 /**
  * Sends a claimed message (`claim->len` bytes as written at `claim->data`). Returns the number
@@ -622,10 +622,10 @@ int32_t sw_try_claim(struct sw_conn *conn, size_t len, struct sw_claim *claim);
  *
  * # Safety
  *
- * `claim` points to an `sw_claim` filled by [`sw_try_claim`] whose connection is still open (a
+ * `claim` points to an `sw_claim` filled by `sw_try_claim` whose connection is still open (a
  * spent claim is caught), used on the connection's thread.
  */
-int64_t sw_claim_commit(struct sw_claim *claim);
+SW_NODISCARD int64_t sw_claim_commit(struct sw_claim *claim);
 
 /**
  * Gives a claimed buffer back unsent; the claim is spent. Returns `SW_OK` or `SW_BAD_ARG`
@@ -633,9 +633,127 @@ int64_t sw_claim_commit(struct sw_claim *claim);
  *
  * # Safety
  *
- * As [`sw_claim_commit`].
+ * As `sw_claim_commit`.
  */
-int32_t sw_claim_abort(struct sw_claim *claim);
+SW_NODISCARD int32_t sw_claim_abort(struct sw_claim *claim);
+
+/**
+ * Fills `cfg` with the defaults. Returns `SW_OK`, or `SW_BAD_ARG` when `cfg` is NULL.
+ *
+ * # Safety
+ *
+ * `cfg` is NULL or points to writable memory for one `sw_config`.
+ */
+SW_NODISCARD int32_t sw_config_init(struct sw_config *cfg);
+
+/**
+ * Takes the next connection of `listener`, waiting up to `timeout_ns` (0: only look), and
+ * stores it in `*out`. Returns `SW_OK`, `SW_TIMEOUT` (none came), `SW_SHUTDOWN` or `SW_BAD_ARG`.
+ *
+ * # Safety
+ *
+ * `listener` is a live listener handle (NULL is caught); `out` points to writable memory for
+ * one pointer.
+ */
+SW_NODISCARD
+int32_t sw_accept(const struct sw_listener *listener,
+                  uint64_t timeout_ns,
+                  struct sw_conn **out);
+
+/**
+ * Stops listening and frees the handle (connections accepted from it stay open). Returns
+ * `SW_OK`, or `SW_BAD_ARG` for a NULL or closed handle.
+ *
+ * # Safety
+ *
+ * `listener` is NULL or a live listener handle; it is not used during or after the call.
+ */
+SW_NODISCARD int32_t sw_listener_close(struct sw_listener *listener);
+
+/**
+ * Closes the connection (the peer sees `SW_CLOSED`) and frees the handle. Outstanding claims
+ * (pool buffers and an open ring claim) are aborted and held messages (`sw_hold`) released
+ * first, before the connection itself is dropped: their `sw_claim`s and `sw_msg`s become
+ * invalid with the handle, and the peer sees none of the claims. Sends queued by
+ * `sw_offer` / `sw_claim_commit` are posted first, best effort; call `sw_flush` and let the peer
+ * acknowledge if every message must arrive.
+ *
+ * Returns `SW_OK`, or `SW_BAD_ARG` for a NULL or closed handle or when called from inside this
+ * connection's own `sw_poll` handler (the connection is then left open).
+ *
+ * # Safety
+ *
+ * `conn` is NULL or a live connection handle; it is not used during or after the call (other
+ * than by the `sw_poll` that may be running on this thread, which is caught).
+ */
+SW_NODISCARD int32_t sw_conn_close(struct sw_conn *conn);
+
+/**
+ * The largest message the connection carries, or `SW_BAD_ARG`: `sw_config.max_message_size`
+ * when the engine has large slots (`large_buffers` > 0 and `max_message_size` >
+ * `buffer_size`), else `buffer_size` (tcp may settle a smaller limit with its peer). With the
+ * defaults, 16 MiB.
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught).
+ */
+SW_NODISCARD int64_t sw_conn_max_message_size(const struct sw_conn *conn);
+
+/**
+ * The connection's engine-wide id (as in `sw_event.conn_id`), or 0 for a NULL or invalid
+ * handle (ids start at 1).
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught).
+ */
+SW_NODISCARD uint64_t sw_conn_id(const struct sw_conn *conn);
+
+/**
+ * 1 while the connection is open, 0 once it is closed or failed, `SW_BAD_ARG` for a bad handle.
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught).
+ */
+SW_NODISCARD int32_t sw_conn_is_open(const struct sw_conn *conn);
+
+/**
+ * Sends `len` bytes from `data` (copied into a send buffer). Returns the number of messages
+ * sent on this handle so far (>= 1, Aeron's "position") or a negative code: `SW_BACK_PRESSURED`
+ * (no free buffer or no credit: poll and retry; nothing was sent), `SW_TOO_LARGE`,
+ * `SW_POOL_EXHAUSTED` (the application holds every buffer in claims), `SW_CLAIM_OPEN` (a ring
+ * claim of this connection is open: commit or abort it first), `SW_CLOSED`, `SW_CONN_FAILED`,
+ * `SW_BAD_ARG`.
+ *
+ * On shm the message is visible to the peer when the call returns. In run-to-completion mode
+ * on other fabrics it is posted when `batch` sends have queued, on `sw_flush`, or by the next
+ * `sw_poll` / `sw_engine_poll`. Allocates nothing; never blocks.
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught) used by no other thread now; `data`
+ * points to `len` readable bytes (it may be NULL when `len` is 0).
+ */
+SW_NODISCARD int64_t sw_offer(const struct sw_conn *conn, const void *data, size_t len);
+
+/**
+ * `sw_offer` for streams: on shm a message up to the inline threshold is written into the
+ * ring but not published yet, so that a run of messages costs one publication instead of one
+ * per message. The run is published by `sw_flush`, by the `batch`-th batched offer in a row,
+ * by the next `sw_offer` or claim commit (order is kept), by an offer that finds the ring or
+ * the window full (before it returns `SW_BACK_PRESSURED`), by an `sw_poll` of this
+ * connection that finds nothing, and by `sw_conn_close`. A larger message is published at
+ * once, with the run before it. On other fabrics it is `sw_offer`.
+ *
+ * Returns what `sw_offer` returns. A lone message wants `sw_offer`, which publishes at once.
+ *
+ * # Safety
+ *
+ * As `sw_offer`.
+ */
+SW_NODISCARD int64_t sw_offer_batched(const struct sw_conn *conn, const void *data, size_t len);
 
 /**
  * Hands up to `limit` received messages, in order, to `handler(clientd, data, len)`, and
@@ -650,19 +768,25 @@ int32_t sw_claim_abort(struct sw_claim *claim);
  * # Safety
  *
  * `conn` is a live connection handle (NULL is caught) used by no other thread now; `handler`
- * follows the rules of [`sw_handler`].
+ * follows the rules of `sw_handler`.
  */
-int64_t sw_poll(const struct sw_conn *conn, sw_handler handler, void *clientd, size_t limit);
+SW_NODISCARD
+int64_t sw_poll(const struct sw_conn *conn,
+                sw_handler handler,
+                void *clientd,
+                size_t limit);
 
 /**
  * Posts queued sends now (run-to-completion: runs a poller cycle; with dedicated pollers it
- * does nothing). Returns `SW_OK` or `SW_BAD_ARG`. Allocates nothing; never blocks.
+ * does nothing). Returns `SW_OK`, `SW_BAD_ARG`, or `SW_CLOSED` / `SW_CONN_FAILED` once the
+ * connection is down (what was queued may not reach the peer). Allocates nothing; never
+ * blocks.
  *
  * # Safety
  *
  * `conn` is a live connection handle (NULL is caught) used by no other thread now.
  */
-int32_t sw_flush(const struct sw_conn *conn);
+SW_NODISCARD int32_t sw_flush(const struct sw_conn *conn);
 
 /**
  * Stores a snapshot of the connection's counters in `*out`. Returns `SW_OK` or `SW_BAD_ARG`.
@@ -672,7 +796,7 @@ int32_t sw_flush(const struct sw_conn *conn);
  * `conn` is a live connection handle (NULL is caught) used by no other thread now; `out`
  * points to writable memory for one `sw_conn_stats`.
  */
-int32_t sw_conn_get_stats(const struct sw_conn *conn, struct sw_conn_stats *out);
+SW_NODISCARD int32_t sw_conn_get_stats(const struct sw_conn *conn, struct sw_conn_stats *out);
 
 /**
  * Starts an engine with `cfg` (NULL: the defaults) and stores its handle in `*out`.
@@ -686,7 +810,7 @@ int32_t sw_conn_get_stats(const struct sw_conn *conn, struct sw_conn_stats *out)
  * entries, its `name` NULL or a NUL-terminated string); `out` points to writable memory for
  * one pointer.
  */
-int32_t sw_engine_new(const struct sw_config *cfg, struct sw_engine **out);
+SW_NODISCARD int32_t sw_engine_new(const struct sw_config *cfg, struct sw_engine **out);
 
 /**
  * Closes an engine handle. Connections and listeners made from it stay usable (each holds the
@@ -695,16 +819,16 @@ int32_t sw_engine_new(const struct sw_config *cfg, struct sw_engine **out);
  *
  * # Safety
  *
- * `engine` is NULL or a handle from [`sw_engine_new`] not closed before (a closed one is caught
+ * `engine` is NULL or a handle from `sw_engine_new` not closed before (a closed one is caught
  * while its memory is not reused, see the header's preamble); no other thread uses it during
  * or after the call.
  */
-int32_t sw_engine_close(struct sw_engine *engine);
+SW_NODISCARD int32_t sw_engine_close(struct sw_engine *engine);
 
 /**
  * Listens on `endpoint` (`shm://name`, `tcp://host:port`, `rdma://host:port`) and stores the
  * listener in `*out`. Listening does not wait on anyone, so it takes no timeout; take
- * connections with [`sw_accept`](crate::sw_accept).
+ * connections with `sw_accept`.
  *
  * Returns `SW_OK`, `SW_BAD_ENDPOINT`, `SW_UNSUPPORTED`, `SW_SETUP_FAILED` (name in use, socket
  * errors), `SW_SHUTDOWN` or `SW_BAD_ARG`.
@@ -714,19 +838,24 @@ int32_t sw_engine_close(struct sw_engine *engine);
  * `engine` is a live engine handle (NULL is caught); `endpoint` is NULL or a NUL-terminated
  * string; `out` points to writable memory for one pointer.
  */
-int32_t sw_listen(const struct sw_engine *engine, const char *endpoint, struct sw_listener **out);
+SW_NODISCARD
+int32_t sw_listen(const struct sw_engine *engine,
+                  const char *endpoint,
+                  struct sw_listener **out);
 
 /**
  * Connects to `endpoint`, waiting up to `timeout_ns` (0: the configured connect timeout), and
- * stores the connection in `*out`.
+ * stores the connection in `*out`. While nobody listens on the endpoint it waits for a
+ * listener to appear.
  *
- * Returns `SW_OK`, `SW_BAD_ENDPOINT`, `SW_UNSUPPORTED`, `SW_NOT_CONNECTED` (nobody listening,
- * refused, handshake failed), `SW_TIMEOUT`, `SW_SETUP_FAILED`, `SW_SHUTDOWN` or `SW_BAD_ARG`.
+ * Returns `SW_OK`, `SW_BAD_ENDPOINT`, `SW_UNSUPPORTED`, `SW_NOT_CONNECTED` (nobody listened
+ * until the deadline, refused by the listener, handshake failed), `SW_TIMEOUT`, `SW_SETUP_FAILED`, `SW_SHUTDOWN` or `SW_BAD_ARG`.
  *
  * # Safety
  *
- * As [`sw_listen`].
+ * As `sw_listen`.
  */
+SW_NODISCARD
 int32_t sw_connect(const struct sw_engine *engine,
                    const char *endpoint,
                    uint64_t timeout_ns,
@@ -743,7 +872,7 @@ int32_t sw_connect(const struct sw_engine *engine,
  *
  * `engine` is a live engine handle (NULL is caught).
  */
-int64_t sw_engine_poll(const struct sw_engine *engine);
+SW_NODISCARD int64_t sw_engine_poll(const struct sw_engine *engine);
 
 /**
  * Takes the next connection event, waiting up to `timeout_ns` for one (0: only look; in
@@ -755,11 +884,14 @@ int64_t sw_engine_poll(const struct sw_engine *engine);
  * `engine` is a live engine handle (NULL is caught); `ev` points to writable memory for one
  * `sw_event`.
  */
-int32_t sw_next_event(const struct sw_engine *engine, uint64_t timeout_ns, struct sw_event *ev);
+SW_NODISCARD
+int32_t sw_next_event(const struct sw_engine *engine,
+                      uint64_t timeout_ns,
+                      struct sw_event *ev);
 
 /**
  * Stores a snapshot of the engine's counters in `*out` (the pollers' traffic: shm
- * connections' messages are not in it, see [`sw_engine_stats`]). Control path (it allocates
+ * connections' messages are not in it, see `sw_engine_stats`). Control path (it allocates
  * a little). Returns `SW_OK` or `SW_BAD_ARG`.
  *
  * # Safety
@@ -767,7 +899,9 @@ int32_t sw_next_event(const struct sw_engine *engine, uint64_t timeout_ns, struc
  * `engine` is a live engine handle (NULL is caught); `out` points to writable memory for one
  * `sw_engine_stats`.
  */
-int32_t sw_engine_get_stats(const struct sw_engine *engine, struct sw_engine_stats *out);
+SW_NODISCARD
+int32_t sw_engine_get_stats(const struct sw_engine *engine,
+                            struct sw_engine_stats *out);
 
 /**
  * The name of a code (`"SW_CLOSED"`), as a static NUL-terminated string; `"SW_UNKNOWN"` for a
@@ -784,6 +918,74 @@ const char *sw_strerror(int32_t code);
  * negative code. Never fails; never returns NULL.
  */
 const char *sw_errmsg(void);
+
+/**
+ * Records `msg` as this thread's error message (what `sw_errmsg` returns until the next
+ * failure) and returns `code`: for a wrapper that fails a call itself, before reaching the
+ * library, so that its callers read the right message (spinwire.hpp does). `msg` may be NULL
+ * (an empty message); invalid UTF-8 is replaced. Never fails.
+ *
+ * # Safety
+ *
+ * `msg` is NULL or a valid NUL-terminated string.
+ */
+SW_NODISCARD int32_t sw_set_errmsg(int32_t code, const char *msg);
+
+/**
+ * Takes the next received message and holds it: `*msg` then lends it to the application, read
+ * in place (a message in a receive buffer is not copied; a small inline one is copied once
+ * into the connection's table of held messages), until `sw_release`. Use it instead of
+ * `sw_poll` to keep or forward messages without copying them. In run-to-completion mode it
+ * runs a poller cycle when none is waiting. Allocates nothing; never blocks.
+ *
+ * Returns 1 (a message is in `*msg`), 0 (none waiting), `SW_BACK_PRESSURED` (the application
+ * holds `sw_conn_max_held` messages of this connection already, as many as its receive pool
+ * has buffers: release one; nothing was taken), `SW_CLOSED` / `SW_CONN_FAILED` (the connection
+ * is down and everything received before was taken) or `SW_BAD_ARG` (also when called from
+ * inside this connection's `sw_poll` handler).
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught) used by no other thread now; `msg`
+ * points to writable memory for one `sw_msg`.
+ */
+SW_NODISCARD int32_t sw_hold(struct sw_conn *conn, struct sw_msg *msg);
+
+/**
+ * Releases a held message: its receive buffer is recycled (on shm, returned to the peer) and
+ * the `sw_msg` is spent (`data` NULL, `token` 0). Returns `SW_OK` or `SW_BAD_ARG` (NULL,
+ * already released, or not a message of a live connection). May be called from a `sw_poll`
+ * handler. Allocates nothing; never blocks.
+ *
+ * # Safety
+ *
+ * `msg` points to an `sw_msg` filled by `sw_hold` whose connection is still open (a released
+ * message is caught), used on the connection's thread.
+ */
+SW_NODISCARD int32_t sw_release(struct sw_msg *msg);
+
+/**
+ * The most messages the application may hold on this connection at once (`sw_hold`): its
+ * receive pool's buffers and large slots (`sw_config.buffers + sw_config.large_buffers`), or
+ * `SW_BAD_ARG`.
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught) used by no other thread now.
+ */
+SW_NODISCARD int64_t sw_conn_max_held(const struct sw_conn *conn);
+
+/**
+ * What the application has open on this connection: its claims (`sw_try_claim`, not yet
+ * committed or aborted) plus the messages it holds (`sw_hold`, not yet released), or
+ * `SW_BAD_ARG`. `sw_conn_close` aborts and releases them; spinwire.hpp checks it is 0 when a
+ * `Connection` closes.
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught) used by no other thread now.
+ */
+SW_NODISCARD int64_t sw_conn_outstanding(const struct sw_conn *conn);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -9,18 +9,30 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 
-use spinwire_rs::{Connection, Error, Listener, SendBuf, SendError};
+use spinwire_rs::{Connection, Error, Listener, SendError};
 
-use crate::error::{fail, fail_msg, guard, SW_BAD_ARG, SW_POOL_EXHAUSTED, SW_TIMEOUT};
+use crate::claim::Claims;
+use crate::error::{fail, fail_msg, guard, SW_BAD_ARG, SW_OK, SW_TIMEOUT};
 use crate::handle::{check, code, destroy, out_ptr, timeout, Tagged};
+use crate::held::Held;
 
-/// A listening endpoint. Opaque; made by `sw_listen`, freed by [`sw_listener_close`]. Use it
+/// The table sizes of a connection handle, fixed by its engine's configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slots {
+    /// Claim slots: the send buffers and large slots, plus one for the ring claim (shm), which
+    /// may be open while every pool buffer is claimed too.
+    pub(crate) claims: usize,
+    /// Messages the application may hold (`sw_hold`): the receive buffers and large slots.
+    pub(crate) held: usize,
+}
+
+/// A listening endpoint. Opaque; made by `sw_listen`, freed by `sw_listener_close`. Use it
 /// from one thread at a time.
 #[allow(non_camel_case_types)]
 pub struct sw_listener {
     tag: u64,
     listener: Listener,
-    claim_slots: usize,
+    slots: Slots,
 }
 
 impl Tagged for sw_listener {
@@ -33,11 +45,11 @@ impl Tagged for sw_listener {
 }
 
 impl sw_listener {
-    pub(crate) fn new(listener: Listener, claim_slots: usize) -> *mut sw_listener {
+    pub(crate) fn new(listener: Listener, slots: Slots) -> *mut sw_listener {
         Box::into_raw(Box::new(sw_listener {
             tag: Self::MAGIC,
             listener,
-            claim_slots,
+            slots,
         }))
     }
 }
@@ -49,6 +61,7 @@ impl sw_listener {
 ///
 /// `listener` is a live listener handle (NULL is caught); `out` points to writable memory for
 /// one pointer.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_accept(
     listener: *const sw_listener,
@@ -73,7 +86,7 @@ pub unsafe extern "C" fn sw_accept(
                     .map_err(|e| fail(WHAT, &e))?
             };
             // SAFETY: checked non-null and aligned; writable per the contract.
-            unsafe { out.write(sw_conn::new(c, l.claim_slots)) };
+            unsafe { out.write(sw_conn::new(c, l.slots)) };
             Ok(())
         })())
     })
@@ -85,6 +98,7 @@ pub unsafe extern "C" fn sw_accept(
 /// # Safety
 ///
 /// `listener` is NULL or a live listener handle; it is not used during or after the call.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_listener_close(listener: *mut sw_listener) -> i32 {
     const WHAT: &str = "sw_listener_close";
@@ -97,41 +111,24 @@ pub unsafe extern "C" fn sw_listener_close(listener: *mut sw_listener) -> i32 {
     })
 }
 
-/// One claim slot: a send buffer or ring claim lent to C between `sw_try_claim` and its commit
-/// or abort.
-struct Slot {
-    /// Bumped at every claim of this slot, so a stale token does not match.
-    generation: u32,
-    /// The claimed buffer. `'static` stands for "the `Connection` of the same `sw_conn`": see
-    /// [`sw_conn`]'s invariants.
-    buf: Option<SendBuf<'static>>,
-}
-
-/// The claims of one connection: one slot per send buffer plus one for the ring claim (a ring
-/// claim can be open while the application holds every pool buffer), and the free slots. Both
-/// are allocated when the connection handle is made; claiming and committing only move indices.
-struct Claims {
-    slots: Box<[Slot]>,
-    free: Vec<u32>,
-}
-
-/// A connection. Opaque; made by `sw_connect` or `sw_accept`, freed by [`sw_conn_close`].
+/// A connection. Opaque; made by `sw_connect` or `sw_accept`, freed by `sw_conn_close`.
 ///
 /// Use it from one thread at a time (it may move between threads between calls), like the Rust
 /// `Connection` (`Send`, not `Sync`).
-///
-/// Invariants: the handle never moves (it lives in its `Box` until closed); every `SendBuf` in
-/// `claims` borrows `conn`, and all of them are dropped before `conn` is (by `sw_conn_close`,
-/// and by field order should the box be dropped another way): dropping a pool buffer returns
-/// it to `conn`'s pool, dropping a ring claim aborts it in `conn`'s ring, so `conn` must still
-/// be alive then; the handle is only ever accessed
-/// through shared references (its mutable parts are `Cell`s / `UnsafeCell`s), so the buffers'
-/// shared borrows of `conn` stay valid.
+//
+// Invariants: the handle never moves (it lives in its `Box` until closed); every `SendBuf` in
+// `claims` and every `Message` in `held` borrows `conn`, and all of them are dropped before
+// `conn` is (by `sw_conn_close`, and by field order should the box be dropped another way):
+// dropping a pool buffer returns it to `conn`'s pool, dropping a ring claim aborts it in
+// `conn`'s ring, dropping a message recycles its receive buffer, so `conn` must still be alive
+// then; the handle is only ever accessed through shared references (its mutable parts are
+// `Cell`s / `UnsafeCell`s), so those shared borrows of `conn` stay valid.
 #[allow(non_camel_case_types)]
 pub struct sw_conn {
     tag: u64,
-    /// Set while `sw_poll` runs its handler: closing the connection then is refused.
-    in_poll: Cell<bool>,
+    /// Set while `sw_poll` runs its handler: closing the connection (and `sw_hold`) then is
+    /// refused.
+    pub(crate) in_poll: Cell<bool>,
     /// Messages sent through this handle (the value `sw_offer` / `sw_claim_commit` return).
     sent: Cell<u64>,
     max_message_size: usize,
@@ -139,7 +136,9 @@ pub struct sw_conn {
     buffer_size: usize,
     /// Declared before `conn`: dropped first.
     claims: UnsafeCell<Claims>,
-    conn: Connection,
+    /// The messages the application holds (`sw_hold`). Declared before `conn`: dropped first.
+    pub(crate) held: UnsafeCell<Held>,
+    pub(crate) conn: Connection,
 }
 
 impl Tagged for sw_conn {
@@ -152,23 +151,15 @@ impl Tagged for sw_conn {
 }
 
 impl sw_conn {
-    pub(crate) fn new(conn: Connection, claim_slots: usize) -> *mut sw_conn {
-        let n = claim_slots.clamp(1, u32::MAX as usize);
-        let slots = (0..n)
-            .map(|_| Slot {
-                generation: 0,
-                buf: None,
-            })
-            .collect();
-        // Popped from the end: slot 0 first.
-        let free = (0..n as u32).rev().collect();
+    pub(crate) fn new(conn: Connection, sizes: Slots) -> *mut sw_conn {
         Box::into_raw(Box::new(sw_conn {
             tag: Self::MAGIC,
             in_poll: Cell::new(false),
             sent: Cell::new(0),
             max_message_size: conn.max_message_size(),
             buffer_size: conn.buffer_size(),
-            claims: UnsafeCell::new(Claims { slots, free }),
+            claims: UnsafeCell::new(Claims::new(sizes.claims)),
+            held: UnsafeCell::new(Held::new(sizes.held)),
             conn,
         }))
     }
@@ -181,35 +172,23 @@ impl sw_conn {
     /// used by one thread at a time, and no call made while it is used re-enters this
     /// connection's claim calls).
     #[allow(clippy::mut_from_ref)]
-    unsafe fn claims(&self) -> &mut Claims {
+    pub(crate) unsafe fn claims(&self) -> &mut Claims {
         // SAFETY: exclusive per the caller's contract.
         unsafe { &mut *self.claims.get() }
     }
 
     #[inline]
-    fn count_sent(&self) -> i64 {
+    pub(crate) fn count_sent(&self) -> i64 {
         let n = self.sent.get() + 1;
         self.sent.set(n);
         n as i64
     }
 }
 
-/// Aborts every outstanding claim (their buffers return to the pool, an open ring claim is
-/// aborted: nothing of it is published).
-fn abort_all(h: &sw_conn) {
-    // SAFETY: called from `sw_conn_close` only, which holds no other reference to the table;
-    // dropping a `SendBuf` does not touch the table.
-    let claims = unsafe { h.claims() };
-    for (i, s) in claims.slots.iter_mut().enumerate() {
-        if s.buf.take().is_some() {
-            claims.free.push(i as u32);
-        }
-    }
-}
-
 /// Closes the connection (the peer sees `SW_CLOSED`) and frees the handle. Outstanding claims
-/// (pool buffers and an open ring claim) are aborted first, before the connection itself is
-/// dropped: their `sw_claim`s become invalid with the handle, and the peer sees none of them. Sends queued by
+/// (pool buffers and an open ring claim) are aborted and held messages (`sw_hold`) released
+/// first, before the connection itself is dropped: their `sw_claim`s and `sw_msg`s become
+/// invalid with the handle, and the peer sees none of the claims. Sends queued by
 /// `sw_offer` / `sw_claim_commit` are posted first, best effort; call `sw_flush` and let the peer
 /// acknowledge if every message must arrive.
 ///
@@ -220,6 +199,7 @@ fn abort_all(h: &sw_conn) {
 ///
 /// `conn` is NULL or a live connection handle; it is not used during or after the call (other
 /// than by the `sw_poll` that may be running on this thread, which is caught).
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_conn_close(conn: *mut sw_conn) -> i32 {
     const WHAT: &str = "sw_conn_close";
@@ -234,20 +214,25 @@ pub unsafe extern "C" fn sw_conn_close(conn: *mut sw_conn) -> i32 {
                     "called from inside this connection's sw_poll handler",
                 ));
             }
-            abort_all(h);
-            // SAFETY: checked live, from `Box::into_raw`; no claim borrows `conn` any more and
-            // `h` is not used again.
+            crate::claim::abort_all(h);
+            crate::held::release_all(h);
+            // SAFETY: checked live, from `Box::into_raw`; no claim or held message borrows
+            // `conn` any more and `h` is not used again.
             unsafe { destroy(conn) };
             Ok(())
         })())
     })
 }
 
-/// The connection's largest message (its buffer size), or `SW_BAD_ARG`.
+/// The largest message the connection carries, or `SW_BAD_ARG`: `sw_config.max_message_size`
+/// when the engine has large slots (`large_buffers` > 0 and `max_message_size` >
+/// `buffer_size`), else `buffer_size` (tcp may settle a smaller limit with its peer). With the
+/// defaults, 16 MiB.
 ///
 /// # Safety
 ///
 /// `conn` is a live connection handle (NULL is caught).
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_conn_max_message_size(conn: *const sw_conn) -> i64 {
     const WHAT: &str = "sw_conn_max_message_size";
@@ -260,12 +245,13 @@ pub unsafe extern "C" fn sw_conn_max_message_size(conn: *const sw_conn) -> i64 {
     })
 }
 
-/// The connection's engine-wide id (as in `sw_event::conn_id`), or 0 for a NULL or invalid
+/// The connection's engine-wide id (as in `sw_event.conn_id`), or 0 for a NULL or invalid
 /// handle (ids start at 1).
 ///
 /// # Safety
 ///
 /// `conn` is a live connection handle (NULL is caught).
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_conn_id(conn: *const sw_conn) -> u64 {
     const WHAT: &str = "sw_conn_id";
@@ -293,6 +279,7 @@ impl From<i32> for Id {
 /// # Safety
 ///
 /// `conn` is a live connection handle (NULL is caught).
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_conn_is_open(conn: *const sw_conn) -> i32 {
     const WHAT: &str = "sw_conn_is_open";
@@ -307,7 +294,7 @@ pub unsafe extern "C" fn sw_conn_is_open(conn: *const sw_conn) -> i32 {
 
 /// The code of a failed send (the buffer goes back to the pool).
 #[cold]
-fn send_failed(what: &str, e: SendError<'_>) -> i64 {
+pub(crate) fn send_failed(what: &str, e: SendError<'_>) -> i64 {
     i64::from(fail(what, &Error::from(e)))
 }
 
@@ -318,27 +305,68 @@ fn send_failed(what: &str, e: SendError<'_>) -> i64 {
 /// claim of this connection is open: commit or abort it first), `SW_CLOSED`, `SW_CONN_FAILED`,
 /// `SW_BAD_ARG`.
 ///
-/// In run-to-completion mode the message is posted when `batch` sends have queued, on
-/// `sw_flush`, or by the next `sw_poll` / `sw_engine_poll`. Allocates nothing; never blocks.
+/// On shm the message is visible to the peer when the call returns. In run-to-completion mode
+/// on other fabrics it is posted when `batch` sends have queued, on `sw_flush`, or by the next
+/// `sw_poll` / `sw_engine_poll`. Allocates nothing; never blocks.
 ///
 /// # Safety
 ///
 /// `conn` is a live connection handle (NULL is caught) used by no other thread now; `data`
 /// points to `len` readable bytes (it may be NULL when `len` is 0).
+#[must_use]
 #[no_mangle]
-pub unsafe extern "C" fn sw_offer(conn: *const sw_conn, data: *const u8, len: usize) -> i64 {
-    const WHAT: &str = "sw_offer";
-    guard(WHAT, || {
+pub unsafe extern "C" fn sw_offer(conn: *const sw_conn, data: *const c_void, len: usize) -> i64 {
+    // SAFETY: the caller's contract is `offer`'s.
+    unsafe { offer::<false>("sw_offer", conn, data, len) }
+}
+
+/// `sw_offer` for streams: on shm a message up to the inline threshold is written into the
+/// ring but not published yet, so that a run of messages costs one publication instead of one
+/// per message. The run is published by `sw_flush`, by the `batch`-th batched offer in a row,
+/// by the next `sw_offer` or claim commit (order is kept), by an offer that finds the ring or
+/// the window full (before it returns `SW_BACK_PRESSURED`), by an `sw_poll` of this
+/// connection that finds nothing, and by `sw_conn_close`. A larger message is published at
+/// once, with the run before it. On other fabrics it is `sw_offer`.
+///
+/// Returns what `sw_offer` returns. A lone message wants `sw_offer`, which publishes at once.
+///
+/// # Safety
+///
+/// As `sw_offer`.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn sw_offer_batched(
+    conn: *const sw_conn,
+    data: *const c_void,
+    len: usize,
+) -> i64 {
+    // SAFETY: the caller's contract is `offer`'s.
+    unsafe { offer::<true>("sw_offer_batched", conn, data, len) }
+}
+
+/// `sw_offer` (`BATCHED`: `sw_offer_batched`).
+///
+/// # Safety
+///
+/// As `sw_offer`.
+#[inline(always)]
+unsafe fn offer<const BATCHED: bool>(
+    what: &'static str,
+    conn: *const sw_conn,
+    data: *const c_void,
+    len: usize,
+) -> i64 {
+    guard(what, || {
         // SAFETY: per the contract.
-        let h = match unsafe { check(WHAT, conn) } {
+        let h = match unsafe { check(what, conn) } {
             Ok(h) => h,
             Err(c) => return i64::from(c),
         };
         if data.is_null() && len > 0 {
-            return i64::from(fail_msg(WHAT, SW_BAD_ARG, "data is NULL"));
+            return i64::from(fail_msg(what, SW_BAD_ARG, "data is NULL"));
         }
         if len > h.max_message_size {
-            return too_large(WHAT, len, h.max_message_size);
+            return too_large(what, len, h.max_message_size);
         }
         // Above the buffer size: a large slot (only reached when the connection has them).
         let buf = if len > h.buffer_size {
@@ -348,20 +376,25 @@ pub unsafe extern "C" fn sw_offer(conn: *const sw_conn, data: *const u8, len: us
         };
         let mut buf = match buf {
             Ok(b) => b,
-            Err(e) => return i64::from(fail(WHAT, &e)),
+            Err(e) => return i64::from(fail(what, &e)),
         };
         let bytes = if len == 0 {
             &[][..]
         } else {
             // SAFETY: non-null, `len` readable bytes per the contract.
-            unsafe { std::slice::from_raw_parts(data, len) }
+            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
         };
         if let Err(e) = buf.copy_from(bytes) {
-            return i64::from(fail(WHAT, &e));
+            return i64::from(fail(what, &e));
         }
-        match h.conn.send(buf) {
+        let sent = if BATCHED {
+            h.conn.send_batched(buf)
+        } else {
+            h.conn.send(buf)
+        };
+        match sent {
             Ok(()) => h.count_sent(),
-            Err(e) => send_failed(WHAT, e),
+            Err(e) => send_failed(what, e),
         }
     })
 }
@@ -371,226 +404,8 @@ fn too_large(what: &str, size: usize, max: usize) -> i64 {
     i64::from(fail(what, &Error::MessageTooLarge { size, max }))
 }
 
-/// A zero-copy claim: `len` bytes to write a message in place at `data`, then send with
-/// [`sw_claim_commit`] or give back with [`sw_claim_abort`]. Filled by [`sw_try_claim`].
-///
-/// Where `data` points: on shm, a message up to the inline threshold
-/// (`sw_config.inline_threshold`) is claimed straight in the connection's ring record (a *ring claim*:
-/// the commit is one store that publishes it, with no copy at all); a larger message, and
-/// every message on tcp and rdma, gets a send buffer of the connection's pool.
-///
-/// One open ring claim at a time: while a ring claim is open nothing else is claimed or sent
-/// on the connection (`sw_try_claim`, `sw_offer` and the commit of a pool-buffer claim return
-/// `SW_CLAIM_OPEN`): commit or abort it first. Pool-buffer claims may be held several at once
-/// (up to the pool's size).
-///
-/// Ownership: the memory belongs to the connection; the application may write `data[0..len)`
-/// from `sw_try_claim` until it commits or aborts, and not after. Commit or abort every claim
-/// before closing its connection (`sw_conn_close` aborts what is left, which invalidates the
-/// `sw_claim`; the peer never sees an aborted claim). A claim is used on the connection's
-/// thread, like the connection. The fields are outputs: do not change them.
-#[repr(C)]
-#[derive(Debug)]
-#[allow(non_camel_case_types)]
-pub struct sw_claim {
-    /// Where to write the message: `len` bytes. NULL once committed or aborted.
-    pub data: *mut u8,
-    /// The message length claimed (what commit sends).
-    pub len: usize,
-    /// The connection it was claimed on.
-    pub conn: *mut sw_conn,
-    /// Opaque: identifies the claim to its connection (0 once committed or aborted).
-    pub token: u64,
-}
-
-/// Claims room for a message of `len` bytes, written in place (a ring record or a pool
-/// buffer: see [`sw_claim`]), and fills `*claim`. Returns `SW_OK` or `SW_BACK_PRESSURED` (no
-/// free buffer or ring space yet: poll and retry), `SW_CLAIM_OPEN` (a ring claim of this
-/// connection is open: commit or abort it first), `SW_POOL_EXHAUSTED` (every buffer is
-/// claimed), `SW_TOO_LARGE`, `SW_CLOSED`, `SW_CONN_FAILED`, `SW_BAD_ARG`. Allocates nothing;
-/// never blocks.
-///
-/// # Safety
-///
-/// `conn` is a live connection handle (NULL is caught) used by no other thread now; `claim`
-/// points to writable memory for one `sw_claim`.
-#[no_mangle]
-pub unsafe extern "C" fn sw_try_claim(conn: *mut sw_conn, len: usize, claim: *mut sw_claim) -> i32 {
-    const WHAT: &str = "sw_try_claim";
-    guard(WHAT, || {
-        code((|| {
-            // SAFETY: per the contract.
-            let h = unsafe { check(WHAT, conn) }?;
-            out_ptr(WHAT, "claim", claim)?;
-            let mut buf = claim_buf(&h.conn, len).map_err(|e| fail(WHAT, &e))?;
-            // SAFETY: no other reference to the table is live in this call.
-            let claims = unsafe { h.claims() };
-            let Some(i) = claims.free.pop() else {
-                // More claims than slots: the pool has more buffers than the engine's config
-                // said; refuse (the buffer goes back).
-                return Err(fail_msg(
-                    WHAT,
-                    SW_POOL_EXHAUSTED,
-                    "every claim slot is in use",
-                ));
-            };
-            let data = buf.as_mut_slice().as_mut_ptr();
-            let slot = &mut claims.slots[i as usize];
-            slot.generation = slot.generation.wrapping_add(1).max(1);
-            // SAFETY: only the lifetime changes. `buf` borrows `h.conn`, which lives in the same
-            // never-moving heap handle and is dropped after every slot's buffer (see `sw_conn`).
-            slot.buf = Some(unsafe { std::mem::transmute::<SendBuf<'_>, SendBuf<'static>>(buf) });
-            let c = sw_claim {
-                data,
-                len,
-                conn,
-                token: (u64::from(slot.generation) << 32) | u64::from(i),
-            };
-            // SAFETY: checked non-null and aligned; writable per the contract.
-            unsafe { claim.write(c) };
-            Ok(())
-        })())
-    })
-}
-
-/// The claim of a `len`-byte message on `conn`: [`Connection::claim`], so on a direct path
-/// (shm) a message up to the inline threshold is written straight into the ring record (one
-/// such claim open at a time: [`Error::ClaimOpen`] otherwise), a larger one and every message
-/// on other fabrics into a pool buffer.
-#[inline]
-fn claim_buf(conn: &Connection, len: usize) -> Result<SendBuf<'_>, Error> {
-    conn.claim(len)
-}
-
-/// Checks a claim: its connection handle and its token. Returns the handle and the slot index.
-///
-/// # Safety
-///
-/// `claim` is NULL or points to a readable `sw_claim` whose `conn` is NULL or a live connection
-/// handle.
-unsafe fn check_claim<'a>(what: &str, claim: *mut sw_claim) -> Result<(&'a sw_conn, usize), i32> {
-    if claim.is_null() || !claim.is_aligned() {
-        return Err(fail_msg(what, SW_BAD_ARG, "claim is NULL or misaligned"));
-    }
-    // SAFETY: non-null, aligned, readable per the contract.
-    let (conn, token) = unsafe { ((*claim).conn, (*claim).token) };
-    // SAFETY: per the contract.
-    let h = unsafe { check(what, conn.cast_const()) }?;
-    let i = (token & 0xffff_ffff) as usize;
-    let generation = (token >> 32) as u32;
-    // SAFETY: no other reference to the table is live in this call.
-    let claims = unsafe { h.claims() };
-    match claims.slots.get(i) {
-        Some(s) if s.generation == generation && s.buf.is_some() && token != 0 => Ok((h, i)),
-        _ => Err(fail_msg(
-            what,
-            SW_BAD_ARG,
-            "stale claim (already committed or aborted) or not a claim of this connection",
-        )),
-    }
-}
-
-fn retire(claim: *mut sw_claim) {
-    // SAFETY: checked by `check_claim`: non-null, aligned, writable (it is the caller's claim).
-    unsafe {
-        (*claim).data = std::ptr::null_mut();
-        (*claim).token = 0;
-    }
-}
-
-/// Sends a claimed message (`claim->len` bytes as written at `claim->data`). Returns the number
-/// of messages sent on the connection's handle so far (>= 1) or a negative code:
-/// `SW_BACK_PRESSURED` (no credit: the claim stays valid; poll, then commit or abort it),
-/// `SW_CLAIM_OPEN` (a pool-buffer claim committed while a ring claim of the connection is
-/// open: the claim stays valid; commit or abort the ring claim, then retry), `SW_CLOSED`,
-/// `SW_CONN_FAILED` (the claim is released), `SW_BAD_ARG` (stale or foreign claim). On success
-/// the claim is spent (`data` NULL, `token` 0); the commit of a ring claim always succeeds
-/// while the connection is up. Allocates nothing; never blocks.
-///
-/// # Safety
-///
-/// `claim` points to an `sw_claim` filled by [`sw_try_claim`] whose connection is still open (a
-/// spent claim is caught), used on the connection's thread.
-#[no_mangle]
-pub unsafe extern "C" fn sw_claim_commit(claim: *mut sw_claim) -> i64 {
-    const WHAT: &str = "sw_claim_commit";
-    guard(WHAT, || {
-        // SAFETY: per the contract.
-        let (h, i) = match unsafe { check_claim(WHAT, claim) } {
-            Ok(v) => v,
-            Err(c) => return i64::from(c),
-        };
-        // SAFETY: no other reference to the table is live in this call; `send` does not touch it.
-        let slot = &mut unsafe { h.claims() }.slots[i];
-        let Some(buf) = slot.buf.take() else {
-            return i64::from(SW_BAD_ARG);
-        };
-        match h.conn.send(buf) {
-            Ok(()) => {
-                // SAFETY: as above (the slot reference is not used any more).
-                unsafe { h.claims() }.free.push(i as u32);
-                retire(claim);
-                h.count_sent()
-            }
-            Err(SendError::WouldBlock(buf)) => {
-                // Keep the claim: the application retries or aborts.
-                keep(h, i, buf);
-                i64::from(fail(WHAT, &Error::WouldBlock))
-            }
-            Err(SendError::Closed {
-                buf,
-                error: Error::ClaimOpen,
-            }) => {
-                // A pool-buffer claim while a ring claim is open: keep it too (the application
-                // commits or aborts the ring claim, then retries).
-                keep(h, i, buf);
-                i64::from(fail(WHAT, &Error::ClaimOpen))
-            }
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe { h.claims() }.free.push(i as u32);
-                retire(claim);
-                send_failed(WHAT, e)
-            }
-        }
-    })
-}
-
-/// Puts a claim whose commit was refused back into its slot `i` (taken by `sw_claim_commit`).
-#[cold]
-fn keep(h: &sw_conn, i: usize, buf: SendBuf<'_>) {
-    // SAFETY: called from `sw_claim_commit` only, which holds no other reference to the table.
-    let slot = &mut unsafe { h.claims() }.slots[i];
-    // SAFETY: only the lifetime changes, as in `sw_try_claim`.
-    slot.buf = Some(unsafe { std::mem::transmute::<SendBuf<'_>, SendBuf<'static>>(buf) });
-}
-
-/// Gives a claimed buffer back unsent; the claim is spent. Returns `SW_OK` or `SW_BAD_ARG`
-/// (stale or foreign claim).
-///
-/// # Safety
-///
-/// As [`sw_claim_commit`].
-#[no_mangle]
-pub unsafe extern "C" fn sw_claim_abort(claim: *mut sw_claim) -> i32 {
-    const WHAT: &str = "sw_claim_abort";
-    guard(WHAT, || {
-        code((|| {
-            // SAFETY: per the contract.
-            let (h, i) = unsafe { check_claim(WHAT, claim) }?;
-            // SAFETY: no other reference to the table is live in this call; dropping the buffer
-            // does not touch it.
-            let claims = unsafe { h.claims() };
-            drop(claims.slots[i].buf.take());
-            claims.free.push(i as u32);
-            retire(claim);
-            Ok(())
-        })())
-    })
-}
-
-/// The message handler of [`sw_poll`]: `data[0..len)` is the message, valid only during the
-/// call (copy what you keep). It may call `sw_offer`, `sw_try_claim`, `sw_claim_commit` and
+/// The message handler of `sw_poll`: `data[0 .. len)` is the message, valid only during the
+/// call (copy what you keep, or receive with `sw_hold` to keep messages without a copy). It may call `sw_offer`, `sw_try_claim`, `sw_claim_commit` and
 /// `sw_flush` on any connection, but must not close the connection being polled (refused with
 /// `SW_BAD_ARG`), and must not unwind (C++ exceptions, `longjmp`) out of the call.
 #[allow(non_camel_case_types)]
@@ -618,7 +433,8 @@ impl Drop for PollFlag<'_> {
 /// # Safety
 ///
 /// `conn` is a live connection handle (NULL is caught) used by no other thread now; `handler`
-/// follows the rules of [`sw_handler`].
+/// follows the rules of `sw_handler`.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_poll(
     conn: *const sw_conn,
@@ -651,21 +467,31 @@ pub unsafe extern "C" fn sw_poll(
 }
 
 /// Posts queued sends now (run-to-completion: runs a poller cycle; with dedicated pollers it
-/// does nothing). Returns `SW_OK` or `SW_BAD_ARG`. Allocates nothing; never blocks.
+/// does nothing). Returns `SW_OK`, `SW_BAD_ARG`, or `SW_CLOSED` / `SW_CONN_FAILED` once the
+/// connection is down (what was queued may not reach the peer). Allocates nothing; never
+/// blocks.
 ///
 /// # Safety
 ///
 /// `conn` is a live connection handle (NULL is caught) used by no other thread now.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_flush(conn: *const sw_conn) -> i32 {
     const WHAT: &str = "sw_flush";
     guard(WHAT, || {
         // SAFETY: per the contract.
-        code(unsafe { check(WHAT, conn) }.map(|h| h.conn.flush()))
+        let h = match unsafe { check(WHAT, conn) } {
+            Ok(h) => h,
+            Err(c) => return c,
+        };
+        match h.conn.flush() {
+            Ok(()) => SW_OK,
+            Err(e) => fail(WHAT, &e),
+        }
     })
 }
 
-/// A connection's counters (plain data): [`sw_conn_get_stats`].
+/// A connection's counters (plain data): `sw_conn_get_stats`.
 ///
 /// shm connections have no poller (the direct path): their `rx_msgs` / `tx_msgs` are the
 /// messages the application received / sent (as `received` / `sent`), `tx_stalls` the sends
@@ -702,6 +528,7 @@ pub struct sw_conn_stats {
 ///
 /// `conn` is a live connection handle (NULL is caught) used by no other thread now; `out`
 /// points to writable memory for one `sw_conn_stats`.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_conn_get_stats(conn: *const sw_conn, out: *mut sw_conn_stats) -> i32 {
     const WHAT: &str = "sw_conn_get_stats";

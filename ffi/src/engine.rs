@@ -6,12 +6,12 @@ use std::ffi::c_char;
 use spinwire_rs::{Engine, Error, Event};
 
 use crate::config::{builder, sw_config};
-use crate::conn::{sw_conn, sw_listener};
+use crate::conn::{sw_conn, sw_listener, Slots};
 use crate::error::{fail, guard, SW_OK};
 use crate::handle::{c_str, check, code, destroy, out_ptr, timeout, Tagged};
 
 /// An engine: its control thread, its pollers (or the run-to-completion poller) and the fabrics.
-/// Opaque; made by [`sw_engine_new`], freed by [`sw_engine_close`].
+/// Opaque; made by `sw_engine_new`, freed by `sw_engine_close`.
 ///
 /// Thread-safe: any thread may use an engine handle at the same time as others (but no thread
 /// may use it while or after another closes it).
@@ -19,10 +19,8 @@ use crate::handle::{c_str, check, code, destroy, out_ptr, timeout, Tagged};
 pub struct sw_engine {
     tag: u64,
     pub(crate) engine: Engine,
-    /// Claim slots of each of its connections: the send buffers and large slots per
-    /// connection, plus one for the ring claim (shm), which may be open while every pool buffer
-    /// is claimed too.
-    pub(crate) claim_slots: usize,
+    /// The table sizes of each of its connections.
+    pub(crate) slots: Slots,
 }
 
 impl Tagged for sw_engine {
@@ -44,6 +42,7 @@ impl Tagged for sw_engine {
 /// `cfg` is NULL or points to a valid `sw_config` (its `poller_cores` pointing to `poller_count`
 /// entries, its `name` NULL or a NUL-terminated string); `out` points to writable memory for
 /// one pointer.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_engine_new(cfg: *const sw_config, out: *mut *mut sw_engine) -> i32 {
     const WHAT: &str = "sw_engine_new";
@@ -62,10 +61,13 @@ pub unsafe extern "C" fn sw_engine_new(cfg: *const sw_config, out: *mut *mut sw_
             let h = Box::new(sw_engine {
                 tag: sw_engine::MAGIC,
                 engine,
-                claim_slots: cfg
-                    .buffers
-                    .saturating_add(cfg.large_buffers)
-                    .saturating_add(1),
+                slots: Slots {
+                    claims: cfg
+                        .buffers
+                        .saturating_add(cfg.large_buffers)
+                        .saturating_add(1),
+                    held: cfg.buffers.saturating_add(cfg.large_buffers),
+                },
             });
             // SAFETY: checked non-null and aligned; writable per the contract.
             unsafe { out.write(Box::into_raw(h)) };
@@ -80,9 +82,10 @@ pub unsafe extern "C" fn sw_engine_new(cfg: *const sw_config, out: *mut *mut sw_
 ///
 /// # Safety
 ///
-/// `engine` is NULL or a handle from [`sw_engine_new`] not closed before (a closed one is caught
+/// `engine` is NULL or a handle from `sw_engine_new` not closed before (a closed one is caught
 /// while its memory is not reused, see the header's preamble); no other thread uses it during
 /// or after the call.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_engine_close(engine: *mut sw_engine) -> i32 {
     const WHAT: &str = "sw_engine_close";
@@ -97,7 +100,7 @@ pub unsafe extern "C" fn sw_engine_close(engine: *mut sw_engine) -> i32 {
 
 /// Listens on `endpoint` (`shm://name`, `tcp://host:port`, `rdma://host:port`) and stores the
 /// listener in `*out`. Listening does not wait on anyone, so it takes no timeout; take
-/// connections with [`sw_accept`](crate::sw_accept).
+/// connections with `sw_accept`.
 ///
 /// Returns `SW_OK`, `SW_BAD_ENDPOINT`, `SW_UNSUPPORTED`, `SW_SETUP_FAILED` (name in use, socket
 /// errors), `SW_SHUTDOWN` or `SW_BAD_ARG`.
@@ -106,6 +109,7 @@ pub unsafe extern "C" fn sw_engine_close(engine: *mut sw_engine) -> i32 {
 ///
 /// `engine` is a live engine handle (NULL is caught); `endpoint` is NULL or a NUL-terminated
 /// string; `out` points to writable memory for one pointer.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_listen(
     engine: *const sw_engine,
@@ -121,7 +125,7 @@ pub unsafe extern "C" fn sw_listen(
             let ep = unsafe { c_str(WHAT, "endpoint", endpoint) }?;
             out_ptr(WHAT, "out", out)?;
             let l = e.engine.listen(ep).map_err(|err| fail(WHAT, &err))?;
-            let h = sw_listener::new(l, e.claim_slots);
+            let h = sw_listener::new(l, e.slots);
             // SAFETY: checked non-null and aligned; writable per the contract.
             unsafe { out.write(h) };
             Ok(())
@@ -130,14 +134,16 @@ pub unsafe extern "C" fn sw_listen(
 }
 
 /// Connects to `endpoint`, waiting up to `timeout_ns` (0: the configured connect timeout), and
-/// stores the connection in `*out`.
+/// stores the connection in `*out`. While nobody listens on the endpoint it waits for a
+/// listener to appear.
 ///
-/// Returns `SW_OK`, `SW_BAD_ENDPOINT`, `SW_UNSUPPORTED`, `SW_NOT_CONNECTED` (nobody listening,
-/// refused, handshake failed), `SW_TIMEOUT`, `SW_SETUP_FAILED`, `SW_SHUTDOWN` or `SW_BAD_ARG`.
+/// Returns `SW_OK`, `SW_BAD_ENDPOINT`, `SW_UNSUPPORTED`, `SW_NOT_CONNECTED` (nobody listened
+/// until the deadline, refused by the listener, handshake failed), `SW_TIMEOUT`, `SW_SETUP_FAILED`, `SW_SHUTDOWN` or `SW_BAD_ARG`.
 ///
 /// # Safety
 ///
-/// As [`sw_listen`].
+/// As `sw_listen`.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_connect(
     engine: *const sw_engine,
@@ -159,7 +165,7 @@ pub unsafe extern "C" fn sw_connect(
                 e.engine.connect_timeout(ep, timeout(timeout_ns))
             };
             let c = r.map_err(|err| fail(WHAT, &err))?;
-            let h = sw_conn::new(c, e.claim_slots);
+            let h = sw_conn::new(c, e.slots);
             // SAFETY: checked non-null and aligned; writable per the contract.
             unsafe { out.write(h) };
             Ok(())
@@ -176,6 +182,7 @@ pub unsafe extern "C" fn sw_connect(
 /// # Safety
 ///
 /// `engine` is a live engine handle (NULL is caught).
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_engine_poll(engine: *const sw_engine) -> i64 {
     const WHAT: &str = "sw_engine_poll";
@@ -201,10 +208,10 @@ pub const SW_EVENT_ERROR: u32 = 4;
 /// Event kind: an event this version of the C API does not know.
 pub const SW_EVENT_OTHER: u32 = 5;
 
-/// Bytes of [`sw_event::peer`], the terminating NUL included.
+/// Bytes of `sw_event.peer`, the terminating NUL included.
 pub const SW_EVENT_PEER_LEN: usize = 256;
 
-/// A connection-level event (plain data), filled by [`sw_next_event`].
+/// A connection-level event (plain data), filled by `sw_next_event`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 #[allow(non_camel_case_types)]
@@ -272,6 +279,7 @@ fn event_to_c(ev: Event) -> sw_event {
 ///
 /// `engine` is a live engine handle (NULL is caught); `ev` points to writable memory for one
 /// `sw_event`.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_next_event(
     engine: *const sw_engine,
@@ -306,7 +314,7 @@ pub unsafe extern "C" fn sw_next_event(
     })
 }
 
-/// Engine-wide counters (plain data), summed over its pollers: [`sw_engine_get_stats`].
+/// Engine-wide counters (plain data), summed over its pollers: `sw_engine_get_stats`.
 ///
 /// shm connections do not pass through the pollers (their messages go straight through the
 /// shared-memory rings, on the application's thread), so their traffic is not in `rx_msgs` /
@@ -351,13 +359,14 @@ pub struct sw_engine_stats {
 }
 
 /// Stores a snapshot of the engine's counters in `*out` (the pollers' traffic: shm
-/// connections' messages are not in it, see [`sw_engine_stats`]). Control path (it allocates
+/// connections' messages are not in it, see `sw_engine_stats`). Control path (it allocates
 /// a little). Returns `SW_OK` or `SW_BAD_ARG`.
 ///
 /// # Safety
 ///
 /// `engine` is a live engine handle (NULL is caught); `out` points to writable memory for one
 /// `sw_engine_stats`.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_engine_get_stats(
     engine: *const sw_engine,

@@ -16,7 +16,8 @@ use spinwire_rs::{Error, FabricError};
 /// Success.
 pub const SW_OK: i32 = 0;
 /// No room right now: no free buffer (they are in flight) or no credit (the receiver has not
-/// made room yet). Poll and retry; nothing was sent.
+/// made room yet): poll and retry; nothing was sent. From `sw_hold`: the application holds as
+/// many messages as it may (`sw_conn_max_held`): release one; nothing was taken.
 pub const SW_BACK_PRESSURED: i32 = -1;
 /// Connecting failed: nobody listens on the endpoint, the peer refused, or the handshake failed.
 pub const SW_NOT_CONNECTED: i32 = -2;
@@ -60,7 +61,7 @@ pub const SW_INTERNAL: i32 = -14;
 /// another `sw_try_claim`, the commit of a pool-buffer claim: that claim stays valid).
 pub const SW_CLAIM_OPEN: i32 = -15;
 
-/// The most negative code: every code is in `SW_CODE_MIN ..= SW_OK`.
+/// The most negative code: every code is between `SW_CODE_MIN` and `SW_OK`, both included.
 pub const SW_CODE_MIN: i32 = SW_CLAIM_OPEN;
 
 /// The code of an engine error.
@@ -70,7 +71,7 @@ pub(crate) fn code_of(e: &Error) -> i32 {
         Error::FabricNotCompiled { .. } => SW_UNSUPPORTED,
         Error::Config(_) | Error::BadCore { .. } => SW_BAD_CONFIG,
         Error::Thread { .. } | Error::Listen { .. } | Error::Setup(_) => SW_SETUP_FAILED,
-        Error::Connect { .. } => SW_NOT_CONNECTED,
+        Error::Connect { .. } | Error::NoListener { .. } => SW_NOT_CONNECTED,
         Error::Timeout => SW_TIMEOUT,
         Error::WouldBlock => SW_BACK_PRESSURED,
         Error::ClaimOpen => SW_CLAIM_OPEN,
@@ -134,7 +135,31 @@ pub extern "C" fn sw_errmsg() -> *const c_char {
     }
 }
 
-/// Stores `what: <display of e>` and e's source chain as this thread's error message.
+/// Records `msg` as this thread's error message (what `sw_errmsg` returns until the next
+/// failure) and returns `code`: for a wrapper that fails a call itself, before reaching the
+/// library, so that its callers read the right message (spinwire.hpp does). `msg` may be NULL
+/// (an empty message); invalid UTF-8 is replaced. Never fails.
+///
+/// # Safety
+///
+/// `msg` is NULL or a valid NUL-terminated string.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn sw_set_errmsg(code: i32, msg: *const c_char) -> i32 {
+    let text = if msg.is_null() {
+        std::borrow::Cow::Borrowed("")
+    } else {
+        // SAFETY: non-null and NUL-terminated per the contract.
+        unsafe { std::ffi::CStr::from_ptr(msg) }.to_string_lossy()
+    };
+    guard("sw_set_errmsg", || {
+        store("", |s| s.push_str(&text));
+        code
+    })
+}
+
+/// Stores `what: <display of e>` and e's source chain as this thread's error message (no
+/// prefix when `what` is empty).
 fn store(what: &str, write: impl FnOnce(&mut String)) {
     // A `String` that borrows the thread-local buffer's allocation, so its capacity is reused.
     let _ = ERRMSG.try_with(|m| {
@@ -145,8 +170,10 @@ fn store(what: &str, write: impl FnOnce(&mut String)) {
         buf.clear();
         // The buffer only ever holds UTF-8 (it is written from `str`s below), so this cannot fail.
         let mut s = String::from_utf8(buf).unwrap_or_default();
-        s.push_str(what);
-        s.push_str(": ");
+        if !what.is_empty() {
+            s.push_str(what);
+            s.push_str(": ");
+        }
         write(&mut s);
         // Interior NULs would cut the C string short; they are replaced, not dropped silently.
         let mut bytes = s.into_bytes();
@@ -181,8 +208,8 @@ pub(crate) fn fail_msg(what: &str, code: i32, msg: &str) -> i32 {
     code
 }
 
-/// Runs an entry point's body, turning a panic into [`SW_INTERNAL`] with its message in
-/// [`sw_errmsg`]: no unwind crosses the C boundary.
+/// Runs an entry point's body, turning a panic into `SW_INTERNAL` with its message in
+/// `sw_errmsg`: no unwind crosses the C boundary.
 #[inline]
 pub(crate) fn guard<T: From<i32>>(what: &str, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {

@@ -54,7 +54,7 @@ pub(crate) unsafe fn check<'a, T: Tagged>(what: &str, ptr: *const T) -> Result<&
 ///
 /// # Safety
 ///
-/// `ptr` passed [`check`], came from `Box::into_raw`, and no reference into it is used after
+/// `ptr` passed `check`, came from `Box::into_raw`, and no reference into it is used after
 /// this call.
 pub(crate) unsafe fn destroy<T: Tagged>(ptr: *mut T) {
     // SAFETY: a live handle (checked); volatile so the store is not elided before the free.

@@ -1,9 +1,16 @@
 //! `libspinwire`: the C ABI of [spinwire](spinwire_rs), in the idiom of Aeron's C API.
 //!
-//! Built as `libspinwire.so` and `libspinwire.a` (`cargo build --release -p spinwire-ffi`, then
-//! link with `-lspinwire`); the header `ffi/include/spinwire.h` is generated from this crate by
-//! cbindgen (`ffi/cbindgen.toml`) and checked in (`ffi/tests/header.rs` fails when it is stale).
-//! `ffi/include/spinwire.hpp` is a header-only C++ RAII wrapper.
+//! Built as `libspinwire.so` (SONAME `libspinwire.so.MAJOR`, set by `build.rs`) and
+//! `libspinwire.a` (`cargo build --release -p spinwire-ffi`, then link with `-lspinwire`;
+//! `scripts/install-c PREFIX` installs them with the headers, `spinwire.pc` and the CMake
+//! package); the header `ffi/include/spinwire.h` is generated from this crate by cbindgen
+//! (`ffi/cbindgen.toml`) and checked in (`ffi/tests/header.rs` fails when it is stale).
+//! `ffi/include/spinwire.hpp` is a header-only C++14 RAII wrapper.
+//!
+//! Files: `config` (`sw_config` and its range checks), `engine` (the engine handle, events,
+//! counters), `conn` (listeners, connections, offers, `sw_poll`), `claim` (zero-copy claims),
+//! `held` (held messages), `error` (codes and the thread-local message), `handle` (the tag
+//! check of every handle).
 //!
 //! # The API
 //!
@@ -11,9 +18,11 @@
 //!   an [`sw_config`] filled by [`sw_config_init`], [`sw_engine_close`]), [`sw_listener`]
 //!   ([`sw_listen`], [`sw_accept`] with a timeout, [`sw_listener_close`]) and [`sw_conn`]
 //!   ([`sw_connect`] with a timeout, [`sw_conn_close`]).
-//! * The data path: [`sw_offer`] (copies), [`sw_try_claim`] + [`sw_claim_commit`] /
-//!   [`sw_claim_abort`] (zero copy: write in place in a send buffer), [`sw_poll`] (batch
-//!   receive into a handler, Aeron's `subscription_poll`), [`sw_flush`], [`sw_engine_poll`]
+//! * The data path: [`sw_offer`] (copies; [`sw_offer_batched`] for streams), [`sw_try_claim`] +
+//!   [`sw_claim_commit`] / [`sw_claim_abort`] (zero copy: write in place in a send buffer),
+//!   [`sw_poll`] (batch receive into a handler, Aeron's `subscription_poll`), [`sw_hold`] +
+//!   [`sw_release`] (receive a message and keep it in place beyond the call, bounded by the
+//!   receive pool: [`sw_conn_max_held`]), [`sw_flush`], [`sw_engine_poll`]
 //!   (run-to-completion). These calls allocate nothing and take no lock.
 //! * Events ([`sw_next_event`]) and counters ([`sw_conn_get_stats`], [`sw_engine_get_stats`]) as plain
 //!   structs. The engine's counters are the pollers': shm connections bypass the pollers, so
@@ -43,17 +52,20 @@
 
 #![warn(missing_docs)]
 
+pub mod claim;
 pub mod config;
 pub mod conn;
 pub mod engine;
 pub mod error;
 mod handle;
+pub mod held;
 
-pub use config::{sw_config, sw_config_init, SW_IDLE_BACKOFF, SW_IDLE_BUSY_SPIN};
+pub use claim::{sw_claim, sw_claim_abort, sw_claim_commit, sw_try_claim};
+pub use config::*;
 pub use conn::{
-    sw_accept, sw_claim, sw_claim_abort, sw_claim_commit, sw_conn, sw_conn_close,
-    sw_conn_get_stats, sw_conn_id, sw_conn_is_open, sw_conn_max_message_size, sw_conn_stats,
-    sw_flush, sw_handler, sw_listener, sw_listener_close, sw_offer, sw_poll, sw_try_claim,
+    sw_accept, sw_conn, sw_conn_close, sw_conn_get_stats, sw_conn_id, sw_conn_is_open,
+    sw_conn_max_message_size, sw_conn_stats, sw_flush, sw_handler, sw_listener, sw_listener_close,
+    sw_offer, sw_offer_batched, sw_poll,
 };
 pub use engine::{
     sw_connect, sw_engine, sw_engine_close, sw_engine_get_stats, sw_engine_new, sw_engine_poll,
@@ -61,3 +73,4 @@ pub use engine::{
     SW_EVENT_ERROR, SW_EVENT_OTHER, SW_EVENT_PEER_LEN, SW_EVENT_PEER_UNRESPONSIVE,
 };
 pub use error::*;
+pub use held::{sw_conn_max_held, sw_conn_outstanding, sw_hold, sw_msg, sw_release};

@@ -122,7 +122,7 @@ fn offer_claim_poll_round_trip() {
     unsafe {
         assert_eq!(sw_conn_max_message_size(p.client), 512);
         assert!(sw_conn_id(p.client) != 0 && sw_conn_id(p.client) != sw_conn_id(p.server));
-        assert_eq!(sw_offer(p.client, b"hello".as_ptr(), 5), 1);
+        assert_eq!(sw_offer(p.client, b"hello".as_ptr().cast(), 5), 1);
         assert_eq!(sw_offer(p.client, ptr::null(), 0), 2, "empty message");
         let mut claim: sw_claim = std::mem::zeroed();
         assert_eq!(sw_try_claim(p.client, 300, &mut claim), SW_OK);
@@ -251,7 +251,7 @@ fn one_open_ring_claim_at_a_time() {
             SW_CLAIM_OPEN
         );
         assert_eq!(
-            sw_offer(p.client, b"x".as_ptr(), 1),
+            sw_offer(p.client, b"x".as_ptr().cast(), 1),
             i64::from(SW_CLAIM_OPEN)
         );
         assert!(
@@ -264,7 +264,7 @@ fn one_open_ring_claim_at_a_time() {
         assert_eq!(st.sent, 0, "a refused offer sent nothing");
         // The open claim is still good: it commits, and the connection is free again.
         assert_eq!(sw_claim_commit(&mut ring), 1);
-        assert_eq!(sw_offer(p.client, b"after".as_ptr(), 5), 2);
+        assert_eq!(sw_offer(p.client, b"after".as_ptr().cast(), 5), 2);
 
         // A pool-buffer claim may be open under a ring claim, but its commit waits for the ring
         // claim (refused, the claim kept), and an aborted ring claim publishes nothing.
@@ -302,11 +302,22 @@ fn errmsg_keeps_the_cause_chain_per_thread() {
         assert_eq!(sw_engine_new(ptr::null(), &mut e), SW_OK);
         let name = c"shm://ffi-api-nobody-here";
         let mut c = ptr::null_mut();
-        assert_eq!(sw_connect(e, name.as_ptr(), 0, &mut c), SW_NOT_CONNECTED);
+        // Waits 100 ms for a listener.
+        assert_eq!(
+            sw_connect(e, name.as_ptr(), 100_000_000, &mut c),
+            SW_NOT_CONNECTED
+        );
         let msg = errmsg();
         assert!(
-            msg.starts_with("sw_connect: connect to \"shm://ffi-api-nobody-here\" failed: "),
+            msg.starts_with(
+                "sw_connect: connect to \"shm://ffi-api-nobody-here\": no listener appeared \
+                 within "
+            ),
             "{msg}"
+        );
+        assert!(
+            msg.contains(": connect to \"shm://ffi-api-nobody-here\" failed: "),
+            "the last refusal is kept: {msg}"
         );
         assert!(msg.contains("no shm listener"), "the cause is kept: {msg}");
         // Another thread has its own message.
@@ -322,7 +333,7 @@ fn connections_outlive_a_closed_engine_handle() {
     // SAFETY: live handles; the engine handle is not used after it is closed.
     unsafe {
         assert_eq!(sw_engine_close(p.engine), SW_OK);
-        assert_eq!(sw_offer(p.client, b"still here".as_ptr(), 10), 1);
+        assert_eq!(sw_offer(p.client, b"still here".as_ptr().cast(), 10), 1);
         assert_eq!(sw_flush(p.client), SW_OK);
         assert_eq!(recv(p.server, 1)[0], b"still here");
         assert_eq!(sw_conn_close(p.client), SW_OK);

@@ -40,7 +40,7 @@ pub fn poller_builder(cores: &[usize], buffer_size: usize, buffers: usize) -> En
 /// # Panics
 ///
 /// If the engine cannot be built.
-pub fn inline_engine(buffer_size: usize, buffers: usize) -> Engine {
+pub fn rtc_engine(buffer_size: usize, buffers: usize) -> Engine {
     rtc_builder(buffer_size, buffers)
         .depth(buffers.min(32))
         .batch(8)
@@ -91,7 +91,9 @@ pub fn send_bytes(conn: &Connection, data: &[u8]) {
     if let Err(e) = conn.send_timeout(b, WAIT) {
         panic!("send: {e}");
     }
-    conn.flush();
+    if let Err(e) = conn.flush() {
+        panic!("flush: {e}");
+    }
 }
 
 /// [`Connection::claim`] of `len` bytes (a pool buffer, a ring record or, above the buffer
@@ -106,7 +108,8 @@ pub fn claim_timeout(conn: &Connection, len: usize) -> spinwire::SendBuf<'_> {
         match conn.claim(len) {
             Ok(b) => return b,
             Err(Error::WouldBlock) if std::time::Instant::now() < deadline => {
-                conn.flush();
+                // A connection that went down fails the next claim, with the reason.
+                let _ = conn.flush();
                 std::thread::yield_now();
             }
             Err(e) => panic!("claim {len}: {e}"),
@@ -126,7 +129,9 @@ pub fn send_msg(conn: &Connection, seq: u32, len: usize) {
     if let Err(e) = conn.send_timeout(b, WAIT) {
         panic!("send {seq}: {e:?}");
     }
-    conn.flush();
+    if let Err(e) = conn.flush() {
+        panic!("flush {seq}: {e}");
+    }
 }
 
 /// Receives (within [`WAIT`]) and [`verify`]s frame `seq` of `len` bytes.
@@ -165,7 +170,12 @@ pub fn echo_until_closed(conn: &Connection) -> u64 {
                 Err(e) => panic!("echo send: {e:?}"),
             }
         }
-        conn.flush();
         n += 1;
+        match conn.flush() {
+            Ok(()) => {}
+            // The peer closed after its last message: what was sent is echoed.
+            Err(Error::Disconnected) => return n,
+            Err(e) => panic!("echo flush: {e}"),
+        }
     }
 }

@@ -25,7 +25,63 @@ fn point_name(p: &Point) -> String {
     if let (Some(k), Some(v)) = (&p.cross, p.cross_value) {
         let _ = write!(s, " {k}={v}");
     }
+    if is_disturbed(p) {
+        s.push_str(" !");
+    }
     s
+}
+
+fn is_disturbed(p: &Point) -> bool {
+    p.quiet.as_ref().is_some_and(|q| q.disturbed)
+}
+
+/// The warning printed under the tables for a point the quiet-machine guard found disturbed.
+pub fn disturbed_warning(p: &Point) -> String {
+    let why = p.quiet.as_ref().map_or("", |q| q.reason.as_str());
+    format!(
+        "WARNING: {} (marked !) was disturbed: {why}; its figures are not the quiet machine's \
+         (rerun with --quiet-wait SECONDS and --retry-disturbed N, or on idle cores)",
+        p.label
+    )
+}
+
+/// The quiet-machine table: per point, other processes' CPU on the run's cores and each
+/// spinner's share of its core.
+fn quiet_table(out: &mut String, points: &[&Point]) {
+    let rows: Vec<(&Point, &crate::quiet::Quiet)> = points
+        .iter()
+        .filter_map(|p| Some((*p, p.quiet.as_ref()?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "
+Quiet machine (others: CPU other processes took on the run's cores, in % of one core; spinners: share of their core)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<28} {:<12} {:>9} {:>9}  spinners",
+        "point", "cores", "others %", "own %"
+    );
+    for (p, q) in rows {
+        let spin: Vec<String> = q
+            .spinners
+            .iter()
+            .map(|(n, v)| format!("{n} {:.0} %", v * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<28} {:<12} {:>9.1} {:>9.1}  {}{}",
+            p.label,
+            format!("{:?}", q.cores),
+            q.others_cpu * 100.0,
+            q.own_cpu * 100.0,
+            spin.join(", "),
+            if q.disturbed { "  DISTURBED" } else { "" }
+        );
+    }
 }
 
 fn lat_row(out: &mut String, name: &str, what: &str, s: &LatencySummary, unit: Unit) {
@@ -94,7 +150,14 @@ pub fn render(report: &Report, unit: Unit) -> String {
         .filter(|p| p.msgs_per_sec.is_some() && p.test != "floor")
         .collect();
     let m = &report.machine;
-    let _ = writeln!(out, "machine: {} ({} cores)", m.cpu_model, m.cores);
+    let _ = write!(out, "machine: {} ({} cores online", m.cpu_model, m.cores);
+    if !m.allowed_cores.is_empty() && m.allowed_cores.len() != m.cores {
+        let _ = write!(out, "; this process may run on cores {:?}", m.allowed_cores);
+    }
+    let _ = writeln!(out, ")");
+    for n in &report.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
     if let Some(f) = &floor {
         let tcp = report.floor.as_ref().is_some_and(|f| f.kind == "tcp-raw");
         let _ = writeln!(
@@ -343,6 +406,15 @@ pub fn render(report: &Report, unit: Unit) -> String {
                     c.involuntary_csw_per_sec
                 );
             }
+        }
+    }
+    let all: Vec<&Point> = report.measured.iter().map(|m| &m.point).collect();
+    quiet_table(&mut out, &all);
+    let disturbed: Vec<&&Point> = all.iter().filter(|p| is_disturbed(p)).collect();
+    if !disturbed.is_empty() {
+        out.push('\n');
+        for p in disturbed {
+            let _ = writeln!(out, "{}", disturbed_warning(p));
         }
     }
     if report.interrupted {

@@ -42,10 +42,17 @@ pub struct Plot {
     pub series: Vec<Series>,
 }
 
-const W: f64 = 900.0;
-const H: f64 = 560.0;
+/// Width of the plot area (the image grows to the right for a long legend).
+const PLOT_W: f64 = 590.0;
+/// Height of the plot area (the image grows for a legend of many series).
+const PLOT_H: f64 = 440.0;
 const LEFT: f64 = 90.0;
+/// Least room right of the plot area, for the legend.
 const RIGHT: f64 = 220.0;
+/// Width of one legend character at font size 12, generously (sans-serif averages ~6.5 px).
+const LEGEND_CHAR_W: f64 = 7.5;
+/// Legend row height.
+const LEGEND_ROW_H: f64 = 20.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 70.0;
 const COLORS: [&str; 10] = [
@@ -241,8 +248,21 @@ impl Plot {
         if y1 <= y0 {
             y1 = y0 + 1.0;
         }
-        let pw = W - LEFT - RIGHT;
-        let ph = H - TOP - BOTTOM;
+        // The legend sits right of the plot: the image is as wide as its longest name needs
+        // and as tall as its rows need.
+        let longest = self
+            .series
+            .iter()
+            .map(|s| s.name.chars().count())
+            .max()
+            .unwrap_or(0) as f64;
+        let right = RIGHT.max(15.0 + 26.0 + longest * LEGEND_CHAR_W + 10.0);
+        let pw = PLOT_W;
+        let ph = PLOT_H;
+        let w = LEFT + pw + right;
+        let h =
+            (TOP + ph + BOTTOM).max(TOP + 10.0 + LEGEND_ROW_H * self.series.len() as f64 + 10.0);
+        let (big_w, big_h) = (w, h);
         let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
         let sy = |y: f64| TOP + ph - (y - y0) / (y1 - y0) * ph;
 
@@ -250,7 +270,7 @@ impl Plot {
         let _ = writeln!(
             s,
             r#"<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
+<svg xmlns="http://www.w3.org/2000/svg" width="{big_w}" height="{big_h}" viewBox="0 0 {big_w} {big_h}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{:.1}" y="28" text-anchor="middle" font-size="16">{}</text>"#,
             LEFT + pw / 2.0,
@@ -290,7 +310,7 @@ impl Plot {
 <text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>
 <text transform="translate(22 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"##,
             LEFT + pw / 2.0,
-            H - 20.0,
+            TOP + ph + BOTTOM - 20.0,
             escape(&self.x_label),
             TOP + ph / 2.0,
             escape(&self.y_label)
@@ -331,7 +351,7 @@ impl Plot {
                     }
                 }
             }
-            let ly = TOP + 10.0 + 20.0 * i as f64;
+            let ly = TOP + 10.0 + LEGEND_ROW_H * i as f64;
             let lx = LEFT + pw + 15.0;
             let _ = writeln!(
                 s,

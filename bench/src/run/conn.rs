@@ -63,7 +63,12 @@ pub trait BenchConn {
     }
 
     /// Pushes out a partially filled send batch.
-    fn flush(&mut self) {}
+    ///
+    /// # Errors
+    /// The connection is down.
+    fn flush(&mut self) -> Result<(), BenchError> {
+        Ok(())
+    }
 
     /// The largest message this connection carries, if it has a limit of its own (spinwire's
     /// `Connection::max_message_size`).
@@ -102,7 +107,7 @@ pub trait BenchConn {
             while !self.try_send_with(size, |b| b.copy_from_slice(&copy))? {
                 w.idle()?;
             }
-            self.flush();
+            self.flush()?;
         }
         Ok(Some(head))
     }

@@ -1,5 +1,6 @@
-//! `bench cost`: the engine's own software cost, with both ends of a shm connection on one
-//! pinned thread (one run-to-completion engine), so no cross-core transfer is measured.
+//! `bench cost`: the engine's own software cost, with both ends of a connection on one pinned
+//! thread (one run-to-completion engine), so no cross-core transfer is measured: shm's direct
+//! path, or with `--fabric mem` the poller path (application rings, poller, in-process rings).
 //!
 //! * **stream**: send `--batch` messages (`Connection::send_batched`), flush, receive them; ns per message, once receiving
 //!   with `try_recv` in a loop and once with the batch receive `Connection::poll` (limit
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use spinwire::{Connection, Engine, IdleStrategy, SendError};
 
-use crate::cli::CostArgs;
+use crate::cli::{CostArgs, Fabric};
 use crate::error::BenchError;
 use crate::machine::{available_cores, check_cores, Machine};
 use crate::report;
@@ -42,6 +43,8 @@ pub struct CostPoint {
     pub stream_poll_ns: f64,
     /// ns per round trip (send, receive, echo, receive).
     pub rtt_ns: f64,
+    /// The per-stage breakdown ([`super::cost_stages`]).
+    pub stages: Vec<super::cost_stages::Stage>,
 }
 
 /// `summary.json` of `bench cost`.
@@ -57,6 +60,8 @@ pub struct CostSummary {
     pub machine: Machine,
     /// The core the thread was pinned to.
     pub core: usize,
+    /// The fabric (`shm` or `mem`).
+    pub fabric: &'static str,
     /// One entry per size.
     pub points: Vec<CostPoint>,
 }
@@ -75,6 +80,12 @@ pub fn run(a: &CostArgs, command: Vec<String>) -> Result<bool, BenchError> {
     }
     if a.iters == 0 {
         return Err(BenchError::invalid("--iters", "must be at least 1"));
+    }
+    if !matches!(a.fabric, Fabric::Shm | Fabric::Mem) {
+        return Err(BenchError::invalid(
+            "--fabric",
+            "cost measures shm (the direct path) or mem (the poller path)",
+        ));
     }
     if a.sizes.is_empty() || a.sizes.contains(&0) {
         return Err(BenchError::invalid("--sizes", "sizes must be at least 1"));
@@ -113,6 +124,7 @@ pub fn run(a: &CostArgs, command: Vec<String>) -> Result<bool, BenchError> {
         command,
         machine: Machine::detect(),
         core,
+        fabric: a.fabric.as_str(),
         points,
     };
     report::print(&render(&summary));
@@ -126,8 +138,8 @@ pub fn run(a: &CostArgs, command: Vec<String>) -> Result<bool, BenchError> {
 /// The console table.
 pub fn render(s: &CostSummary) -> String {
     let mut out = format!(
-        "engine software cost, both ends on one thread (core {}, {})\n",
-        s.core, s.machine.cpu_model
+        "engine software cost, {} connection, both ends on one thread (core {}, {})\n",
+        s.fabric, s.core, s.machine.cpu_model
     );
     out.push_str(&format!(
         "{:>8} {:>6} {:>16} {:>13} {:>9} {:>14} {:>12}\n",
@@ -144,6 +156,16 @@ pub fn render(s: &CostSummary) -> String {
             1e3 / p.stream_poll_ns,
             p.rtt_ns
         ));
+    }
+    for p in &s.points {
+        out.push_str(&format!(
+            "\nstages, {} B (ns per operation, the fastest of {} chunks)\n",
+            p.size_bytes,
+            super::cost_stages::CHUNKS
+        ));
+        for st in &p.stages {
+            out.push_str(&format!("{:>48} {:>8.1}\n", st.name, st.ns));
+        }
     }
     out
 }
@@ -179,7 +201,11 @@ fn measure(a: &CostArgs, size: usize, k: usize) -> Result<CostPoint, BenchError>
         .batch(32)
         .build()
         .map_err(engine_err("build the engine"))?;
-    let ep = format!("shm://bench-cost-{}-{k}", std::process::id());
+    let ep = format!(
+        "{}://bench-cost-{}-{k}",
+        a.fabric.as_str(),
+        std::process::id()
+    );
     let l = engine
         .listen(&ep)
         .map_err(engine_err(format!("listen on {ep}")))?;
@@ -213,6 +239,7 @@ fn measure(a: &CostArgs, size: usize, k: usize) -> Result<CostPoint, BenchError>
     let t0 = Instant::now();
     rtt_rounds(&c, &s, &payload, &mut echo, a.iters)?;
     let rtt_ns = t0.elapsed().as_nanos() as f64 / a.iters as f64;
+    let stages = super::cost_stages::measure(&c, &s, size, a.iters)?;
     Ok(CostPoint {
         size_bytes: size as u64,
         batch,
@@ -221,6 +248,7 @@ fn measure(a: &CostArgs, size: usize, k: usize) -> Result<CostPoint, BenchError>
         stream_try_recv_ns,
         stream_poll_ns,
         rtt_ns,
+        stages,
     })
 }
 
@@ -266,7 +294,7 @@ fn send(conn: &Connection, payload: &[u8], batched: bool) -> Result<(), BenchErr
         match conn.alloc() {
             Ok(b) => break b,
             Err(spinwire::Error::WouldBlock) => {
-                conn.flush();
+                conn.flush().map_err(engine_err("flush"))?;
                 bound.spin()?;
             }
             Err(e) => return Err(engine_err("alloc")(e)),
@@ -284,7 +312,7 @@ fn send(conn: &Connection, payload: &[u8], batched: bool) -> Result<(), BenchErr
             Ok(()) => return Ok(()),
             Err(SendError::WouldBlock(back)) => {
                 b = back;
-                conn.flush();
+                conn.flush().map_err(engine_err("flush"))?;
                 bound.spin()?;
             }
             Err(e) => return Err(engine_err("send")(e.into())),
@@ -305,7 +333,7 @@ fn stream_rounds(
         for _ in 0..batch {
             send(tx, payload, true)?;
         }
-        tx.flush();
+        tx.flush().map_err(engine_err("flush"))?;
         let mut got = 0;
         let mut bound = Bound::new("streamed messages");
         while got < batch {
@@ -339,7 +367,7 @@ fn rtt_rounds(
 ) -> Result<(), BenchError> {
     for _ in 0..rounds {
         send(c, payload, false)?;
-        c.flush();
+        c.flush().map_err(engine_err("flush"))?;
         let mut bound = Bound::new("the ping");
         loop {
             if let Some(m) = s.try_recv().map_err(engine_err("try_recv"))? {
@@ -349,7 +377,7 @@ fn rtt_rounds(
             bound.spin()?;
         }
         send(s, echo, false)?;
-        s.flush();
+        s.flush().map_err(engine_err("flush"))?;
         let mut bound = Bound::new("the echo");
         while c.try_recv().map_err(engine_err("try_recv"))?.is_none() {
             bound.spin()?;

@@ -39,7 +39,7 @@ fn send_err(step: &str, e: SendError<'_>) -> BenchError {
 pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
     let b = Engine::builder();
     let b = match g.mode {
-        Mode::Inline => b.run_to_completion(),
+        Mode::Rtc => b.run_to_completion(),
         Mode::Dedicated => b.pollers(&g.pollers),
     };
     let b = match g.frame_size {
@@ -87,25 +87,69 @@ pub(super) fn accept(
     }
 }
 
-/// Connects to `endpoint`, waiting at most `timeout`.
+/// Connects to `endpoint`, waiting at most `timeout`: a connection refused because nobody
+/// listens there yet (no socket, refused, reset) is retried every 100 ms until then, so a
+/// client may start before its server.
 pub(super) fn connect(
     engine: &Engine,
     g: &EngineCfg,
     endpoint: &str,
     timeout: Duration,
 ) -> Result<EngineConn, BenchError> {
-    engine
-        .connect_timeout(endpoint, timeout)
-        .map(|conn| EngineConn::new(conn, engine, g))
-        .map_err(|e| match e {
-            Error::FabricNotCompiled { fabric } => BenchError::FabricNotCompiled { fabric },
-            e => BenchError::Engine {
-                step: format!(
-                    "connecting to {endpoint} (is a `bench ... --server` running there, with the same --buffers, --buffer-size, --max-size and --large-buffers?)"
-                ),
-                source: Box::new(e),
-            },
-        })
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match engine.connect_timeout(endpoint, left.max(Duration::from_millis(1))) {
+            Ok(conn) => return Ok(EngineConn::new(conn, engine, g)),
+            Err(e) if no_listener(&e) && Instant::now() + RETRY_EVERY < deadline => {
+                if super::stop_requested() {
+                    return Err(BenchError::Interrupted);
+                }
+                std::thread::sleep(RETRY_EVERY);
+            }
+            Err(Error::FabricNotCompiled { fabric }) => {
+                return Err(BenchError::FabricNotCompiled { fabric })
+            }
+            Err(e) => {
+                return Err(BenchError::Engine {
+                    step: format!(
+                        "connecting to {endpoint} within {:.1} s (is a `bench ... --server` running there, with the same --buffers, --buffer-size, --max-size and --large-buffers?)",
+                        timeout.as_secs_f64()
+                    ),
+                    source: Box::new(e),
+                })
+            }
+        }
+    }
+}
+
+/// Time between two connection attempts while nobody listens.
+const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// True when `e` says nobody listens at the endpoint (yet): a refused, reset or missing
+/// rendezvous, somewhere in its chain of causes.
+fn no_listener(e: &Error) -> bool {
+    use std::io::ErrorKind as K;
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                K::ConnectionRefused | K::NotFound | K::ConnectionReset | K::ConnectionAborted
+            ) {
+                return true;
+            }
+        }
+        let text = s.to_string().to_ascii_lowercase();
+        if text.contains("refused")
+            || text.contains("no such file")
+            || text.contains("not connected")
+        {
+            return true;
+        }
+        src = s.source();
+    }
+    false
 }
 
 /// The server side of a loopback group: pins to `core`, listens on `endpoint` (on `shared`, or
@@ -158,7 +202,14 @@ pub(super) fn loopback_server(
         }
     };
     let limit = conn.conn.max_message_size();
-    match proto::serve(&mut conn, g.idle, limit, g.buffer_size, stall_timeout) {
+    match proto::serve_with(
+        &mut conn,
+        g.idle,
+        limit,
+        g.buffer_size,
+        stall_timeout,
+        Some(g.settings()),
+    ) {
         Err(BenchError::Interrupted) | Err(BenchError::Disconnected) => Ok(()),
         r => r,
     }
@@ -278,8 +329,8 @@ impl BenchConn for EngineConn {
     }
 
     #[inline]
-    fn flush(&mut self) {
-        self.conn.flush();
+    fn flush(&mut self) -> Result<(), BenchError> {
+        self.conn.flush().map_err(|e| engine_err("flushing", e))
     }
 
     fn max_message_size(&self) -> Option<usize> {
@@ -339,7 +390,9 @@ impl BenchConn for EngineConn {
             }
             w.idle()?;
         }
-        self.conn.flush();
+        self.conn
+            .flush()
+            .map_err(|e| engine_err("flushing the echo", e))?;
         Ok(Some(head))
     }
 }

@@ -22,13 +22,49 @@ impl Plan {
             return self.serve(ep.clone());
         }
         let mut report = Report::new(command);
+        if !self.quiet_wait.is_zero() {
+            let cores = self.local_cores(&self.groups[0]);
+            let (others, quiet) =
+                crate::quiet::wait_quiet(&cores, self.disturbed_above, self.quiet_wait);
+            if quiet {
+                eprintln!(
+                    "bench: quiet machine: other processes use {:.0} % of a core on cores {cores:?}",
+                    others * 100.0
+                );
+            } else {
+                eprintln!(
+                    "bench: warning: after --quiet-wait {:.0} s other processes still use {:.0} % of a core on cores {cores:?}; measuring anyway",
+                    self.quiet_wait.as_secs_f64(),
+                    others * 100.0
+                );
+            }
+        }
+        report.notes.extend(self.floor_note.clone());
         if self.floor {
             let iters = self.iters.clamp(1_000, 200_000);
-            let measure = match self.fabric {
-                Fabric::Tcp => crate::floor_tcp::measure,
-                _ => floor::measure,
+            let warmup = self.warmup.min(iters);
+            // The tcp floor's ping-pong carries the smallest size measured.
+            let ping = self
+                .sizes
+                .iter()
+                .copied()
+                .min()
+                .unwrap_or(8)
+                .clamp(1, crate::floor_tcp::MAX_CHUNK);
+            let measured = match self.fabric {
+                Fabric::Tcp => crate::floor_tcp::measure_with(
+                    self.floor_cores,
+                    crate::floor_tcp::TcpFloorRun {
+                        iters,
+                        warmup,
+                        chunk: crate::floor_tcp::CHUNK,
+                        ping,
+                    },
+                    &STOP,
+                ),
+                _ => floor::measure(self.floor_cores, iters, warmup, &STOP),
             };
-            match measure(self.app_cores, iters, self.warmup.min(iters), &STOP).and_then(|f| {
+            match measured.and_then(|f| {
                 report.floor = Some(f);
                 self.measure_memcpy(&mut report.memcpy)
             }) {
@@ -103,6 +139,9 @@ impl Plan {
         report: &mut Report,
         pb: &indicatif::ProgressBar,
     ) -> Result<(), BenchError> {
+        if self.one_thread {
+            return self.run_group_one_thread(g, report, pb);
+        }
         let (tx, rx) = mpsc::channel::<Measured>();
         let base_offset = report.started.elapsed().unwrap_or_default();
         let t_base = Instant::now();
@@ -173,16 +212,22 @@ impl Plan {
                         None => Arc::new(engine::build(g)?),
                     };
                     let mut conn = engine::connect(&engine, g, &endpoint, g.connect_timeout)?;
+                    if matches!(self.role, Role::Client(_)) {
+                        // A server elsewhere compares them with its own (loopback shares one).
+                        proto::client_settings(
+                            &mut conn,
+                            g.settings(),
+                            g.idle,
+                            self.stall_timeout,
+                        )?;
+                    }
                     for &point in &points {
                         if stop_requested() {
                             return Err(BenchError::Interrupted);
                         }
-                        let m = self.measure_point(
-                            &mut conn,
-                            g,
-                            point,
-                            base_offset + t_base.elapsed(),
-                        )?;
+                        let m = self.measure_guarded(&mut conn, g, point, || {
+                            base_offset + t_base.elapsed()
+                        })?;
                         if tx.send(m).is_err() {
                             break;
                         }
@@ -249,11 +294,12 @@ fn progress_line(p: &Point) -> String {
 }
 
 /// A private endpoint for a loopback group.
-fn loopback_endpoint(fabric: Fabric) -> String {
+pub(super) fn loopback_endpoint(fabric: Fabric) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let n = SEQ.fetch_add(1, Ordering::Relaxed);
     match fabric {
         Fabric::Shm => format!("shm://spinwire-bench-{}-{n}", std::process::id()),
+        Fabric::Mem => format!("mem://spinwire-bench-{n}"),
         // A port the kernel just handed out (bound and released): loopback only.
         Fabric::Tcp => format!(
             "tcp://127.0.0.1:{}",

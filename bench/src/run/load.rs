@@ -177,11 +177,11 @@ pub fn client_load<C: BenchConn>(
         w.reset();
         i += 1;
         if i % burst == 0 {
-            conn.flush();
+            conn.flush()?;
         }
     }
     let end_ns = mono_ns();
-    conn.flush();
+    conn.flush()?;
     let sent = i;
     let measured = sent - spec.warmup;
     if round_trip {

@@ -7,11 +7,81 @@ use super::proto::{self, PointSpec};
 use super::{conn, load, EngineCfg, Plan};
 use crate::cli::TestKind;
 use crate::error::BenchError;
+use crate::quiet::{self, CpuSample, Quiet};
 use crate::report::{Knobs, Measured, Point, SHORTFALL_WARN};
 use crate::stats::LatencySummary;
 use crate::sys::{self, CpuUse, ProcessCsw, ThreadCpu};
 
 impl Plan {
+    /// [`measure_point`](Self::measure_point), rerun up to `--retry-disturbed` times while the
+    /// quiet-machine guard finds it disturbed.
+    pub(super) fn measure_guarded<C: conn::BenchConn>(
+        &self,
+        conn: &mut C,
+        g: &EngineCfg,
+        point: (TestKind, usize, u64),
+        base_offset: impl Fn() -> Duration,
+    ) -> Result<Measured, BenchError> {
+        let mut m = self.measure_point(conn, g, point, base_offset())?;
+        for attempt in 1..=self.retry_disturbed {
+            let Some(q) = m.point.quiet.as_ref().filter(|q| q.disturbed) else {
+                break;
+            };
+            eprintln!(
+                "bench: {} disturbed ({}): rerun {attempt} of {}",
+                m.point.label, q.reason, self.retry_disturbed
+            );
+            m = self.measure_point(conn, g, point, base_offset())?;
+        }
+        Ok(m)
+    }
+
+    /// The app cores this process's threads run on: client then server in a loopback run
+    /// with two threads, else the one app thread's.
+    pub(super) fn app_cores_used(&self) -> Vec<usize> {
+        if self.role == super::Role::Loopback && !self.one_thread {
+            self.app_cores.to_vec()
+        } else {
+            vec![self.app_cores[0]]
+        }
+    }
+
+    /// The cores this process's threads spin on: the app cores it runs (both in loopback with
+    /// two threads, else the first) and the poller cores.
+    pub(super) fn local_cores(&self, g: &EngineCfg) -> Vec<usize> {
+        let mut cores = vec![self.app_cores[0]];
+        if self.role == super::Role::Loopback && !self.one_thread {
+            cores.push(self.app_cores[1]);
+        }
+        cores.extend(&g.pollers);
+        cores.sort_unstable();
+        cores.dedup();
+        cores
+    }
+
+    /// The guard's verdict from `before` to now, with the app threads' CPU as spinners.
+    fn judge_quiet(&self, g: &EngineCfg, before: &CpuSample, cpu: Option<CpuUse>) -> Quiet {
+        let after = quiet::sample();
+        let mut spinners = Vec::new();
+        if let Some(c) = cpu {
+            spinners.push(("client", c.client.user_s + c.client.system_s));
+            // One thread runs both ends with --one-thread; its CPU is the client's.
+            if let Some(s) = c.server.filter(|_| !self.one_thread) {
+                spinners.push(("server", s.user_s + s.system_s));
+            }
+        }
+        quiet::judge(
+            before,
+            &after,
+            &self.local_cores(g),
+            &spinners,
+            quiet::Bounds {
+                others_max: self.disturbed_above,
+                spinning: g.idle == crate::cli::Idle::Spin,
+            },
+        )
+    }
+
     /// Measures one `test` point of `size` bytes at offered `rate` (0: unlimited) on `conn`.
     pub(super) fn measure_point<C: conn::BenchConn>(
         &self,
@@ -95,6 +165,7 @@ impl Plan {
             rate_warning: false,
             cpu: None,
             process: None,
+            quiet: None,
             knobs: Knobs {
                 idle: g.idle.as_str().into(),
                 batch: g.batch,
@@ -104,7 +175,7 @@ impl Plan {
                 buffers: g.buffers,
                 buffer_size: g.buffer_size,
                 poller_cores: g.pollers.clone(),
-                app_cores: self.app_cores.to_vec(),
+                app_cores: self.app_cores_used(),
                 offered_rate: rate,
                 app_batch: self.app_batch,
                 max_message_size: g.max_message_size,
@@ -116,6 +187,7 @@ impl Plan {
         let counters = |conn: &C| Some(conn.counters()?.since(&before?));
         let csw0 = (Instant::now(), sys::process_csw_now());
         let process = || Some(ProcessCsw::since(csw0.1, csw0.0.elapsed()));
+        let quiet0 = quiet::sample();
         let cpu0 = ThreadCpu::now();
         let cpu = |server: ThreadCpu| {
             Some(CpuUse {
@@ -128,6 +200,7 @@ impl Plan {
                 let out = proto::client_lat(conn, &spec, base_offset)?;
                 point.cpu = cpu(out.server_cpu);
                 point.process = process();
+                point.quiet = Some(self.judge_quiet(g, &quiet0, point.cpu));
                 point.counters = counters(conn);
                 let rtt = LatencySummary::from_histogram(&out.rtt);
                 point.iters = out.count;
@@ -145,6 +218,7 @@ impl Plan {
                 let r = proto::client_rate(conn, &spec)?;
                 point.cpu = cpu(r.cpu);
                 point.process = process();
+                point.quiet = Some(self.judge_quiet(g, &quiet0, point.cpu));
                 point.counters = counters(conn);
                 point.iters = r.rate.msgs;
                 point.elapsed_s = r.rate.elapsed_ns as f64 / 1e9;
@@ -162,6 +236,7 @@ impl Plan {
                 let out = load::client_load(conn, &spec, base_offset)?;
                 point.cpu = cpu(out.server_cpu);
                 point.process = process();
+                point.quiet = Some(self.judge_quiet(g, &quiet0, point.cpu));
                 point.counters = counters(conn);
                 point.iters = out.count;
                 point.elapsed_s = out.elapsed.as_secs_f64();

@@ -3,8 +3,11 @@
 
 pub mod conn;
 pub mod cost;
+pub mod cost_stages;
+mod endpoint;
 mod engine;
 mod group;
+mod interleaved;
 mod intervals;
 mod load;
 mod measure;
@@ -14,6 +17,7 @@ mod server;
 mod session;
 pub mod wire;
 
+pub use endpoint::{default_server_endpoint, fabric_of};
 pub use plan::{EngineCfg, Plan};
 
 use std::ffi::OsString;
@@ -209,6 +213,19 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
     }
 }
 
+/// A floor role's endpoint: `tcp://ADDR:PORT` (or a bare `ADDR:PORT`) as the socket address;
+/// an endpoint of another scheme is refused (the cache-line floor is one process).
+fn floor_addr(flag: &'static str, ep: &str) -> Result<String, BenchError> {
+    match ep.split_once("://") {
+        Some(("tcp", addr)) if !addr.is_empty() => Ok(addr.to_owned()),
+        Some((scheme, _)) => Err(BenchError::invalid(
+            flag,
+            format!("floor roles exist only for tcp (the cache-line floor is one process), got a {scheme}:// endpoint"),
+        )),
+        None => Ok(ep.to_owned()),
+    }
+}
+
 fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
     let cores = if a.app_cores.is_empty() {
         default_app_cores()
@@ -217,7 +234,12 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
     };
     check_cores("--app-cores", &cores)?;
     let remote = a.server.is_some() || a.client.is_some();
-    if remote && a.fabric != crate::cli::Fabric::Tcp {
+    let fabric = a.fabric.unwrap_or(if remote {
+        crate::cli::Fabric::Tcp
+    } else {
+        crate::cli::Fabric::Shm
+    });
+    if remote && fabric != crate::cli::Fabric::Tcp {
         return Err(BenchError::invalid(
             if a.server.is_some() {
                 "--server"
@@ -227,6 +249,19 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
             "floor roles exist only for --fabric tcp (the cache-line floor is one process)",
         ));
     }
+    let server = match a.server.as_deref() {
+        Some("") => Some(floor_addr(
+            "--server",
+            crate::cli::DEFAULT_TCP_FLOOR_SERVER,
+        )?),
+        Some(ep) => Some(floor_addr("--server", ep)?),
+        None => None,
+    };
+    let client = a
+        .client
+        .as_deref()
+        .map(|ep| floor_addr("--client", ep))
+        .transpose()?;
     if !remote && (cores.len() != 2 || cores[0] == cores[1]) {
         return Err(BenchError::invalid(
             "--app-cores",
@@ -239,10 +274,10 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
     if a.iters == 0 {
         return Err(BenchError::invalid("--iters", "must be at least 1"));
     }
-    if let Some(addr) = &a.server {
+    if let Some(addr) = &server {
         crate::floor_tcp::serve(addr, cores[0], a.once, &STOP, |at| {
             report::print(&format!(
-                "bench floor server listening on {at} (raw tcp, core {}); Ctrl-C to stop\n",
+                "bench floor server listening on tcp://{at} (raw tcp, core {}; the client's --size sets the ping and chunk size); Ctrl-C to stop\n",
                 cores[0]
             ));
         })
@@ -253,18 +288,18 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
         return Ok(stop_requested());
     }
     let mut report = Report::new(command);
-    let f = match (a.fabric, &a.client) {
-        (crate::cli::Fabric::Tcp, Some(addr)) => crate::floor_tcp::client(
-            addr,
-            cores[0],
-            a.iters,
-            a.warmup,
-            a.size,
-            a.connect_timeout,
-            &STOP,
-        )?,
+    let tcp = crate::floor_tcp::TcpFloorRun {
+        iters: a.iters,
+        warmup: a.warmup,
+        chunk: a.size,
+        ping: a.size,
+    };
+    let f = match (fabric, &client) {
+        (crate::cli::Fabric::Tcp, Some(addr)) => {
+            crate::floor_tcp::client(addr, cores[0], tcp, a.connect_timeout, &STOP)?
+        }
         (crate::cli::Fabric::Tcp, None) => {
-            crate::floor_tcp::measure_with([cores[0], cores[1]], a.iters, a.warmup, a.size, &STOP)?
+            crate::floor_tcp::measure_with([cores[0], cores[1]], tcp, &STOP)?
         }
         _ => floor::measure([cores[0], cores[1]], a.iters, a.warmup, &STOP)?,
     };

@@ -17,14 +17,20 @@ impl Plan {
         let engine = engine::build(g)?;
         let mut listener = engine::listen(&engine, &endpoint)?;
         report::print(&format!(
-            "bench server listening on {endpoint} (fabric {}, mode {}, buffers {} x {} B, max message {} B, large slots {}, large threshold {} B); Ctrl-C to stop\n",
+            "bench server listening on {endpoint} (fabric {}, mode {}, idle {}, core {}); Ctrl-C to stop\n\
+             settings a client must share: --buffers {} --buffer-size {} --max-size {} --large-buffers {} --large-threshold {} --depth {} --batch {} --inline-threshold {} (a client's --app-batch, --size and --verify travel in its requests)\n",
             self.fabric.as_str(),
             g.mode.as_str(),
+            g.idle.as_str(),
+            self.app_cores[0],
             g.buffers,
             g.buffer_size,
             g.max_message_size,
             g.large_buffers,
             g.effective_large_threshold(),
+            g.depth,
+            g.batch,
+            g.inline_threshold,
         ));
         loop {
             if stop_requested() {
@@ -37,12 +43,13 @@ impl Plan {
             };
             eprintln!("bench server: client connected");
             let limit = conn.max_message_size().unwrap_or(g.buffer_size);
-            match proto::serve(
+            match proto::serve_with(
                 &mut conn,
                 g.idle,
                 limit,
                 g.buffer_size,
                 Duration::from_secs(60),
+                Some(g.settings()),
             ) {
                 Ok(()) => eprintln!("bench server: client done"),
                 Err(BenchError::Interrupted) => return Ok(true),

@@ -73,7 +73,7 @@ pub(super) fn send_blocking<C: BenchConn>(
     while !conn.try_send_with(msg.len(), |b| b.copy_from_slice(msg))? {
         w.idle()?;
     }
-    conn.flush();
+    conn.flush()?;
     w.reset();
     Ok(())
 }
@@ -94,12 +94,29 @@ pub(super) fn recv_blocking<C: BenchConn>(
 pub(super) fn expect_ready<C: BenchConn>(conn: &mut C, w: &mut Waiter) -> Result<(), BenchError> {
     let m = recv_blocking(conn, w)?;
     match m.first() {
+        Some(&TAG_READY) if m.len() > 2 && m[1] == 1 => {
+            warn_once(&format!(
+                "bench: warning: the server's engine settings differ: {}; its figures are not those of these settings",
+                String::from_utf8_lossy(&m[2..])
+            ));
+            Ok(())
+        }
         Some(&TAG_READY) if m.len() >= 2 && m[1] == 1 => Ok(()),
         Some(&TAG_READY) if m.len() >= 2 => Err(BenchError::Protocol(format!(
             "server refused the point: {}",
             String::from_utf8_lossy(&m[2..])
         ))),
         _ => Err(unexpected("READY", &m)),
+    }
+}
+
+/// Prints `msg` to stderr unless it was printed before.
+fn warn_once(msg: &str) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.iter().any(|s| s == msg) {
+        eprintln!("{msg}");
+        seen.push(msg.to_owned());
     }
 }
 

@@ -162,7 +162,7 @@ pub enum CmError {
     #[error("fcntl on the event channel fd failed")]
     Fcntl(#[source] io::Error),
     /// The peer's private data is missing or invalid.
-    #[error("invalid private data from peer: {0}")]
+    #[error("invalid private data from peer")]
     PrivateData(#[from] PrivateDataError),
 }
 

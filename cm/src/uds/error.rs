@@ -4,7 +4,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::HandshakeRefusal;
+use super::{ConnParams, HandshakeRefusal};
 
 /// Errors of the rendezvous.
 #[derive(Debug, thiserror::Error)]
@@ -57,11 +57,17 @@ pub enum UdsError {
         #[source]
         source: io::Error,
     },
-    /// Nobody listens on the name (no socket file, or a stale one).
-    #[error("no shm listener named {name:?}")]
+    /// Nobody listens on the name (no socket file, or a stale one). Names are per user: the
+    /// listener must run as this user, with the same runtime directory.
+    #[error(
+        "no shm listener named {name:?} in {dir:?} (names are per user: a listener of this \
+         user binds its name in this runtime directory)"
+    )]
     NoListener {
         /// The name.
         name: String,
+        /// The runtime directory looked in ([`runtime_dir`](super::runtime_dir)).
+        dir: std::path::PathBuf,
     },
     /// An operation did not complete in time.
     #[error("{op} timed out after {timeout:?}")]
@@ -104,6 +110,8 @@ pub enum UdsError {
     Rejected {
         /// The reason it gave.
         reason: HandshakeRefusal,
+        /// The listener's own params, where it sent them (a mismatch), else all zero.
+        params: ConnParams,
     },
     /// The connector aborted after the offer (e.g. it could not attach the segment).
     #[error("connection aborted by the connector: {reason}")]

@@ -5,6 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::lock::{sweep, NameLock};
 use super::path::{runtime_dir, validate_name};
 use super::stream::UdsStream;
 use super::sys::{
@@ -18,8 +19,8 @@ const LISTEN_BACKLOG: libc::c_int = 128;
 #[derive(Debug)]
 pub struct UdsListener {
     fd: OwnedFd,
-    /// Held (flocked) for the listener's lifetime.
-    _lock: OwnedFd,
+    /// Held for the listener's lifetime; its file is removed on drop.
+    lock: NameLock,
     name: String,
     path: PathBuf,
     /// (st_dev, st_ino) of the socket file we created.
@@ -27,7 +28,8 @@ pub struct UdsListener {
 }
 
 impl UdsListener {
-    /// Binds `name` in the [`runtime_dir`]. A stale socket file from a dead listener is replaced.
+    /// Binds `name` in the [`runtime_dir`]. A stale socket file from a dead listener is replaced,
+    /// and the files that dead listeners of other names left behind are removed.
     /// The socket is non-blocking and close-on-exec.
     ///
     /// # Errors
@@ -39,30 +41,9 @@ impl UdsListener {
         let dir = runtime_dir()?;
         let path = dir.join(format!("{name}.sock"));
         let (addr, addr_len) = sockaddr(&path)?;
-        let lock_path = cstring(&dir.join(format!("{name}.lock")))?;
-        // SAFETY: valid NUL-terminated path; flags and mode are valid.
-        let lock = unsafe {
-            libc::open(
-                lock_path.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                0o600 as libc::c_uint,
-            )
-        };
-        if lock < 0 {
-            return Err(io_err("lock"));
-        }
-        // SAFETY: `lock` is a fresh descriptor owned by nobody else.
-        let lock = unsafe { OwnedFd::from_raw_fd(lock) };
-        // SAFETY: flock on a valid fd.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return if errno() == libc::EWOULDBLOCK {
-                Err(UdsError::AddrInUse {
-                    name: name.to_owned(),
-                })
-            } else {
-                Err(io_err("lock"))
-            };
-        }
+        // The files of listeners that died (SIGKILL) go first.
+        sweep(&dir, name);
+        let lock = NameLock::acquire(&dir.join(format!("{name}.lock")), name)?;
         // We hold the name: any existing socket file is stale.
         let c_path = cstring(&path)?;
         // SAFETY: valid NUL-terminated path.
@@ -102,7 +83,7 @@ impl UdsListener {
         }
         Ok(Self {
             fd,
-            _lock: lock,
+            lock,
             name: name.to_owned(),
             path,
             id: (st.st_dev, st.st_ino),
@@ -179,7 +160,10 @@ impl AsRawFd for UdsListener {
 
 impl Drop for UdsListener {
     fn drop(&mut self) {
-        let Ok(c) = cstring(&self.path) else { return };
+        let Ok(c) = cstring(&self.path) else {
+            self.lock.remove();
+            return;
+        };
         // SAFETY: plain-data out struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: valid path and out pointer. Unlink only the socket file we created (it may
@@ -189,5 +173,7 @@ impl Drop for UdsListener {
                 libc::unlink(c.as_ptr());
             }
         }
+        // Still holding the lock: nobody else can have taken it.
+        self.lock.remove();
     }
 }

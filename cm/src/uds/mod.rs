@@ -14,9 +14,11 @@
 //!
 //! A listener for `name` holds an exclusive `flock` on `<dir>/<name>.lock` for its lifetime, so
 //! a socket file left behind by a dead process is recognised as stale and replaced safely, and a
-//! second live listener gets [`UdsError::AddrInUse`]. The socket file is unlinked on drop (only if
-//! it is still the one this listener created); lock files are left in place on purpose (unlinking
-//! a lock file races with a concurrent binder).
+//! second live listener gets [`UdsError::AddrInUse`]. A listener unlinks its socket file (only if
+//! it is still the one it created) and its lock file on drop; a bind also removes the files that
+//! dead listeners (SIGKILL) of any name left behind. A lock counts only while its file is still
+//! the one at the path (the taker checks after its `flock`), so that removing lock files never
+//! lets two listeners hold one name.
 //!
 //! Both ends check the peer's credentials (`SO_PEERCRED`): a peer with another uid is refused with
 //! [`UdsError::ForeignPeer`].
@@ -85,6 +87,7 @@ pub const RUNTIME_DIR_ENV: &str = "SPINWIRE_RUNTIME_DIR";
 
 mod error;
 mod listener;
+mod lock;
 mod path;
 mod proto;
 mod stream;

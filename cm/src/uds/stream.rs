@@ -31,7 +31,8 @@ type RawMsg = ([u8; MSG_LEN], Option<OwnedFd>);
 /// [`UdsError::Io`].
 pub fn connect(name: &str, timeout: Duration) -> Result<UdsStream, UdsError> {
     validate_name(name)?;
-    let path = runtime_dir()?.join(format!("{name}.sock"));
+    let dir = runtime_dir()?;
+    let path = dir.join(format!("{name}.sock"));
     let (addr, addr_len) = sockaddr(&path)?;
     let end = deadline(timeout);
     loop {
@@ -56,6 +57,7 @@ pub fn connect(name: &str, timeout: Duration) -> Result<UdsStream, UdsError> {
             libc::ENOENT | libc::ECONNREFUSED => {
                 return Err(UdsError::NoListener {
                     name: name.to_owned(),
+                    dir,
                 })
             }
             // Backlog full: retry until the deadline.
@@ -378,9 +380,23 @@ impl UdsStream {
         reason: HandshakeRefusal,
         timeout: Duration,
     ) -> Result<(), UdsError> {
+        self.send_reject_with(reason, &ConnParams::default(), timeout)
+    }
+
+    /// Listener: rejects the hello with `reason` and its own `params` (so that the connector
+    /// can name what differs). Close the stream afterwards.
+    ///
+    /// # Errors
+    /// [`UdsError::PeerClosed`], [`UdsError::Timeout`], [`UdsError::Io`].
+    pub fn send_reject_with(
+        &mut self,
+        reason: HandshakeRefusal,
+        params: &ConnParams,
+        timeout: Duration,
+    ) -> Result<(), UdsError> {
         tracing::info!(?reason, "uds handshake rejected");
         self.send(
-            &encode(Kind::Reject, reason.code(), &ConnParams::default()),
+            &encode(Kind::Reject, reason.code(), params),
             None,
             "send reject",
             timeout,
@@ -391,7 +407,7 @@ impl UdsStream {
     /// fd (exactly one; extra fds are closed and refused).
     ///
     /// # Errors
-    /// [`UdsError::Rejected`] (with the listener's reason), [`UdsError::VersionMismatch`] if the
+    /// [`UdsError::Rejected`] (with the listener's reason and, for a mismatch, its params), [`UdsError::VersionMismatch`] if the
     /// listener's reply is of another protocol version, [`UdsError::FdCount`],
     /// [`UdsError::BadMessage`], [`UdsError::PeerClosed`], [`UdsError::Timeout`],
     /// [`UdsError::Io`].
@@ -404,6 +420,7 @@ impl UdsStream {
             }),
             (Kind::Reject, _) => Err(UdsError::Rejected {
                 reason: HandshakeRefusal::from_code(m.reason),
+                params: m.params,
             }),
             _ => Err(UdsError::BadMessage {
                 reason: "expected accept or reject",

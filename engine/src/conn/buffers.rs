@@ -90,7 +90,7 @@ impl SendBuf<'_> {
         if !is_large(self.idx()) {
             self.conn.tx_pool.buf_size()
         } else if self.idx() == RING_CLAIM {
-            self.conn.ring_claim.get().1
+            self.conn.ring_claim().1
         } else {
             self.conn.tx_large.buf_size()
         }
@@ -103,7 +103,7 @@ impl SendBuf<'_> {
             // SAFETY: `idx < count` (the field's invariant: every constructor checks it).
             unsafe { self.conn.tx_pool.buf_ptr_unchecked(self.idx()) }
         } else if self.idx() == RING_CLAIM {
-            self.conn.ring_claim.get().0
+            self.conn.ring_claim().0
         } else {
             // SAFETY: `slot < large count` (the field's invariant: `take_large` checks it).
             unsafe { self.conn.tx_large.buf_ptr_unchecked(large_slot(self.idx())) }

@@ -1,16 +1,12 @@
-//! Large messages (issue #12): [`Connection::alloc_large`], [`Connection::send_copy`] and
-//! [`Connection::recv_into`].
+//! Large messages: [`Connection::alloc_large`], [`Connection::send_copy`] and
+//! [`Connection::recv_into`], the same on both paths (each path takes its own slots).
 //!
 //! See [`Connection::alloc_large`] for the model, the protocols by size and an example.
 
 use std::time::Duration;
 
-use super::{Connection, Message, SendBuf, SendError};
-use crate::desc::{is_large, large_slot};
+use super::{Connection, Message, Path, SendBuf, SendError};
 use crate::error::Error;
-use crate::fabric::{DirectPath, Sent};
-
-use super::DirectSend;
 
 /// Why [`Connection::recv_into`] did not copy a message.
 pub enum RecvIntoError<'c> {
@@ -137,25 +133,16 @@ impl Connection {
     /// [`EngineBuilder::large_buffers`](crate::EngineBuilder::large_buffers));
     /// [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down.
     pub fn alloc_large(&self) -> Result<SendBuf<'_>, Error> {
-        if let Some(idx) = self.take_large() {
-            return Ok(SendBuf::new(self, idx, 0));
+        self.check_up()?;
+        let buf = match &self.path {
+            Path::Direct(d) => d.alloc_large(self),
+            Path::Polled(p) => p.alloc_large(self),
+        };
+        if buf.is_ok() {
+            // Counted when taken (every large send takes one): the send paths stay as they are.
+            self.shared.app.large_sent.add(1);
         }
-        self.drive_poller();
-        if let Some(idx) = self.take_large() {
-            return Ok(SendBuf::new(self, idx, 0));
-        }
-        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
-        let app = unsafe { self.app() };
-        app.alloc_failures += 1;
-        if let Some(d) = self.shared.down() {
-            return Err(d.to_error());
-        }
-        if app.held_large >= self.tx_large.count() {
-            return Err(Error::PoolExhausted {
-                count: self.tx_large.count() as usize,
-            });
-        }
-        Err(Error::WouldBlock)
+        buf
     }
 
     /// [`alloc_large`](Self::alloc_large), waiting up to `timeout` for a slot to come back.
@@ -180,60 +167,6 @@ impl Connection {
         Ok(b)
     }
 
-    /// A free large slot (`LARGE_BIT | slot`), taking back what the fabric freed.
-    fn take_large(&self) -> Option<u32> {
-        // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
-        let app = unsafe { self.app() };
-        if app.spare_large.is_empty() {
-            if let Some(d) = &self.direct {
-                // The peer's releases of buffers and slots come back together.
-                if let Err(e) = d.reclaim_all(&mut app.spare, &mut app.spare_large) {
-                    self.fail(e);
-                    return None;
-                }
-            } else if let Some(r) = app.rings.as_mut() {
-                // Ordinary buffers met on the way are kept for `alloc` (room for all of them).
-                while let Ok(i) = r.free.pop() {
-                    if is_large(i) {
-                        app.spare_large.push(i);
-                        break;
-                    }
-                    if app.spare.len() < app.spare.capacity() {
-                        app.spare.push(i);
-                    }
-                }
-            }
-        }
-        let idx = app.spare_large.pop()?;
-        // Only slots the engine validated reach the list; checked anyway (`SendBuf` relies on it).
-        if large_slot(idx) >= self.tx_large.count() {
-            return None;
-        }
-        app.held_large += 1;
-        Some(idx)
-    }
-
-    /// The direct send of large slot `idx`: always by reference.
-    #[inline(never)]
-    pub(super) fn send_direct_large(&self, d: &DirectPath, idx: u32, len: u32) -> DirectSend {
-        match d.send_ref(idx, len) {
-            Ok(Sent::Full) => {
-                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
-                unsafe { self.app() }.would_block += 1;
-                DirectSend::Full
-            }
-            Ok(_) => {
-                // SAFETY: no other `AppSide` reference is live; none is taken while this one is used.
-                let app = unsafe { self.app() };
-                app.held_large -= 1;
-                app.sent += 1;
-                app.tx_bytes += u64::from(len);
-                DirectSend::Done
-            }
-            Err(e) => DirectSend::Failed(self.fail(e)),
-        }
-    }
-
     /// Sends a copy of `data`, of any length up to [`max_message_size`](Self::max_message_size):
     /// into a pool buffer (eager) up to the [large threshold](crate::EngineBuilder::large_threshold),
     /// else into a large slot. One copy on the sender; the receiver still reads in place.
@@ -244,6 +177,7 @@ impl Connection {
     /// [`Error::WouldBlock`] when no buffer or slot is free, or the receiver has no room (retry;
     /// nothing was sent); otherwise as [`alloc`](Self::alloc) and [`send`](Self::send).
     pub fn send_copy(&self, data: &[u8]) -> Result<(), Error> {
+        self.check_up()?;
         if data.len() > self.message_limit {
             return Err(Error::MessageTooLarge {
                 size: data.len(),

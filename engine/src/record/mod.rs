@@ -1,5 +1,5 @@
-//! The data path v2 record format: one fabric-neutral codec for the records that the shm record
-//! ring, RDMA frames and the `tcp://` byte stream carry (issue #10).
+//! The record format: one fabric-neutral codec for the records that the shm record
+//! ring, RDMA frames and the `tcp://` byte stream carry.
 //!
 //! This module is the **specification**. It is a bottom-layer module: it imports nothing from the
 //! rest of the crate, performs no I/O, never allocates and never panics on any input. The
@@ -8,8 +8,7 @@
 //! loom-modelled), which the shm segment ([`crate::fabric::shm::wire`], version 2) holds, one
 //! per direction, and the shm direct path drives from the applications' threads. The RDMA data
 //! path sends frames of DATA records (one SEND per frame, split by the receiver with
-//! [`FrameReader`]). See [the plan](#plan-wiring-it-in) below and the crate docs' "Data path v2
-//! plan".
+//! [`FrameReader`]).
 //!
 //! # Records
 //!
@@ -40,9 +39,9 @@
 //! | 3    | `PAD`       | ignored: skip to the end of the ring (a wrap) or of the frame | v1 |
 //! | 4    | `CREDIT`    | `credits: u64`, cumulative (so a repeated record is harmless) | v1 |
 //! | 5    | `HEARTBEAT` | `seq: u64` | v1 |
-//! | 6    | `FRAG`      | reserved for large messages (#12): message id, offset, total length, bytes | reserved |
-//! | 7    | `RNDV`      | `slot: u32`, `len: u32`, `addr: u64`, `rkey: u32`, `pad: u32` (24 bytes): a large message of `len` bytes in the sender's large slot `slot`, to be pulled with RDMA READ from `addr` with `rkey` (#12, RDMA rendezvous) | v1 |
-//! | 8    | `RNDV_DONE` | `slot: u32`, `pad: u32` (8 bytes): the receiver pulled the sender's large slot `slot`; the sender may reuse it (#12) | v1 |
+//! | 6    | `FRAG`      | reserved (no version defines it; large messages travel through large slots) | reserved |
+//! | 7    | `RNDV`      | `slot: u32`, `len: u32`, `addr: u64`, `rkey: u32`, `pad: u32` (24 bytes): a large message of `len` bytes in the sender's large slot `slot`, to be pulled with RDMA READ from `addr` with `rkey` (RDMA rendezvous) | v1 |
+//! | 8    | `RNDV_DONE` | `slot: u32`, `pad: u32` (8 bytes): the receiver pulled the sender's large slot `slot`; the sender may reuse it | v1 |
 //! | 9..=255 | —        | unknown | error |
 //!
 //! RNDV and RNDV_DONE travel only in RDMA frames (see `fabric::rdma`'s protocol docs); the
@@ -105,37 +104,28 @@
 //!
 //! # Version and handshake
 //!
-//! Both ends will exchange [`VERSION`] and their maximum record payload in the connection
-//! handshake (shm hello / rdma_cm private data / TCP hello) before any record flows; a frame
-//! also carries the version. New record types (FRAG) are added by the version that defines
-//! them; a version-1 reader rejects them with [`RecordError::Unsupported`], never misparses.
+//! The tcp hello and every RDMA frame carry [`VERSION`]; the shm segment's header carries its
+//! own wire version, which covers its rings. New record types (FRAG) are added by the version
+//! that defines them; a version-1 reader rejects them with [`RecordError::Unsupported`], never
+//! misparses.
 //!
-//! # Plan: wiring it in
+//! # Where it is used
 //!
-//! Landed: the codec (this module) and the shm record ring ([`ring`]): an SPSC byte ring of
-//! records over a caller-supplied region (positions, never pointers, in shared memory), with a
-//! loom model (`scripts/ci/loom.sh`), two-thread stress and hostile-producer tests
-//! (`engine/tests/record_ring.rs`) and `cargo bench -p spinwire --bench record_ring` next to the
-//! shm wire and the cache-line floor.
-//!
-//! Landed, shm (`fabric/shm/wire`, segment version 2): the ring is in the segment, one per
-//! direction (128-byte aligned, [`ring::region_size`]), where the descriptor ring of 64-byte
-//! slots was; `wire::ring`'s `SegRing` is the `RingMemory` over the `Arc<Mapping>` plus an
-//! offset that keeps the mapping alive. Inline messages are `DATA` records, pooled ones
-//! `BUF_REF`; the release ring of buffer indices stays. The ring's typed [`ring::RingError`]
-//! surfaces as `WireError::Ring` (the connection fails). The application's `Connection` is the
-//! producer and the consumer (the direct path, `fabric/shm/direct.rs`): `send` writes the
-//! record into the ring (no application→poller descriptor hop, no poller), `Connection::claim`
-//! writes a message into the record itself ([`ring::Producer::claim_raw`]), and
-//! `Connection::poll` reads the peer's records in place, publishing its position once per call.
-//! The `depth` window is counted against the consumer's published position.
-//!
-//! Next: a batch send over [`ring::Claim::commit_batched`]; `CREDIT` records on the reverse
-//! ring instead of the release ring, and the heartbeat word as a `HEARTBEAT` record; the shm
-//! hello carrying [`VERSION`] and the maximum record payload. RDMA (landed): the small
-//! messages of a send batch are coalesced into one frame per SEND (post lists, selective
-//! signalling); the receiver splits it with [`FrameReader`] and copies each record into its
-//! descriptor; next, the application reads each message in place in the receive buffer.
+//! * shm: the record ring ([`ring`]), an SPSC byte ring of records over a caller-supplied
+//!   region (positions, never pointers, in shared memory), one per direction in the segment
+//!   (`fabric/shm/wire`, 128-byte aligned, [`ring::region_size`]). Inline messages are `DATA`
+//!   records, pooled and large ones `BUF_REF`; a release ring of buffer indices returns the
+//!   buffers. The ring's typed [`ring::RingError`] surfaces as `WireError::Ring` (the
+//!   connection fails). The applications' threads are its producer and consumer (the direct
+//!   path): `send` writes the record, `Connection::claim` writes a message into the record
+//!   itself ([`ring::Producer::claim_raw`]), `Connection::poll` reads the peer's records in
+//!   place. The sender's window is counted against the consumer's published position.
+//!   It is loom-modelled (`scripts/ci/loom.sh`), stress- and hostile-producer-tested
+//!   (`engine/tests/record_ring.rs`) and benchmarked (`cargo bench -p spinwire --bench
+//!   record_ring`).
+//! * tcp: the stream framing; the hello carries [`VERSION`].
+//! * RDMA: one frame of `DATA` records per SEND (post lists, selective signalling), split by
+//!   the receiver with [`FrameReader`]; `RNDV` / `RNDV_DONE` for large messages.
 
 pub(crate) mod copy;
 mod error;
@@ -163,7 +153,7 @@ pub const RECORD_HEADER: usize = 8;
 pub const FRAME_HEADER: usize = 8;
 /// The format version this codec speaks.
 pub const VERSION: u8 = 1;
-/// The largest payload any configuration may allow (16 MiB, the large-message ceiling of #12).
+/// The largest payload any configuration may allow (16 MiB, the large-message ceiling).
 pub const MAX_PAYLOAD: usize = 16 << 20;
 
 const BUF_REF_PAYLOAD: usize = 8;

@@ -15,12 +15,12 @@ pub enum RecordType {
     Credit = 4,
     /// Liveness (`u64` sequence).
     Heartbeat = 5,
-    /// Reserved: a fragment of a large message (issue #12).
+    /// Reserved: a fragment of a large message.
     Frag = 6,
-    /// A rendezvous descriptor (issue #12): a large message the receiver pulls with RDMA READ
+    /// A rendezvous descriptor: a large message the receiver pulls with RDMA READ
     /// (`slot: u32, len: u32, addr: u64, rkey: u32, pad: u32`).
     Rndv = 7,
-    /// A rendezvous acknowledgement (issue #12): the receiver pulled the large message of the
+    /// A rendezvous acknowledgement: the receiver pulled the large message of the
     /// sender's slot `slot` (`slot: u32, pad: u32`); the sender may reuse the slot.
     RndvDone = 8,
 }

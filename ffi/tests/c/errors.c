@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,15 +116,90 @@ int main(void) {
            SW_BAD_ARG, "not a live handle");
 
     /* SW_BAD_CONFIG. */
-    sw_config_init(&cfg);
+    (void)!sw_config_init(&cfg);
     cfg.buffers = 0;
     expect("sw_engine_new(buffers = 0)", sw_engine_new(&cfg, &engine), SW_BAD_CONFIG, "buffers");
-    sw_config_init(&cfg);
+    (void)!sw_config_init(&cfg);
     cfg.idle = 7;
     expect("sw_engine_new(idle = 7)", sw_engine_new(&cfg, &engine), SW_BAD_CONFIG, "idle");
+    /* Every documented range of sw_config, just outside it: SW_BAD_CONFIG naming the field. */
+    {
+        struct {
+            const char *what, *field;
+            size_t off;
+            int is64;
+            uint64_t value;
+        } bad[] = {
+#define SW_FIELD(f) #f, offsetof(sw_config, f)
+            {"buffer_size = 0", SW_FIELD(buffer_size), 0, 0},
+            {"buffer_size = SW_MAX_BUFFER_SIZE + 1", SW_FIELD(buffer_size), 0, SW_MAX_BUFFER_SIZE + 1},
+            {"buffers = SW_MAX_BUFFERS + 1", SW_FIELD(buffers), 0, SW_MAX_BUFFERS + 1},
+            {"depth = buffers + 1", SW_FIELD(depth), 0, 257},
+            {"batch = 0", SW_FIELD(batch), 0, 0},
+            {"batch = SW_MAX_BATCH + 1", SW_FIELD(batch), 0, SW_MAX_BATCH + 1},
+            {"inline_threshold = SW_INLINE_MAX + 1", SW_FIELD(inline_threshold), 0, SW_INLINE_MAX + 1},
+            {"inline_threshold = 500", SW_FIELD(inline_threshold), 0, 500},
+            {"connect_timeout_ns = 0", SW_FIELD(connect_timeout_ns), 1, 0},
+            {"liveness_timeout_ns = min - 1", SW_FIELD(liveness_timeout_ns), 1,
+             SW_MIN_LIVENESS_TIMEOUT_NS - 1},
+            {"max_connections_per_poller = 0", SW_FIELD(max_connections_per_poller), 0, 0},
+            {"max_connections_per_poller = max + 1", SW_FIELD(max_connections_per_poller), 0,
+             SW_MAX_CONNECTIONS_PER_POLLER + 1},
+            {"max_message_size = 0", SW_FIELD(max_message_size), 0, 0},
+            {"max_message_size = SW_MAX_MESSAGE_SIZE + 1", SW_FIELD(max_message_size), 0,
+             SW_MAX_MESSAGE_SIZE + 1},
+            {"large_buffers = SW_MAX_LARGE_BUFFERS + 1", SW_FIELD(large_buffers), 0,
+             SW_MAX_LARGE_BUFFERS + 1},
+#undef SW_FIELD
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char what[128], needle[96];
+            (void)!sw_config_init(&cfg);
+            unsigned char *field = (unsigned char *)&cfg + bad[i].off;
+            if (bad[i].is64) {
+                uint64_t v = bad[i].value;
+                memcpy(field, &v, sizeof v);
+            } else {
+                size_t v = (size_t)bad[i].value;
+                memcpy(field, &v, sizeof v);
+            }
+            snprintf(what, sizeof what, "sw_engine_new(%s)", bad[i].what);
+            snprintf(needle, sizeof needle, "sw_config.%s = ", bad[i].field);
+            engine = NULL;
+            expect(what, sw_engine_new(&cfg, &engine), SW_BAD_CONFIG, needle);
+            if (!strstr(sw_errmsg(), "out of range: must be")) {
+                printf("FAIL %s: the message names no range\n", what);
+                failures++;
+            }
+        }
+        /* poller_cores: present when poller_count > 0, distinct, below the CPU count. */
+        size_t cores_dup[2] = {0, 0}, cores_far[1] = {1u << 20};
+        (void)!sw_config_init(&cfg);
+        cfg.poller_count = 1;
+        expect("sw_engine_new(poller_count 1, poller_cores NULL)", sw_engine_new(&cfg, &engine),
+               SW_BAD_CONFIG, "poller_cores");
+        cfg.poller_cores = cores_dup;
+        cfg.poller_count = 2;
+        expect("sw_engine_new(poller_cores {0, 0})", sw_engine_new(&cfg, &engine), SW_BAD_CONFIG,
+               "core");
+        cfg.poller_cores = cores_far;
+        cfg.poller_count = 1;
+        expect("sw_engine_new(poller_cores {1 << 20})", sw_engine_new(&cfg, &engine),
+               SW_BAD_CONFIG, "core");
+        engine = NULL;
+        /* The edges are accepted. */
+        (void)!sw_config_init(&cfg);
+        cfg.inline_threshold = SW_INLINE_MAX;
+        cfg.batch = SW_MAX_BATCH;
+        cfg.depth = cfg.buffers;
+        cfg.liveness_timeout_ns = SW_MIN_LIVENESS_TIMEOUT_NS;
+        expect("sw_engine_new(every field at its edge)", sw_engine_new(&cfg, &engine), SW_OK, NULL);
+        expect("sw_engine_close", sw_engine_close(engine), SW_OK, NULL);
+        engine = NULL;
+    }
 
     /* Large messages: above the buffer size through a large slot, up to max_message_size. */
-    sw_config_init(&cfg);
+    (void)!sw_config_init(&cfg);
     cfg.buffers = 8;
     cfg.buffer_size = 256;
     cfg.max_message_size = 64 * 1024;
@@ -143,24 +219,59 @@ int main(void) {
         expect("sw_offer(40000 bytes)", sw_offer(lc, big, 40000) > 0 ? SW_OK : -99, SW_OK, NULL);
         size_t large_len = 0;
         uint64_t until = now_ns() + 5000 * MS;
-        while (large_len == 0 && now_ns() < until) sw_poll(ls, on_large, &large_len, 1);
+        while (large_len == 0 && now_ns() < until) (void)!sw_poll(ls, on_large, &large_len, 1);
         expect("large message arrived whole", large_len == 40000 ? SW_OK : -99, SW_OK, NULL);
         expect("sw_offer(64 KiB + 1)", sw_offer(lc, big, sizeof big), SW_TOO_LARGE, "65536");
-        sw_conn_close(lc);
-        sw_conn_close(ls);
-        sw_listener_close(ll);
+        (void)!sw_conn_close(lc);
+        (void)!sw_conn_close(ls);
+        (void)!sw_listener_close(ll);
     }
     expect("sw_engine_close", sw_engine_close(engine), SW_OK, NULL);
     engine = NULL;
 
     /* The rest on a pool-only engine: its limit is the buffer size. */
-    sw_config_init(&cfg);
+    (void)!sw_config_init(&cfg);
     cfg.buffers = 8;
     cfg.buffer_size = 256;
     cfg.large_buffers = 0;
     cfg.idle = SW_IDLE_BACKOFF;
     expect("sw_engine_new(defaults, 8 x 256 B)", sw_engine_new(&cfg, &engine), SW_OK, NULL);
     if (!engine) return 1;
+
+    /* Held messages: at most sw_conn_max_held (the receive pool), then SW_BACK_PRESSURED. */
+    {
+        sw_listener *hl = NULL;
+        sw_conn *hc = NULL, *hs = NULL;
+        sw_msg held[16], extra;
+        snprintf(name, sizeof name, "shm://ffi-errors-held-%d", pid);
+        pair(engine, name, &hl, &hc, &hs);
+        int64_t max_held = sw_conn_max_held(hs);
+        expect("sw_conn_max_held(8 buffers)", max_held == 8 ? SW_OK : -99, SW_OK, NULL);
+        int nheld = 0;
+        uint64_t until = now_ns() + 5000 * MS;
+        for (int64_t i = 0; i < max_held; i++) (void)!sw_offer(hc, buf, 16);
+        while (nheld < max_held && now_ns() < until) {
+            int32_t h = sw_hold(hs, &held[nheld]);
+            if (h == 1) nheld++;
+            else if (h < 0) break;
+        }
+        expect("sw_hold(max_held messages)", nheld == max_held ? SW_OK : -99, SW_OK, NULL);
+        expect("sw_offer(one more)", sw_offer(hc, buf, 16) > 0 ? SW_OK : -99, SW_OK, NULL);
+        expect("sw_hold(past the pool)", sw_hold(hs, &extra), SW_BACK_PRESSURED, "release one");
+        expect("sw_release", sw_release(&held[0]), SW_OK, NULL);
+        expect("sw_release(released message)", sw_release(&held[0]), SW_BAD_ARG, "stale");
+        expect("sw_release(NULL)", sw_release(NULL), SW_BAD_ARG, "NULL");
+        until = now_ns() + 5000 * MS;
+        int32_t h = 0;
+        while (h == 0 && now_ns() < until) h = sw_hold(hs, &held[0]);
+        expect("sw_hold(after a release)", h == 1 ? SW_OK : h, SW_OK, NULL);
+        expect("sw_conn_outstanding(held)", sw_conn_outstanding(hs) == max_held ? SW_OK : -99, SW_OK,
+               NULL);
+        /* Closing with messages held releases them. */
+        expect("sw_conn_close(messages held)", sw_conn_close(hs), SW_OK, NULL);
+        expect("sw_conn_close", sw_conn_close(hc), SW_OK, NULL);
+        expect("sw_listener_close", sw_listener_close(hl), SW_OK, NULL);
+    }
 
     /* SW_BAD_ENDPOINT, SW_UNSUPPORTED, SW_NOT_CONNECTED, SW_SETUP_FAILED. */
     sw_conn *c = NULL;
@@ -206,7 +317,7 @@ int main(void) {
     expect("sw_listen", sw_listen(engine, name2, &l2), SW_OK, NULL);
     expect("sw_accept(nobody, 0 ns)", sw_accept(l2, 0, &c), SW_TIMEOUT, "no connection");
     expect("sw_accept(nobody, 50 ms)", sw_accept(l2, 50 * MS, &c), SW_TIMEOUT, "timed out");
-    sw_listener_close(l2);
+    (void)!sw_listener_close(l2);
 
     /* A connected pair for the data-path codes. */
     snprintf(name, sizeof name, "shm://ffi-errors-pair-%d", pid);
@@ -233,7 +344,7 @@ int main(void) {
      * inline threshold (120 B) is a ring claim, written in the ring record itself (one open at
      * a time); a larger one (POOL_LEN) gets a pool buffer. */
     int got = 0;
-    for (int i = 0; i < 1000 && got == 0; i++) sw_poll(server, on_msg, &got, 8);
+    for (int i = 0; i < 1000 && got == 0; i++) (void)!sw_poll(server, on_msg, &got, 8);
     expect("sw_try_claim(16)", sw_try_claim(client, 16, &claim), SW_OK, NULL);
     sw_claim copy = claim;
     memset(claim.data, 0xab, claim.len);
@@ -269,7 +380,7 @@ int main(void) {
     int held = 0;
     int32_t r = SW_OK;
     while (now_ns() < deadline) {
-        sw_poll(server, on_msg, &got, 64);
+        (void)!sw_poll(server, on_msg, &got, 64);
         r = sw_try_claim(client, POOL_LEN, &claims[held]);
         if (r == SW_OK) {
             if (++held == 64) break;
@@ -296,7 +407,7 @@ int main(void) {
     for (long i = 0; i < 1000000; i++) {
         o = sw_offer(client, buf, 64);
         if (o < 0) break;
-        if ((i & 15) == 0) sw_flush(client);
+        if ((i & 15) == 0) (void)!sw_flush(client);
     }
     expect("sw_offer(flood, receiver not polling)", o, SW_BACK_PRESSURED, "would block");
     sw_conn_stats st;

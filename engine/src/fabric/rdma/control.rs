@@ -1,12 +1,15 @@
-//! The RDMA half of the control thread: [`RdmaControl`], the [`FabricControl`] of `rdma://`.
+//! The RDMA half of the control thread: [`RdmaControl`], the RDMA part of the shared
+//! [`Control`](crate::fabric::control::Control), the [`FabricControl`] of `rdma://`.
 //!
-//! It owns the rdma_cm listeners, every RDMA connection's rdma_cm id (watched for DISCONNECTED
-//! and DEVICE_REMOVAL), the device table (PD, one CQ per poller; shared with connecting threads
-//! through [`RdmaConnect`]) and the producer ends of the pollers' RDMA command rings. An
-//! established connection goes to the poller whose CQ its QP was created on, preceded by an
-//! [`RdmaCommand::AttachCq`] for that CQ. Closing asks the poller to retire the connection (its
-//! last service posts what the application queued) and disconnects once it has, or after
-//! [`CLOSE_GRACE`].
+//! It owns the device table (PD, one CQ per poller; shared with connecting threads as its
+//! [`Accepting::Connect`]); its registry holds the rdma_cm listeners, every RDMA connection's
+//! rdma_cm id (watched for DISCONNECTED and DEVICE_REMOVAL) and the producer ends of the
+//! pollers' RDMA command rings. An established connection goes to the poller whose CQ its QP
+//! was created on, preceded by an [`RdmaCommand::AttachCq`] for that CQ. Closing asks the
+//! poller to retire the connection (it posts what the application queued and retires it once
+//! every send completed, so that the disconnect flushes none of it) and disconnects once it
+//! has, or after [`CLOSE_GRACE`]. The peer's disconnect (DISCONNECTED) goes to the poller too:
+//! it delivers what the CQ still holds of the peer's sends, then reports the disconnect.
 //!
 //! Accepting never waits on a peer: an accepted request becomes a [`PendingAccept`] entry whose
 //! id's event channel is in the poll set; its ESTABLISHED (or a failure event) finishes it, and
@@ -15,7 +18,7 @@
 //! Connecting runs on the calling thread.
 
 use std::os::fd::RawFd;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::datapath::{RdmaCommand, RdmaFabric};
@@ -28,13 +31,14 @@ use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, FabricError};
 use crate::event::Event;
+#[cfg(doc)]
+use crate::fabric::control::FabricControl;
 use crate::fabric::control::{
-    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, NewConn,
-    PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Accept, Accepting, ConnRec, Ctx, NewConn, PendingSetup, Reg, SetupSide,
 };
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
-use crate::poller::{Command, PollerLink};
+use crate::poller::PollerLink;
 
 /// Longest a closing connection waits for its poller before it is disconnected anyway (in
 /// run-to-completion mode the poller runs only when the application polls).
@@ -54,84 +58,10 @@ impl SetupSide for RdmaSetup {
     }
 }
 
-/// The RDMA control state.
+/// The RDMA part of the control half: the device table (the registry and the pending accepts
+/// are the shared [`Control`](control::Control)'s).
 pub(crate) struct RdmaControl {
-    reg: Registry<RdmaFabric, RdmaListener, RdmaSetup>,
-    /// Accepted requests waiting for ESTABLISHED; their channels follow the registry's
-    /// descriptors in the poll set.
-    accepting: Handshakes<Box<PendingAccept>>,
     devices: Arc<RdmaDevices>,
-}
-
-impl RdmaControl {
-    pub(crate) fn new(links: Vec<PollerLink<RdmaFabric>>, cfg: &Config) -> Self {
-        let devices = Arc::new(RdmaDevices::new(
-            links.len(),
-            cfg.max_connections_per_poller,
-        ));
-        Self {
-            reg: Registry::new(links),
-            accepting: Handshakes::new(MAX_PENDING_ACCEPTS),
-            devices,
-        }
-    }
-
-    /// Registers an established connection with its poller.
-    fn install_est(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        est: Established,
-        endpoint: String,
-    ) -> Result<ConnParts, Error> {
-        let Established {
-            poller,
-            conn,
-            pools,
-            keep,
-            id: cm_id,
-            cq,
-            srq,
-            path,
-            peer,
-            ..
-        } = est;
-        // Which device/port/GID rdma_cm chose: in the Connected event, and logged on the
-        // control thread (never a poller).
-        let path = path.map(|p| p.to_string());
-        let new = NewConn {
-            poller: poller.index(),
-            conn,
-            pools,
-            keep,
-            setup: RdmaSetup {
-                _slot: poller,
-                id: cm_id,
-            },
-            path: path.clone(),
-        };
-        let parts = self
-            .reg
-            .register(ctx, new, endpoint, Some(RdmaCommand::AttachCq(cq, srq)))?;
-        tracing::info!(conn = parts.id, peer = %peer, path = path.as_deref(), "rdma path chosen");
-        Ok(parts)
-    }
-
-    /// Takes up to [`ACCEPT_BURST`] connection requests off listener `lid` and accepts them
-    /// (nothing here waits for a peer: each becomes a [`PendingAccept`]).
-    fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64, now: Instant) {
-        for _ in 0..ACCEPT_BURST {
-            let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
-                return;
-            };
-            let busy = self.accepting.is_full();
-            match l.listener.try_accept(ctx.cfg, &self.devices, busy, now) {
-                Ok(None) => return,
-                // ESTABLISHED may be there already: try at once.
-                Ok(Some(pa)) => control::advance(self, ctx, lid, pa, now),
-                Err(error) => ctx.emit(Event::Error { conn: None, error }),
-            }
-        }
-    }
 }
 
 impl PendingSetup for Box<PendingAccept> {
@@ -149,18 +79,83 @@ impl PendingSetup for Box<PendingAccept> {
 }
 
 impl Accepting for RdmaControl {
-    type Fabric = RdmaFabric;
+    const SCHEME: &'static str = RdmaFabric::NAME;
+    const MAX_PENDING: usize = MAX_PENDING_ACCEPTS;
+    type Pollers = Vec<PollerLink<RdmaFabric>>;
     type Listener = RdmaListener;
     type Setup = RdmaSetup;
     type Pending = Box<PendingAccept>;
     type Est = Box<Established>;
+    /// The device table, shared with connecting threads.
+    type Connect = Arc<RdmaDevices>;
 
-    fn reg(&mut self) -> &mut Registry<RdmaFabric, RdmaListener, RdmaSetup> {
-        &mut self.reg
+    fn new(pollers: &Vec<PollerLink<RdmaFabric>>, cfg: &Config) -> Self {
+        RdmaControl {
+            devices: Arc::new(RdmaDevices::new(
+                pollers.len(),
+                cfg.max_connections_per_poller,
+            )),
+        }
     }
 
-    fn pending(&mut self) -> &mut Handshakes<Box<PendingAccept>> {
-        &mut self.accepting
+    fn connect_side(&self) -> Arc<RdmaDevices> {
+        self.devices.clone()
+    }
+
+    /// Resolve, QP setup and connect on the calling thread.
+    fn connect(
+        devices: &Arc<RdmaDevices>,
+        endpoint: &Endpoint,
+        raw: &str,
+        cfg: &Config,
+        timeout: Duration,
+    ) -> Result<Box<Established>, Error> {
+        let Endpoint::Rdma { host, port } = endpoint else {
+            return Err(Error::FabricNotCompiled {
+                fabric: endpoint.scheme(),
+            });
+        };
+        let est = setup::connect(host, *port, raw, cfg, devices, timeout)?;
+        Ok(Box::new(est))
+    }
+
+    fn bind(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        endpoint: &Endpoint,
+        raw: &str,
+    ) -> Result<RdmaListener, Error> {
+        let Endpoint::Rdma { host, port } = endpoint else {
+            return Err(Error::FabricNotCompiled {
+                fabric: endpoint.scheme(),
+            });
+        };
+        RdmaListener::bind(host, *port, raw, ctx.cfg.rdma_gid_index)
+    }
+
+    fn listener_fd(listener: &RdmaListener) -> RawFd {
+        listener.fd()
+    }
+
+    /// The connection's event channel (closing ones too: the peer's answer to our disconnect
+    /// arrives there).
+    fn conn_fd(c: &ConnRec<RdmaSetup>) -> Option<(RawFd, libc::c_short)> {
+        Some((c.setup.id.channel().fd(), libc::POLLIN))
+    }
+
+    /// Accepts one connection request (nothing here waits for a peer: it becomes a
+    /// [`PendingAccept`]); `busy`: rejected, and reported as an error.
+    fn try_accept(
+        &self,
+        listener: &RdmaListener,
+        cfg: &Config,
+        busy: bool,
+        now: Instant,
+    ) -> Result<Accept<Box<PendingAccept>>, Error> {
+        Ok(match listener.try_accept(cfg, &self.devices, busy, now)? {
+            None => Accept::Empty,
+            Some(pa) => Accept::Started(pa),
+        })
     }
 
     /// Reads the accept's next event (the listener plays no part).
@@ -176,159 +171,87 @@ impl Accepting for RdmaControl {
         })
     }
 
-    fn install_accepted(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        est: Box<Established>,
-        raw: String,
-    ) -> Result<ConnParts, Error> {
-        self.install_est(ctx, *est, raw)
-    }
-}
-
-impl FabricControl for RdmaControl {
-    fn scheme(&self) -> &'static str {
-        RdmaFabric::NAME
-    }
-
-    fn connector(&self) -> Arc<dyn FabricConnect> {
-        Arc::new(RdmaConnect {
-            devices: self.devices.clone(),
-        })
-    }
-
-    fn listen(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        endpoint: &Endpoint,
-        raw: &str,
-    ) -> Result<(u64, mpsc::Receiver<ConnParts>), Error> {
-        let Endpoint::Rdma { host, port } = endpoint else {
-            return Err(Error::FabricNotCompiled {
-                fabric: endpoint.scheme(),
-            });
-        };
-        let listener = RdmaListener::bind(host, *port, raw, ctx.cfg.rdma_gid_index)?;
-        Ok(self.reg.add_listener(ctx, raw, listener))
-    }
-
-    fn unlisten(&mut self, id: u64) -> bool {
-        // Its pending accepts go with it.
-        control::unlisten(self, id)
-    }
-
+    /// Registers an established connection with its poller.
     fn install(
         &mut self,
+        reg: &mut Reg<Self>,
         ctx: &mut Ctx<'_>,
-        est: control::Established,
-        raw: String,
+        est: Box<Established>,
+        endpoint: String,
     ) -> Result<ConnParts, Error> {
-        let est = control::downcast::<Established>(est, RdmaFabric::NAME)?;
-        self.install_est(ctx, est, raw)
+        let Established {
+            poller,
+            conn,
+            pools,
+            keep,
+            id: cm_id,
+            cq,
+            srq,
+            path,
+            peer,
+            ..
+        } = *est;
+        // Which device/port/GID rdma_cm chose: in the Connected event, and logged on the
+        // control thread (never a poller).
+        let path = path.map(|p| p.to_string());
+        let new = NewConn {
+            poller: poller.index(),
+            conn,
+            pools,
+            keep,
+            setup: RdmaSetup {
+                _slot: poller,
+                id: cm_id,
+            },
+            path: path.clone(),
+        };
+        let parts = reg.register(ctx, new, endpoint, Some(RdmaCommand::AttachCq(cq, srq)))?;
+        tracing::info!(conn = parts.id, peer = %peer, path = path.as_deref(), "rdma path chosen");
+        Ok(parts)
     }
 
-    fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
-        self.reg
-            .close(ctx, id, Command::Remove(id), Some(CLOSE_GRACE))
+    /// [`CLOSE_GRACE`].
+    fn close_grace(&self) -> Option<Duration> {
+        Some(CLOSE_GRACE)
     }
 
-    /// Listeners' and connections' event channels (closing ones too: the peer's answer to our
-    /// disconnect arrives there).
-    fn fds(&mut self, fds: &mut Vec<libc::pollfd>) {
-        self.reg.watch(fds, RdmaListener::fd, |c| {
-            Some((c.setup.id.channel().fd(), libc::POLLIN))
-        });
-        self.accepting.watch(fds);
+    /// The pollers' liveness checks and heartbeats run by the coarse clock, which the beats
+    /// advance.
+    fn beats(cfg: &Config) -> bool {
+        cfg.liveness().is_some()
     }
 
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
-        // The pending accepts' channels come last, in `accepting` order (nothing changed the
-        // table since `fds`). Those with an event are advanced first.
-        let now = Instant::now();
-        let fds = control::on_ready(self, ctx, fds, now);
-        for w in self.reg.ready(fds) {
-            match w {
-                Watched::Listener(id) => self.accept_on(ctx, id, now),
-                Watched::Conn(id) => {
-                    let status = match self.reg.conns.get(&id) {
-                        Some(c) => setup::poll_events(&c.setup.id),
-                        None => continue,
-                    };
-                    match status {
-                        ConnStatus::Alive => {}
-                        ConnStatus::Disconnected => {
-                            match self.reg.conns.get(&id) {
-                                // Closing anyway: the peer just answered our disconnect.
-                                Some(c) if c.is_closing() => continue,
-                                Some(c) => c.shared.disconnect(),
-                                None => continue,
-                            }
-                            tracing::debug!(
-                                conn = id,
-                                cause = "rdma_cm DISCONNECTED",
-                                "disconnect"
-                            );
-                            ctx.emit(Event::Disconnected { conn: id });
-                            self.drop_conn(ctx, id);
-                        }
-                        ConnStatus::DeviceRemoved => {
-                            if let Some(c) = self.reg.conns.get(&id) {
-                                c.shared.fail(FabricError::PeerClosed);
-                            }
-                            ctx.emit(Event::Error {
-                                conn: Some(id),
-                                error: RdmaSetupError::DeviceRemoved.into(),
-                            });
-                            self.drop_conn(ctx, id);
-                        }
-                    }
+    /// An rdma_cm event of an established connection: DISCONNECTED has its poller deliver what
+    /// arrived first, then disconnect and close it; DEVICE_REMOVAL fails it.
+    fn on_conn_ready(&mut self, reg: &mut Reg<Self>, ctx: &mut Ctx<'_>, id: u64) {
+        let status = match reg.conns.get(&id) {
+            Some(c) => setup::poll_events(&c.setup.id),
+            None => return,
+        };
+        match status {
+            ConnStatus::Alive => {}
+            ConnStatus::Disconnected => {
+                match reg.conns.get(&id) {
+                    // Closing anyway: the peer just answered our disconnect.
+                    Some(c) if c.is_closing() => return,
+                    Some(_) => {}
+                    None => return,
                 }
+                // The receives of what the peer sent before its disconnect may still be in the
+                // CQ: the poller delivers them first, then reports the disconnect.
+                tracing::debug!(conn = id, cause = "rdma_cm DISCONNECTED", "peer closed");
+                reg.peer_closed(ctx, id, Some(CLOSE_GRACE));
+            }
+            ConnStatus::DeviceRemoved => {
+                if let Some(c) = reg.conns.get(&id) {
+                    c.shared.fail(FabricError::PeerClosed);
+                }
+                ctx.emit(Event::Error {
+                    conn: Some(id),
+                    error: RdmaSetupError::DeviceRemoved.into(),
+                });
+                reg.close(ctx, id, Some(CLOSE_GRACE));
             }
         }
-    }
-
-    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant, _beat: Option<Beat>) -> Due {
-        self.reg.drain(ctx);
-        // Accepts whose ESTABLISHED did not come in time fail (QP and id destroyed).
-        self.accepting.expire(ctx, now);
-        Due {
-            // Pending accepts' deadlines, closes' grace ([`CLOSE_GRACE`]), command retries.
-            at: control::earliest(self.reg.next_due(now), self.accepting.next_deadline()),
-            // The pollers' liveness checks and heartbeats run by the coarse clock, which the
-            // beats advance.
-            beat: ctx.cfg.liveness().is_some() && !self.reg.conns.is_empty(),
-        }
-    }
-
-    fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
-        self.accepting.clear();
-        self.reg.shutdown(ctx, Some(CLOSE_GRACE));
-    }
-}
-
-/// The connecting side of `rdma://`: resolve, QP setup and connect on the calling thread.
-pub(crate) struct RdmaConnect {
-    devices: Arc<RdmaDevices>,
-}
-
-impl FabricConnect for RdmaConnect {
-    fn scheme(&self) -> &'static str {
-        RdmaFabric::NAME
-    }
-
-    fn connect(
-        &self,
-        endpoint: &Endpoint,
-        raw: &str,
-        cfg: &Config,
-        timeout: Duration,
-    ) -> Result<control::Established, Error> {
-        let Endpoint::Rdma { host, port } = endpoint else {
-            return Err(Error::FabricNotCompiled {
-                fabric: endpoint.scheme(),
-            });
-        };
-        let est = setup::connect(host, *port, raw, cfg, &self.devices, timeout)?;
-        Ok(Box::new(est))
     }
 }

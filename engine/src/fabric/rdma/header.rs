@@ -1,12 +1,17 @@
 //! The credit word every message carries: in the 32-bit immediate data (RoCE, InfiniBand), or
 //! in a 4-byte header gathered from and scattered into registered header slots (iWARP, which
 //! has no immediate data). See the protocol in [`datapath`](super::datapath).
+//!
+//! The credit count is a delta of receive-buffer credits (buffers re-posted since the last
+//! return), at most [`IMM_CREDITS_MAX`] a word: the receiver takes it from its
+//! [`CreditReturn`](crate::flow::CreditReturn) with `take_up_to(IMM_CREDITS_MAX)`, the sender
+//! credits it to its [`SendWindow`](crate::flow::SendWindow), which refuses more than it sent.
 
 use crate::desc::PoolView;
 
 /// Immediate-data flag of an explicit credit message.
 pub(crate) const IMM_CREDIT_ONLY: u32 = 1 << 31;
-/// Immediate-data flag of a *frame*: the payload is a v2 frame of DATA and RNDV records
+/// Immediate-data flag of a *frame*: the payload is a frame of DATA and RNDV records
 /// ([`crate::record`]: frame header, then records), not one message. Together with
 /// [`IMM_CREDIT_ONLY`]: a *control frame* of RNDV_DONE records (rendezvous acknowledgements),
 /// which is not an application message.

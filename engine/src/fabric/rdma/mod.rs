@@ -58,7 +58,7 @@
 //!
 //! # Large messages (rendezvous)
 //!
-//! A message above the pool buffer size (issue #12, up to
+//! A message above the pool buffer size (up to
 //! [`EngineBuilder::max_message_size`](crate::EngineBuilder::max_message_size)) lives in a
 //! *large slot*. At setup each connection registers, beside its pools, a **large send region**
 //! (`large_buffers` slots of `max_message_size` bytes, page aligned, `IBV_ACCESS_REMOTE_READ`

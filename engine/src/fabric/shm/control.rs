@@ -1,4 +1,5 @@
-//! The shm half of the control thread: [`ShmControl`], the [`FabricControl`] of `shm://`.
+//! The shm half of the control thread: [`ShmControl`], the shm part of the shared
+//! [`Control`](crate::fabric::control::Control), the [`FabricControl`] of `shm://`.
 //!
 //! It owns the listeners (Unix-domain sockets by name) and every connection's rendezvous socket
 //! and segment handle. The data path is the application's (the direct path: no poller is
@@ -16,7 +17,7 @@
 //! `ACCEPT_STEP_TIMEOUT` (250 ms), closing its socket. A client that connects and never finishes
 //! the handshake costs one entry (at most [`MAX_HANDSHAKES`]; beyond that new connections are
 //! refused as busy), not control-thread time. Connecting runs the handshake on the calling
-//! thread ([`ShmConnect`]), bounded by its timeout.
+//! thread ([`Accepting::connect`]), bounded by its timeout.
 //!
 //! Liveness: on the engine's liveness beats ([`Beat`], a twelfth of the liveness timeout) it
 //! samples the peer's heartbeat word in each segment, and every third beat (a quarter of the
@@ -26,25 +27,24 @@
 //! in flight, the control thread sleeps: nothing here runs per message.
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cm::uds::UdsStream;
 
 use super::setup::{self, Established, Handshake, ShmListener, Step};
 use super::wire::Segment;
-use super::ShmFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
+#[cfg(doc)]
+use crate::fabric::control::FabricControl;
 use crate::fabric::control::{
-    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, Liveness,
-    PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
+    self, Accept, Accepting, Beat, ConnRec, Ctx, Liveness, NoPollers, PendingSetup, Reg, SetupSide,
 };
-use crate::fabric::{DirectPath, Fabric};
+use crate::fabric::DirectPath;
 use crate::link::{ConnParts, Down, Pools};
-use crate::poller::{Command, PollerLink};
 
 /// Grace of every close: none. No poller holds an shm connection (the direct path is the
 /// application's, and `Connection::drop` has published everything it sent), so a close is
@@ -70,89 +70,35 @@ impl SetupSide for ShmSetup {
 /// that a new connection is refused (`Busy`) at once. Bounds what stalled clients can hold.
 pub(crate) const MAX_HANDSHAKES: usize = 1024;
 
-/// The shm control state.
+/// The shm part of the control half: liveness state (the registry and the handshakes are the
+/// shared [`Control`](control::Control)'s).
 pub(crate) struct ShmControl {
-    reg: Registry<ShmFabric, ShmListener, ShmSetup>,
-    /// Accepted connections whose handshake is under way; their sockets follow the registry's
-    /// in the poll set.
-    handshakes: Handshakes<Handshake>,
     liveness: Option<Duration>,
     /// The last liveness check (to tell this thread's own stalls from peers' silence).
     last_check: Instant,
 }
 
 impl ShmControl {
-    pub(crate) fn new(links: Vec<PollerLink<ShmFabric>>, cfg: &Config) -> ShmControl {
-        ShmControl {
-            reg: Registry::new(links),
-            handshakes: Handshakes::new(MAX_HANDSHAKES),
-            liveness: cfg.liveness(),
-            last_check: Instant::now(),
-        }
-    }
-
-    /// Registers an established connection: its data path goes to the application (the
-    /// direct path), not to a poller; this side keeps the socket and a segment handle for
-    /// hang-up detection, heartbeats and the close.
-    fn install_est(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        est: Established,
-        raw: String,
-    ) -> Result<ConnParts, Error> {
-        let Established {
-            direct,
-            tx_pool,
-            rx_pool,
-            tx_large,
-            rx_large,
-            keep,
-            segment,
-            stream,
-        } = est;
-        let setup = ShmSetup {
-            peer: Liveness::new(segment.peer_state().heartbeat, Instant::now()),
-            stream,
-            segment,
-        };
-        let direct: Box<dyn std::any::Any + Send> = Box::new(DirectPath::Shm(direct));
-        Ok(self.reg.register_direct(
-            ctx,
-            direct,
-            Pools {
-                tx: tx_pool,
-                rx: rx_pool,
-                tx_large,
-                rx_large,
-            },
-            keep,
-            setup,
-            raw,
-            None,
-        ))
-    }
-
     /// Reports and closes connections whose application found a protocol violation on the
     /// direct path (it failed the shared state; there is no poller to retire them).
-    fn reap_failed(&mut self, ctx: &mut Ctx<'_>) {
-        let failed: Vec<u64> = self
-            .reg
+    fn reap_failed(reg: &mut Reg<Self>, ctx: &mut Ctx<'_>) {
+        let failed: Vec<u64> = reg
             .conns
             .iter()
             .filter(|(_, c)| !c.is_closing() && matches!(c.shared.down(), Some(Down::Failed(_))))
             .map(|(&id, _)| id)
             .collect();
         for id in failed {
-            self.report_failed(ctx, id);
-            self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW);
+            Self::report_failed(reg, ctx, id);
+            reg.close(ctx, id, CLOSE_NOW);
         }
     }
 
     /// Emits [`Event::Error`] for connection `id` if the application's direct path failed it
     /// and its close has not begun (a failure is reported once: a close begun by the control
     /// thread, e.g. for an unresponsive peer, has reported its own).
-    fn report_failed(&mut self, ctx: &mut Ctx<'_>, id: u64) {
-        let Some(c) = self.reg.conns.get(&id) else {
+    fn report_failed(reg: &Reg<Self>, ctx: &mut Ctx<'_>, id: u64) {
+        let Some(c) = reg.conns.get(&id) else {
             return;
         };
         if c.is_closing() {
@@ -168,11 +114,17 @@ impl ShmControl {
 
     /// Samples every open connection's peer heartbeat word and fails those silent for
     /// `timeout`. After a stall of this control thread itself the observations restart instead.
-    fn check_liveness(&mut self, ctx: &mut Ctx<'_>, now: Instant, timeout: Duration) {
+    fn check_liveness(
+        &mut self,
+        reg: &mut Reg<Self>,
+        ctx: &mut Ctx<'_>,
+        now: Instant,
+        timeout: Duration,
+    ) {
         let stalled = control::stalled(self.last_check, now, timeout);
         self.last_check = now;
         let mut silent: Vec<(u64, Duration)> = Vec::new();
-        for (&id, c) in self.reg.conns.iter_mut() {
+        for (&id, c) in reg.conns.iter_mut() {
             if c.is_closing() {
                 continue;
             }
@@ -182,33 +134,18 @@ impl ShmControl {
             } else if let Some(s) = c.setup.peer.observe(beat, now, timeout) {
                 silent.push((id, s));
             }
+            // For the counters file: when the peer's heartbeat last moved.
+            let ago = now.saturating_duration_since(c.setup.peer.since());
+            c.shared.live.last_heard_ns.store(
+                crate::counters::unix_ns().saturating_sub(ago.as_nanos() as u64),
+                Ordering::Relaxed,
+            );
         }
         for (id, silent_for) in silent {
             // Finishing the setup side (at once: no poller holds the connection) marks the
             // segment closed, sends the bye and closes the socket: a peer that resumes sees its
             // connection gone.
-            self.reg
-                .fail_unresponsive(ctx, id, silent_for, Command::Remove(id), CLOSE_NOW);
-        }
-    }
-
-    /// Takes up to [`ACCEPT_BURST`] new connections off listener `lid` and starts their
-    /// handshakes (nothing here waits for a peer).
-    fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64, now: Instant) {
-        for _ in 0..ACCEPT_BURST {
-            let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
-                return;
-            };
-            match l.listener.try_accept(now) {
-                Ok(None) => return,
-                Ok(Some(hs)) if self.handshakes.is_full() => hs.refuse_busy(),
-                Ok(Some(hs)) => {
-                    // The hello may be there already: try at once.
-                    control::advance(self, ctx, lid, hs, now);
-                }
-                // A failed accept fails only that connection attempt.
-                Err(error) => ctx.emit(Event::Error { conn: None, error }),
-            }
+            reg.fail_unresponsive(ctx, id, silent_for, CLOSE_NOW);
         }
     }
 }
@@ -228,18 +165,82 @@ impl PendingSetup for Handshake {
 }
 
 impl Accepting for ShmControl {
-    type Fabric = ShmFabric;
+    const SCHEME: &'static str = "shm";
+    const MAX_PENDING: usize = MAX_HANDSHAKES;
+    type Pollers = NoPollers;
     type Listener = ShmListener;
     type Setup = ShmSetup;
     type Pending = Handshake;
     type Est = Box<Established>;
+    type Connect = ();
 
-    fn reg(&mut self) -> &mut Registry<ShmFabric, ShmListener, ShmSetup> {
-        &mut self.reg
+    fn new(_pollers: &NoPollers, cfg: &Config) -> ShmControl {
+        ShmControl {
+            liveness: cfg.liveness(),
+            last_check: Instant::now(),
+        }
     }
 
-    fn pending(&mut self) -> &mut Handshakes<Handshake> {
-        &mut self.handshakes
+    fn connect_side(&self) {}
+
+    fn connect(
+        _side: &(),
+        endpoint: &Endpoint,
+        raw: &str,
+        cfg: &Config,
+        timeout: Duration,
+    ) -> Result<Box<Established>, Error> {
+        let Endpoint::Shm { name } = endpoint else {
+            return Err(Error::FabricNotCompiled {
+                fabric: endpoint.scheme(),
+            });
+        };
+        Ok(Box::new(setup::connect(name, raw, cfg, timeout)?))
+    }
+
+    fn no_listener(e: &Error) -> bool {
+        matches!(e, Error::Connect { source, .. }
+            if matches!(source.downcast_ref(), Some(cm::uds::UdsError::NoListener { .. })))
+    }
+
+    fn bind(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        endpoint: &Endpoint,
+        raw: &str,
+    ) -> Result<ShmListener, Error> {
+        let Endpoint::Shm { name } = endpoint else {
+            return Err(Error::FabricNotCompiled {
+                fabric: endpoint.scheme(),
+            });
+        };
+        ShmListener::bind(name, raw, ctx.cfg)
+    }
+
+    fn listener_fd(listener: &ShmListener) -> RawFd {
+        listener.fd()
+    }
+
+    /// The rendezvous socket of an open connection: its hang-up is the peer's close or death.
+    fn conn_fd(c: &ConnRec<ShmSetup>) -> Option<(RawFd, libc::c_short)> {
+        (!c.is_closing()).then(|| (c.setup.stream.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP))
+    }
+
+    fn try_accept(
+        &self,
+        listener: &ShmListener,
+        _cfg: &Config,
+        busy: bool,
+        now: Instant,
+    ) -> Result<Accept<Handshake>, Error> {
+        Ok(match listener.try_accept(now)? {
+            None => Accept::Empty,
+            Some(hs) if busy => {
+                hs.refuse_busy();
+                Accept::Refused
+            }
+            Some(hs) => Accept::Started(hs),
+        })
     }
 
     fn step(
@@ -254,149 +255,101 @@ impl Accepting for ShmControl {
         })
     }
 
-    fn install_accepted(
+    /// Registers an established connection: its data path goes to the application (the
+    /// direct path), not to a poller; this side keeps the socket and a segment handle for
+    /// hang-up detection, heartbeats and the close.
+    fn install(
         &mut self,
+        reg: &mut Reg<Self>,
         ctx: &mut Ctx<'_>,
         est: Box<Established>,
         raw: String,
     ) -> Result<ConnParts, Error> {
-        self.install_est(ctx, *est, raw)
-    }
-}
-
-impl FabricControl for ShmControl {
-    fn scheme(&self) -> &'static str {
-        ShmFabric::NAME
-    }
-
-    fn connector(&self) -> Arc<dyn FabricConnect> {
-        Arc::new(ShmConnect)
-    }
-
-    fn listen(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        endpoint: &Endpoint,
-        raw: &str,
-    ) -> Result<(u64, mpsc::Receiver<ConnParts>), Error> {
-        let Endpoint::Shm { name } = endpoint else {
-            return Err(Error::FabricNotCompiled {
-                fabric: endpoint.scheme(),
-            });
+        let Established {
+            direct,
+            tx_pool,
+            rx_pool,
+            tx_large,
+            rx_large,
+            keep,
+            segment,
+            stream,
+        } = *est;
+        let setup = ShmSetup {
+            peer: Liveness::new(segment.peer_state().heartbeat, Instant::now()),
+            stream,
+            segment,
         };
-        let listener = ShmListener::bind(name, raw, ctx.cfg)?;
-        Ok(self.reg.add_listener(ctx, raw, listener))
+        Ok(reg.register_direct(
+            ctx,
+            DirectPath::Shm(direct),
+            Pools {
+                tx: tx_pool,
+                rx: rx_pool,
+                tx_large,
+                rx_large,
+            },
+            keep,
+            setup,
+            raw,
+            None,
+        ))
     }
 
-    fn unlisten(&mut self, id: u64) -> bool {
-        // Its pending handshakes go with it (their sockets close).
-        control::unlisten(self, id)
+    fn close_grace(&self) -> Option<Duration> {
+        CLOSE_NOW
     }
 
-    fn install(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        est: control::Established,
-        raw: String,
-    ) -> Result<ConnParts, Error> {
-        let est = control::downcast::<Established>(est, ShmFabric::NAME)?;
-        self.install_est(ctx, est, raw)
+    /// Heartbeats and liveness checks while there are connections (liveness on or not: the
+    /// heartbeat word is for tooling too).
+    fn beats(_cfg: &Config) -> bool {
+        true
     }
 
-    fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
-        // A connection the application failed and dropped before the next tick: report it now.
-        self.report_failed(ctx, id);
-        self.reg.close(ctx, id, Command::Remove(id), CLOSE_NOW)
-    }
-
-    fn fds(&mut self, fds: &mut Vec<libc::pollfd>) {
-        self.reg.watch(fds, ShmListener::fd, |c| {
-            (!c.is_closing()).then(|| (c.setup.stream.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP))
-        });
-        self.handshakes.watch(fds);
-    }
-
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
-        let now = Instant::now();
-        // The pending handshakes' sockets come last, in `handshakes` order (nothing changed the
-        // table since `fds`). Those with input run their next step first.
-        let fds = control::on_ready(self, ctx, fds, now);
-        for w in self.reg.ready(fds) {
-            match w {
-                Watched::Listener(id) => self.accept_on(ctx, id, now),
-                Watched::Conn(id) => {
-                    let gone = match self.reg.conns.get_mut(&id) {
-                        Some(c) => !matches!(c.setup.stream.poll_hangup(), Ok(false)),
-                        None => false,
-                    };
-                    if gone {
-                        tracing::debug!(
-                            conn = id,
-                            cause = "rendezvous socket hung up",
-                            "disconnect"
-                        );
-                        // The application delivers what the peer sent before (its receive
-                        // calls drain the ring before they report the state).
-                        if let Some(c) = self.reg.conns.get(&id) {
-                            c.shared.disconnect();
-                        }
-                        ctx.emit(Event::Disconnected { conn: id });
-                        self.reg.close(ctx, id, Command::PeerGone(id), CLOSE_NOW);
-                    }
-                }
+    /// The rendezvous socket hung up (the peer process closed or died): the connection is
+    /// disconnected and closed.
+    fn on_conn_ready(&mut self, reg: &mut Reg<Self>, ctx: &mut Ctx<'_>, id: u64) {
+        let gone = match reg.conns.get_mut(&id) {
+            Some(c) => !matches!(c.setup.stream.poll_hangup(), Ok(false)),
+            None => false,
+        };
+        if gone {
+            tracing::debug!(conn = id, cause = "rendezvous socket hung up", "disconnect");
+            // The application delivers what the peer sent before (its receive calls drain the
+            // ring before they report the state).
+            if let Some(c) = reg.conns.get(&id) {
+                c.shared.disconnect();
             }
+            ctx.emit(Event::Disconnected { conn: id });
+            reg.close(ctx, id, CLOSE_NOW);
         }
     }
 
-    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant, beat: Option<Beat>) -> Due {
-        self.reg.drain(ctx);
-        self.reap_failed(ctx);
-        // Handshakes whose step ran past its deadline fail (their sockets close).
-        self.handshakes.expire(ctx, now);
+    fn on_tick(
+        &mut self,
+        reg: &mut Reg<Self>,
+        ctx: &mut Ctx<'_>,
+        now: Instant,
+        beat: Option<Beat>,
+    ) {
+        Self::reap_failed(reg, ctx);
         if let Some(beat) = beat {
             if beat.heartbeat {
-                for c in self.reg.conns.values() {
+                for c in reg.conns.values() {
                     c.setup.segment.bump_heartbeat();
+                    // Only this thread writes it: a load and a store, no read-modify-write.
+                    let n = &c.shared.live.heartbeats;
+                    n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 }
             }
             if let (true, Some(timeout)) = (beat.check, self.liveness) {
-                self.check_liveness(ctx, now, timeout);
+                self.check_liveness(reg, ctx, now, timeout);
             }
         }
-        Due {
-            // Pending handshakes' deadlines, closes' grace, command retries.
-            at: control::earliest(self.reg.next_due(now), self.handshakes.next_deadline()),
-            // Heartbeats and liveness checks while there are connections.
-            beat: !self.reg.conns.is_empty(),
-        }
     }
 
-    fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
-        self.handshakes.clear();
-        self.reg.shutdown(ctx, CLOSE_NOW);
-    }
-}
-
-/// The connecting side of `shm://`: the rendezvous on the calling thread.
-pub(crate) struct ShmConnect;
-
-impl FabricConnect for ShmConnect {
-    fn scheme(&self) -> &'static str {
-        ShmFabric::NAME
-    }
-
-    fn connect(
-        &self,
-        endpoint: &Endpoint,
-        raw: &str,
-        cfg: &Config,
-        timeout: Duration,
-    ) -> Result<control::Established, Error> {
-        let Endpoint::Shm { name } = endpoint else {
-            return Err(Error::FabricNotCompiled {
-                fabric: endpoint.scheme(),
-            });
-        };
-        Ok(Box::new(setup::connect(name, raw, cfg, timeout)?))
+    /// A connection the application failed and dropped before the next tick: report it now.
+    fn on_drop_conn(&mut self, reg: &mut Reg<Self>, ctx: &mut Ctx<'_>, id: u64) {
+        Self::report_failed(reg, ctx, id);
     }
 }

@@ -18,7 +18,13 @@
 //! the consumer position once per run (when the ring runs empty, after a quarter of the
 //! window, or on the next call of another kind) instead of once per message; `poll`
 //! publishes once per batch. The sender re-reads the consumer's position only when its
-//! window of `depth` messages is full.
+//! window is full.
+//!
+//! The window is the connection's [`flow::Policy`](crate::flow::Policy) of `depth` messages:
+//! the sender keeps its [`SendWindow`] (a message is in flight from its send until the peer's
+//! published consumer position passes its record), the receiver its [`CreditReturn`]
+//! (publishing the consumer position returns the credits of the messages consumed; its batch
+//! is a quarter of the window, `1 ..= 32`).
 //!
 //! Everything read from the peer is validated by the wire layer; a violation is a
 //! [`FabricError::Protocol`] that the caller turns into a failed connection.
@@ -29,6 +35,7 @@ use std::marker::PhantomData;
 use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
 use crate::error::FabricError;
 use crate::fabric::Sent;
+use crate::flow::{CreditReturn, Policy, SendWindow};
 use crate::record::copy::copy_bytes;
 use crate::record::ring::RingError;
 
@@ -41,25 +48,27 @@ const RECLAIM_BURST: usize = 32;
 struct TxSide {
     ring: TxRing,
     /// Ring position just past each message in flight (sent, not yet consumed), oldest first:
-    /// a FIFO of `len` entries from `head` (capacity a power of two `>= depth`).
+    /// message `n` (counting from 0, as the window counts) at `ends[n & mask]`, for `n` in
+    /// `window.credited() .. window.sent()` (capacity a power of two `>= window`).
     ends: Box<[u64]>,
-    head: usize,
-    len: usize,
-    /// At most this many messages are in flight (the engine's `depth`).
-    depth: usize,
+    /// The messages in flight, at most the policy's window.
+    window: SendWindow,
 }
 
 impl TxSide {
-    /// Retires the messages the peer consumed; whether the window has room now.
+    /// Credits the messages the peer consumed (those whose record ends at or before its
+    /// published position); whether the window has room now.
     #[cold]
     fn collect(&mut self) -> Result<bool, FabricError> {
         let pos = self.ring.consumer_position().map_err(wire_err)?;
         let mask = self.ends.len() - 1;
-        while self.len > 0 && self.ends[self.head & mask] <= pos {
-            self.head = self.head.wrapping_add(1);
-            self.len -= 1;
+        let mut credited = self.window.credited();
+        while credited < self.window.sent() && self.ends[credited as usize & mask] <= pos {
+            credited += 1;
         }
-        Ok(self.len < self.depth)
+        // Counted here from this side's own records, never more than was sent.
+        self.window.credit_trusted(credited);
+        Ok(!self.window.is_full())
     }
 
     /// The window or the ring is full: publishes what a batch left unpublished first (the peer
@@ -74,27 +83,31 @@ impl TxSide {
     #[inline(always)]
     fn push_end(&mut self) {
         let mask = self.ends.len() - 1;
-        // `len < depth <= ends.len()`: checked before the send.
-        self.ends[self.head.wrapping_add(self.len) & mask] = self.ring.position();
-        self.len += 1;
+        // In flight `< window <= ends.len()` (checked before the send), so this slot holds no
+        // message in flight.
+        self.ends[self.window.sent() as usize & mask] = self.ring.position();
+        self.window.on_sent(1);
     }
+}
+
+/// The receiving half: the peer's ring and the credits its consumption owes the sender.
+struct RxSide {
+    ring: RxRing,
+    /// The credits of the messages consumed: owed while [`recv_into`](ShmDirect::recv_into)
+    /// left the consumer position unpublished (it is published when a return batch is owed,
+    /// when the ring runs empty, and on every other call that may take `rx`).
+    credits: CreditReturn,
 }
 
 /// One shm connection's direct data path; see the [module docs](self).
 pub(crate) struct ShmDirect {
     tx: UnsafeCell<TxSide>,
-    rx: UnsafeCell<RxRing>,
+    rx: UnsafeCell<RxSide>,
     rel: UnsafeCell<Releaser>,
     /// A poll or receive is using `rx` (re-entrant receive calls find nothing).
     polling: Cell<bool>,
     /// An application claim of ring space is open ([`ShmDirect::claim`]).
     claim_open: Cell<bool>,
-    /// Messages [`recv_into`](ShmDirect::recv_into) consumed without publishing the consumer
-    /// position yet (`rx` publishes it when this reaches `rx_publish_every`, when the ring
-    /// runs empty, and on every other call that may take `rx`).
-    rx_unpublished: Cell<u32>,
-    /// See `rx_unpublished`: a quarter of the window, `1 ..= 32`.
-    rx_publish_every: u32,
     seg: Segment,
     inline_max: usize,
     /// The peer's large slots, read in place by `poll` (`LARGE_BIT | slot` references).
@@ -158,31 +171,35 @@ impl Drop for ReleaseGuard<'_> {
 }
 
 impl ShmDirect {
-    /// The direct path over a split segment; at most `depth` messages in flight.
+    /// The direct path over a split segment, with the connection's window `policy` (a
+    /// message window: at most `policy.window` messages in flight).
     pub(crate) fn new(
         tx: TxRing,
         rx: RxRing,
         rel: Releaser,
         seg: Segment,
-        depth: usize,
+        policy: Policy,
         rx_large: PoolView,
     ) -> ShmDirect {
+        debug_assert_eq!(policy.unit, crate::flow::Unit::Messages);
         let inline_max = tx.inline_max().min(INLINE_MAX);
-        let depth = depth.max(1);
+        // The consumer publishes its position after a quarter of the window (at most 32
+        // messages), sooner when its ring runs empty: a return is one store that the sender
+        // reads when its window is full, not a message, so it can be frequent.
+        let policy = policy.return_every((policy.window / 4).clamp(1, 32));
         ShmDirect {
             tx: UnsafeCell::new(TxSide {
                 ring: tx,
-                ends: vec![0u64; depth.next_power_of_two()].into_boxed_slice(),
-                head: 0,
-                len: 0,
-                depth,
+                ends: vec![0u64; (policy.window as usize).next_power_of_two()].into_boxed_slice(),
+                window: policy.send_window(),
             }),
-            rx: UnsafeCell::new(rx),
+            rx: UnsafeCell::new(RxSide {
+                ring: rx,
+                credits: policy.credit_return(),
+            }),
             rel: UnsafeCell::new(rel),
             polling: Cell::new(false),
             claim_open: Cell::new(false),
-            rx_unpublished: Cell::new(0),
-            rx_publish_every: (depth / 4).clamp(1, 32) as u32,
             seg,
             inline_max,
             rx_large,
@@ -267,7 +284,7 @@ impl ShmDirect {
         self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        if side.len >= side.depth && !side.collect()? {
+        if side.window.is_full() && !side.collect()? {
             return Ok(side.full());
         }
         if !side.ring.try_send_buf(idx, len).map_err(wire_err)? {
@@ -297,7 +314,7 @@ impl ShmDirect {
         self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        if side.len >= side.depth && !side.collect()? {
+        if side.window.is_full() && !side.collect()? {
             return Ok(side.full());
         }
         let tx = &mut side.ring;
@@ -344,7 +361,9 @@ impl ShmDirect {
     /// nothing is pending.
     #[inline(always)]
     fn settle_rx(&self) {
-        if self.rx_unpublished.get() != 0 && !self.polling.get() {
+        // SAFETY: not polling, so no other reference to `rx` is live (every mutable use sets
+        // the flag first); read for the compare only.
+        if !self.polling.get() && unsafe { &*self.rx.get() }.credits.owed() != 0 {
             self.settle_rx_now();
         }
     }
@@ -354,8 +373,9 @@ impl ShmDirect {
     fn settle_rx_now(&self) {
         // SAFETY: not polling (checked by the caller), so no other reference to `rx` is live;
         // no application code runs while it is borrowed here.
-        unsafe { &mut *self.rx.get() }.publish();
-        self.rx_unpublished.set(0);
+        let rx = unsafe { &mut *self.rx.get() };
+        rx.ring.publish();
+        rx.credits.take();
     }
 
     /// Messages in flight: sent and not yet consumed by the peer (re-reads its position).
@@ -367,10 +387,10 @@ impl ShmDirect {
         self.settle_rx();
         // SAFETY: borrowed for the call only; no application code runs meanwhile.
         let side = unsafe { self.tx() };
-        if side.len > 0 {
+        if side.window.in_flight() > 0 {
             side.collect()?;
         }
-        Ok(side.len)
+        Ok(side.window.in_flight() as usize)
     }
 
     /// Whether an application claim of ring space is open.
@@ -393,7 +413,7 @@ impl ShmDirect {
         self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        if side.len >= side.depth && !side.collect()? {
+        if side.window.is_full() && !side.collect()? {
             side.full();
             return Ok(None);
         }
@@ -456,10 +476,10 @@ impl ShmDirect {
         // use of `rx` sets the flag first, and handlers re-entering find it set.
         let rx = unsafe { &mut *self.rx.get() };
         // `rx.poll` publishes the position at its end, with what `recv_into` left pending.
-        self.rx_unpublished.set(0);
+        rx.credits.take();
         let mut error: Option<FabricError> = None;
         let mut bytes = 0u64;
-        let r = rx.poll(limit, |m| {
+        let r = rx.ring.poll(limit, |m| {
             if error.is_some() {
                 return;
             }
@@ -513,13 +533,14 @@ impl ShmDirect {
     /// (or called from inside a [`poll`](Self::poll) handler); `desc` is then unchanged.
     ///
     /// The consumer position is published once per run of messages, not per message: when
-    /// the ring runs empty (nothing published after the message taken, or nothing to take),
-    /// after `rx_publish_every` messages (a quarter of the window), and by the next call of
-    /// any other kind (`send`, `claim`, `poll`, `unconsumed`). So the window slot of a
-    /// consumed message is free for the sender at the latest when the receiver's ring runs
-    /// empty, and the producer re-reads the position once per run instead of its line moving
-    /// between the cores per message (the consumer's store of its position per message was the
-    /// one shared write a `try_recv` loop made, besides the header reads).
+    /// the ring runs empty (nothing published after the message taken, or nothing to take;
+    /// also when the next record would start a new cache line, see the code), when the
+    /// credit return's batch is owed (a quarter of the window), and by the next call of any
+    /// other kind (`send`, `claim`, `poll`, `unconsumed`). So the window slot of a consumed
+    /// message is free for the sender at the latest when the receiver's ring runs empty, and
+    /// the producer re-reads the position once per run instead of its line moving between the
+    /// cores per message (the consumer's store of its position per message was the one shared
+    /// write a `try_recv` loop made, besides the header reads).
     ///
     /// The caller's descriptor is filled where it lies, so the 128-byte descriptor is not built
     /// here and moved through `Option`/`Result` layers (`perf annotate` of `try_recv` showed
@@ -541,7 +562,7 @@ impl ShmDirect {
         // store-forwarding stall, `perf annotate`); the common case now stores one flag.
         let mut got = false;
         let mut error: Option<FabricError> = None;
-        let r = rx.poll_deferred(1, |m| match m {
+        let r = rx.ring.poll_deferred(1, |m| match m {
             RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
                 desc.len = b.len() as u32;
                 desc.buf = BUF_INLINE;
@@ -572,12 +593,16 @@ impl ShmDirect {
                 Err(e) => error = Some(wire_err(e)),
             },
         });
-        let k = self.rx_unpublished.get() + u32::from(got);
-        if !got || k >= self.rx_publish_every || rx.is_empty_hint() {
-            rx.publish();
-            self.rx_unpublished.set(0);
-        } else {
-            self.rx_unpublished.set(k);
+        rx.credits.on_consumed(u64::from(got));
+        // Published when nothing was taken, when a return batch is owed, and when the ring
+        // may have run empty: the word after the message reads `0`, or is not looked at
+        // because it starts the next cache line. That line is the one the producer has just
+        // written (its zero-ahead), so the look was a second line transfer on the message's
+        // critical path, one message in four at 8 B (`bench lat`); the position's store is
+        // to this side's own line, which the producer reads only when its window is full.
+        if !got || rx.credits.due(false) || rx.ring.may_be_empty() {
+            rx.ring.publish();
+            rx.credits.take();
         }
         r.map_err(wire_err)?;
         match error {
@@ -619,7 +644,7 @@ impl ShmDirect {
             return false;
         }
         // SAFETY: not polling, and no application code runs while it is borrowed here.
-        unsafe { &*self.rx.get() }.pending_hint() > 0
+        unsafe { &*self.rx.get() }.ring.pending_hint() > 0
     }
 
     /// Whether the peer marked its side of the segment closed (one load of its state line;

@@ -39,13 +39,20 @@ pub enum ShmSetupError {
         /// The offered parameters.
         theirs: Params,
     },
-    /// The listener offered parameters that differ from ours (the connector aborted).
-    #[error("listener offered shm parameters {theirs:?}, we need {ours:?}")]
+    /// The listener offered settings this side cannot use (the connector aborted).
+    #[error("the listener offered shm settings that differ from ours: {}", Mismatch::list(.mismatches))]
     OfferMismatch {
-        /// The offered parameters.
-        theirs: Params,
-        /// Ours.
-        ours: Params,
+        /// Each differing setting (`ours`: this side's; `theirs`: the listener's offer).
+        mismatches: Vec<Mismatch>,
+    },
+    /// The listener refused this side's settings: its own differ in pool geometry.
+    #[error("the listener refused: its shm settings differ: {}", Mismatch::list(.mismatches))]
+    Refused {
+        /// Each differing setting (`ours`: this side's; `theirs`: the listener's).
+        mismatches: Vec<Mismatch>,
+        /// The refusal as the rendezvous received it.
+        #[source]
+        source: UdsError,
     },
     /// The connector proposed parameters that are invalid (the listener rejected it).
     #[error("connector proposed invalid shm parameters {theirs:?}")]
@@ -53,12 +60,42 @@ pub enum ShmSetupError {
         /// The proposed parameters.
         theirs: Params,
     },
-    /// The connector proposed parameters that differ from this listener's (rejected).
-    #[error("connector proposed shm parameters {theirs:?}, this listener needs {ours:?}")]
+    /// The connector's settings differ from this listener's in pool geometry (rejected; the
+    /// connector is told the listener's values).
+    #[error("a connector's shm settings differ from this listener's: {}", Mismatch::list(.mismatches))]
     ProposalMismatch {
-        /// The proposed parameters.
-        theirs: Params,
-        /// The listener's.
-        ours: Params,
+        /// Each differing setting (`ours`: the listener's; `theirs`: the connector's).
+        mismatches: Vec<Mismatch>,
     },
+}
+
+/// One setting on which the two ends of an shm connection differ and cannot settle: the shared
+/// segment's pools are sized by them, so both ends must be configured alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The [`EngineBuilder`](crate::EngineBuilder) setting (`"buffer_size"`, `"buffers"`,
+    /// `"max_message_size"`, `"large_buffers"`), in the wire's units (sizes rounded up to 64).
+    pub setting: &'static str,
+    /// This side's value.
+    pub ours: u64,
+    /// The other side's value.
+    pub theirs: u64,
+}
+
+impl Mismatch {
+    /// `a ours 1 theirs 2, b ...`, for the error messages.
+    fn list(m: &[Mismatch]) -> String {
+        let items: Vec<String> = m.iter().map(ToString::to_string).collect();
+        items.join(", ")
+    }
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is {} here, {} at the peer",
+            self.setting, self.ours, self.theirs
+        )
+    }
 }

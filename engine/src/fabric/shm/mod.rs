@@ -15,22 +15,23 @@
 //! the segment's footprint).
 //!
 //! * [`wire`]: the segment layout and ring protocol, and validation of everything the peer writes.
-//! * `setup` (control thread / connecting thread): rendezvous, parameter negotiation, segment
-//!   creation and attachment, the direct path's handle.
+//! * `setup` (control thread / connecting thread): rendezvous, parameter negotiation (the
+//!   connector's ring depth and inline size, the smaller message limit and large-slot count;
+//!   the pool geometry must match, else both ends name each differing setting, [`Mismatch`]),
+//!   segment creation and attachment, the direct path's handle.
 //! * `direct` (the application's thread): `ShmDirect`, the direct data path
 //!   (`crate::fabric::DirectPath::Shm`): sends, the batch and single receives, claims, releases.
-//! * `datapath` (poller): [`ShmFabric`], which keeps shm in the poller's agent set but serves no
-//!   connection ([`ShmConn`] is uninhabited).
-//! * `control` (control thread): the fabric's control half behind the engine's control seam (see
-//!   [`crate::fabric`]): listeners, hang-up detection, heartbeats, reporting connections the
-//!   direct path failed, teardown.
+//! * `control` (control thread): the fabric's part of the shared control half behind the
+//!   engine's control seam (see [`crate::fabric`]): listeners, hang-up detection, heartbeats,
+//!   reporting connections the direct path failed, teardown.
+//!
+//! shm has no poller side: no [`Fabric`](crate::fabric::Fabric) and no place in the pollers'
+//! agent set; its control half's registry has no pollers either (`NoPollers`).
 
 pub(crate) mod control;
-mod datapath;
 pub(crate) mod direct;
 mod error;
 pub(crate) mod setup;
 pub mod wire;
 
-pub use datapath::{ShmConn, ShmFabric};
-pub use error::ShmSetupError;
+pub use error::{Mismatch, ShmSetupError};

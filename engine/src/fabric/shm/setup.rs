@@ -13,9 +13,10 @@ use cm::uds::{self, ConnParams, HandshakeRefusal, UdsListener, UdsStream};
 use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
 use crate::error::Error;
+use crate::flow::Policy;
 
 use super::direct::ShmDirect;
-use super::error::ShmSetupError;
+use super::error::{Mismatch, ShmSetupError};
 use super::wire::{self, Params, Segment, WireError};
 
 /// How long the listening side waits for each handshake step of an accepted connection (the
@@ -79,13 +80,89 @@ pub(crate) fn params_for(cfg: &Config) -> Result<Params, Error> {
     Ok(p)
 }
 
-/// Both sides' pools (buffers and large slots) agree: the segment's memory is sized by them, so
-/// neither side accepts pools it did not configure itself.
-fn same_pools(a: &Params, b: &Params) -> bool {
-    a.buffer_size == b.buffer_size
-        && a.buffer_count == b.buffer_count
-        && a.large_size == b.large_size
-        && a.large_count == b.large_count
+/// The pool geometry (`buffer_size`, `buffers`) on which `ours` and `theirs` differ: the
+/// segment's memory is sized by it, so neither side accepts one it did not configure itself.
+fn geometry_mismatches(ours: &Params, theirs: &Params) -> Vec<Mismatch> {
+    let mut m = Vec::new();
+    for (setting, a, b) in [
+        ("buffer_size", ours.buffer_size, theirs.buffer_size),
+        ("buffers", ours.buffer_count, theirs.buffer_count),
+    ] {
+        if a != b {
+            m.push(Mismatch {
+                setting,
+                ours: a.into(),
+                theirs: b.into(),
+            });
+        }
+    }
+    m
+}
+
+/// The params a listener (`ours`) settles with a connector's proposal (`theirs`), as tcp does:
+/// the connector's ring depth and inline size, the smaller message limit (large slot size)
+/// and the smaller large-slot count (none when either side has none). The pool geometry must
+/// be the same: else the settings that differ.
+fn settle(ours: &Params, theirs: &Params) -> Result<Params, Vec<Mismatch>> {
+    let m = geometry_mismatches(ours, theirs);
+    if !m.is_empty() {
+        return Err(m);
+    }
+    let (large_size, large_count) = if ours.large_count == 0 || theirs.large_count == 0 {
+        (0, 0)
+    } else {
+        (
+            ours.large_size.min(theirs.large_size),
+            ours.large_count.min(theirs.large_count),
+        )
+    };
+    Ok(Params {
+        large_size,
+        large_count,
+        ..*theirs
+    })
+}
+
+/// Whether a listener's `offer` is one this connector (`ours`) could have settled: our pool
+/// geometry, ring depth and inline size, large slots no larger and no more than ours. Else the
+/// settings that differ.
+fn offer_mismatches(ours: &Params, offer: &Params) -> Vec<Mismatch> {
+    let mut m = geometry_mismatches(ours, offer);
+    let mut check = |setting, a: u32, b: u32, ok: bool| {
+        if !ok {
+            m.push(Mismatch {
+                setting,
+                ours: a.into(),
+                theirs: b.into(),
+            });
+        }
+    };
+    check(
+        "depth",
+        ours.ring_depth,
+        offer.ring_depth,
+        ours.ring_depth == offer.ring_depth,
+    );
+    check(
+        "inline_threshold",
+        ours.inline_max,
+        offer.inline_max,
+        ours.inline_max == offer.inline_max,
+    );
+    let none = offer.large_count == 0 && offer.large_size == 0;
+    check(
+        "max_message_size",
+        ours.large_size,
+        offer.large_size,
+        none || (offer.large_size <= ours.large_size && ours.large_count > 0),
+    );
+    check(
+        "large_buffers",
+        ours.large_count,
+        offer.large_count,
+        none || offer.large_count <= ours.large_count,
+    );
+    m
 }
 
 fn to_conn_params(p: &Params) -> ConnParams {
@@ -116,7 +193,7 @@ fn setup_err(step: &'static str, source: WireError) -> Error {
 }
 
 /// Builds the direct data path and pool views of a segment both sides are attached to.
-fn establish(segment: Segment, stream: UdsStream, depth: usize) -> Result<Established, Error> {
+fn establish(segment: Segment, stream: UdsStream, policy: Policy) -> Result<Established, Error> {
     let (tx, rx, rel) = segment
         .split()
         .map_err(|e| setup_err("splitting the shm segment", e))?;
@@ -154,7 +231,7 @@ fn establish(segment: Segment, stream: UdsStream, depth: usize) -> Result<Establ
             )
         }
     };
-    let direct = ShmDirect::new(tx, rx, rel, segment.clone(), depth, rx_large);
+    let direct = ShmDirect::new(tx, rx, rel, segment.clone(), policy, rx_large);
     Ok(Established {
         direct,
         tx_pool,
@@ -189,15 +266,35 @@ pub(crate) fn connect(
     stream
         .send_hello(&to_conn_params(&ours), left())
         .map_err(cerr)?;
-    let offer = stream.recv_offer(left()).map_err(cerr)?;
+    let offer = match stream.recv_offer(left()) {
+        Ok(o) => o,
+        Err(
+            e @ uds::UdsError::Rejected {
+                reason: HandshakeRefusal::ParamsMismatch,
+                params,
+            },
+        ) if params != uds::ConnParams::default() => {
+            // The listener's values came with the refusal: name what differs.
+            let mismatches = geometry_mismatches(&ours, &from_conn_params(&params));
+            return Err(Error::Connect {
+                endpoint: endpoint.to_owned(),
+                source: Box::new(ShmSetupError::Refused {
+                    mismatches,
+                    source: e,
+                }),
+            });
+        }
+        Err(e) => return Err(cerr(e)),
+    };
     let theirs = from_conn_params(&offer.params);
     if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
         let _ = stream.send_abort(HandshakeRefusal::ParamsInvalid, left());
         return Err(ShmSetupError::OfferInvalid { theirs }.into());
     }
-    if !same_pools(&theirs, &ours) {
+    let mismatches = offer_mismatches(&ours, &theirs);
+    if !mismatches.is_empty() {
         let _ = stream.send_abort(HandshakeRefusal::ParamsMismatch, left());
-        return Err(ShmSetupError::OfferMismatch { theirs, ours }.into());
+        return Err(ShmSetupError::OfferMismatch { mismatches }.into());
     }
     let segment = match Segment::attach(offer.segment.as_fd(), &theirs) {
         Ok(s) => s,
@@ -208,7 +305,7 @@ pub(crate) fn connect(
     };
     drop(offer);
     stream.send_ready(left()).map_err(cerr)?;
-    establish(segment, stream, cfg.depth)
+    establish(segment, stream, Policy::from_config(cfg))
 }
 
 /// A listening shm endpoint (segment side A for every accepted connection).
@@ -271,17 +368,20 @@ impl ShmListener {
                 let _ = stream.send_reject(HandshakeRefusal::ParamsInvalid, nowait);
                 return Err(ShmSetupError::ProposalInvalid { theirs }.into());
             }
-            if !same_pools(&theirs, &self.params) {
-                let _ = stream.send_reject(HandshakeRefusal::ParamsMismatch, nowait);
-                return Err(ShmSetupError::ProposalMismatch {
-                    theirs,
-                    ours: self.params,
+            // Ring depth and inline size: the connector's choice (both validated); large
+            // slots: the smaller of both; the pool geometry must be the listener's own.
+            let settled = match settle(&self.params, &theirs) {
+                Ok(p) => p,
+                Err(mismatches) => {
+                    let _ = stream.send_reject_with(
+                        HandshakeRefusal::ParamsMismatch,
+                        &to_conn_params(&self.params),
+                        nowait,
+                    );
+                    return Err(ShmSetupError::ProposalMismatch { mismatches }.into());
                 }
-                .into());
-            }
-            // Ring depth and inline size: the connector's choice (both validated). The pools
-            // (buffers and large slots, which size the segment) must be the listener's own.
-            let (segment, fd) = match Segment::create(&theirs) {
+            };
+            let (segment, fd) = match Segment::create(&settled) {
                 Ok(v) => v,
                 Err(e) => {
                     let _ = stream.send_reject(HandshakeRefusal::SegmentFailed, nowait);
@@ -289,7 +389,7 @@ impl ShmListener {
                 }
             };
             stream
-                .send_accept(&hello.params, fd.as_fd(), nowait)
+                .send_accept(&to_conn_params(&settled), fd.as_fd(), nowait)
                 .map_err(accept_err)?;
             drop(fd);
             hs.segment = Some(segment);
@@ -297,7 +397,8 @@ impl ShmListener {
             return Ok(Step::Pending(hs));
         };
         match hs.stream.recv_ready(nowait) {
-            Ok(()) => establish(segment, hs.stream, cfg.depth).map(|e| Step::Done(Box::new(e))),
+            Ok(()) => establish(segment, hs.stream, Policy::from_config(cfg))
+                .map(|e| Step::Done(Box::new(e))),
             Err(uds::UdsError::Timeout { .. }) => {
                 hs.segment = Some(segment);
                 Ok(Step::Pending(hs))
@@ -362,4 +463,57 @@ pub(crate) enum Step {
     Pending(Handshake),
     /// Done: the connection is set up.
     Done(Box<Established>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(buffer_size: u32, buffers: u32, large_size: u32, large_count: u32) -> Params {
+        Params {
+            buffer_size,
+            buffer_count: buffers,
+            ring_depth: 64,
+            inline_max: 256,
+            large_size,
+            large_count,
+        }
+    }
+
+    #[test]
+    fn settle_takes_the_smaller_large_slots_and_refuses_other_geometry() {
+        let big = p(4096, 16, 1 << 20, 8);
+        let small = p(4096, 16, 64 << 10, 4);
+        for (a, b) in [(big, small), (small, big)] {
+            let s = settle(&a, &b).unwrap();
+            assert_eq!((s.large_size, s.large_count), (64 << 10, 4));
+            assert!(offer_mismatches(&b, &s).is_empty());
+        }
+        let none = p(4096, 16, 0, 0);
+        for (a, b) in [(big, none), (none, big)] {
+            let s = settle(&a, &b).unwrap();
+            assert_eq!((s.large_size, s.large_count), (0, 0));
+            assert!(offer_mismatches(&b, &s).is_empty());
+        }
+        let m = settle(&big, &p(8192, 32, 1 << 20, 8)).unwrap_err();
+        assert_eq!(
+            m,
+            [
+                Mismatch {
+                    setting: "buffer_size",
+                    ours: 4096,
+                    theirs: 8192
+                },
+                Mismatch {
+                    setting: "buffers",
+                    ours: 16,
+                    theirs: 32
+                },
+            ]
+        );
+        // An offer larger than what this side configured is not one it could have settled.
+        let m = offer_mismatches(&small, &big);
+        let names: Vec<_> = m.iter().map(|m| m.setting).collect();
+        assert_eq!(names, ["max_message_size", "large_buffers"]);
+    }
 }

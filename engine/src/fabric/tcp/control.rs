@@ -1,12 +1,14 @@
-//! The TCP half of the control thread: [`TcpControl`], the [`FabricControl`] of `tcp://`.
+//! The TCP half of the control thread: [`TcpControl`], the TCP part of the shared
+//! [`Control`](crate::fabric::control::Control), the [`FabricControl`] of `tcp://`.
 //!
-//! It owns the listening sockets and the producer ends of the pollers' TCP command rings.
+//! Its registry holds the listening sockets and the producer ends of the pollers' TCP command
+//! rings.
 //! Accepting never waits on a peer: each accepted socket becomes a pending [`Handshake`] entry
 //! whose socket is in the poll set; its hello is read when it arrives and the reply goes out at
 //! once; [`tick`](FabricControl::tick) expires an entry whose hello did not arrive within
 //! `ACCEPT_TIMEOUT` (1 s), closing its socket. At most [`MAX_HANDSHAKES`] are pending; beyond
 //! that new connections are refused as busy. Connecting runs on the calling thread
-//! ([`TcpConnect`]), bounded by its timeout.
+//! ([`Accepting::connect`]), bounded by its timeout.
 //!
 //! Established connections' sockets are not watched here: the poller sees the peer's end of
 //! stream or reset itself (after delivering what came before), and sends heartbeats and checks
@@ -16,7 +18,7 @@
 
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::setup::{self, Established, Handshake, Step, TcpListenerState};
@@ -25,14 +27,12 @@ use super::TcpFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::event::Event;
-use crate::fabric::control::{
-    self, Accepting, Beat, Ctx, Due, FabricConnect, FabricControl, Handshakes, NewConn,
-    PendingSetup, Registry, SetupSide, Watched, ACCEPT_BURST,
-};
+#[cfg(doc)]
+use crate::fabric::control::FabricControl;
+use crate::fabric::control::{self, Accept, Accepting, Ctx, NewConn, PendingSetup, Reg, SetupSide};
 use crate::fabric::Fabric;
 use crate::link::ConnParts;
-use crate::poller::{Command, PollerLink};
+use crate::poller::PollerLink;
 
 /// Most accepted connections whose handshake is pending at once (over every listener).
 pub(crate) const MAX_HANDSHAKES: usize = 1024;
@@ -48,67 +48,12 @@ impl SetupSide for TcpSetup {
     }
 }
 
-/// The TCP control state.
+/// The TCP part of the control half (the registry and the handshakes are the shared
+/// [`Control`](control::Control)'s).
 pub(crate) struct TcpControl {
-    reg: Registry<TcpFabric, TcpListenerState, TcpSetup>,
-    /// Accepted connections whose hello is awaited; their sockets follow the registry's in the
-    /// poll set.
-    handshakes: Handshakes<Handshake>,
     /// Grace of a close by the application (as for shm): none with dedicated pollers, zero in
     /// run-to-completion mode.
     close_grace: Option<Duration>,
-}
-
-impl TcpControl {
-    pub(crate) fn new(links: Vec<PollerLink<TcpFabric>>, cfg: &Config) -> TcpControl {
-        TcpControl {
-            reg: Registry::new(links),
-            handshakes: Handshakes::new(MAX_HANDSHAKES),
-            close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
-        }
-    }
-
-    fn install_est(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        est: Established,
-        raw: String,
-    ) -> Result<ConnParts, Error> {
-        let poller = self.reg.least_loaded(ctx.cfg.max_connections_per_poller)?;
-        let Established {
-            conn,
-            pools,
-            keep,
-            peer,
-        } = est;
-        let sock = conn.socket().clone();
-        let new = NewConn {
-            poller,
-            conn,
-            pools,
-            keep,
-            setup: TcpSetup { sock },
-            path: Some(peer.to_string()),
-        };
-        self.reg.register(ctx, new, raw, None)
-    }
-
-    fn accept_on(&mut self, ctx: &mut Ctx<'_>, lid: u64, now: Instant) {
-        for _ in 0..ACCEPT_BURST {
-            let Some(l) = self.reg.listeners.iter().find(|l| l.id == lid) else {
-                return;
-            };
-            match l.listener.try_accept(now) {
-                Ok(None) => return,
-                Ok(Some(hs)) if self.handshakes.is_full() => {
-                    hs.refuse_busy(l.listener.params());
-                }
-                // The hello may be there already: try at once.
-                Ok(Some(hs)) => control::advance(self, ctx, lid, hs, now),
-                Err(error) => ctx.emit(Event::Error { conn: None, error }),
-            }
-        }
-    }
 }
 
 impl PendingSetup for Handshake {
@@ -126,18 +71,81 @@ impl PendingSetup for Handshake {
 }
 
 impl Accepting for TcpControl {
-    type Fabric = TcpFabric;
+    const SCHEME: &'static str = TcpFabric::NAME;
+    const MAX_PENDING: usize = MAX_HANDSHAKES;
+    type Pollers = Vec<PollerLink<TcpFabric>>;
     type Listener = TcpListenerState;
     type Setup = TcpSetup;
     type Pending = Handshake;
     type Est = Box<Established>;
+    type Connect = ();
 
-    fn reg(&mut self) -> &mut Registry<TcpFabric, TcpListenerState, TcpSetup> {
-        &mut self.reg
+    fn new(_pollers: &Vec<PollerLink<TcpFabric>>, cfg: &Config) -> TcpControl {
+        TcpControl {
+            close_grace: cfg.run_to_completion().then_some(Duration::ZERO),
+        }
     }
 
-    fn pending(&mut self) -> &mut Handshakes<Handshake> {
-        &mut self.handshakes
+    fn connect_side(&self) {}
+
+    fn connect(
+        _side: &(),
+        endpoint: &Endpoint,
+        raw: &str,
+        cfg: &Config,
+        timeout: Duration,
+    ) -> Result<Box<Established>, Error> {
+        let Endpoint::Tcp { host, port } = endpoint else {
+            return Err(Error::FabricNotCompiled {
+                fabric: endpoint.scheme(),
+            });
+        };
+        Ok(Box::new(setup::connect(host, *port, raw, cfg, timeout)?))
+    }
+
+    fn no_listener(e: &Error) -> bool {
+        matches!(e, Error::Connect { source, .. }
+            if matches!(source.downcast_ref(), Some(super::TcpSetupError::Connect { source, .. })
+                if source.kind() == std::io::ErrorKind::ConnectionRefused))
+    }
+
+    fn bind(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        endpoint: &Endpoint,
+        raw: &str,
+    ) -> Result<TcpListenerState, Error> {
+        let Endpoint::Tcp { host, port } = endpoint else {
+            return Err(Error::FabricNotCompiled {
+                fabric: endpoint.scheme(),
+            });
+        };
+        let listener = TcpListenerState::bind(host, *port, raw, ctx.cfg)?;
+        if let Some(addr) = listener.local_addr() {
+            tracing::debug!(endpoint = raw, %addr, "tcp listener bound");
+        }
+        Ok(listener)
+    }
+
+    fn listener_fd(listener: &TcpListenerState) -> RawFd {
+        listener.fd()
+    }
+
+    fn try_accept(
+        &self,
+        listener: &TcpListenerState,
+        _cfg: &Config,
+        busy: bool,
+        now: Instant,
+    ) -> Result<Accept<Handshake>, Error> {
+        Ok(match listener.try_accept(now)? {
+            None => Accept::Empty,
+            Some(hs) if busy => {
+                hs.refuse_busy(listener.params());
+                Accept::Refused
+            }
+            Some(hs) => Accept::Started(hs),
+        })
     }
 
     fn step(
@@ -152,114 +160,39 @@ impl Accepting for TcpControl {
         })
     }
 
-    fn install_accepted(
+    fn install(
         &mut self,
+        reg: &mut Reg<Self>,
         ctx: &mut Ctx<'_>,
         est: Box<Established>,
         raw: String,
     ) -> Result<ConnParts, Error> {
-        self.install_est(ctx, *est, raw)
-    }
-}
-
-impl FabricControl for TcpControl {
-    fn scheme(&self) -> &'static str {
-        TcpFabric::NAME
-    }
-
-    fn connector(&self) -> Arc<dyn FabricConnect> {
-        Arc::new(TcpConnect)
-    }
-
-    fn listen(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        endpoint: &Endpoint,
-        raw: &str,
-    ) -> Result<(u64, mpsc::Receiver<ConnParts>), Error> {
-        let Endpoint::Tcp { host, port } = endpoint else {
-            return Err(Error::FabricNotCompiled {
-                fabric: endpoint.scheme(),
-            });
+        let poller = reg.least_loaded(ctx.cfg.max_connections_per_poller)?;
+        let Established {
+            conn,
+            pools,
+            keep,
+            peer,
+        } = *est;
+        let sock = conn.socket().clone();
+        let new = NewConn {
+            poller,
+            conn,
+            pools,
+            keep,
+            setup: TcpSetup { sock },
+            path: Some(peer.to_string()),
         };
-        let listener = TcpListenerState::bind(host, *port, raw, ctx.cfg)?;
-        if let Some(addr) = listener.local_addr() {
-            tracing::debug!(endpoint = raw, %addr, "tcp listener bound");
-        }
-        Ok(self.reg.add_listener(ctx, raw, listener))
+        reg.register(ctx, new, raw, None)
     }
 
-    fn unlisten(&mut self, id: u64) -> bool {
-        control::unlisten(self, id)
+    fn close_grace(&self) -> Option<Duration> {
+        self.close_grace
     }
 
-    fn install(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        est: control::Established,
-        raw: String,
-    ) -> Result<ConnParts, Error> {
-        let est = control::downcast::<Established>(est, TcpFabric::NAME)?;
-        self.install_est(ctx, est, raw)
-    }
-
-    fn drop_conn(&mut self, ctx: &mut Ctx<'_>, id: u64) -> bool {
-        self.reg
-            .close(ctx, id, Command::Remove(id), self.close_grace)
-    }
-
-    fn fds(&mut self, fds: &mut Vec<libc::pollfd>) {
-        self.reg.watch(fds, TcpListenerState::fd, |_| None);
-        self.handshakes.watch(fds);
-    }
-
-    fn on_ready(&mut self, ctx: &mut Ctx<'_>, fds: &[libc::pollfd]) {
-        let now = Instant::now();
-        let fds = control::on_ready(self, ctx, fds, now);
-        for w in self.reg.ready(fds) {
-            if let Watched::Listener(id) = w {
-                self.accept_on(ctx, id, now);
-            }
-        }
-    }
-
-    fn tick(&mut self, ctx: &mut Ctx<'_>, now: Instant, _beat: Option<Beat>) -> Due {
-        self.reg.drain(ctx);
-        self.handshakes.expire(ctx, now);
-        Due {
-            at: control::earliest(self.reg.next_due(now), self.handshakes.next_deadline()),
-            // The pollers' liveness checks and heartbeats run by the coarse clock, which the
-            // beats advance.
-            beat: ctx.cfg.liveness().is_some() && !self.reg.conns.is_empty(),
-        }
-    }
-
-    fn shutdown(&mut self, ctx: &mut Ctx<'_>) {
-        self.handshakes.clear();
-        self.reg.shutdown(ctx, self.close_grace);
-    }
-}
-
-/// The connecting side of `tcp://`: connect and handshake on the calling thread.
-pub(crate) struct TcpConnect;
-
-impl FabricConnect for TcpConnect {
-    fn scheme(&self) -> &'static str {
-        TcpFabric::NAME
-    }
-
-    fn connect(
-        &self,
-        endpoint: &Endpoint,
-        raw: &str,
-        cfg: &Config,
-        timeout: Duration,
-    ) -> Result<control::Established, Error> {
-        let Endpoint::Tcp { host, port } = endpoint else {
-            return Err(Error::FabricNotCompiled {
-                fabric: endpoint.scheme(),
-            });
-        };
-        Ok(Box::new(setup::connect(host, *port, raw, cfg, timeout)?))
+    /// The pollers' liveness checks and heartbeats run by the coarse clock, which the beats
+    /// advance.
+    fn beats(cfg: &Config) -> bool {
+        cfg.liveness().is_some()
     }
 }

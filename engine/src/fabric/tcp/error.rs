@@ -70,11 +70,13 @@ pub enum TcpSetupError {
         #[source]
         source: io::Error,
     },
-    /// The peer's handshake message is not a spinwire TCP hello (bad magic or version).
-    #[error("peer sent an invalid tcp hello ({reason})")]
+    /// The peer's handshake message is not a valid spinwire TCP hello (bad magic or version,
+    /// a value out of range): the field is the [`source`](std::error::Error::source).
+    #[error("peer sent an invalid tcp hello")]
     BadHello {
         /// What is wrong.
-        reason: &'static str,
+        #[source]
+        reason: super::hello::HelloError,
     },
     /// The peer's parameters differ from ours (buffer size, record format).
     #[error("peer's tcp parameters {theirs:?} do not match ours {ours:?}")]

@@ -12,7 +12,7 @@
 //! | 6..8   | reserved      | 0 |
 //! | 8..12  | `buffer_size` | bytes per pool buffer (the largest message without large slots) |
 //! | 12..16 | `depth`       | messages the sender may have in flight (the credit grant) |
-//! | 16..20 | `max_message_size` | the largest message with large slots (issue #12); 0 or `buffer_size` without |
+//! | 16..20 | `max_message_size` | the largest message with large slots; 0 or `buffer_size` without |
 //! | 20..24 | `large_buffers` | large slots per direction; 0: no large messages |
 //! | 24..32 | reserved      | 0 |
 //!
@@ -24,8 +24,50 @@
 //! large slots", so such a peer still connects (without large messages). An older listener
 //! rejects a hello that announces large slots (reserved bytes set) with status 3.
 
-use crate::config::{MAX_LARGE_BUFFERS, MAX_MESSAGE_SIZE};
+use crate::config::{MAX_BUFFERS, MAX_BUFFER_SIZE, MAX_LARGE_BUFFERS, MAX_MESSAGE_SIZE};
 use crate::record;
+
+/// Why a hello is refused: the field that is wrong, with its value and the bound it broke
+/// (the engine's own configuration bounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HelloError {
+    /// Not a spinwire TCP hello.
+    #[error("bad magic {0:02x?}")]
+    Magic([u8; 4]),
+    /// A reserved byte is not zero.
+    #[error("reserved byte {at} is {value:#04x}, not 0")]
+    Reserved {
+        /// Its offset.
+        at: usize,
+        /// Its value.
+        value: u8,
+    },
+    /// Another record format version.
+    #[error("record format version {got}, this build speaks {want}")]
+    Version {
+        /// The peer's.
+        got: u8,
+        /// Ours ([`record::VERSION`]).
+        want: u8,
+    },
+    /// An unknown status byte.
+    #[error("status {0} is not a known status (0..=3)")]
+    Status(u8),
+    /// A number out of its range.
+    #[error("{field} {value} out of range {min}..={max}")]
+    OutOfRange {
+        /// The field, as the builder names it (`buffer_size`, `depth`, `max_message_size`,
+        /// `large_buffers`).
+        field: &'static str,
+        /// The value announced.
+        value: u32,
+        /// The smallest value accepted.
+        min: u64,
+        /// The largest value accepted.
+        max: u64,
+    },
+}
 
 pub(crate) const MAGIC: [u8; 4] = *b"SPWT";
 /// Size of a hello (either direction).
@@ -66,14 +108,17 @@ impl TcpParams {
         b
     }
 
-    /// Parses a hello; returns the parameters and the status byte, or what is wrong.
-    pub(crate) fn decode(b: &[u8; HELLO_LEN]) -> Result<(TcpParams, u8), &'static str> {
-        let bad = |reason| Err(reason);
+    /// Parses a hello; returns the parameters and the status byte, or what is wrong. Every
+    /// number it returns is within the engine's configuration bounds.
+    pub(crate) fn decode(b: &[u8; HELLO_LEN]) -> Result<(TcpParams, u8), HelloError> {
         if b[0..4] != MAGIC {
-            return bad("bad magic");
+            return Err(HelloError::Magic([b[0], b[1], b[2], b[3]]));
         }
-        if b[6..8].iter().chain(&b[24..]).any(|&x| x != 0) {
-            return bad("reserved bytes set");
+        if let Some(at) = (6..8).chain(24..HELLO_LEN).find(|&i| b[i] != 0) {
+            return Err(HelloError::Reserved { at, value: b[at] });
+        }
+        if b[5] > STATUS_INVALID {
+            return Err(HelloError::Status(b[5]));
         }
         let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
         let p = TcpParams {
@@ -84,20 +129,49 @@ impl TcpParams {
             large_buffers: u32_at(20),
         };
         if p.version != record::VERSION {
-            return bad("unsupported record format version");
+            return Err(HelloError::Version {
+                got: p.version,
+                want: record::VERSION,
+            });
         }
-        if p.buffer_size == 0 || p.buffer_size as usize > record::MAX_PAYLOAD || p.depth == 0 {
-            return bad("buffer size or depth out of range");
-        }
-        let large_ok = if p.large_buffers == 0 {
-            p.max_message_size == 0 || p.max_message_size == p.buffer_size
-        } else {
-            p.large_buffers as usize <= MAX_LARGE_BUFFERS
-                && p.max_message_size > p.buffer_size
-                && p.max_message_size as usize <= MAX_MESSAGE_SIZE
+        let range = |field, value: u32, min: u64, max: usize| {
+            if (min..=max as u64).contains(&u64::from(value)) {
+                Ok(())
+            } else {
+                Err(HelloError::OutOfRange {
+                    field,
+                    value,
+                    min,
+                    max: max as u64,
+                })
+            }
         };
-        if !large_ok {
-            return bad("max message size or large buffers out of range");
+        range(
+            "buffer_size",
+            p.buffer_size,
+            1,
+            MAX_BUFFER_SIZE.min(record::MAX_PAYLOAD),
+        )?;
+        // The credit depth is at most the buffers per connection.
+        range("depth", p.depth, 1, MAX_BUFFERS)?;
+        range("large_buffers", p.large_buffers, 0, MAX_LARGE_BUFFERS)?;
+        if p.large_buffers == 0 {
+            // 0 (a hello from before large messages) or the buffer size.
+            if p.max_message_size != 0 {
+                range(
+                    "max_message_size",
+                    p.max_message_size,
+                    u64::from(p.buffer_size),
+                    p.buffer_size as usize,
+                )?;
+            }
+        } else {
+            range(
+                "max_message_size",
+                p.max_message_size,
+                u64::from(p.buffer_size) + 1,
+                MAX_MESSAGE_SIZE,
+            )?;
         }
         Ok((p, b[5]))
     }
@@ -154,6 +228,85 @@ mod tests {
         let mut b = p.encode(STATUS_OK);
         b[24] = 1;
         assert!(TcpParams::decode(&b).is_err(), "reserved byte");
+    }
+
+    /// Every value a hello that decodes may carry is within the engine's bounds.
+    fn in_range(p: &TcpParams, status: u8) -> bool {
+        p.version == record::VERSION
+            && status <= STATUS_INVALID
+            && (1..=MAX_BUFFER_SIZE.min(record::MAX_PAYLOAD)).contains(&(p.buffer_size as usize))
+            && (1..=MAX_BUFFERS).contains(&(p.depth as usize))
+            && p.large_buffers as usize <= MAX_LARGE_BUFFERS
+            && p.max_message_size as usize <= MAX_MESSAGE_SIZE
+            && (p.large_buffers == 0 || p.max_message_size > p.buffer_size)
+    }
+
+    #[test]
+    fn every_byte_mutation_is_refused_or_in_range() {
+        let valid = [params(1 << 20, 2), params(0, 0), params(4096, 0)];
+        let mut refused = 0;
+        let mut accepted = 0;
+        for p in valid {
+            for status in [STATUS_OK, STATUS_INVALID] {
+                let good = p.encode(status);
+                assert!(TcpParams::decode(&good).is_ok(), "{p:?}");
+                for at in 0..HELLO_LEN {
+                    for value in [
+                        0x00,
+                        0x01,
+                        0x7f,
+                        0x80,
+                        0xfe,
+                        0xff,
+                        good[at] ^ 1,
+                        good[at] ^ 0x40,
+                    ] {
+                        let mut b = good;
+                        b[at] = value;
+                        match TcpParams::decode(&b) {
+                            Ok((q, s)) => {
+                                accepted += 1;
+                                assert!(in_range(&q, s), "byte {at} = {value:#x}: {q:?}");
+                            }
+                            Err(e) => {
+                                refused += 1;
+                                // A typed reason that says what it is.
+                                assert!(!e.to_string().is_empty());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(refused > 0 && accepted > 0);
+    }
+
+    #[test]
+    fn absurd_values_are_refused_with_the_field() {
+        let mut p = params(1 << 20, 2);
+        p.depth = u32::MAX;
+        assert!(matches!(
+            TcpParams::decode(&p.encode(STATUS_OK)),
+            Err(HelloError::OutOfRange {
+                field: "depth",
+                value: u32::MAX,
+                ..
+            })
+        ));
+        let mut p = params(1 << 20, 2);
+        p.depth = MAX_BUFFERS as u32 + 1;
+        assert!(TcpParams::decode(&p.encode(STATUS_OK)).is_err());
+        let p = params(1 << 20, MAX_LARGE_BUFFERS as u32 + 1);
+        assert!(matches!(
+            TcpParams::decode(&p.encode(STATUS_OK)),
+            Err(HelloError::OutOfRange {
+                field: "large_buffers",
+                ..
+            })
+        ));
+        let mut b = params(0, 0).encode(STATUS_OK);
+        b[5] = 9;
+        assert_eq!(TcpParams::decode(&b), Err(HelloError::Status(9)));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! IPv6 `tcp://[::1]:port`).
 //!
 //! One connection = one TCP socket (`TCP_NODELAY`, non-blocking) carrying the
-//! [v2 record format](crate::record) in both directions: `DATA` records are messages, `CREDIT`
+//! [record format](crate::record) in both directions: `DATA` records are messages, `CREDIT`
 //! records return credits, `HEARTBEAT` records prove liveness on an idle connection. The poller
 //! busy-polls the socket with `recv` and writes everything queued in one cycle with one
 //! `sendmsg` (coalesced; no epoll on the data path). Each side has its own send and receive
@@ -11,7 +11,7 @@
 //! socket is read into the receive pool's chunks, where larger messages are read in place and
 //! small ones are copied into the application's ring slot).
 //!
-//! **Large messages** (issue #12). The hello carries each side's `max_message_size` and large
+//! **Large messages**. The hello carries each side's `max_message_size` and large
 //! slot count; with large slots on both sides the connection's limit is the smaller
 //! `max_message_size` ([`Connection::max_message_size`](crate::Connection::max_message_size)
 //! reports it), else the buffer size. A large message is framed like any other: one `DATA`
@@ -54,4 +54,4 @@ mod sys;
 
 pub use datapath::{TcpConn, TcpFabric};
 pub use error::TcpSetupError;
-pub use hello::TcpParams;
+pub use hello::{HelloError, TcpParams};

@@ -4,7 +4,7 @@
 //!
 //! The handshake (one 32-byte hello each way) is specified in `hello`; it settles the
 //! connection's message limit. With large messages on, each direction gets a **large pool**
-//! (`large_buffers` slots of the limit, issue #12): one anonymous `MAP_NORESERVE` mapping,
+//! (`large_buffers` slots of the limit): one anonymous `MAP_NORESERVE` mapping,
 //! made here and unmapped when the last holder of the connection's memory drops it, whose pages
 //! take memory only as messages touch them.
 
@@ -92,7 +92,7 @@ impl Drop for Region {
     }
 }
 
-/// One anonymous mapping holding a large pool (issue #12): `MAP_NORESERVE`, so its pages take
+/// One anonymous mapping holding a large pool: `MAP_NORESERVE`, so its pages take
 /// memory only once a message touches them; unmapped on drop.
 struct Mapped {
     ptr: NonNull<u8>,

@@ -11,6 +11,10 @@ use super::{check_limit, region_dyn, RingMemory};
 use crate::record::region::{Ordering, Region};
 use crate::record::{Record, RecordError, RecordHeader, RecordType, RECORD_ALIGN, RECORD_HEADER};
 
+/// Bytes of a cache line: the record area starts on a line (the region is page-aligned and
+/// its position lines take 256 bytes).
+const CACHE_LINE: usize = 64;
+
 /// The consuming end: polls published records and hands them to a handler in place.
 ///
 /// `Send + !Sync`; see the [module docs](super) for the protocol and the trust model.
@@ -251,6 +255,19 @@ impl Consumer {
                 .store(self.pos, Ordering::Release);
             self.published = self.pos;
         }
+    }
+
+    /// [`is_empty_hint`](Self::is_empty_hint) without reading a cache line this end has not
+    /// read yet: `true` when the position starts a new 64-byte line of the area (the ring may
+    /// be empty; the word there is looked at by the next poll), else the hint. For the same
+    /// decision as the hint, publishing after [`poll_deferred`](Self::poll_deferred): the line
+    /// after a record that ends a line is the one the producer has just written (its
+    /// zero-ahead word), and reading it right after the record was a second line transfer
+    /// per message on a ping-pong's critical path, where publishing is a store to this
+    /// side's own line.
+    #[inline]
+    pub fn may_be_empty(&self) -> bool {
+        self.pos as usize % CACHE_LINE == 0 || self.is_empty_hint()
     }
 
     /// Whether nothing is published at the position right now (the header word there reads

@@ -1,5 +1,5 @@
 //! A single-producer single-consumer byte ring of v2 [records](super) over a shared byte
-//! region: the shm data path v2's wire ring (issue #10), testable on its own.
+//! region: the shm wire ring, testable on its own.
 //!
 //! # Layout
 //!
@@ -46,7 +46,7 @@
 //!   writes the record area.
 //! * [`Consumer::poll_deferred`] is a poll that leaves the position unpublished, for a caller
 //!   that takes one record per call and publishes once per run ([`Consumer::publish`]; the
-//!   engine's `try_recv` publishes when [`Consumer::is_empty_hint`] says the ring ran empty or
+//!   engine's `try_recv` publishes when [`Consumer::may_be_empty`] says the ring ran empty or
 //!   a run is complete). The producer gets the space back only at that publication, and the
 //!   consumer's bound on an honest record's end is taken from the *published* position.
 //!

@@ -1,31 +1,34 @@
 //! Per connection: [`RdmaConn`] (one RC queue pair, its registered send and receive pools and
-//! its credit state) and the [`FabricConn`] implementation: chained sends, receive completions
-//! filed by the poller, re-posting of receive buffers in chains, credit returns. The iWARP
-//! header variants of posting live in `iwarp`.
+//! its credit state) and the [`FabricConn`] implementation. Its parts by concern: `send`
+//! (chained sends, frames), `iwarp` (the header variants of posting), `recv` (receive
+//! completions filed by the poller, delivery, re-posting of receive buffers in chains),
+//! `credit` (credit validation and returns, control SENDs), `liveness` (silence and
+//! heartbeats), `rndv` (large messages) and `fifo` (the fixed-capacity queues).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::chain::{post_recv_chains, SrqShared, CHAIN};
+use super::chain::{SrqShared, CHAIN};
 use super::frame::{frame_limit, FrameCursor};
-use super::rndv::Rndv;
 use crate::desc::{is_large, large_slot, PoolView, TxDesc};
 use crate::error::FabricError;
-use crate::fabric::rdma::counters::{bump, PollerRdmaCounters, COUNTERS};
-use crate::fabric::rdma::header::{
-    read_hdr, HdrParts, IMM_CREDITS_MAX, IMM_CREDIT_ONLY, IMM_FRAME,
-};
-use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge, WorkCompletion};
-use crate::fabric::rdma::wr_id::{recv_wr_id, WR_GEN_SHIFT, WR_RECV, WR_SRQ, WR_VALUE_MASK};
+use crate::fabric::rdma::counters::PollerRdmaCounters;
+use crate::fabric::rdma::header::HdrParts;
+use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge};
+use crate::fabric::rdma::wr_id::{WR_GEN_SHIFT, WR_SRQ, WR_VALUE_MASK};
 use crate::fabric::{FabricConn, RxSink, TxDone};
-use crate::record::Record;
+use crate::flow::{CreditReturn, SendWindow};
 
+mod credit;
 mod fifo;
 mod iwarp;
+mod liveness;
+mod recv;
 mod rndv;
 mod send;
 
+use credit::Windows;
 use fifo::Fifo;
 use rndv::Large;
 pub(crate) use rndv::{ack_scratch_size, LargeParts, ACK_BUFS, READ_WINDOW, RNDV_SCRATCH};
@@ -145,14 +148,19 @@ pub struct RdmaConn {
     sq_depth: u32,
     sq_posted: u64,
     sq_completed: u64,
+    /// Of `sq_posted`, the rendezvous READs: the peer's HCA serves them, its engine sees
+    /// nothing of them (liveness counts only the SENDs as this side speaking).
+    reads_posted: u64,
     /// Non-inline send buffers posted and not yet known complete: (sequence, buffer).
     held: Fifo<(u64, u32)>,
-    /// Sends allowed before the peer runs out of posted receives.
-    peer_credits: u32,
+    /// The receive-buffer window towards the peer: one unit per SEND (a message, a frame of
+    /// many, a credit message or an acknowledgement frame), which takes one of the peer's
+    /// posted receive buffers. In flight: SENDs whose credit has not come back (the peer has not
+    /// re-posted their buffers yet); its room is the sends allowed before the peer runs out of
+    /// posted receives. Returned credits are validated against it.
+    tx_window: SendWindow,
     /// Credits kept for explicit credit messages.
     reserve: u32,
-    /// Messages sent whose credit has not come back (validates the peer's returns).
-    uncredited: u64,
     /// Control SENDs (credit messages, acknowledgement frames) sent whose credits have not
     /// come back yet (not the engine's).
     ctrl_outstanding: u64,
@@ -175,16 +183,19 @@ pub struct RdmaConn {
     rx_pending: Fifo<(u32, u32, RxKind)>,
     /// The frame being delivered (validated; its buffer is re-posted once every record is out).
     rx_frame: Option<FrameCursor>,
-    /// Receive buffers re-posted whose credits the peer has not been given yet.
-    owed: u32,
-    /// Messages whose receive buffers were re-posted (or, in a frame, delivered) since the
-    /// credits were last returned in full (the peer's engine counts messages, not buffers).
-    owed_msgs: u64,
-    /// Return credits explicitly once `owed_msgs` reaches this: half our depth (both sides
-    /// are expected to use the same depth, as the same buffer size).
-    credit_msgs: u64,
+    /// The receive-buffer credits owed to the peer: buffers re-posted (consumed) and credits
+    /// put in an immediate or header (returned, at most
+    /// [`IMM_CREDITS_MAX`](crate::fabric::rdma::header::IMM_CREDITS_MAX) a SEND).
+    rx_return: CreditReturn,
+    /// The engine's message credits owed to the peer: messages whose receive buffers were
+    /// re-posted (or, in a frame, delivered) since the buffer credits were last returned in
+    /// full (the peer's engine counts messages, not buffers: a few frames can carry a whole
+    /// depth of messages in a few buffers). Credits go back explicitly once half our depth is
+    /// owed (both sides are expected to use the same depth, as the same buffer size).
+    msg_return: CreditReturn,
     /// How many more messages the peer may send us, as far as we know (<= its actual credits).
     peer_window: u32,
+    /// The peer's window is low at or below this: half our posted receives.
     low_water: u32,
     error: Option<FabricError>,
     srq: Option<SrqShared>,
@@ -220,8 +231,8 @@ impl std::fmt::Debug for RdmaConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaConn")
             .field("qp", &self.qp)
-            .field("peer_credits", &self.peer_credits)
-            .field("owed", &self.owed)
+            .field("tx_window", &self.tx_window)
+            .field("owed", &self.rx_return.owed())
             .field("peer_window", &self.peer_window)
             .field("error", &self.error)
             .finish_non_exhaustive()
@@ -233,6 +244,7 @@ impl RdmaConn {
     pub(crate) fn new(p: RdmaConnParts) -> Self {
         let gen = p.gen;
         let reserve = u32::from(p.peer_credits >= 2);
+        let windows = Windows::new(&p);
         Self {
             qp: p.qp,
             tag: u64::from(gen) << WR_GEN_SHIFT,
@@ -246,10 +258,10 @@ impl RdmaConn {
             sq_depth: p.sq_depth.max(2),
             sq_posted: 0,
             sq_completed: 0,
+            reads_posted: 0,
             held: Fifo::new(p.tx_pool.count() as usize),
-            peer_credits: p.peer_credits,
+            tx_window: windows.tx_buffers.send_window(),
             reserve,
-            uncredited: 0,
             ctrl_outstanding: 0,
             sent_msgs: Fifo::new(p.peer_credits as usize),
             frame_limit: frame_limit(p.frame_size, p.peer_buffer_size, p.tx_pool.buf_size()),
@@ -260,11 +272,10 @@ impl RdmaConn {
             rx_inline: p.rx_inline_threshold,
             rx_pending: Fifo::new(p.rx_posted as usize),
             rx_frame: None,
-            owed: 0,
-            owed_msgs: 0,
-            credit_msgs: u64::from(p.depth / 2).max(1),
+            rx_return: windows.rx_buffers.credit_return(),
+            msg_return: windows.rx_messages.credit_return(),
             peer_window: p.rx_posted,
-            low_water: (p.rx_posted / 2).max(1),
+            low_water: windows.rx_buffers.return_batch as u32,
             error: None,
             srq_held: 0,
             srq_held_out: p.srq.as_ref().map(|(_, h)| Arc::clone(h)),
@@ -292,138 +303,6 @@ impl RdmaConn {
             return self.srq.is_some();
         }
         (wr_id >> WR_GEN_SHIFT) as u16 == self.gen
-    }
-
-    /// Files one completion of this connection (called from
-    /// [`Fabric::poll_shared`](crate::fabric::Fabric::poll_shared)).
-    #[inline]
-    pub(super) fn on_completion(&mut self, wc: &WorkCompletion) {
-        let is_srq_recv = wc.wr_id() & WR_SRQ != 0;
-        if is_srq_recv {
-            self.srq_held += 1;
-        }
-        if !wc.is_ok() {
-            if is_srq_recv {
-                // The shared buffer must go back to the SRQ: queue it as a no-payload entry.
-                let buf = (wc.wr_id() & WR_VALUE_MASK) as u32;
-                if !self.rx_pending.push((buf, 0, RxKind::Credit)) {
-                    self.error = Some(FabricError::Protocol("more receives completed than posted"));
-                }
-            }
-            bump(&COUNTERS.completion_errors, 1);
-            let status = wc.status();
-            if status == verbs::WC_RNR_RETRY_EXC_ERR {
-                bump(&COUNTERS.rnr_errors, 1);
-            }
-            if self.error.is_none() {
-                self.error = Some(if status == verbs::WC_WR_FLUSH_ERR {
-                    FabricError::PeerClosed
-                } else {
-                    FabricError::Io(status as i32)
-                });
-            }
-            return;
-        }
-        let value = wc.wr_id() & WR_VALUE_MASK;
-        if wc.wr_id() & WR_RECV != 0 {
-            // RoCE/IB: the word is the immediate; iWARP: the header the peer sent.
-            let (imm, len) = match &self.hdr {
-                None => match wc.imm() {
-                    Some(imm) => (imm, wc.byte_len()),
-                    None => {
-                        self.error = Some(FabricError::Protocol("receive without immediate"));
-                        return;
-                    }
-                },
-                Some(h) => match read_hdr(h, value as u32, wc.byte_len()) {
-                    Some(v) => v,
-                    None => {
-                        self.error = Some(FabricError::Protocol(
-                            "receive with a missing or malformed header",
-                        ));
-                        return;
-                    }
-                },
-            };
-            let credits = imm & IMM_CREDITS_MAX;
-            self.rx_heard += 1;
-            let (kind, control) = match (imm & IMM_CREDIT_ONLY != 0, imm & IMM_FRAME != 0) {
-                (false, false) => (RxKind::Message, false),
-                (true, false) => (RxKind::Credit, false),
-                (false, true) => (RxKind::Frame, false),
-                // A control frame: rendezvous acknowledgements, handled here; its buffer is
-                // then re-posted like a credit message's.
-                (true, true) => (RxKind::Credit, true),
-            };
-            self.add_peer_credits(credits);
-            self.peer_window = self.peer_window.saturating_sub(1);
-            if (kind != RxKind::Credit || control) && len > self.rx_pool.buf_size() as u32 {
-                self.error = Some(FabricError::Protocol("oversized receive"));
-                return;
-            }
-            if control {
-                let pool = self.rx_pool;
-                // SAFETY: the receive completed with `len <= buf_size` bytes (checked above)
-                // into buffer `value`, which stays ours until it is re-posted from `rx_pending`.
-                let bytes = unsafe { rx_bytes(&pool, value as u32, len) };
-                if let Err(e) = self.on_ack_frame(bytes) {
-                    self.error = Some(e);
-                }
-            }
-            // Cannot overflow: at most `rx_posted` receives are outstanding.
-            if !self.rx_pending.push((value as u32, len, kind)) {
-                self.error = Some(FabricError::Protocol("more receives completed than posted"));
-            }
-        } else {
-            // A signalled send: it and every earlier send of this QP are complete. Rebuild the
-            // full sequence from the 46 bits carried.
-            let low = value;
-            let back = (self.sq_posted.wrapping_sub(1).wrapping_sub(low)) & WR_VALUE_MASK;
-            let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
-            self.sq_completed = self.sq_completed.max(seq + 1);
-            if wc.is_rdma_read() {
-                // A rendezvous READ chunk: its large message may be complete now. The peer's
-                // HCA answered, so the peer is alive (liveness).
-                self.rx_heard += 1;
-                if let Err(e) = self.large.read_done() {
-                    self.error.get_or_insert(e);
-                }
-            }
-        }
-    }
-
-    #[inline]
-    fn add_peer_credits(&mut self, credits: u32) {
-        if credits == 0 {
-            return;
-        }
-        // A peer can only return credits for messages we sent it.
-        if u64::from(credits) > self.uncredited {
-            self.error = Some(FabricError::Protocol(
-                "peer returned more credits than messages it received",
-            ));
-            return;
-        }
-        self.uncredited -= u64::from(credits);
-        self.peer_credits = self.peer_credits.saturating_add(credits);
-        // Credits first cover our own credit messages, then the engine's data SENDs, oldest
-        // first, each giving back the messages it carried (a frame: its records). Every data
-        // SEND is in `sent_msgs` until its credit is back, so the pops cannot run dry.
-        let mut n = u64::from(credits);
-        let ctrl = n.min(self.ctrl_outstanding);
-        self.ctrl_outstanding -= ctrl;
-        n -= ctrl;
-        for _ in 0..n {
-            match self.sent_msgs.pop() {
-                Some(m) => self.engine_credits += u64::from(m),
-                None => {
-                    self.error = Some(FabricError::Protocol(
-                        "peer returned more credits than messages it received",
-                    ));
-                    return;
-                }
-            }
-        }
     }
 
     /// Send-queue slots free.
@@ -464,60 +343,6 @@ impl RdmaConn {
         verbs::set_imm(wr, imm);
     }
 
-    /// Takes the credits to piggyback on the next message.
-    #[inline]
-    fn take_owed(&mut self) -> u32 {
-        let n = self.owed.min(IMM_CREDITS_MAX);
-        self.owed -= n;
-        if self.owed == 0 {
-            self.owed_msgs = 0;
-        }
-        self.peer_window = self.peer_window.saturating_add(n);
-        n
-    }
-
-    /// Re-posts receive buffers `bufs`, one chain (one `ibv_post_recv`) per [`CHAIN`] buffers.
-    fn post_recvs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
-        if let Some(srq) = &self.srq {
-            srq.post(bufs)?;
-            let n = bufs.len() as u32;
-            self.srq_held = self.srq_held.saturating_sub(n);
-            self.owed += n;
-            return Ok(());
-        }
-        if let Some(h) = self.hdr {
-            return self.post_recvs_hdr(bufs, h);
-        }
-        let (qp, gen, owed) = (&self.qp, self.gen, &mut self.owed);
-        post_recv_chains(
-            &self.rx_pool,
-            self.rx_lkey,
-            bufs,
-            |buf| recv_wr_id(gen, buf),
-            |head, n| {
-                // SAFETY: `post_recv_chains` hands over a chain of initialised WRs pointing to
-                // SGEs that live until this call returns; each buffer is a receive-pool buffer
-                // (index checked) inside the region registered with LOCAL_WRITE, owned by the
-                // fabric until its completion is polled (the application released it, or it
-                // was never lent).
-                unsafe { qp.post_recv(head) }.map_err(|e| FabricError::Io(e.errno))?;
-                *owed += n;
-                Ok(())
-            },
-        )
-    }
-
-    /// Re-posts released ordinary receive buffers (nothing once the QP is in error, unless
-    /// they are shared).
-    fn release_bufs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
-        if bufs.is_empty() || (self.error.is_some() && self.srq.is_none()) {
-            return Ok(()); // the QP is in error: nothing to re-post to
-        }
-        self.post_recvs(bufs)?;
-        self.owed_msgs += bufs.len() as u64;
-        Ok(())
-    }
-
     /// The connection's error, once everything received before it has been delivered.
     #[inline]
     fn check(&self) -> Result<(), FabricError> {
@@ -526,297 +351,12 @@ impl RdmaConn {
             _ => Ok(()),
         }
     }
-
-    /// Sends an explicit credit message when we owe some and the peer is low on credits: on
-    /// receive buffers (its window at or below half), or on the engine's message credits (the
-    /// messages we took since the last return reach half our depth: a few frames can carry a
-    /// whole depth of messages in a few receive buffers).
-    fn maybe_send_credits(&mut self) -> Result<(), FabricError> {
-        if self.owed == 0
-            || (self.peer_window > self.low_water && self.owed_msgs < self.credit_msgs)
-            || self.peer_credits == 0
-            || self.sq_room() == 0
-        {
-            return Ok(());
-        }
-        self.post_credit_message()?;
-        self.counters.credit_messages.add(1);
-        Ok(())
-    }
-
-    /// From [`FabricConn::check_peer`] (every few milliseconds): credits still owed for
-    /// messages taken while this side sent nothing since the last check go back in a credit
-    /// message, so a peer whose
-    /// depth is smaller than ours (whose window `maybe_send_credits` cannot see) waits at most
-    /// that long, never for a heartbeat.
-    fn return_idle_credits(&mut self) -> Result<(), FabricError> {
-        let idle = self.sq_posted == self.checked_sq;
-        self.checked_sq = self.sq_posted;
-        // `owed_msgs > 0`: only credits of messages the application took. A buffer that held
-        // a credit message is owed too, but returning that alone would answer each credit
-        // message with another, a ping-pong at idle.
-        if idle
-            && self.owed > 0
-            && self.owed_msgs > 0
-            && self.error.is_none()
-            && self.peer_credits > 0
-            && self.sq_room() > 0
-        {
-            self.post_credit_message()?;
-            self.counters.credit_messages.add(1);
-            self.checked_sq = self.sq_posted;
-        }
-        Ok(())
-    }
-
-    /// Liveness, from [`FabricConn::check_peer`]: fails the connection when nothing was received
-    /// for the timeout while the peer could have sent (it had credits, as far as we know), and
-    /// sends a heartbeat when this side sent nothing for a quarter of the timeout.
-    ///
-    /// A heartbeat is a credit message (`IMM_CREDIT_ONLY`, carrying whatever credits are owed):
-    /// it spends a credit like any message, so a receive is always posted for it (never an
-    /// RNR), and the peer's re-post of its buffer returns that credit as usual. Without a credit
-    /// (the peer holds all our messages) no heartbeat is sent, and the peer, whose window for
-    /// us is then 0, does not expect one.
-    fn liveness(&mut self, now_ns: u64) -> Result<(), FabricError> {
-        if self.liveness_ns == 0 || self.error.is_some() {
-            return Ok(());
-        }
-        // This poller itself did not run for a while (a run-to-completion application that did
-        // not call in, a descheduled thread): it cannot tell the peer's silence from its own.
-        let stalled = now_ns.saturating_sub(self.checked_ns) > self.liveness_ns / 2;
-        self.checked_ns = now_ns;
-        match self.heard {
-            Some((seen, since)) if seen == self.rx_heard && self.peer_window > 0 && !stalled => {
-                let silent = now_ns.saturating_sub(since);
-                if silent >= self.liveness_ns {
-                    return Err(FabricError::PeerUnresponsive {
-                        silent_for: Duration::from_nanos(silent),
-                    });
-                }
-            }
-            _ => self.heard = Some((self.rx_heard, now_ns)),
-        }
-        match self.sent {
-            Some((seen, since)) if seen == self.sq_posted => {
-                if now_ns.saturating_sub(since) >= self.liveness_ns / 4
-                    && self.peer_credits > 0
-                    && self.sq_room() > 0
-                {
-                    self.post_credit_message()?;
-                    self.counters.heartbeats.add(1);
-                    self.sent = Some((self.sq_posted, now_ns));
-                }
-            }
-            _ => self.sent = Some((self.sq_posted, now_ns)),
-        }
-        Ok(())
-    }
-
-    /// Posts one credit message (no payload, the owed credits), spending a credit.
-    fn post_credit_message(&mut self) -> Result<(), FabricError> {
-        let imm = IMM_CREDIT_ONLY | self.take_owed();
-        let out = Outgoing {
-            addr: 0,
-            len: 0,
-            imm,
-            inline: true,
-            force_signal: false,
-        };
-        self.post_control(out, 0)
-    }
-
-    /// Posts one control SEND (a credit message, or a control frame of `out.len` bytes at
-    /// `out.addr` in a region with key `lkey`), spending a credit, counted as a control send.
-    fn post_control(&mut self, out: Outgoing, lkey: u32) -> Result<(), FabricError> {
-        let mut wr = verbs::send_wr_zeroed();
-        let zero = Sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        };
-        let mut sges = [zero; 2];
-        let len = out.len;
-        let hdr = self.hdr;
-        let hdr_sge = hdr.map(|h| self.write_send_hdr(&h, out.imm));
-        self.fill_send(&mut wr, &mut sges[1], out);
-        sges[1].lkey = lkey;
-        wr.sg_list = if len > 0 {
-            &mut sges[1]
-        } else {
-            std::ptr::null_mut()
-        };
-        if let (Some(h), Some(hs)) = (hdr, hdr_sge) {
-            // iWARP: a plain SEND of the header (and the payload, if any).
-            sges[0] = hs;
-            wr.opcode = verbs::WR_SEND;
-            wr.num_sge = 1 + i32::from(len > 0);
-            wr.sg_list = sges.as_mut_ptr();
-            if !h.inline {
-                wr.send_flags &= !verbs::SEND_INLINE;
-            }
-        }
-        self.peer_credits -= 1;
-        self.uncredited += 1;
-        self.ctrl_outstanding += 1;
-        // SAFETY: a zero-length send names no memory; a control frame's gather entry is its
-        // scratch buffer (registered, key `lkey`), which the caller leaves untouched until this
-        // signalled send completes; on iWARP the first gather entry is the send's header slot
-        // (see `write_send_hdr`). Inline payloads are copied by the call.
-        unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
-        Ok(())
-    }
-}
-
-/// The first `len` bytes of receive buffer `buf`.
-///
-/// # Safety
-///
-/// `buf` is a buffer of `pool` whose receive completed with `len <= buf_size` bytes, not
-/// re-posted while the slice lives.
-#[inline]
-unsafe fn rx_bytes(pool: &PoolView, buf: u32, len: u32) -> &[u8] {
-    let len = (len as usize).min(pool.buf_size());
-    // SAFETY: per the contract; `buf_ptr` names a buffer of the pool, `len` is clamped to it.
-    unsafe { std::slice::from_raw_parts(pool.buf_ptr(buf).as_ptr(), len) }
 }
 
 impl FabricConn for RdmaConn {
     #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
-        let mut delivered = 0;
-        let mut repost = [0u32; CHAIN];
-        let mut nrepost = 0;
-        let pool = self.rx_pool;
-        let mut failed = None;
-        let mut pooled = 0;
-        // Stopped at a record that waits for a large message (its READ, or a free slot).
-        let mut stuck = false;
-        let rndv = self.large.rndv_check();
-        while sink.room() > 0 && nrepost < CHAIN {
-            // Large messages whose READs completed come first: they precede every record
-            // still queued (FIFO); more of their chunks are posted as the window frees up.
-            if self.large.reads_pending() {
-                self.pump_reads()?;
-                if self.deliver_read(sink)? {
-                    delivered += 1;
-                    continue;
-                }
-            }
-            // Then the rest of the frame being split (the sink had no room for all of it, or
-            // a record waits for a large message).
-            if let Some(mut cur) = self.rx_frame {
-                // SAFETY: the frame's receive completed with `end` bytes (checked on completion
-                // and by the cursor); the buffer stays ours until re-posted below.
-                let bytes = unsafe { rx_bytes(&pool, cur.buf, cur.end) };
-                let room = sink.room();
-                let mut data = 0;
-                let mut blocked = false;
-                cur.next_records(bytes, room, |rec| match rec {
-                    Record::Data(p) => {
-                        if self.large.reads_pending() {
-                            blocked = true;
-                            return Ok(false);
-                        }
-                        sink.push_inline(p)?;
-                        data += 1;
-                        Ok(true)
-                    }
-                    Record::Rndv {
-                        slot,
-                        len,
-                        addr,
-                        rkey,
-                    } => {
-                        let took = self.take_rndv(Rndv {
-                            slot,
-                            len,
-                            addr,
-                            rkey,
-                        })?;
-                        blocked |= !took;
-                        Ok(took)
-                    }
-                    _ => Err(FabricError::Protocol("rdma frame changed after validation")),
-                })?;
-                delivered += data;
-                if cur.left() == 0 {
-                    self.rx_frame = None;
-                    repost[nrepost] = cur.buf;
-                    nrepost += 1;
-                } else {
-                    self.rx_frame = Some(cur);
-                }
-                if blocked {
-                    stuck = true;
-                    break;
-                }
-                continue;
-            }
-            let Some((buf, len, kind)) = self.rx_pending.front() else {
-                break;
-            };
-            if kind == RxKind::Message && self.large.reads_pending() {
-                stuck = true;
-                break;
-            }
-            self.rx_pending.pop();
-            match kind {
-                RxKind::Message => {}
-                RxKind::Credit => {
-                    repost[nrepost] = buf;
-                    nrepost += 1;
-                    continue;
-                }
-                RxKind::Frame => {
-                    // SAFETY: as below: a completed receive of `len <= buf_size` bytes.
-                    let bytes = unsafe { rx_bytes(&pool, buf, len) };
-                    match FrameCursor::new(buf, bytes, rndv.as_ref().map(|(r, s)| (r, *s))) {
-                        Ok(cur) => self.rx_frame = Some(cur),
-                        Err(e) => {
-                            // A hostile frame fails this connection; its (shared) buffer
-                            // still goes back below.
-                            self.error = Some(e);
-                            failed = Some(e);
-                            repost[nrepost] = buf;
-                            nrepost += 1;
-                            break;
-                        }
-                    }
-                    continue;
-                }
-            }
-            if len <= self.rx_inline {
-                // SAFETY: the receive completed, so the buffer holds `len` (<= buf_size, checked
-                // on completion) bytes written by the HCA and is ours until re-posted below.
-                let data = unsafe { rx_bytes(&pool, buf, len) };
-                sink.push_inline(data)?;
-                repost[nrepost] = buf;
-                nrepost += 1;
-            } else {
-                sink.push_pooled(buf, len)?;
-                pooled += 1;
-            }
-            delivered += 1;
-        }
-        // Shared buffers always go back to the SRQ (it outlives this connection's QP).
-        if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
-            self.post_recvs(&repost[..nrepost])?;
-        }
-        // Pooled messages count when the application releases their buffers (`release_rx`);
-        // large ones when delivered (their credit is the frame's buffer, re-posted already).
-        self.owed_msgs += (delivered - pooled) as u64;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        if delivered == 0 {
-            // A failed connection's READs never complete: what waits for one is lost.
-            if let (true, Some(e)) = (stuck, self.error) {
-                return Err(e);
-            }
-            self.check()?;
-        }
-        Ok(delivered)
+        self.deliver(sink)
     }
 
     #[inline]
@@ -825,7 +365,10 @@ impl FabricConn for RdmaConn {
         if self.error.is_some() {
             return Ok(0); // failed: deliver what was received first
         }
-        let credits = self.peer_credits.saturating_sub(self.reserve) as usize;
+        let credits = self
+            .tx_window
+            .room()
+            .saturating_sub(u64::from(self.reserve)) as usize;
         let room = self.sq_room().saturating_sub(1) as usize; // keep one for a credit message
         let max_sends = credits.min(room).min(CHAIN);
         let mut plan = [Planned::default(); CHAIN];
@@ -906,6 +449,30 @@ impl FabricConn for RdmaConn {
     fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
         self.return_idle_credits()?;
         self.liveness(now_ns)
+    }
+
+    /// Settled once nothing is queued, every large message sent was pulled by the peer and
+    /// every posted work request completed: then the peer holds everything sent, and the
+    /// disconnect that follows flushes nothing of it. The newest sends may be unsignalled
+    /// (selective signalling), so a signalled credit message is posted behind them once; its
+    /// completion reports them all. A failed connection completes nothing more: settled.
+    fn settled(&mut self, queued: bool) -> bool {
+        if self.error.is_some() {
+            return true;
+        }
+        if queued || self.large.tx_pending() {
+            return false;
+        }
+        if self.sq_completed >= self.sq_posted {
+            return true;
+        }
+        if self.unsignalled > 0 && self.tx_window.room() > 0 && self.sq_room() > 0 {
+            if let Err(e) = self.post_credit_message(true) {
+                self.error = Some(e);
+                return true;
+            }
+        }
+        false
     }
 }
 

@@ -1,4 +1,4 @@
-//! Frames on the RDMA wire: several small messages coalesced into one SEND as v2 DATA records
+//! Frames on the RDMA wire: several small messages coalesced into one SEND as DATA records
 //! behind a frame header ([`crate::record`], "Frames"), and their splitting on receive.
 //!
 //! * Send: [`FrameBuilder`] writes a frame in place in a send-pool buffer: the first message's

@@ -29,9 +29,9 @@
 //!   four things, told apart by those two bits alone: a credit message (bit 31), a frame
 //!   (bit 30), a control frame of rendezvous acknowledgements (both) or one message whose
 //!   bytes are the whole payload (neither).
-//! * Frames (issue #10): in one [`FabricConn::post_send`] batch, a run of consecutive small
+//! * Frames: in one [`FabricConn::post_send`] batch, a run of consecutive small
 //!   messages (each at most the inline threshold, itself at most [`INLINE_MAX`]) becomes one
-//!   frame: a v2 frame header, then one DATA record per message ([`record`](crate::record)),
+//!   frame: a frame header, then one DATA record per message ([`record`](crate::record)),
 //!   written in place into the first message's send buffer (the others are copied in and their
 //!   buffers freed at once, like inline sends), at most [`EngineBuilder::frame_size`] bytes
 //!   and never more than the peer's receive buffer. A lone small message still leaves at once,
@@ -69,7 +69,8 @@
 //!   from the every-few-milliseconds check, when it still owes credits for messages it took
 //!   and sent nothing since the last check (a peer with a smaller depth waits at most that
 //!   long). Credits owed only for received credit messages are never returned on their own,
-//!   so credit messages never ping-pong at idle.
+//!   so credit messages never ping-pong at idle. Both windows, receive buffers and the engine's
+//!   messages, are `crate::flow` types, sized in one place (`conn::credit::Windows`).
 //! * SENDs (messages or frames) up to the QP's actual `max_inline_data` go out with
 //!   `IBV_SEND_INLINE`: their send buffer is free as soon as the post returns. Larger ones hold
 //!   their buffer until a later signalled completion.
@@ -81,13 +82,22 @@
 //!   `ibv_post_send`; released receive buffers are re-posted as one chain per call.
 //! * Liveness ([`FabricConn::check_peer`], every few milliseconds by the coarse clock): a
 //!   connection that sent nothing for a quarter of the liveness timeout sends a *heartbeat*, an
-//!   explicit credit message (so it spends a credit and always finds a posted receive); a
-//!   connection that received nothing (no message, heartbeat or credit message) for the timeout
-//!   while the peer had credits fails with [`FabricError::PeerUnresponsive`]. The receive
-//!   completion count is a plain field; nothing is added per message beyond that increment.
+//!   explicit credit message (so it spends a credit and always finds a posted receive); only
+//!   SENDs count as sending: the rendezvous READs of a long pull are served by the peer's HCA
+//!   and its engine sees none of them, so the puller keeps sending heartbeats. A connection
+//!   that received nothing (no message, heartbeat or credit message; a completed READ counts)
+//!   for the timeout while the peer had credits fails with
+//!   [`FabricError::PeerUnresponsive`]. The receive completion count is a plain field; nothing
+//!   is added per message beyond that increment.
 //! * A completion error fails only its connection ([`FabricError::Io`] with the `ibv_wc_status`
 //!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
 //!   the other connections keep running.
+//! * Closing ([`FabricConn::settled`]): a connection the application closed stays on its poller
+//!   until nothing it queued is left, every large message it sent was pulled and every posted
+//!   work request completed (a signalled credit message behind unsignalled sends reports them),
+//!   so that the disconnect that follows flushes nothing the peer would have received. When the
+//!   peer disconnects (rdma_cm's DISCONNECTED, seen by the control thread), the poller delivers
+//!   what the CQ still holds of its sends before it reports the disconnect.
 //!
 //! [`FabricConn`]: crate::fabric::FabricConn
 //! [`INLINE_MAX`]: crate::INLINE_MAX
@@ -95,6 +105,7 @@
 //! [`FabricError::Protocol`]: crate::FabricError::Protocol
 //! [`FabricConn::post_send`]: crate::fabric::FabricConn::post_send
 //! [`FabricConn::check_peer`]: crate::fabric::FabricConn::check_peer
+//! [`FabricConn::settled`]: crate::fabric::FabricConn::settled
 //! [`FabricError::PeerUnresponsive`]: crate::FabricError::PeerUnresponsive
 //! [`FabricError::Io`]: crate::FabricError::Io
 //! [`FabricError::PeerClosed`]: crate::FabricError::PeerClosed
@@ -142,6 +153,8 @@ pub struct RdmaFabric {
     cqs: Vec<(Arc<CompletionQueue>, Option<SrqShared>)>,
     /// QP number -> connection slot, direct mapped, verified on every hit.
     qpn_cache: Box<[(u32, u32)]>,
+    /// The last `poll_shared` left completions in a CQ (it stopped at its bound).
+    backlog: bool,
 }
 
 impl std::fmt::Debug for RdmaFabric {
@@ -167,6 +180,7 @@ impl RdmaFabric {
         Self {
             cqs: Vec::with_capacity(Self::MAX_DEVICES),
             qpn_cache: vec![(u32::MAX, u32::MAX); QPN_CACHE].into_boxed_slice(),
+            backlog: false,
         }
     }
 
@@ -217,8 +231,9 @@ impl Fabric for RdmaFabric {
     fn poll_shared(&mut self, conns: &mut ConnTable<'_, RdmaConn>) -> usize {
         let mut work = 0;
         let mut slots = [const { WcSlot::uninit() }; CQ_BURST];
+        let mut backlog = false;
         for (cq, srq) in &self.cqs {
-            for _ in 0..BURSTS_PER_CYCLE {
+            for burst in 0..BURSTS_PER_CYCLE {
                 let Ok(wcs) = cq.poll(&mut slots) else {
                     bump(&COUNTERS.completion_errors, 1);
                     break;
@@ -247,8 +262,16 @@ impl Fabric for RdmaFabric {
                 if n < CQ_BURST {
                     break;
                 }
+                backlog |= burst + 1 == BURSTS_PER_CYCLE;
             }
         }
+        self.backlog = backlog;
         work
+    }
+
+    /// The last poll stopped at [`BURSTS_PER_CYCLE`] full bursts of some CQ.
+    #[inline]
+    fn backlog(&self) -> bool {
+        self.backlog
     }
 }

@@ -1,4 +1,4 @@
-//! Rendezvous (issue #12) on the wire, below the connection state: the peer's large send
+//! Rendezvous on the wire, below the connection state: the peer's large send
 //! region as announced at connect ([`LargeRegion`]) and the checks of every RNDV record
 //! against it, the RNDV frame a sender writes in place, and the control frame of RNDV_DONE
 //! acknowledgements (written and validated here). Pure code: no verbs, no connection state,

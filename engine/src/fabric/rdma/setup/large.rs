@@ -1,4 +1,4 @@
-//! Large messages at connection setup (issue #12, rendezvous): the registered large regions
+//! Large messages at connection setup (rendezvous): the registered large regions
 //! ([`LargeRegions`], registered in `prepare`, never on the data path), the large send region
 //! announced in the handshake's private data behind the [`FlowParams`] ([`encode`],
 //! [`decode`]) and its checks against ours ([`check_peer`]), and the data path's

@@ -17,7 +17,7 @@
 //!   rel entries release_capacity x u32 buffer indices (written by receiver)  (padded to 128 B)
 //!   buffers     buffer_count x buffer_size bytes (written by the sender)     (page aligned)
 //! then, for dir in [A->B, B->A]:
-//!   large       large_count x large_size bytes: large slots (issue #12)      (page aligned)
+//!   large       large_count x large_size bytes: large slots      (page aligned)
 //! total length rounded up to the page size.
 //! ```
 //!
@@ -125,7 +125,7 @@ pub struct Params {
     /// Largest payload sent inline (as a `DATA` record in the ring), in `0 ..= MAX_INLINE`.
     /// `0` sends every non-empty message by buffer reference.
     pub inline_max: u32,
-    /// Size of each large slot in bytes (issue #12): `0` when `large_count` is 0, else a
+    /// Size of each large slot in bytes: `0` when `large_count` is 0, else a
     /// multiple of 64 above `buffer_size`, at most [`MAX_LARGE_SIZE`]. The largest message.
     pub large_size: u32,
     /// Large slots per direction, in `0 ..= MAX_LARGE_COUNT`.

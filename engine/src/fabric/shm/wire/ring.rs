@@ -204,7 +204,7 @@ impl RelRing {
     }
 }
 
-/// Buffer-pool geometry of one direction: `count` buffers of `size` bytes, then (issue #12)
+/// Buffer-pool geometry of one direction: `count` buffers of `size` bytes, then
 /// `large_count` large slots of `large_size` bytes, named `LARGE_BIT | slot`
 /// ([`crate::desc::LARGE_BIT`]). Ownership bitmaps index both with [`Pool::check`]'s dense bit:
 /// the buffers first, then the slots.

@@ -181,6 +181,13 @@ impl RxRing {
         self.ring.unpublished_bytes()
     }
 
+    /// Whether the ring may be empty, without reading a line not yet read (see
+    /// [`Consumer::may_be_empty`]).
+    #[inline]
+    pub fn may_be_empty(&self) -> bool {
+        self.ring.may_be_empty()
+    }
+
     /// Whether nothing is published at the consumer position right now (a racy hint; see
     /// [`Consumer::is_empty_hint`]).
     #[inline]

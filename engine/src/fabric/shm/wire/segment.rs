@@ -40,7 +40,7 @@ fn os_err(step: &'static str, create: bool) -> WireError {
 
 /// Maps the segment; its first `populate` bytes (rings, release rings, buffers) are
 /// pre-faulted so the data path takes no page faults there. The large slots after them
-/// (issue #12: tens of MiB per connection) fault in on first use instead, so a connection does
+/// (tens of MiB per connection) fault in on first use instead, so a connection does
 /// not pay for mapping slots it may never fill.
 fn map_shared(
     fd: BorrowedFd<'_>,

@@ -60,7 +60,7 @@ impl RdmaConn {
             // (index checked against `rx_slots`) in the header region registered with
             // LOCAL_WRITE, which `_keep` holds as long as the QP.
             unsafe { self.qp.post_recv(base) }.map_err(|e| FabricError::Io(e.errno))?;
-            self.owed += n as u32;
+            self.rx_return.on_consumed(n as u64);
         }
         Ok(())
     }
@@ -137,8 +137,7 @@ impl RdmaConn {
             w.sg_list = sg;
             w.next = next;
         }
-        self.peer_credits -= n as u32;
-        self.uncredited += n as u64;
+        self.spend_credits(n as u64);
         // SAFETY: as in `post_plan`; in addition each WR's first gather entry is its own header
         // slot in the registered header region (kept by `_keep`), untouched until the send
         // completes (see `write_send_hdr`).

@@ -1,4 +1,4 @@
-//! Rendezvous (issue #12) state of one connection, and the [`RdmaConn`] methods that drive it:
+//! Rendezvous state of one connection, and the [`RdmaConn`] methods that drive it:
 //! the sender's RNDV frames and its slots awaiting acknowledgement, the receiver's receive
 //! slots, its RDMA READs in flight (in order) and the acknowledgements it owes. The protocol
 //! is in [`rdma`](crate::fabric::rdma#large-messages-rendezvous); the wire pieces are in
@@ -164,6 +164,12 @@ impl Large {
             ack_seq: [0; ACK_BUFS],
             p,
         }
+    }
+
+    /// Large messages sent whose pull the peer has not acknowledged yet (their slots are still
+    /// the peer's to read). Linear in the send slots: for a closing connection only.
+    pub(super) fn tx_pending(&self) -> bool {
+        self.tx_out.iter().any(|&out| out)
     }
 
     /// Large messages in flight or awaiting delivery on the receive side (records behind
@@ -368,6 +374,7 @@ impl RdmaConn {
         };
         let seq = self.sq_posted;
         self.sq_posted += 1;
+        self.reads_posted += 1;
         let mut wr = verbs::send_wr_zeroed();
         wr.wr_id = self.tag | (seq & WR_VALUE_MASK);
         wr.opcode = verbs::WR_RDMA_READ;
@@ -461,7 +468,7 @@ impl RdmaConn {
     /// a credit message, and may use the reserved one), when a credit, send-queue room and a
     /// free acknowledgement buffer are at hand; otherwise they wait for the next call.
     pub(super) fn send_acks(&mut self) -> Result<(), FabricError> {
-        if self.large.acks.len == 0 || self.peer_credits == 0 || self.sq_room() == 0 {
+        if self.large.acks.len == 0 || self.tx_window.room() == 0 || self.sq_room() == 0 {
             return Ok(());
         }
         let done = self.sq_completed;

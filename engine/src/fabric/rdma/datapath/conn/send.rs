@@ -196,8 +196,7 @@ impl RdmaConn {
             };
             w.next = next;
         }
-        self.peer_credits -= n as u32;
-        self.uncredited += n as u64;
+        self.spend_credits(n as u64);
         // SAFETY: `n` chained, initialised WRs whose scatter entries live in `sges` until the call
         // returns. Inline payloads are copied by the call. Non-inline buffers are send-pool
         // buffers (the poller validated the indices) in the pool's registered region; the engine

@@ -12,11 +12,10 @@ use spinwire::{Error, ReconnectEvent, ReconnectPolicy, Reconnecting};
 use spinwire_testkit::data::verify;
 use spinwire_testkit::engine::*;
 use spinwire_testkit::process::{lines, wait_for_line, wait_success, KillOnDrop};
-use spinwire_testkit::{role, serial, WAIT};
+use spinwire_testkit::{role, WAIT};
 
-/// Buffers per connection; the depth is 16 (`inline_engine`), so shm collects credits once 8
-/// messages are in flight.
-const BUFFERS: usize = 16;
+use super::Scheme;
+
 /// Messages the first server receives (and so confirms) before it stops receiving.
 const CONFIRMED: u32 = 12;
 /// Messages sent after the first server stopped receiving: never taken by its poller, so never
@@ -41,9 +40,9 @@ fn policy() -> ReconnectPolicy {
         .connect_timeout(Duration::from_secs(2))
 }
 
-fn spawn_server(role_name: &str, ep: &str) -> (KillOnDrop, Receiver<String>) {
+fn spawn_server(s: &'static Scheme, role_name: &str, ep: &str) -> (KillOnDrop, Receiver<String>) {
     let mut child = KillOnDrop(
-        role::command(role_name)
+        role::command(&s.role(role_name))
             .env(ENDPOINT_ENV, ep)
             .stdout(Stdio::piped())
             .spawn()
@@ -71,12 +70,10 @@ fn next_event(rc: &mut Reconnecting, limit: Duration) -> ReconnectEvent {
     }
 }
 
-#[test]
-fn server_killed_and_restarted_reconnects_and_counts_unconfirmed() {
-    let _g = serial();
-    let ep = endpoint("reconnect");
-    let engine = inline_engine(4096, BUFFERS);
-    let (mut first, first_out) = spawn_server("child_server_then_hold", &ep);
+pub fn exact_unconfirmed(s: &'static Scheme) {
+    let ep = (s.endpoint)("reconnect");
+    let engine = s.build(s.rtc());
+    let (mut first, first_out) = spawn_server(s, "role_server_then_hold", &ep);
     let mut rc = Reconnecting::connect(&engine, &ep, policy()).expect("connect");
     let first_id = rc.connection().expect("connected").id();
 
@@ -123,8 +120,8 @@ fn server_killed_and_restarted_reconnects_and_counts_unconfirmed() {
     assert!(matches!(rc.alloc(), Err(Error::Disconnected)));
     assert_eq!(rc.stats().unconfirmed, u64::from(HELD));
 
-    // Let a few attempts fail against the stale socket file, then restart the server on the
-    // same name (the stale file is replaced).
+    // Let a few attempts fail while nobody listens (shm: against the stale socket file), then
+    // restart the server on the same endpoint.
     let until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < until {
         assert!(!rc.maintain(), "nobody listens");
@@ -135,7 +132,7 @@ fn server_killed_and_restarted_reconnects_and_counts_unconfirmed() {
         rc.stats().attempts >= 1,
         "attempts made while the server was down"
     );
-    let (mut second, _second_out) = spawn_server("child_echo_server", &ep);
+    let (mut second, _second_out) = spawn_server(s, "role_echo_server", &ep);
     let ready = Instant::now();
     let (attempt, after) = match next_event(&mut rc, Duration::from_secs(10)) {
         ReconnectEvent::Reconnected {
@@ -168,7 +165,7 @@ fn server_killed_and_restarted_reconnects_and_counts_unconfirmed() {
         b.set_len(len).unwrap();
         spinwire_testkit::data::fill(&mut b, seq);
         rc.send_timeout(b, WAIT).expect("send");
-        rc.flush();
+        rc.flush().expect("flush");
         let m = rc.recv_timeout(WAIT).expect("echo");
         verify(&m, seq, len);
     }
@@ -176,11 +173,9 @@ fn server_killed_and_restarted_reconnects_and_counts_unconfirmed() {
     wait_success(&mut second, WAIT * 2);
 }
 
-#[test]
-fn received_messages_come_before_the_loss() {
-    let _g = serial();
-    let ep = endpoint("reconnect-drain");
-    let engine = inline_engine(4096, BUFFERS);
+pub fn delivers_received_before_the_loss(s: &'static Scheme) {
+    let ep = (s.endpoint)("reconnect-drain");
+    let engine = s.build(s.rtc());
     let listener = engine.listen(&ep).unwrap();
     let mut rc = Reconnecting::connect(&engine, &ep, policy()).expect("connect");
     let server = listener.accept_timeout(WAIT).unwrap();
@@ -212,11 +207,9 @@ fn received_messages_come_before_the_loss() {
     }
 }
 
-#[test]
-fn max_attempts_ends_in_gave_up() {
-    let _g = serial();
-    let ep = endpoint("reconnect-nobody");
-    let engine = inline_engine(4096, BUFFERS);
+pub fn max_attempts_ends_in_gave_up(s: &'static Scheme) {
+    let ep = (s.endpoint)("reconnect-nobody");
+    let engine = s.build(s.rtc());
     assert!(Reconnecting::connect(&engine, &ep, policy()).is_err());
     let mut rc = Reconnecting::start(&engine, &ep, policy().max_attempts(Some(3))).unwrap();
     assert!(!rc.is_connected());
@@ -243,11 +236,9 @@ fn max_attempts_ends_in_gave_up() {
 
 /// Child role: listen, receive `CONFIRMED` verified messages, answer, then stop running the
 /// engine's data path (hold whatever else arrives) until killed (bounded).
-#[test]
-#[ignore = "child role: run by server_killed_and_restarted_reconnects_and_counts_unconfirmed"]
-fn child_server_then_hold() {
+pub fn role_server_then_hold(s: &'static Scheme) {
     let ep = role::env(ENDPOINT_ENV);
-    let engine = inline_engine(4096, BUFFERS);
+    let engine = s.build(s.rtc());
     let listener = engine.listen(&ep).expect("listen");
     println!("listening");
     let conn = listener.accept_timeout(WAIT).expect("accept");
@@ -262,11 +253,9 @@ fn child_server_then_hold() {
 }
 
 /// Child role: listen, accept one connection and echo until it closes.
-#[test]
-#[ignore = "child role: run by server_killed_and_restarted_reconnects_and_counts_unconfirmed"]
-fn child_echo_server() {
+pub fn role_echo_server(s: &'static Scheme) {
     let ep = role::env(ENDPOINT_ENV);
-    let engine = inline_engine(4096, BUFFERS);
+    let engine = s.build(s.rtc());
     let listener = engine.listen(&ep).expect("listen again on the same name");
     println!("listening");
     let conn = listener.accept_timeout(WAIT).expect("accept");

@@ -1,0 +1,548 @@
+//! The direct path of a [`Connection`]: the application drives the fabric's data path itself
+//! ([`DirectPath`], shm), with no poller and no application↔poller rings.
+//!
+//! [`Direct`] owns the fabric's handle, the spare lists (it owns its whole send pool from the
+//! start and takes back what the peer released), the open ring claim and the counts (no
+//! poller counts for it). Its fast cases (`alloc`, `send`, `try_recv`) are
+//! `#[inline(always)]` and thin: one pop or one fabric call and a few counter updates; every
+//! slow case (reclaiming, errors, the connection's state on an empty ring) is out of line.
+//! The window is the fabric's (shm: its `flow::SendWindow` over the record ring).
+
+use std::cell::{Cell, UnsafeCell};
+use std::ptr::NonNull;
+
+use super::spare::{Counts, Spares, Wait};
+use super::{Connection, Message, SendBuf, SendError, RING_CLAIM};
+use crate::desc::{RxDesc, BUF_INLINE, INLINE_MAX};
+use crate::error::Error;
+use crate::fabric::{DirectPath, Sent};
+use crate::link::Pools;
+use crate::stats::ConnStats;
+
+/// What [`Direct::send_parts`] did.
+pub(super) enum DirectSend {
+    /// Sent (the buffer is accounted for).
+    Done,
+    /// No room: hand the buffer back with `WouldBlock`.
+    Full,
+    /// Not sent: hand the buffer back with `Closed`.
+    Failed(Error),
+}
+
+/// The open ring claim's payload pointer and length (`dangling, 0` while none is open).
+pub(super) struct RingClaim(Cell<(NonNull<u8>, usize)>);
+
+// SAFETY: the pointer points into the connection's own segment mapping, which the connection
+// keeps alive and which moves with it; it is only dereferenced through a `SendBuf` borrowing
+// the connection, on the connection's thread. `Cell` keeps it `!Sync`.
+unsafe impl Send for RingClaim {}
+
+impl RingClaim {
+    #[inline(always)]
+    pub(super) fn get(&self) -> (NonNull<u8>, usize) {
+        self.0.get()
+    }
+
+    #[inline(always)]
+    fn set(&self, v: (NonNull<u8>, usize)) {
+        self.0.set(v)
+    }
+}
+
+/// The direct path's own state (see [`Direct::state`]).
+///
+/// In declaration order (`repr(C)`), so that the two counters a send updates (`sent`,
+/// `tx_bytes`) and the two a receive updates (`counts.received`, `rx_bytes`) are not
+/// neighbours: laid out side by side, the pair was added as one 16-byte vector (load, shuffle,
+/// add, store: six instructions instead of two, on every send; callgrind of `bench cost`).
+#[repr(C)]
+struct DirectState {
+    sent: u64,
+    counts: Counts,
+    tx_bytes: u64,
+    /// Batched sends written and not yet published.
+    unflushed: u32,
+    rx_bytes: u64,
+    spare: Spares,
+    /// `sent + counts.received` at the last [`Direct::publish_counts`].
+    published: u64,
+}
+
+/// The direct path copies its counts into the connection's shared counters (what the counters
+/// file shows, [`crate::counters`]) once per this many messages sent or received, and whenever
+/// a receive finds the ring empty after traffic: plain counters on the data path, as before,
+/// and a few relaxed stores per 256 messages.
+const PUBLISH_EVERY: u64 = 256;
+
+/// The direct path; see the [module docs](self).
+pub(super) struct Direct {
+    /// The fabric's handle. Outside `state`: it takes `&self` and is used while application
+    /// code runs (a `poll` handler that sends, or drops a message).
+    fabric: DirectPath,
+    state: UnsafeCell<DirectState>,
+    /// The open ring claim ([`Connection::claim`]; a `SendBuf` with `idx == RING_CLAIM`
+    /// refers to it).
+    pub(super) claim: RingClaim,
+    /// A run of batched sends is published after this many.
+    batch: u32,
+}
+
+impl Direct {
+    pub(super) fn new(fabric: DirectPath, pools: &Pools, batch: u32) -> Direct {
+        Direct {
+            fabric,
+            state: UnsafeCell::new(DirectState {
+                spare: Spares::full(pools),
+                unflushed: 0,
+                counts: Counts::default(),
+                sent: 0,
+                tx_bytes: 0,
+                rx_bytes: 0,
+                published: 0,
+            }),
+            claim: RingClaim(Cell::new((NonNull::dangling(), 0))),
+            batch,
+        }
+    }
+
+    /// The direct path's state.
+    ///
+    /// An `unsafe fn` rather than `&mut self` methods: the public API takes `&self` so that
+    /// several [`SendBuf`]s and [`Message`]s can borrow the connection at once, and an
+    /// `UnsafeCell` read costs nothing on the data path (a `RefCell` would add a flag check and
+    /// update per call).
+    ///
+    /// # Safety
+    ///
+    /// The returned reference must be the only live reference to the state: the caller drops
+    /// it before anything that may call `state` again, and above all before application code
+    /// runs, which on this path happens inside the fabric's `poll` (its handler may send or
+    /// drop messages on this connection) and in `SendBuf`/`Message` drops. Threads cannot
+    /// overlap: `Connection` is `!Sync` and every handle borrowing it is `!Send`. The fabric's
+    /// handle is outside the cell, so it may be used while this reference is live.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    unsafe fn state(&self) -> &mut DirectState {
+        // SAFETY: the caller guarantees that no other reference to the state is live.
+        unsafe { &mut *self.state.get() }
+    }
+
+    /// [`Connection::alloc`]: one pop from the free list; the rest (reclaiming what the peer
+    /// released, the errors) is out of line.
+    #[inline(always)]
+    pub(super) fn alloc<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
+        // SAFETY: no other reference to the state is live; it ends before the slow path.
+        match unsafe { self.state() }.spare.pop() {
+            Some(idx) => Ok(SendBuf::new(conn, idx, 0)),
+            None => self.alloc_slow(conn),
+        }
+    }
+
+    /// The free list is empty: take back what the peer released, then allocate.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
+        // SAFETY: no other reference to the state is live; no application code runs meanwhile.
+        let s = unsafe { self.state() };
+        let (bufs, large) = s.spare.lists();
+        if let Err(e) = self.fabric.reclaim_all(bufs, large) {
+            return Err(conn.fail(e));
+        }
+        if let Some(idx) = s.spare.pop() {
+            return Ok(SendBuf::new(conn, idx, 0));
+        }
+        s.counts.alloc_failures += 1;
+        Err(conn.alloc_error(s.spare.all_held(), conn.tx_pool.count()))
+    }
+
+    /// [`Connection::alloc_large`]: the peer's releases of buffers and slots come back
+    /// together.
+    pub(super) fn alloc_large<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
+        // SAFETY: no other reference to the state is live; no application code runs meanwhile.
+        let s = unsafe { self.state() };
+        if s.spare.large_is_empty() {
+            let (bufs, large) = s.spare.lists();
+            if let Err(e) = self.fabric.reclaim_all(bufs, large) {
+                return Err(conn.fail(e));
+            }
+        }
+        if let Some(idx) = s.spare.pop_large() {
+            return Ok(SendBuf::new(conn, idx, 0));
+        }
+        s.counts.alloc_failures += 1;
+        Err(conn.alloc_error(s.spare.all_large_held(), conn.tx_large.count()))
+    }
+
+    /// [`Connection::claim`]: a message up to the inline threshold is claimed in the ring.
+    #[inline]
+    pub(super) fn claim<'c>(
+        &'c self,
+        conn: &'c Connection,
+        len: usize,
+    ) -> Result<SendBuf<'c>, Error> {
+        if self.fabric.claim_open() {
+            return Err(Error::ClaimOpen);
+        }
+        if len > self.fabric.inline_max() {
+            return conn.claim_buf(len);
+        }
+        if let Some(down) = conn.shared.down() {
+            return Err(down.to_error());
+        }
+        match self.fabric.claim(len) {
+            Ok(Some(ptr)) => {
+                self.claim.set((ptr, len));
+                Ok(SendBuf::new(conn, RING_CLAIM, len as u32))
+            }
+            Ok(None) => {
+                // SAFETY: no other reference to the state is live.
+                unsafe { self.state() }.counts.would_block += 1;
+                Err(Error::WouldBlock)
+            }
+            Err(e) => Err(conn.fail(e)),
+        }
+    }
+
+    /// [`Connection::send`] (`batched`: [`Connection::send_batched`]).
+    #[inline(always)]
+    pub(super) fn send<'c>(
+        &'c self,
+        conn: &'c Connection,
+        buf: SendBuf<'c>,
+        batched: bool,
+    ) -> Result<(), SendError<'c>> {
+        if !conn.may_send(buf.conn) {
+            return Err(conn.refuse(buf));
+        }
+        // Field by field: the buffer is read where it lies and never moved on the way to the
+        // ring (a moved `SendBuf` is copied with wide loads over fields its owner just wrote
+        // narrowly, which stall on store forwarding: the largest single cost of alloc +
+        // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
+        // when the send fails.
+        let (idx, len) = buf.parts();
+        match self.send_parts(conn, idx, len, batched) {
+            DirectSend::Done => {
+                std::mem::forget(buf);
+                Ok(())
+            }
+            DirectSend::Full => Err(SendError::WouldBlock(buf)),
+            DirectSend::Failed(error) => Err(SendError::Closed { buf, error }),
+        }
+    }
+
+    /// The send of the message in buffer `idx` (or the open ring claim, `RING_CLAIM`) of
+    /// `len` bytes; on [`DirectSend::Done`] the caller forgets the `SendBuf` (its buffer is
+    /// accounted for here).
+    #[inline(always)]
+    fn send_parts(&self, conn: &Connection, idx: u32, len: u32, batched: bool) -> DirectSend {
+        if idx == RING_CLAIM {
+            // The record is in the ring already: publish it (with any batch before it).
+            self.fabric.commit_claim(len as usize);
+            // SAFETY: no other reference to the state is live; none is taken while this one is used.
+            let s = unsafe { self.state() };
+            s.unflushed = 0;
+            s.sent += 1;
+            s.tx_bytes += u64::from(len);
+            if s.sent % PUBLISH_EVERY == 0 {
+                self.publish_counts(conn);
+            }
+            return DirectSend::Done;
+        }
+        if self.fabric.claim_open() {
+            return DirectSend::Failed(Error::ClaimOpen);
+        }
+        if crate::desc::is_large(idx) {
+            return self.send_large(conn, idx, len);
+        }
+        match self.fabric.send(&conn.tx_pool, idx, len, batched) {
+            Ok(Sent::Full) => {
+                // SAFETY: no other reference to the state is live; none is taken while this one is used.
+                let s = unsafe { self.state() };
+                // The fabric published the batch before reporting it full.
+                s.unflushed = 0;
+                s.counts.would_block += 1;
+                DirectSend::Full
+            }
+            Ok(sent) => {
+                // SAFETY: no other reference to the state is live; none is taken while this one is used.
+                let s = unsafe { self.state() };
+                if sent == Sent::Copied {
+                    // Copied into the ring: the buffer is ours again at once.
+                    s.spare.copied(idx);
+                } else {
+                    s.spare.sent(idx);
+                }
+                s.sent += 1;
+                s.tx_bytes += u64::from(len);
+                let due = s.sent % PUBLISH_EVERY == 0;
+                if batched && sent == Sent::Copied {
+                    s.unflushed += 1;
+                    if s.unflushed >= self.batch {
+                        s.unflushed = 0;
+                        self.fabric.flush();
+                    }
+                } else {
+                    // Published, with any batch before it (a reference is never batched).
+                    s.unflushed = 0;
+                }
+                if due {
+                    self.publish_counts(conn);
+                }
+                DirectSend::Done
+            }
+            Err(e) => DirectSend::Failed(conn.fail(e)),
+        }
+    }
+
+    /// The send of large slot `idx`: always by reference.
+    #[inline(never)]
+    fn send_large(&self, conn: &Connection, idx: u32, len: u32) -> DirectSend {
+        match self.fabric.send_ref(idx, len) {
+            Ok(Sent::Full) => {
+                // SAFETY: no other reference to the state is live; none is taken while this one is used.
+                unsafe { self.state() }.counts.would_block += 1;
+                DirectSend::Full
+            }
+            Ok(_) => {
+                // SAFETY: no other reference to the state is live; none is taken while this one is used.
+                let s = unsafe { self.state() };
+                s.spare.sent(idx);
+                s.sent += 1;
+                s.tx_bytes += u64::from(len);
+                if s.sent % PUBLISH_EVERY == 0 {
+                    self.publish_counts(conn);
+                }
+                DirectSend::Done
+            }
+            Err(e) => DirectSend::Failed(conn.fail(e)),
+        }
+    }
+
+    /// [`Connection::flush`]: publishes what batched sends wrote.
+    #[inline]
+    pub(super) fn flush(&self) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.unflushed = 0;
+        self.fabric.flush();
+    }
+
+    /// One receive: the fabric fills the message where the caller's result lies.
+    #[inline(always)]
+    fn recv<'c>(&'c self, conn: &'c Connection) -> Result<Option<Message<'c>>, Error> {
+        // Built once, filled in place by the fabric (only the payload's bytes are written).
+        let mut m = Message {
+            conn,
+            desc: RxDesc {
+                len: 0,
+                buf: BUF_INLINE,
+                data: [std::mem::MaybeUninit::uninit(); INLINE_MAX],
+            },
+        };
+        match self.fabric.recv_into(&mut m.desc) {
+            Ok(true) => {
+                // SAFETY: no other reference to the state is live; none is taken while this one is used.
+                let s = unsafe { self.state() };
+                s.counts.received += 1;
+                s.rx_bytes += u64::from(m.desc.len);
+                if s.counts.received % PUBLISH_EVERY == 0 {
+                    self.publish_counts(conn);
+                }
+                Ok(Some(m))
+            }
+            Ok(false) => {
+                // Nothing received: `m` is an empty inline message, dropping it does nothing.
+                std::mem::forget(m);
+                Ok(None)
+            }
+            Err(e) => {
+                std::mem::forget(m);
+                Err(conn.fail(e))
+            }
+        }
+    }
+
+    /// [`Connection::try_recv`].
+    #[inline(always)]
+    pub(super) fn try_recv<'c>(
+        &'c self,
+        conn: &'c Connection,
+    ) -> Result<Option<Message<'c>>, Error> {
+        if let Some(m) = self.recv(conn)? {
+            return Ok(Some(m));
+        }
+        self.try_recv_empty(conn)
+    }
+
+    /// The ring was found empty: only now look at the connection's state.
+    #[cold]
+    #[inline(never)]
+    fn try_recv_empty<'c>(&'c self, conn: &'c Connection) -> Result<Option<Message<'c>>, Error> {
+        self.publish_if_stale(conn);
+        // Nothing to receive: let a batch of sends go out (a reply may depend on it).
+        self.flush();
+        match self.down(conn) {
+            Some(e) => match self.recv(conn)? {
+                // Published before the state changed: still ours.
+                Some(m) => Ok(Some(m)),
+                None => Err(e),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// The error the connection is down with, if it is: its shared state, or the peer's
+    /// closed flag in the fabric (then the connection is marked disconnected). Called only
+    /// when the ring was found empty, never per message.
+    #[inline]
+    fn down(&self, conn: &Connection) -> Option<Error> {
+        if let Some(down) = conn.shared.down() {
+            return Some(down.to_error());
+        }
+        if self.fabric.peer_closed() {
+            conn.shared.disconnect();
+            return conn.down_error();
+        }
+        None
+    }
+
+    /// [`Connection::recv_timeout`] after its first try found nothing.
+    pub(super) fn recv_wait<'c>(
+        &'c self,
+        conn: &'c Connection,
+        mut wait: Wait,
+    ) -> Result<Message<'c>, Error> {
+        loop {
+            if let Some(m) = self.try_recv(conn)? {
+                return Ok(m);
+            }
+            if !wait.idle(0) {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// [`Connection::poll`]: read in place in the fabric; nothing runs a poller.
+    pub(super) fn poll(
+        &self,
+        conn: &Connection,
+        handler: &mut impl FnMut(&[u8]),
+        limit: usize,
+    ) -> Result<usize, Error> {
+        let n = self.poll_once(conn, handler, limit)?;
+        if n > 0 || limit == 0 {
+            return Ok(n);
+        }
+        self.publish_if_stale(conn);
+        // Nothing to receive: let a batch of sends go out (a reply may depend on it).
+        self.flush();
+        match self.down(conn) {
+            Some(e) => match self.poll_once(conn, handler, limit)? {
+                0 => Err(e),
+                n => Ok(n),
+            },
+            None => Ok(0),
+        }
+    }
+
+    #[inline]
+    fn poll_once(
+        &self,
+        conn: &Connection,
+        handler: &mut impl FnMut(&[u8]),
+        limit: usize,
+    ) -> Result<usize, Error> {
+        // The handlers run inside: no reference to the state is live during the call.
+        match self.fabric.poll(&conn.rx_pool, handler, limit) {
+            Ok((n, bytes)) => {
+                if n > 0 {
+                    // SAFETY: no other reference to the state is live (the handlers have returned).
+                    let s = unsafe { self.state() };
+                    let before = s.counts.received / PUBLISH_EVERY;
+                    s.counts.received += n as u64;
+                    s.rx_bytes += bytes;
+                    if s.counts.received / PUBLISH_EVERY != before {
+                        self.publish_counts(conn);
+                    }
+                }
+                Ok(n)
+            }
+            Err(e) => Err(conn.fail(e)),
+        }
+    }
+
+    /// Copies the counts into the connection's shared counters (see [`PUBLISH_EVERY`]).
+    #[cold]
+    #[inline(never)]
+    fn publish_counts(&self, conn: &Connection) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        let a = &conn.shared.app;
+        a.sent.set(s.sent);
+        a.tx_bytes.set(s.tx_bytes);
+        a.received.set(s.counts.received);
+        a.rx_bytes.set(s.rx_bytes);
+        a.would_block.set(s.counts.would_block);
+        a.alloc_failures.set(s.counts.alloc_failures);
+        s.published = s.sent.wrapping_add(s.counts.received);
+    }
+
+    /// [`publish_counts`](Self::publish_counts) when messages went by since the last time (a
+    /// receive found the ring empty: off the path of any message).
+    #[inline]
+    fn publish_if_stale(&self, conn: &Connection) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        if s.sent.wrapping_add(s.counts.received) != s.published {
+            self.publish_counts(conn);
+        }
+    }
+
+    /// [`Connection::stats`]: no poller, so the application's own counts are the
+    /// connection's.
+    pub(super) fn stats(&self, conn: &Connection) -> ConnStats {
+        let in_flight = match self.fabric.unconsumed() {
+            Ok(n) => n as u64,
+            Err(e) => {
+                conn.shared.fail(e);
+                0
+            }
+        };
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        ConnStats {
+            rx_msgs: s.counts.received,
+            rx_bytes: s.rx_bytes,
+            tx_msgs: s.sent,
+            tx_bytes: s.tx_bytes,
+            tx_stalls: s.counts.would_block,
+            sent: s.sent,
+            received: s.counts.received,
+            would_block: s.counts.would_block,
+            alloc_failures: s.counts.alloc_failures,
+            in_flight,
+        }
+    }
+
+    /// A `SendBuf` was dropped unsent (a ring claim is aborted: nothing is published).
+    pub(super) fn give_back(&self, idx: u32) {
+        if idx == RING_CLAIM {
+            self.fabric.abort_claim();
+            return;
+        }
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.spare.give_back(idx);
+    }
+
+    /// A received message was dropped: its buffer goes back to the peer.
+    #[inline]
+    pub(super) fn release(&self, conn: &Connection, idx: u32) {
+        if let Err(e) = self.fabric.release(idx) {
+            conn.fail(e);
+        }
+    }
+
+    /// Whether no received message waits (a hint).
+    pub(super) fn rx_is_empty(&self) -> bool {
+        !self.fabric.rx_pending()
+    }
+}

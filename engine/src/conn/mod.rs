@@ -1,0 +1,575 @@
+//! The application's handles: [`Connection`], [`SendBuf`], [`Message`], [`Listener`], and
+//! [`SendError`], which hands a [`SendBuf`] back.
+//!
+//! # One handle, two paths
+//!
+//! A [`Connection`] is one handle over one of two data paths, chosen when the connection is
+//! set up and dispatched on once per call (a `match` on [`Path`], inlined into the caller):
+//!
+//! - the **polled path** (`polled`): a poller drives the fabric (tcp, RDMA, and every fabric
+//!   without a direct path); the handle talks to it through the application↔poller rings.
+//! - the **direct path** (`direct`): the handle drives the fabric's data path itself (shm),
+//!   with no poller.
+//!
+//! Each path owns its state (rings or fabric handle, spare lists, window, counters) in its
+//! own `UnsafeCell`, behind its own accessor and safety argument. What both keep the same way
+//! is written once (`spare`: the spare lists, the counts, the bounded wait of the `*_timeout`
+//! calls), as is what is the same on both (the ownership and state checks of a send, the
+//! error of an `alloc` that finds nothing, large messages above the buffer size). The credit
+//! window of either path is a [`flow`](crate::flow) window of the connection's policy: the
+//! polled path's own, the direct path's inside the fabric.
+//!
+//! # Files
+//!
+//! - this file: [`Connection`] and its dispatch.
+//! - `polled`, `direct`: the two paths.
+//! - `spare`: the pieces both paths share.
+//! - `large`: large messages ([`Connection::alloc_large`], [`Connection::send_copy`],
+//!   [`Connection::recv_into`]).
+//! - `buffers`: [`SendBuf`] and [`Message`], the in-place views of a pool buffer.
+//! - `listener`: [`Listener`].
+//! - `send_error`: [`SendError`].
+
+use std::any::Any;
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::desc::PoolView;
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::error::FabricError;
+use crate::flow::Policy;
+use crate::idle::IdleStrategy;
+use crate::link::{AppPath, ConnParts, ConnShared};
+use crate::stats::ConnStats;
+
+/// `SendBuf::idx` of a claim of ring space ([`Connection::claim`] on a direct path), not a
+/// pool buffer.
+const RING_CLAIM: u32 = u32::MAX;
+
+mod buffers;
+mod direct;
+mod large;
+mod listener;
+mod polled;
+mod send_error;
+mod spare;
+
+pub use buffers::{Message, SendBuf};
+pub use large::RecvIntoError;
+pub use listener::Listener;
+pub use send_error::SendError;
+
+use direct::Direct;
+use polled::Polled;
+use spare::Wait;
+
+/// A connection's data path: one of two, each owning its state.
+// Held inline, not boxed: the handle is built once and never moved on the data path, and a box
+// would put a pointer chase in front of every call.
+#[allow(clippy::large_enum_variant)]
+enum Path {
+    /// Through a poller and the application↔poller rings.
+    Polled(Polled),
+    /// The fabric's direct path, driven by the handle itself.
+    Direct(Direct),
+}
+
+/// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send) (or
+/// [`send_batched`](Connection::send_batched) + [`flush`](Connection::flush)), receive with
+/// [`try_recv`](Connection::try_recv) / [`recv_timeout`](Connection::recv_timeout), or in batches
+/// with [`poll`](Connection::poll).
+///
+/// `Send` but not `Sync`: move it to the thread that uses it; it is never shared. Buffers and
+/// messages borrow it, so they cannot outlive it or travel to another thread. Dropping it closes
+/// the connection (the peer sees [`Error::Disconnected`]); messages already queued by `send` are
+/// posted first on a best-effort basis.
+pub struct Connection {
+    path: Path,
+    shared: Arc<ConnShared>,
+    engine: Engine,
+    tx_pool: PoolView,
+    rx_pool: PoolView,
+    /// The large slots: `LARGE_BIT | slot` in a `SendBuf` / `Message`.
+    tx_large: PoolView,
+    rx_large: PoolView,
+    /// The largest message ([`max_message_size`](Self::max_message_size)).
+    message_limit: usize,
+    /// `send_copy` uses a large slot above this.
+    large_threshold: usize,
+    idle: IdleStrategy,
+    peer: String,
+    _keep: Arc<dyn Any + Send + Sync>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("id", &self.shared.id)
+            .field("peer", &self.peer)
+            .field("max_message_size", &self.max_message_size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(engine: Engine, parts: ConnParts) -> Connection {
+        let cfg = engine.config();
+        let pools = parts.pools;
+        let path = match parts.path {
+            // The polled path's window: the connection's policy, built once here.
+            AppPath::Rings(rings) => {
+                Path::Polled(Polled::new(rings, &pools, Policy::from_config(cfg), cfg))
+            }
+            // The fabric's setup sized its window (from the same configuration).
+            AppPath::Direct(fabric) => Path::Direct(Direct::new(fabric, &pools, cfg.batch as u32)),
+        };
+        // Shown in the engine's counters file from its next publication on.
+        let direct = matches!(path, Path::Direct(_));
+        parts
+            .shared
+            .app
+            .direct
+            .store(direct, std::sync::atomic::Ordering::Relaxed);
+        let fabric = parts.peer.split_once("://").map_or("", |(s, _)| s);
+        engine.attach_counters(&parts.shared, fabric, &parts.peer);
+        Connection {
+            path,
+            shared: parts.shared,
+            tx_pool: pools.tx,
+            rx_pool: pools.rx,
+            // A fabric may settle a smaller limit with its peer (tcp's hello): its slots are
+            // then that size.
+            message_limit: if pools.tx_large.count() > 0 {
+                cfg.message_limit().min(pools.tx_large.buf_size())
+            } else {
+                pools.tx.buf_size()
+            },
+            large_threshold: cfg.large_threshold(),
+            tx_large: pools.tx_large,
+            rx_large: pools.rx_large,
+            idle: cfg.idle,
+            peer: parts.peer,
+            _keep: parts.keep,
+            engine,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The engine-wide id of this connection (as in [`Event`](crate::Event)s).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The endpoint this connection was made to / accepted on.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// The largest message this connection carries: the engine's
+    /// [`max_message_size`](crate::EngineBuilder::max_message_size) when it has large slots,
+    /// else the buffer size. A message above the buffer size goes through a large slot
+    /// ([`alloc_large`](Self::alloc_large), [`claim`](Self::claim), [`send_copy`](Self::send_copy)).
+    pub fn max_message_size(&self) -> usize {
+        self.message_limit
+    }
+
+    /// The pool's buffer size: the largest message sent eagerly through a pool buffer
+    /// ([`alloc`](Self::alloc)'s capacity); larger ones take a large slot.
+    pub fn buffer_size(&self) -> usize {
+        self.tx_pool.buf_size()
+    }
+
+    /// Whether the connection is still open (no disconnect or failure seen).
+    pub fn is_open(&self) -> bool {
+        self.shared.down().is_none()
+    }
+
+    /// Why the connection is down ([`Error::Disconnected`] / [`Error::Fabric`]), or `None`
+    /// while it is open. For the reconnecting helper ([`crate::Reconnecting`]).
+    pub(crate) fn down_error(&self) -> Option<Error> {
+        self.shared.down().map(|d| d.to_error())
+    }
+
+    /// True when no received message waits to be taken (`try_recv` would find none queued).
+    pub(crate) fn rx_is_empty(&self) -> bool {
+        match &self.path {
+            Path::Polled(p) => p.rx_is_empty(),
+            Path::Direct(d) => d.rx_is_empty(),
+        }
+    }
+
+    /// The data path found the peer breaking the protocol: the connection fails (the control
+    /// thread reports it on its next tick and closes it).
+    #[cold]
+    fn fail(&self, e: FabricError) -> Error {
+        self.shared.fail(e);
+        self.down_error().unwrap_or(Error::Fabric(e))
+    }
+
+    /// Whether a buffer of `owner` may be sent here: it is this connection's and the connection
+    /// is up (one compare and one load of the state; [`refuse`](Self::refuse) says why not).
+    #[inline(always)]
+    fn may_send(&self, owner: &Connection) -> bool {
+        std::ptr::eq(owner, self) && self.shared.down().is_none()
+    }
+
+    /// Why a send of `buf` is refused: it belongs to another connection, or this one is down
+    /// (the caller checked that one of the two holds).
+    #[cold]
+    #[inline(never)]
+    fn refuse<'c>(&'c self, buf: SendBuf<'c>) -> SendError<'c> {
+        let error = if !std::ptr::eq(buf.conn, self) {
+            Error::ForeignBuffer
+        } else {
+            // A connection never comes back up once down.
+            self.down_error().unwrap_or(Error::Disconnected)
+        };
+        SendError::Closed { buf, error }
+    }
+
+    /// Why the connection is down, for a data call that found it down (the caller saw the
+    /// state change; a connection never comes back up).
+    #[cold]
+    #[inline(never)]
+    fn down_now(&self) -> Error {
+        self.down_error().unwrap_or(Error::Disconnected)
+    }
+
+    /// `Err` with the reason once the connection is down (every data call starts with it).
+    #[inline(always)]
+    fn check_up(&self) -> Result<(), Error> {
+        if self.shared.down().is_some() {
+            return Err(self.down_now());
+        }
+        Ok(())
+    }
+
+    /// The error of an `alloc` (or `alloc_large`) that found nothing free: the connection's
+    /// down state, else `PoolExhausted` when the application holds all `count` of them
+    /// (`all_held`), else `WouldBlock` (they come back as the peer consumes them).
+    #[cold]
+    fn alloc_error(&self, all_held: bool, count: u32) -> Error {
+        if let Some(d) = self.shared.down() {
+            return d.to_error();
+        }
+        if all_held {
+            Error::PoolExhausted {
+                count: count as usize,
+            }
+        } else {
+            Error::WouldBlock
+        }
+    }
+
+    /// The open ring claim's payload pointer and length (a `SendBuf` of `RING_CLAIM` exists
+    /// only on a direct path; `dangling, 0` otherwise).
+    #[inline(always)]
+    fn ring_claim(&self) -> (NonNull<u8>, usize) {
+        match &self.path {
+            Path::Direct(d) => d.claim.get(),
+            Path::Polled(_) => (NonNull::dangling(), 0),
+        }
+    }
+
+    /// Takes a free send buffer (empty, capacity [`max_message_size`](Self::max_message_size)).
+    /// Fill it in place and [`send`](Self::send) it; dropping it unsent returns it to the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`] when every free buffer is in flight (they come back as the peer
+    /// consumes them: retry), [`Error::PoolExhausted`] when the application itself holds every
+    /// buffer, [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down.
+    #[inline(always)]
+    pub fn alloc(&self) -> Result<SendBuf<'_>, Error> {
+        // A dead connection hands out nothing: one load of the state (the line is only written
+        // when the connection goes down), its error out of line.
+        if self.shared.down().is_some() {
+            return Err(self.down_now());
+        }
+        // A thin dispatch, inlined into the caller: the direct path's fast case stays small
+        // (its slow paths are out of line), the polled path is one call.
+        match &self.path {
+            Path::Direct(d) => d.alloc(self),
+            Path::Polled(p) => p.alloc(self),
+        }
+    }
+
+    /// [`alloc`](Self::alloc), waiting up to `timeout` for a buffer to come back.
+    ///
+    /// # Errors
+    ///
+    /// As `alloc`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
+    pub fn alloc_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
+        self.retry_timeout(timeout, || self.alloc())
+    }
+
+    /// Calls `attempt` until it gives anything but [`Error::WouldBlock`], idling per the
+    /// engine's strategy between tries, for at most `timeout` (then [`Error::Timeout`]).
+    fn retry_timeout<T>(
+        &self,
+        timeout: Duration,
+        mut attempt: impl FnMut() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut wait = Wait::new(self.idle, timeout);
+        loop {
+            match attempt() {
+                Err(Error::WouldBlock) => {}
+                other => return other,
+            }
+            if !wait.idle(0) {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// Takes `len` bytes to write a message in place, for zero-copy sends: on a direct path
+    /// (shm) a message up to the inline threshold is written straight into the connection's
+    /// record ring; a larger one, and every message on other fabrics, gets a pool buffer
+    /// ([`alloc`](Self::alloc) with the length set). Fill it through
+    /// [`as_mut_slice`](SendBuf::as_mut_slice) (or deref), then [`send`](Self::send) it (one
+    /// `Release` store of the record header); dropping it aborts (nothing is published).
+    ///
+    /// At most one ring claim is open at a time, and while it is open nothing else is sent on
+    /// the connection: commit or drop it first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimOpen`] while a ring claim is open; [`Error::MessageTooLarge`] above
+    /// [`max_message_size`](Self::max_message_size); [`Error::WouldBlock`] when the ring (or
+    /// the pool) is full for now; otherwise as [`alloc`](Self::alloc).
+    #[inline]
+    pub fn claim(&self, len: usize) -> Result<SendBuf<'_>, Error> {
+        self.check_up()?;
+        match &self.path {
+            Path::Direct(d) => d.claim(self, len),
+            Path::Polled(_) => self.claim_buf(len),
+        }
+    }
+
+    /// [`claim`](Self::claim) of a pool buffer or large slot, with the length set.
+    fn claim_buf(&self, len: usize) -> Result<SendBuf<'_>, Error> {
+        if len > self.tx_pool.buf_size() {
+            return self.claim_large(len);
+        }
+        let mut b = self.alloc()?;
+        b.set_len(len)?;
+        Ok(b)
+    }
+
+    /// Sends a message (zero copy: the buffer itself is handed to the poller; on a direct path
+    /// (shm) a message up to the inline threshold is copied into a ring record and its buffer
+    /// is free again at once, a larger one is sent by reference, and either is visible to the
+    /// peer when `send` returns; a buffer from [`claim`](Self::claim) is committed in place). In
+    /// run-to-completion mode it is posted when `batch` sends have queued, on [`flush`](Self::flush),
+    /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::WouldBlock`] (buffer handed back) when `depth` messages are in flight: the
+    /// receiver has no room for more yet (shm: or the ring is full). [`SendError::Closed`] when
+    /// the connection is down or the buffer belongs to another connection, or with
+    /// [`Error::ClaimOpen`] for a pool buffer while a ring claim is open (send or drop the
+    /// claim first).
+    #[inline(always)]
+    pub fn send<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+        // A thin dispatch, inlined into the caller so that the buffer's fields stay in
+        // registers (passing the `SendBuf` to an out-of-line `send` made it reload them from the
+        // caller's stack right after storing them: a store-forwarding stall, the largest single
+        // cost of a direct send in `perf annotate`).
+        match &self.path {
+            Path::Direct(d) => d.send(self, buf, false),
+            Path::Polled(p) => p.send(self, buf),
+        }
+    }
+
+    /// [`send`](Self::send), batched: on a direct path (shm) a message up to the inline
+    /// threshold is written into the ring but not published yet, so that a run of messages
+    /// costs one publication (one zero-ahead store and one `Release` store of the run's first
+    /// header) instead of one per message. The run is published by [`flush`](Self::flush), by
+    /// the engine's `batch`-th batched send in a row (bounded latency), by the next plain
+    /// [`send`](Self::send) or ring [`claim`](Self::claim) commit (FIFO order is kept), by a
+    /// send that finds the window or the ring full (before it returns
+    /// [`SendError::WouldBlock`]), by a receive call on this connection that finds nothing,
+    /// and when the connection is dropped. A larger message (sent by reference) is published at
+    /// once, with the run before it.
+    ///
+    /// On other fabrics it is [`send`](Self::send) (in run-to-completion mode that already
+    /// queues up to `batch` messages until [`flush`](Self::flush)).
+    ///
+    /// Use it for streams; a lone message wants [`send`](Self::send), which publishes at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send).
+    #[inline(always)]
+    pub fn send_batched<'c>(&'c self, buf: SendBuf<'c>) -> Result<(), SendError<'c>> {
+        // The same thin dispatch as `send` (a ring claim is committed and published as there).
+        match &self.path {
+            Path::Direct(d) => d.send(self, buf, true),
+            Path::Polled(p) => p.send(self, buf),
+        }
+    }
+
+    /// [`send`](Self::send), waiting up to `timeout` for credits (spinning or backing off per the
+    /// engine's idle strategy; it never parks longer than the strategy's bound).
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::Timeout`] (buffer handed back) or [`SendError::Closed`].
+    pub fn send_timeout<'c>(
+        &'c self,
+        buf: SendBuf<'c>,
+        timeout: Duration,
+    ) -> Result<(), SendError<'c>> {
+        let mut wait = Wait::new(self.idle, timeout);
+        let mut buf = buf;
+        loop {
+            match self.send(buf) {
+                Err(SendError::WouldBlock(b)) => buf = b,
+                other => return other,
+            }
+            if !wait.idle(0) {
+                return Err(SendError::Timeout(buf));
+            }
+        }
+    }
+
+    /// Pushes queued sends out now. On a direct path (shm) it publishes what
+    /// [`send_batched`](Self::send_batched) wrote (`send` publishes at once). In
+    /// run-to-completion mode this runs a poller cycle; with dedicated pollers it does nothing
+    /// (they drain continuously).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down: what was
+    /// queued may not reach the peer.
+    #[inline]
+    pub fn flush(&self) -> Result<(), Error> {
+        self.check_up()?;
+        match &self.path {
+            Path::Direct(d) => d.flush(),
+            Path::Polled(p) => p.flush(self),
+        }
+        self.check_up()
+    }
+
+    /// Takes the next received message, if any (in run-to-completion mode, after running a poller
+    /// cycle if none was waiting). The message is read in place; dropping it recycles its buffer.
+    ///
+    /// On a direct path (shm) the slots of the messages taken are given back to the sender once
+    /// per run, not per message: when the ring runs empty, after a quarter of the window, and at
+    /// the latest by the next call of another kind on this connection (a send, `poll`,
+    /// `stats`). A call that finds nothing also publishes a pending
+    /// [`send_batched`](Self::send_batched) run.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Disconnected`] / [`Error::Fabric`] once the connection is down and every message
+    /// received before is taken.
+    #[inline(always)]
+    pub fn try_recv(&self) -> Result<Option<Message<'_>>, Error> {
+        // A thin dispatch, inlined into the caller: the direct path fills the message where
+        // the caller's result lies.
+        match &self.path {
+            Path::Direct(d) => d.try_recv(self),
+            Path::Polled(p) => p.try_recv(self),
+        }
+    }
+
+    /// Batch receive, in Aeron's style: hands up to `limit` received messages, in order, to
+    /// `handler`, each read in place, and recycles each buffer as soon as the handler returns
+    /// for it. Returns how many were delivered (0 when none was waiting).
+    ///
+    /// In run-to-completion mode it runs at most one poller cycle per call (only when the
+    /// messages already waiting do not fill `limit`), so a batch costs one engine pass instead of
+    /// one per message, and the cycle also posts queued sends and returns credits. With
+    /// dedicated pollers it only drains what they delivered. It never waits.
+    ///
+    /// Cheaper per message than [`try_recv`](Self::try_recv) in a loop: no poller cycle, no
+    /// connection-state check and no `Option<Message>` per message (`bench cost --batch N`
+    /// measures both).
+    ///
+    /// On a direct path (shm) the messages are read in place in the segment and nothing runs
+    /// the poller; a receive call on this connection from inside the handler finds nothing.
+    ///
+    /// A handler that panics loses nothing: the message it was given is recycled during the
+    /// unwind, the ones not yet delivered stay queued.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Disconnected`] / [`Error::Fabric`] once the connection is down and every message
+    /// received before has been delivered (a call that delivers messages returns `Ok`).
+    pub fn poll(&self, mut handler: impl FnMut(&[u8]), limit: usize) -> Result<usize, Error> {
+        match &self.path {
+            Path::Direct(d) => d.poll(self, &mut handler, limit),
+            Path::Polled(p) => p.poll(self, &mut handler, limit),
+        }
+    }
+
+    /// Waits up to `timeout` for the next message.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`], or [`Error::Disconnected`] / [`Error::Fabric`] (promptly: a dead peer is
+    /// reported within a second by the control thread).
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Message<'_>, Error> {
+        if let Some(m) = self.try_recv()? {
+            return Ok(m);
+        }
+        let wait = Wait::new(self.idle, timeout);
+        match &self.path {
+            Path::Direct(d) => d.recv_wait(self, wait),
+            Path::Polled(p) => p.recv_wait(self, wait),
+        }
+    }
+
+    /// A snapshot of this connection's counters.
+    pub fn stats(&self) -> ConnStats {
+        match &self.path {
+            Path::Direct(d) => d.stats(self),
+            Path::Polled(p) => p.stats(self),
+        }
+    }
+
+    /// A `SendBuf` of buffer `idx` was dropped unsent.
+    fn give_back(&self, idx: u32) {
+        match &self.path {
+            Path::Direct(d) => d.give_back(idx),
+            Path::Polled(p) => p.give_back(idx),
+        }
+    }
+
+    /// A received `Message` of buffer `idx` was dropped. Out of line, as the `Message` drop
+    /// that calls it only for a pooled message is inlined (with this inlined too, the drop
+    /// grew past the inliner's limit and cost a call per message, inline ones included).
+    fn release_rx(&self, idx: u32) {
+        if crate::desc::is_large(idx) {
+            self.shared.app.large_received.add(1);
+        }
+        match &self.path {
+            Path::Direct(d) => d.release(self, idx),
+            Path::Polled(p) => p.release(idx),
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // A batch of sends goes out before the close is signalled.
+        match &self.path {
+            Path::Direct(d) => d.flush(),
+            Path::Polled(p) => p.close(self),
+        }
+        self.shared.close();
+        if self.engine.close_connection(self.shared.id) {
+            if let Path::Polled(p) = &self.path {
+                p.linger(self);
+            }
+        }
+    }
+}

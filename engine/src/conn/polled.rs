@@ -1,0 +1,422 @@
+//! The polled path of a [`Connection`]: a poller (a dedicated thread, or this thread's own
+//! [`Engine::poll`](crate::Engine::poll) in run-to-completion mode) drives the fabric, and the
+//! application talks to it through the application↔poller rings ([`AppRings`]).
+//!
+//! [`Polled`] owns the application's ends of the rings, the spare lists (its buffers start in
+//! the free ring and come back through it), the credit window and the counts. The window is a
+//! [`flow::SendWindow`](crate::flow::SendWindow) of the connection's policy: a message is in
+//! flight from its `send` until the poller credits it back (it stores the peer's cumulative
+//! credits in [`ConnShared::credits`](crate::link::ConnShared)); the handle reloads them only
+//! when its window looks full.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::spare::{Counts, Spares, Wait};
+use super::{Connection, Message, SendBuf, SendError};
+use crate::config::Config;
+use crate::desc::{is_large, TxDesc};
+use crate::error::Error;
+use crate::flow::{Policy, SendWindow};
+use crate::idle::{IdleStrategy, Idler};
+use crate::link::{AppRings, Pools};
+use crate::stats::ConnStats;
+
+/// Longest a run-to-completion close drives the engine's poller for the connection's last
+/// sends ([`Polled::linger`]): past any fabric's close grace, after which the fabric tears the
+/// connection down and its poller lets go of it.
+const CLOSE_LINGER: Duration = Duration::from_millis(250);
+
+/// The polled path's own state (see [`Polled::state`]).
+struct PolledState {
+    rings: AppRings,
+    spare: Spares,
+    /// Messages sent to the poller and not yet credited back; `sent()` is the send count.
+    window: SendWindow,
+    /// Sends queued since the last engine pass (run-to-completion mode).
+    unflushed: u32,
+    counts: Counts,
+}
+
+/// The polled path; see the [module docs](self).
+pub(super) struct Polled {
+    state: UnsafeCell<PolledState>,
+    /// Run-to-completion: this thread drives the poller inside `send`/`recv`.
+    run_to_completion: bool,
+    /// In run-to-completion mode, an engine pass posts the queued sends after this many.
+    batch: u32,
+}
+
+impl Polled {
+    pub(super) fn new(rings: AppRings, pools: &Pools, policy: Policy, cfg: &Config) -> Polled {
+        Polled {
+            state: UnsafeCell::new(PolledState {
+                rings,
+                spare: Spares::empty(pools),
+                window: policy.send_window(),
+                unflushed: 0,
+                counts: Counts::default(),
+            }),
+            run_to_completion: cfg.run_to_completion(),
+            batch: cfg.batch as u32,
+        }
+    }
+
+    /// The polled path's state.
+    ///
+    /// An `unsafe fn` rather than `&mut self` methods: the public API takes `&self` so that
+    /// several [`SendBuf`]s and [`Message`]s can borrow the connection at once, and an
+    /// `UnsafeCell` read costs nothing on the data path.
+    ///
+    /// # Safety
+    ///
+    /// The returned reference must be the only live reference to the state: the caller drops
+    /// it before anything that may call `state` again (another method of this connection, a
+    /// `SendBuf`/`Message` drop, a `poll` handler). Threads cannot overlap: `Connection` is
+    /// `!Sync` and every handle borrowing it is `!Send`. The poller holds the other ends of
+    /// the rings and never this state, so an engine pass ([`Engine::poll`](crate::Engine::poll),
+    /// which runs no application code) may run while it is live.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    unsafe fn state(&self) -> &mut PolledState {
+        // SAFETY: the caller guarantees that no other reference to the state is live.
+        unsafe { &mut *self.state.get() }
+    }
+
+    /// In run-to-completion mode, one engine pass (which serves this connection); else
+    /// nothing (dedicated pollers serve it).
+    #[inline]
+    fn drive(&self, conn: &Connection) -> usize {
+        if self.run_to_completion {
+            conn.engine.poll()
+        } else {
+            0
+        }
+    }
+
+    /// [`Connection::alloc`].
+    #[inline]
+    pub(super) fn alloc<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
+        if let Some(idx) = self.take_buf() {
+            return Ok(SendBuf::new(conn, idx, 0));
+        }
+        self.drive(conn);
+        if let Some(idx) = self.take_buf() {
+            return Ok(SendBuf::new(conn, idx, 0));
+        }
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        s.counts.alloc_failures += 1;
+        // Out of the way (no buffer): shown in the counters file too.
+        conn.shared.app.alloc_failures.add(1);
+        Err(conn.alloc_error(s.spare.all_held(), conn.tx_pool.count()))
+    }
+
+    /// A free ordinary buffer: a spare one, else the next from the free ring (large slots met
+    /// on the way are kept for `alloc_large`).
+    #[inline]
+    fn take_buf(&self) -> Option<u32> {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        if let Some(idx) = s.spare.pop() {
+            return Some(idx);
+        }
+        loop {
+            let i = s.rings.free.pop().ok()?;
+            if !is_large(i) {
+                return s.spare.hold(i);
+            }
+            s.spare.keep(i);
+        }
+    }
+
+    /// [`Connection::alloc_large`].
+    pub(super) fn alloc_large<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
+        if let Some(idx) = self.take_large() {
+            return Ok(SendBuf::new(conn, idx, 0));
+        }
+        self.drive(conn);
+        if let Some(idx) = self.take_large() {
+            return Ok(SendBuf::new(conn, idx, 0));
+        }
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        s.counts.alloc_failures += 1;
+        // Out of the way (no buffer): shown in the counters file too.
+        conn.shared.app.alloc_failures.add(1);
+        Err(conn.alloc_error(s.spare.all_large_held(), conn.tx_large.count()))
+    }
+
+    /// A free large slot, taking back what the poller freed (ordinary buffers met on the way
+    /// are kept for `alloc`).
+    fn take_large(&self) -> Option<u32> {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        if s.spare.large_is_empty() {
+            while let Ok(i) = s.rings.free.pop() {
+                let large = is_large(i);
+                s.spare.keep(i);
+                if large {
+                    break;
+                }
+            }
+        }
+        s.spare.pop_large()
+    }
+
+    /// [`Connection::send`]: the checks, the window, then the send ring.
+    #[inline]
+    pub(super) fn send<'c>(
+        &'c self,
+        conn: &'c Connection,
+        buf: SendBuf<'c>,
+    ) -> Result<(), SendError<'c>> {
+        if !conn.may_send(buf.conn) {
+            return Err(conn.refuse(buf));
+        }
+        if !self.has_credit(conn) {
+            self.drive(conn);
+            if !self.has_credit(conn) {
+                // SAFETY: no other reference to the state is live; none is taken while this one is used.
+                unsafe { self.state() }.counts.would_block += 1;
+                conn.shared.app.would_block.add(1);
+                return Err(SendError::WouldBlock(buf));
+            }
+        }
+        let (idx, len) = buf.parts();
+        // SAFETY: no other reference to the state is live; none is taken while this one is used
+        // (the engine pass below runs no application code).
+        let s = unsafe { self.state() };
+        if s.rings.tx.push(TxDesc { buf: idx, len }).is_err() {
+            // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
+            s.counts.would_block += 1;
+            conn.shared.app.would_block.add(1);
+            return Err(SendError::WouldBlock(buf));
+        }
+        std::mem::forget(buf);
+        s.spare.sent(idx);
+        s.window.on_sent(1);
+        if self.run_to_completion {
+            s.unflushed += 1;
+            if s.unflushed >= self.batch {
+                s.unflushed = 0;
+                conn.engine.poll();
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the window has room, reloading the poller's credit count only when it looks
+    /// full (one shared-line read per window, not per send).
+    #[inline]
+    fn has_credit(&self, conn: &Connection) -> bool {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let w = &mut unsafe { self.state() }.window;
+        if !w.is_full() {
+            return true;
+        }
+        // The engine's own poller writes it: trusted, and clamped to what was sent anyway.
+        w.credit_trusted(conn.shared.credits.load(Ordering::Acquire));
+        !w.is_full()
+    }
+
+    /// [`Connection::flush`]: in run-to-completion mode an engine pass posts the queued sends;
+    /// dedicated pollers drain continuously.
+    #[inline]
+    pub(super) fn flush(&self, conn: &Connection) {
+        if self.run_to_completion {
+            // SAFETY: no other reference to the state is live; none is taken while this one is used.
+            unsafe { self.state() }.unflushed = 0;
+            conn.engine.poll();
+        }
+    }
+
+    /// [`Connection::try_recv`].
+    #[inline]
+    pub(super) fn try_recv<'c>(
+        &'c self,
+        conn: &'c Connection,
+    ) -> Result<Option<Message<'c>>, Error> {
+        if let Some(m) = self.pop_rx(conn) {
+            return Ok(Some(m));
+        }
+        if self.drive(conn) > 0 {
+            if let Some(m) = self.pop_rx(conn) {
+                return Ok(Some(m));
+            }
+        }
+        if let Some(d) = conn.shared.down() {
+            // Anything delivered before the state changed is still ours.
+            if let Some(m) = self.pop_rx(conn) {
+                return Ok(Some(m));
+            }
+            return Err(d.to_error());
+        }
+        Ok(None)
+    }
+
+    #[inline]
+    fn pop_rx<'c>(&'c self, conn: &'c Connection) -> Option<Message<'c>> {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        let desc = s.rings.rx.pop().ok()?;
+        s.counts.received += 1;
+        Some(Message { conn, desc })
+    }
+
+    /// [`Connection::poll`]: at most one engine pass, only when the messages waiting do not
+    /// fill `limit`.
+    pub(super) fn poll(
+        &self,
+        conn: &Connection,
+        handler: &mut impl FnMut(&[u8]),
+        limit: usize,
+    ) -> Result<usize, Error> {
+        let mut n = self.drain_rx(conn, handler, limit);
+        if n < limit && self.drive(conn) > 0 {
+            n += self.drain_rx(conn, handler, limit - n);
+        }
+        if n == 0 {
+            if let Some(d) = conn.shared.down() {
+                // Anything delivered before the state changed is still ours.
+                n = self.drain_rx(conn, handler, limit);
+                if n == 0 {
+                    return Err(d.to_error());
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    #[inline]
+    fn drain_rx(&self, conn: &Connection, handler: &mut impl FnMut(&[u8]), limit: usize) -> usize {
+        let mut n = 0;
+        while n < limit {
+            let desc = {
+                // SAFETY: no other reference to the state is live, and this one ends before
+                // the handler runs (the handler may call back into this connection).
+                let s = unsafe { self.state() };
+                let Ok(desc) = s.rings.rx.pop() else {
+                    break;
+                };
+                s.counts.received += 1;
+                desc
+            };
+            n += 1;
+            // Dropping the message (also on unwind) recycles its buffer.
+            let m = Message { conn, desc };
+            handler(&m);
+        }
+        n
+    }
+
+    /// [`Connection::recv_timeout`] after its first try found nothing.
+    pub(super) fn recv_wait<'c>(
+        &'c self,
+        conn: &'c Connection,
+        mut wait: Wait,
+    ) -> Result<Message<'c>, Error> {
+        // Run-to-completion and busy-spinning: hold the poller for the whole wait (one
+        // ownership CAS per wait, not per cycle). Other connections keep being served: by this
+        // thread.
+        let mut guard = if self.run_to_completion && conn.idle == IdleStrategy::BusySpin {
+            conn.engine.rtc_guard()
+        } else {
+            None
+        };
+        loop {
+            let work = match guard.as_mut() {
+                Some(g) => {
+                    if let Some(m) = self.pop_rx(conn) {
+                        return Ok(m);
+                    }
+                    g.poll(conn.engine.now_ns())
+                }
+                None => 0,
+            };
+            if work > 0 || guard.is_none() {
+                if let Some(m) = self.try_recv(conn)? {
+                    return Ok(m);
+                }
+            } else if let Some(d) = conn.shared.down() {
+                if let Some(m) = self.pop_rx(conn) {
+                    return Ok(m);
+                }
+                return Err(d.to_error());
+            }
+            if !wait.idle(work) {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// [`Connection::stats`]: the poller's counts of the fabric's side, the application's of
+    /// its own.
+    pub(super) fn stats(&self, conn: &Connection) -> ConnStats {
+        let c = &conn.shared.counters;
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        s.window
+            .credit_trusted(conn.shared.credits.load(Ordering::Acquire));
+        ConnStats {
+            rx_msgs: c.rx_msgs.get(),
+            rx_bytes: c.rx_bytes.get(),
+            tx_msgs: c.tx_msgs.get(),
+            tx_bytes: c.tx_bytes.get(),
+            tx_stalls: c.tx_stalls.get(),
+            sent: s.window.sent(),
+            received: s.counts.received,
+            would_block: s.counts.would_block,
+            alloc_failures: s.counts.alloc_failures,
+            in_flight: s.window.in_flight(),
+        }
+    }
+
+    /// A `SendBuf` was dropped unsent.
+    pub(super) fn give_back(&self, idx: u32) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.spare.give_back(idx);
+    }
+
+    /// A received message was dropped: its buffer goes back to the poller.
+    #[inline]
+    pub(super) fn release(&self, idx: u32) {
+        // The release ring holds the whole receive pool; a peer delivering a buffer twice could
+        // overflow it, in which case the buffer is simply not returned (the peer's loss).
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let _ = unsafe { self.state() }.rings.release.push(idx);
+    }
+
+    /// Whether no received message waits in the ring from the poller.
+    pub(super) fn rx_is_empty(&self) -> bool {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.rings.rx.is_empty()
+    }
+
+    /// The connection is dropped: in run-to-completion mode a last engine pass posts what
+    /// `send` queued.
+    pub(super) fn close(&self, conn: &Connection) {
+        if self.run_to_completion {
+            conn.engine.poll();
+        }
+    }
+
+    /// The close was asked for. Run-to-completion: nothing may run this engine's poller again
+    /// (no thread of the application need ever call in), so the close drives it until the
+    /// poller has let go of the connection: what the application queued is posted and, where
+    /// the fabric lingers (RDMA: until every send completed, so the disconnect flushes none of
+    /// it), settled. Bounded by [`CLOSE_LINGER`]; another thread running the poller meanwhile
+    /// serves it too.
+    #[cold]
+    pub(super) fn linger(&self, conn: &Connection) {
+        if !self.run_to_completion {
+            return;
+        }
+        let deadline = Instant::now() + CLOSE_LINGER;
+        let mut idler = Idler::new(IdleStrategy::backoff());
+        while !conn.shared.is_retired() && Instant::now() < deadline {
+            idler.idle(conn.engine.poll());
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! What both paths of a [`Connection`](super::Connection) keep the same way: the spare lists
+//! of send buffers and large slots ([`Spares`]), the application's counters ([`Counts`]) and
+//! the bounded wait of the `*_timeout` calls ([`Wait`]).
+
+use std::time::{Duration, Instant};
+
+use crate::desc::{is_large, large_slot, LARGE_BIT};
+use crate::idle::{IdleStrategy, Idler};
+use crate::link::Pools;
+
+/// The send buffers and large slots the application side owns: free ones in two lists, and
+/// counts of those it holds as `SendBuf`s.
+///
+/// Each list has capacity for every buffer (slot) of its kind and only ever holds ones this
+/// side owns, each once, so a push never reallocates (pushes are capacity-checked anyway).
+/// Every index a list hands out is checked against its pool's count first, since `SendBuf`
+/// relies on it.
+pub(super) struct Spares {
+    /// Free ordinary buffers (`< tx.count()`), reused first, popped from the end.
+    bufs: Vec<u32>,
+    /// Ordinary buffers the application holds as `SendBuf`s.
+    held: u32,
+    /// Free large slots (`LARGE_BIT | slot`).
+    large: Vec<u32>,
+    /// Large slots the application holds as `SendBuf`s.
+    held_large: u32,
+    /// The pools' counts: ordinary buffers, large slots.
+    count: u32,
+    large_count: u32,
+}
+
+impl Spares {
+    /// Empty lists for `pools`' send side (the polled path: its buffers start in the free ring).
+    pub(super) fn empty(pools: &Pools) -> Spares {
+        Spares {
+            bufs: Vec::with_capacity(pools.tx.count() as usize),
+            held: 0,
+            large: Vec::with_capacity(pools.tx_large.count() as usize),
+            held_large: 0,
+            count: pools.tx.count(),
+            large_count: pools.tx_large.count(),
+        }
+    }
+
+    /// Lists holding every send buffer and large slot of `pools` (a direct path owns its whole
+    /// pool from the start). Popped from the end: buffer 0 first.
+    pub(super) fn full(pools: &Pools) -> Spares {
+        let mut s = Spares::empty(pools);
+        s.bufs.extend((0..s.count).rev());
+        s.large
+            .extend((0..s.large_count).rev().map(|slot| LARGE_BIT | slot));
+        s
+    }
+
+    /// Takes a free ordinary buffer (now held).
+    #[inline(always)]
+    pub(super) fn pop(&mut self) -> Option<u32> {
+        let idx = self.bufs.pop()?;
+        self.hold(idx)
+    }
+
+    /// Holds ordinary buffer `idx` that came from elsewhere (the poller's free ring), if it is
+    /// in range.
+    #[inline(always)]
+    pub(super) fn hold(&mut self, idx: u32) -> Option<u32> {
+        // Only buffers the engine or the wire layer validated get here; checked anyway.
+        if idx >= self.count {
+            return None;
+        }
+        self.held += 1;
+        Some(idx)
+    }
+
+    /// Takes a free large slot (now held).
+    #[inline]
+    pub(super) fn pop_large(&mut self) -> Option<u32> {
+        let idx = self.large.pop()?;
+        if large_slot(idx) >= self.large_count {
+            return None;
+        }
+        self.held_large += 1;
+        Some(idx)
+    }
+
+    /// Whether no large slot is free.
+    #[inline]
+    pub(super) fn large_is_empty(&self) -> bool {
+        self.large.is_empty()
+    }
+
+    /// A freed buffer or slot came back (the fabric or the poller returned it): into its
+    /// list, not held.
+    #[inline]
+    pub(super) fn keep(&mut self, idx: u32) {
+        let list = if is_large(idx) {
+            &mut self.large
+        } else {
+            &mut self.bufs
+        };
+        if list.len() < list.capacity() {
+            list.push(idx);
+        }
+    }
+
+    /// The lists, for a fabric that moves what its peer released into them directly.
+    #[inline]
+    pub(super) fn lists(&mut self) -> (&mut Vec<u32>, &mut Vec<u32>) {
+        (&mut self.bufs, &mut self.large)
+    }
+
+    /// A held buffer or slot was dropped unsent: free again.
+    #[inline]
+    pub(super) fn give_back(&mut self, idx: u32) {
+        self.sent(idx);
+        self.keep(idx);
+    }
+
+    /// A held buffer or slot was sent: no longer the application's.
+    #[inline(always)]
+    pub(super) fn sent(&mut self, idx: u32) {
+        if is_large(idx) {
+            self.held_large -= 1;
+        } else {
+            self.held -= 1;
+        }
+    }
+
+    /// A held ordinary buffer was copied into the fabric's record: free again at once.
+    #[inline(always)]
+    pub(super) fn copied(&mut self, idx: u32) {
+        self.held -= 1;
+        // Capacity for the whole pool, and only buffers we own: no reallocation.
+        self.bufs.push(idx);
+    }
+
+    /// Whether the application holds every ordinary buffer (`alloc` finds none free:
+    /// `PoolExhausted`, not back-pressure).
+    #[inline]
+    pub(super) fn all_held(&self) -> bool {
+        self.held >= self.count
+    }
+
+    /// As [`all_held`](Self::all_held), for the large slots.
+    #[inline]
+    pub(super) fn all_large_held(&self) -> bool {
+        self.held_large >= self.large_count
+    }
+}
+
+/// The application's own counts of one connection (the poller counts the fabric's side of a
+/// polled connection; a direct path has no poller, so it counts bytes too).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Counts {
+    pub(super) received: u64,
+    pub(super) would_block: u64,
+    pub(super) alloc_failures: u64,
+}
+
+/// The bounded wait of the `*_timeout` calls: idles per the engine's strategy between tries
+/// and ends at the deadline (read every 64 tries, not per try).
+pub(super) struct Wait {
+    deadline: Instant,
+    idler: Idler,
+    spins: u32,
+}
+
+impl Wait {
+    /// A wait of at most `timeout` from now.
+    pub(super) fn new(idle: IdleStrategy, timeout: Duration) -> Wait {
+        Wait {
+            deadline: Instant::now() + timeout,
+            idler: Idler::new(idle),
+            spins: 0,
+        }
+    }
+
+    /// After a try that did `work` units of work: `false` when the deadline has passed, else
+    /// idles (per the strategy, for `work == 0`) and gives `true` to try again.
+    #[inline]
+    pub(super) fn idle(&mut self, work: usize) -> bool {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % 64 == 0 && Instant::now() >= self.deadline {
+            return false;
+        }
+        self.idler.idle(work);
+        true
+    }
+}

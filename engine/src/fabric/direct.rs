@@ -1,0 +1,172 @@
+//! The direct-path dispatch: [`DirectPath`], one variant per fabric whose connections the
+//! application drives itself (see [the module docs](crate::fabric#direct-paths)), and [`Sent`].
+
+use crate::desc::{PoolView, RxDesc};
+use crate::error::FabricError;
+
+use super::shm;
+
+/// The fabrics whose connections have a *direct path*: the application's
+/// [`Connection`](crate::Connection) drives the fabric's data path itself, with no poller and
+/// no application↔poller rings (shm: both ends of each record ring are the two applications'
+/// threads). One variant per such fabric (one line each); the connection
+/// branches once per call between this and the poller path, and the dispatch below is static.
+///
+/// A direct path's handle takes `&self` and is `Send + !Sync`; its calls never block, lock,
+/// allocate or log. Errors are [`FabricError`]s that fail the connection.
+pub(crate) enum DirectPath {
+    /// `shm://`: [`shm::direct::ShmDirect`].
+    Shm(shm::direct::ShmDirect),
+}
+
+/// What a direct path's send did with the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Copied into the fabric's record: the buffer is free again at once.
+    Copied,
+    /// Sent by reference: in flight until the peer gives it back.
+    Referenced,
+    /// No room (the window or the ring is full); nothing was sent.
+    Full,
+}
+
+impl DirectPath {
+    /// Largest message sent inline (copied into the fabric's records).
+    #[inline]
+    pub(crate) fn inline_max(&self) -> usize {
+        match self {
+            DirectPath::Shm(d) => d.inline_max(),
+        }
+    }
+
+    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated);
+    /// `batched`: not published until [`flush`](Self::flush) (or the next unbatched send, or
+    /// a full window or ring).
+    #[inline]
+    pub(crate) fn send(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> Result<Sent, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.send(pool, idx, len, batched),
+        }
+    }
+
+    /// Publishes what batched sends wrote.
+    #[inline]
+    pub(crate) fn flush(&self) {
+        match self {
+            DirectPath::Shm(d) => d.flush(),
+        }
+    }
+
+    /// Sends large slot `idx` (`LARGE_BIT | slot`, owned by the caller) by reference.
+    #[inline]
+    pub(crate) fn send_ref(&self, idx: u32, len: u32) -> Result<Sent, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.send_ref(idx, len),
+        }
+    }
+
+    /// Moves what the peer released into `free` (ordinary buffers) and `free_large` (large
+    /// slots), each at most its spare capacity.
+    #[inline]
+    pub(crate) fn reclaim_all(
+        &self,
+        free: &mut Vec<u32>,
+        free_large: &mut Vec<u32>,
+    ) -> Result<usize, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.reclaim_all(free, free_large),
+        }
+    }
+
+    /// Whether a claim of record space is open.
+    #[inline]
+    pub(crate) fn claim_open(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.claim_open(),
+        }
+    }
+
+    /// Claims `len <= inline_max` bytes of record space to write in place (`None`: full).
+    #[inline]
+    pub(crate) fn claim(&self, len: usize) -> Result<Option<core::ptr::NonNull<u8>>, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.claim(len),
+        }
+    }
+
+    /// Publishes the open claim as a `len`-byte message.
+    #[inline]
+    pub(crate) fn commit_claim(&self, len: usize) {
+        match self {
+            DirectPath::Shm(d) => d.commit_claim(len),
+        }
+    }
+
+    /// Drops the open claim (nothing is published).
+    #[inline]
+    pub(crate) fn abort_claim(&self) {
+        match self {
+            DirectPath::Shm(d) => d.abort_claim(),
+        }
+    }
+
+    /// Batch receive in place; returns messages and bytes delivered.
+    #[inline]
+    pub(crate) fn poll<H: FnMut(&[u8])>(
+        &self,
+        rx_pool: &PoolView,
+        handler: &mut H,
+        limit: usize,
+    ) -> Result<(usize, u64), FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.poll(rx_pool, handler, limit),
+        }
+    }
+
+    /// The next received message into `desc`, in place (a pooled one held until released);
+    /// `Ok(false)`: none.
+    #[inline]
+    pub(crate) fn recv_into(&self, desc: &mut RxDesc) -> Result<bool, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.recv_into(desc),
+        }
+    }
+
+    /// Gives received buffer `buf` back to the peer.
+    #[inline]
+    pub(crate) fn release(&self, buf: u32) -> Result<(), FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.release(buf),
+        }
+    }
+
+    /// Whether the peer published something not yet received (a hint).
+    #[inline]
+    pub(crate) fn rx_pending(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.rx_pending(),
+        }
+    }
+
+    /// Messages in flight: sent, not yet consumed by the peer (reads the peer's position).
+    #[inline]
+    pub(crate) fn unconsumed(&self) -> Result<usize, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.unconsumed(),
+        }
+    }
+
+    /// Whether the peer marked the connection closed in the data path's shared state.
+    #[inline]
+    pub(crate) fn peer_closed(&self) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.peer_closed(),
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The receive side of an [`RdmaConn`]: completions filed by the poller (the credit word read,
+//! the message queued), delivery to the application (messages, frames split into records,
+//! large messages), and the re-posting of receive buffers in chains.
+
+use super::super::chain::{post_recv_chains, CHAIN};
+use super::super::frame::FrameCursor;
+use super::super::rndv::Rndv;
+use super::{RdmaConn, RxKind};
+use crate::desc::PoolView;
+use crate::error::FabricError;
+use crate::fabric::rdma::counters::{bump, COUNTERS};
+use crate::fabric::rdma::header::{read_hdr, IMM_CREDITS_MAX, IMM_CREDIT_ONLY, IMM_FRAME};
+use crate::fabric::rdma::verbs::{self, WorkCompletion};
+use crate::fabric::rdma::wr_id::{recv_wr_id, WR_RECV, WR_SRQ, WR_VALUE_MASK};
+use crate::fabric::RxSink;
+use crate::record::Record;
+
+impl RdmaConn {
+    /// Files one completion of this connection (called from
+    /// [`Fabric::poll_shared`](crate::fabric::Fabric::poll_shared)).
+    #[inline]
+    pub(in super::super) fn on_completion(&mut self, wc: &WorkCompletion) {
+        let is_srq_recv = wc.wr_id() & WR_SRQ != 0;
+        if is_srq_recv {
+            self.srq_held += 1;
+        }
+        if !wc.is_ok() {
+            if is_srq_recv {
+                // The shared buffer must go back to the SRQ: queue it as a no-payload entry.
+                let buf = (wc.wr_id() & WR_VALUE_MASK) as u32;
+                if !self.rx_pending.push((buf, 0, RxKind::Credit)) {
+                    self.error = Some(FabricError::Protocol("more receives completed than posted"));
+                }
+            }
+            bump(&COUNTERS.completion_errors, 1);
+            let status = wc.status();
+            if status == verbs::WC_RNR_RETRY_EXC_ERR {
+                bump(&COUNTERS.rnr_errors, 1);
+            }
+            if self.error.is_none() {
+                self.error = Some(if status == verbs::WC_WR_FLUSH_ERR {
+                    FabricError::PeerClosed
+                } else {
+                    FabricError::Io(status as i32)
+                });
+            }
+            return;
+        }
+        let value = wc.wr_id() & WR_VALUE_MASK;
+        if wc.wr_id() & WR_RECV != 0 {
+            // RoCE/IB: the word is the immediate; iWARP: the header the peer sent.
+            let (imm, len) = match &self.hdr {
+                None => match wc.imm() {
+                    Some(imm) => (imm, wc.byte_len()),
+                    None => {
+                        self.error = Some(FabricError::Protocol("receive without immediate"));
+                        return;
+                    }
+                },
+                Some(h) => match read_hdr(h, value as u32, wc.byte_len()) {
+                    Some(v) => v,
+                    None => {
+                        self.error = Some(FabricError::Protocol(
+                            "receive with a missing or malformed header",
+                        ));
+                        return;
+                    }
+                },
+            };
+            let credits = imm & IMM_CREDITS_MAX;
+            self.rx_heard += 1;
+            let (kind, control) = match (imm & IMM_CREDIT_ONLY != 0, imm & IMM_FRAME != 0) {
+                (false, false) => (RxKind::Message, false),
+                (true, false) => (RxKind::Credit, false),
+                (false, true) => (RxKind::Frame, false),
+                // A control frame: rendezvous acknowledgements, handled here; its buffer is
+                // then re-posted like a credit message's.
+                (true, true) => (RxKind::Credit, true),
+            };
+            self.add_peer_credits(credits);
+            self.peer_window = self.peer_window.saturating_sub(1);
+            if (kind != RxKind::Credit || control) && len > self.rx_pool.buf_size() as u32 {
+                self.error = Some(FabricError::Protocol("oversized receive"));
+                return;
+            }
+            if control {
+                let pool = self.rx_pool;
+                // SAFETY: the receive completed with `len <= buf_size` bytes (checked above)
+                // into buffer `value`, which stays ours until it is re-posted from `rx_pending`.
+                let bytes = unsafe { rx_bytes(&pool, value as u32, len) };
+                if let Err(e) = self.on_ack_frame(bytes) {
+                    self.error = Some(e);
+                }
+            }
+            // Cannot overflow: at most `rx_posted` receives are outstanding.
+            if !self.rx_pending.push((value as u32, len, kind)) {
+                self.error = Some(FabricError::Protocol("more receives completed than posted"));
+            }
+        } else {
+            // A signalled send: it and every earlier send of this QP are complete. Rebuild the
+            // full sequence from the 46 bits carried.
+            let low = value;
+            let back = (self.sq_posted.wrapping_sub(1).wrapping_sub(low)) & WR_VALUE_MASK;
+            let seq = self.sq_posted.wrapping_sub(1).wrapping_sub(back);
+            self.sq_completed = self.sq_completed.max(seq + 1);
+            if wc.is_rdma_read() {
+                // A rendezvous READ chunk: its large message may be complete now. The peer's
+                // HCA answered, so the peer is alive (liveness).
+                self.rx_heard += 1;
+                if let Err(e) = self.large.read_done() {
+                    self.error.get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    /// Re-posts receive buffers `bufs`, one chain (one `ibv_post_recv`) per [`CHAIN`] buffers.
+    fn post_recvs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        if let Some(srq) = &self.srq {
+            srq.post(bufs)?;
+            let n = bufs.len() as u32;
+            self.srq_held = self.srq_held.saturating_sub(n);
+            self.rx_return.on_consumed(u64::from(n));
+            return Ok(());
+        }
+        if let Some(h) = self.hdr {
+            return self.post_recvs_hdr(bufs, h);
+        }
+        let (qp, gen, owed) = (&self.qp, self.gen, &mut self.rx_return);
+        post_recv_chains(
+            &self.rx_pool,
+            self.rx_lkey,
+            bufs,
+            |buf| recv_wr_id(gen, buf),
+            |head, n| {
+                // SAFETY: `post_recv_chains` hands over a chain of initialised WRs pointing to
+                // SGEs that live until this call returns; each buffer is a receive-pool buffer
+                // (index checked) inside the region registered with LOCAL_WRITE, owned by the
+                // fabric until its completion is polled (the application released it, or it
+                // was never lent).
+                unsafe { qp.post_recv(head) }.map_err(|e| FabricError::Io(e.errno))?;
+                owed.on_consumed(u64::from(n));
+                Ok(())
+            },
+        )
+    }
+
+    /// Re-posts released ordinary receive buffers (nothing once the QP is in error, unless
+    /// they are shared).
+    pub(super) fn release_bufs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        if bufs.is_empty() || (self.error.is_some() && self.srq.is_none()) {
+            return Ok(()); // the QP is in error: nothing to re-post to
+        }
+        self.post_recvs(bufs)?;
+        self.msg_return.on_consumed(bufs.len() as u64);
+        Ok(())
+    }
+
+    /// [`FabricConn::poll_rx`](crate::fabric::FabricConn::poll_rx): delivers what was received, in
+    /// order, and re-posts the buffers that are free again.
+    #[inline]
+    pub(super) fn deliver(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        let mut delivered = 0;
+        let mut repost = [0u32; CHAIN];
+        let mut nrepost = 0;
+        let pool = self.rx_pool;
+        let mut failed = None;
+        let mut pooled = 0;
+        // Stopped at a record that waits for a large message (its READ, or a free slot).
+        let mut stuck = false;
+        let rndv = self.large.rndv_check();
+        while sink.room() > 0 && nrepost < CHAIN {
+            // Large messages whose READs completed come first: they precede every record
+            // still queued (FIFO); more of their chunks are posted as the window frees up.
+            if self.large.reads_pending() {
+                self.pump_reads()?;
+                if self.deliver_read(sink)? {
+                    delivered += 1;
+                    continue;
+                }
+            }
+            // Then the rest of the frame being split (the sink had no room for all of it, or
+            // a record waits for a large message).
+            if let Some(mut cur) = self.rx_frame {
+                // SAFETY: the frame's receive completed with `end` bytes (checked on completion
+                // and by the cursor); the buffer stays ours until re-posted below.
+                let bytes = unsafe { rx_bytes(&pool, cur.buf, cur.end) };
+                let room = sink.room();
+                let mut data = 0;
+                let mut blocked = false;
+                cur.next_records(bytes, room, |rec| match rec {
+                    Record::Data(p) => {
+                        if self.large.reads_pending() {
+                            blocked = true;
+                            return Ok(false);
+                        }
+                        sink.push_inline(p)?;
+                        data += 1;
+                        Ok(true)
+                    }
+                    Record::Rndv {
+                        slot,
+                        len,
+                        addr,
+                        rkey,
+                    } => {
+                        let took = self.take_rndv(Rndv {
+                            slot,
+                            len,
+                            addr,
+                            rkey,
+                        })?;
+                        blocked |= !took;
+                        Ok(took)
+                    }
+                    _ => Err(FabricError::Protocol("rdma frame changed after validation")),
+                })?;
+                delivered += data;
+                if cur.left() == 0 {
+                    self.rx_frame = None;
+                    repost[nrepost] = cur.buf;
+                    nrepost += 1;
+                } else {
+                    self.rx_frame = Some(cur);
+                }
+                if blocked {
+                    stuck = true;
+                    break;
+                }
+                continue;
+            }
+            let Some((buf, len, kind)) = self.rx_pending.front() else {
+                break;
+            };
+            if kind == RxKind::Message && self.large.reads_pending() {
+                stuck = true;
+                break;
+            }
+            self.rx_pending.pop();
+            match kind {
+                RxKind::Message => {}
+                RxKind::Credit => {
+                    repost[nrepost] = buf;
+                    nrepost += 1;
+                    continue;
+                }
+                RxKind::Frame => {
+                    // SAFETY: as below: a completed receive of `len <= buf_size` bytes.
+                    let bytes = unsafe { rx_bytes(&pool, buf, len) };
+                    match FrameCursor::new(buf, bytes, rndv.as_ref().map(|(r, s)| (r, *s))) {
+                        Ok(cur) => self.rx_frame = Some(cur),
+                        Err(e) => {
+                            // A hostile frame fails this connection; its (shared) buffer
+                            // still goes back below.
+                            self.error = Some(e);
+                            failed = Some(e);
+                            repost[nrepost] = buf;
+                            nrepost += 1;
+                            break;
+                        }
+                    }
+                    continue;
+                }
+            }
+            if len <= self.rx_inline {
+                // SAFETY: the receive completed, so the buffer holds `len` (<= buf_size, checked
+                // on completion) bytes written by the HCA and is ours until re-posted below.
+                let data = unsafe { rx_bytes(&pool, buf, len) };
+                sink.push_inline(data)?;
+                repost[nrepost] = buf;
+                nrepost += 1;
+            } else {
+                sink.push_pooled(buf, len)?;
+                pooled += 1;
+            }
+            delivered += 1;
+        }
+        // Shared buffers always go back to the SRQ (it outlives this connection's QP).
+        if nrepost > 0 && (self.error.is_none() || self.srq.is_some()) {
+            self.post_recvs(&repost[..nrepost])?;
+        }
+        // Pooled messages count when the application releases their buffers (`release_rx`);
+        // large ones when delivered (their credit is the frame's buffer, re-posted already).
+        self.msg_return.on_consumed((delivered - pooled) as u64);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if delivered == 0 {
+            // A failed connection's READs never complete: what waits for one is lost.
+            if let (true, Some(e)) = (stuck, self.error) {
+                return Err(e);
+            }
+            self.check()?;
+        }
+        Ok(delivered)
+    }
+}
+
+/// The first `len` bytes of receive buffer `buf`.
+///
+/// # Safety
+///
+/// `buf` is a buffer of `pool` whose receive completed with `len <= buf_size` bytes, not
+/// re-posted while the slice lives.
+#[inline]
+unsafe fn rx_bytes(pool: &PoolView, buf: u32, len: u32) -> &[u8] {
+    let len = (len as usize).min(pool.buf_size());
+    // SAFETY: per the contract; `buf_ptr` names a buffer of the pool, `len` is clamped to it.
+    unsafe { std::slice::from_raw_parts(pool.buf_ptr(buf).as_ptr(), len) }
+}

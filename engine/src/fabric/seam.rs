@@ -1,0 +1,196 @@
+//! The poller's seam: [`Fabric`] (per-poller state), [`FabricConn`] (one connection's data path)
+//! and [`ConnTable`] (a poller's connections, as [`Fabric::poll_shared`] sees them). See
+//! [the module docs](crate::fabric) for the cycle.
+
+use crate::desc::TxDesc;
+use crate::error::FabricError;
+use crate::link::PollerConn;
+
+use super::{RxSink, TxDone};
+
+/// Per-poller state of a fabric (RDMA: the completion queue shared by the poller's connections).
+///
+/// Owned and driven by exactly one poller; see the [module docs](crate::fabric) for the cycle.
+pub trait Fabric: Send + Sized + 'static {
+    /// Short name for thread names and errors (`"shm"`, `"rdma"`).
+    const NAME: &'static str;
+
+    /// Per-connection data-path state.
+    type Conn: FabricConn;
+
+    /// A command the control thread sends to this poller's fabric state (RDMA: attach a device's
+    /// completion queue). shm has none (`()`).
+    type Command: Send + 'static;
+
+    /// Handles a [`Self::Command`], on the poller thread.
+    fn on_command(&mut self, command: Self::Command);
+
+    /// Polls completion sources shared by several connections, once per cycle, and returns the
+    /// work done. RDMA polls its CQ here and files completions with their connections; shm has no
+    /// shared source (the default does nothing).
+    #[inline]
+    fn poll_shared(&mut self, conns: &mut ConnTable<'_, Self::Conn>) -> usize {
+        let _ = conns;
+        0
+    }
+
+    /// `true` when the last [`poll_shared`](Fabric::poll_shared) stopped at its per-cycle bound
+    /// with completions possibly left in the shared source, so a connection cannot tell yet
+    /// that it has everything the peer sent (read only while a connection drains after its
+    /// peer closed). The default: `false` (no shared source).
+    #[inline]
+    fn backlog(&self) -> bool {
+        false
+    }
+}
+
+/// The data-path half of one connection, driven by its poller. See the [module docs](crate::fabric).
+///
+/// Every method runs on the poller thread: no syscalls, locks, allocation or logging.
+pub trait FabricConn: Send + 'static {
+    /// The connection was put in slot `slot` of its poller's table (RDMA: encode it in `wr_id` so
+    /// [`Fabric::poll_shared`] can find the connection through [`ConnTable::get_mut`]).
+    #[inline]
+    fn attached(&mut self, slot: u32) {
+        let _ = slot;
+    }
+
+    /// Cheap hint: `false` when there is certainly nothing to receive, so the poller can skip
+    /// setting up a receive pass (e.g. one load of a ring's next header word). A fabric that
+    /// cannot tell returns `true` (the default).
+    #[inline]
+    fn rx_pending(&mut self) -> bool {
+        true
+    }
+
+    /// Cheap hint: `true` when [`reclaim`](FabricConn::reclaim) and [`flush`](FabricConn::flush)
+    /// certainly have nothing to do now (no send buffers or credits to collect, nothing waiting
+    /// to be published). Together with [`rx_pending`](FabricConn::rx_pending) `false` and empty
+    /// application rings it lets the poller skip the connection's pass. A fabric that cannot tell
+    /// returns `false` (the default).
+    #[inline]
+    fn quiescent(&mut self) -> bool {
+        false
+    }
+
+    /// Cheap hint: `true` when [`post_send`](FabricConn::post_send) copies a `len`-byte message
+    /// (inline in the fabric's own records) and frees its buffer right there with
+    /// [`TxDone::free_copied`]. The engine then does not track that buffer in its ownership bitmap
+    /// (nothing but the fabric's own copy can free it). The default is `false`: every buffer is
+    /// tracked and freed through [`TxDone::free_buf`].
+    #[inline]
+    fn copies(&self, len: u32) -> bool {
+        let _ = len;
+        false
+    }
+
+    /// Delivers received messages into `sink`, at most [`RxSink::room`], and returns how many.
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection (e.g. the peer wrote an invalid descriptor).
+    fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError>;
+
+    /// Posts a batch of sends and returns how many (a prefix of `descs`) were accepted; the rest
+    /// are offered again next cycle. Each `desc.buf < pool count` and `desc.len <= buf_size` (the
+    /// engine checked). A fabric that copies a message (inline) frees its buffer at once through
+    /// `done`.
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection.
+    fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError>;
+
+    /// Returns receive buffers the application has dropped (in the order dropped).
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection.
+    fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError>;
+
+    /// Reports send buffers that are free again and credits that came back, and returns the work
+    /// done (events handled).
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection (e.g. the peer released a buffer it never got).
+    fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError>;
+
+    /// Publishes everything posted this cycle (RDMA: the doorbell; TCP: the write).
+    ///
+    /// # Errors
+    ///
+    /// A [`FabricError`] fails this connection.
+    fn flush(&mut self) -> Result<(), FabricError>;
+
+    /// Cheap liveness check, called every few thousand cycles and at least every 10 ms of the
+    /// coarse clock (which advances on the control thread's liveness beat), with the coarse
+    /// time in ns (RDMA: sends a
+    /// heartbeat on an idle connection and fails one whose peer went silent with
+    /// [`FabricError::PeerUnresponsive`]). The control thread watches sockets; this catches
+    /// what is visible only in the data path.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::PeerClosed`] or another [`FabricError`] fails this connection.
+    #[inline]
+    fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        let _ = now_ns;
+        Ok(())
+    }
+
+    /// The application closed the connection; `queued`: some of what it sent still waits in
+    /// its send ring (no credit or room for it yet). `true` once the connection can be torn down
+    /// without losing what the fabric still has in flight. Called once per cycle, after the
+    /// connection's service pass, while the closing connection lingers on its poller; it may
+    /// post what it needs to find that out (a signalled send), and never blocks. The control
+    /// thread's close grace bounds the wait. RDMA: nothing queued and every posted send
+    /// completed (the peer holds it; a disconnect would flush what is still queued). The
+    /// default: `true` (that one last pass is all a close gets: what it posted is the peer's).
+    #[inline]
+    fn settled(&mut self, queued: bool) -> bool {
+        let _ = queued;
+        true
+    }
+
+    /// The connection is being removed (application closed it, engine shutdown): publish a
+    /// "closed" mark if the fabric has one. Runs on the poller; must not block.
+    #[inline]
+    fn close(&mut self) {}
+}
+
+/// The connection table of one poller, as [`Fabric::poll_shared`] sees it.
+pub struct ConnTable<'a, C> {
+    pub(crate) slots: &'a mut [Option<Box<PollerConn<C>>>],
+}
+
+impl<C> core::fmt::Debug for ConnTable<'_, C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ConnTable")
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+impl<C> ConnTable<'_, C> {
+    /// The connection in `slot` (as given to [`FabricConn::attached`]), if any.
+    #[inline]
+    pub fn get_mut(&mut self, slot: u32) -> Option<&mut C> {
+        match self.slots.get_mut(slot as usize) {
+            Some(Some(conn)) => Some(&mut conn.fabric),
+            _ => None,
+        }
+    }
+
+    /// Number of slots (occupied or not).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when the table has no slots.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}

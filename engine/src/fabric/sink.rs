@@ -1,0 +1,389 @@
+//! Where a fabric's data path meets the application's rings: [`RxSink`] (received messages
+//! into free slots of the receive ring) and [`TxDone`] (freed send buffers and returned
+//! credits).
+
+use core::mem::MaybeUninit;
+
+use rings::Producer;
+
+use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
+use crate::error::FabricError;
+use crate::link::{owned_bit, FREE_BATCH};
+
+#[cfg(doc)]
+use super::FabricConn;
+
+/// Where a fabric delivers received messages: free slots of the application's receive ring.
+///
+/// Every push is checked: a pooled message must name a buffer of the receive pool and fit it, so
+/// nothing a peer wrote can make the application read outside the pool.
+pub struct RxSink<'a> {
+    first: &'a mut [MaybeUninit<RxDesc>],
+    second: &'a mut [MaybeUninit<RxDesc>],
+    written: usize,
+    bytes: u64,
+    pool_count: u32,
+    buf_size: u32,
+    large_count: u32,
+    large_size: u32,
+}
+
+impl core::fmt::Debug for RxSink<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RxSink")
+            .field("room", &self.room())
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl<'a> RxSink<'a> {
+    pub(crate) fn new(
+        first: &'a mut [MaybeUninit<RxDesc>],
+        second: &'a mut [MaybeUninit<RxDesc>],
+        pool: &PoolView,
+    ) -> RxSink<'a> {
+        RxSink {
+            first,
+            second,
+            written: 0,
+            bytes: 0,
+            pool_count: pool.count(),
+            buf_size: u32::try_from(pool.buf_size()).unwrap_or(u32::MAX),
+            large_count: 0,
+            large_size: 0,
+        }
+    }
+
+    /// The sink also lends slots of the connection's large receive pool
+    /// ([`push_large`](Self::push_large)).
+    pub(crate) fn with_large(mut self, large: &PoolView) -> RxSink<'a> {
+        self.large_count = large.count();
+        self.large_size = u32::try_from(large.buf_size()).unwrap_or(u32::MAX);
+        self
+    }
+
+    /// How many more messages fit.
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.first.len() + self.second.len() - self.written
+    }
+
+    /// Messages delivered so far.
+    #[inline]
+    pub fn written(&self) -> usize {
+        self.written
+    }
+
+    #[inline]
+    fn next_slot(&mut self) -> Result<&mut MaybeUninit<RxDesc>, FabricError> {
+        let i = self.written;
+        let slot = if i < self.first.len() {
+            self.first.get_mut(i)
+        } else {
+            self.second.get_mut(i - self.first.len())
+        };
+        slot.ok_or(FabricError::Protocol(
+            "receive sink overflow (fabric ignored room())",
+        ))
+    }
+
+    /// Delivers a message by copying `payload` into the descriptor.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full or `payload` is longer than
+    /// [`INLINE_MAX`] or the pool's buffer size.
+    #[inline]
+    pub fn push_inline(&mut self, payload: &[u8]) -> Result<(), FabricError> {
+        let len = payload.len();
+        if len > INLINE_MAX || len > self.buf_size as usize {
+            return Err(FabricError::Protocol(
+                "inline message longer than the inline limit",
+            ));
+        }
+        let slot = self.next_slot()?;
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to a writable slot we own (a claimed ring slot); fields are written
+        // through raw pointers without reading, and `len <= INLINE_MAX` bytes are copied into
+        // `data`, which does not overlap `payload` (ring memory vs. fabric memory).
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len as u32);
+            core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
+            let data = core::ptr::addr_of_mut!((*p).data).cast::<u8>();
+            core::ptr::copy_nonoverlapping(payload.as_ptr(), data, len);
+        }
+        self.written += 1;
+        self.bytes += len as u64;
+        Ok(())
+    }
+
+    /// Delivers a `len`-byte message inline, written straight into the next slot by `fill`
+    /// (one copy from the fabric's memory to the application's ring, no staging buffer). `fill`
+    /// gets exactly `len` uninitialised bytes and must return `Ok(len)` having initialised all of
+    /// them; anything else fails the push (nothing is delivered).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when `len` exceeds the inline limit or the buffer size, when
+    /// there is no room, or when `fill` does not report `len` bytes written; `fill`'s own error.
+    #[inline]
+    pub fn push_inline_with<F>(&mut self, len: usize, fill: F) -> Result<(), FabricError>
+    where
+        F: FnOnce(&mut [MaybeUninit<u8>]) -> Result<usize, FabricError>,
+    {
+        if len > INLINE_MAX || len > self.buf_size as usize {
+            return Err(FabricError::Protocol(
+                "inline message longer than the inline limit",
+            ));
+        }
+        let slot = self.next_slot()?;
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to a writable slot we own (a claimed ring slot); `data` is an array
+        // of `MaybeUninit<u8>`, valid in any state, so a unique reference to it is sound, and
+        // `len <= INLINE_MAX` keeps the sub-slice in bounds.
+        let data = unsafe { &mut (&mut *core::ptr::addr_of_mut!((*p).data))[..len] };
+        if fill(data)? != len {
+            return Err(FabricError::Protocol("inline payload copy came up short"));
+        }
+        // SAFETY: as above; the header fields are written without reading. The slot counts as
+        // written only now, after `fill` initialised its `len` payload bytes.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len as u32);
+            core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
+        }
+        self.written += 1;
+        self.bytes += len as u64;
+        Ok(())
+    }
+
+    /// Delivers a message that stays in receive-pool buffer `buf` (`len` bytes); the buffer comes
+    /// back through [`FabricConn::release_rx`] when the application drops the message.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full, `buf` is not a buffer of the receive pool or
+    /// `len` exceeds the buffer size.
+    #[inline]
+    pub fn push_pooled(&mut self, buf: u32, len: u32) -> Result<(), FabricError> {
+        self.push_pooled_at(buf, 0, len)
+    }
+
+    /// Delivers a message that stays in receive-pool buffer `buf`, `len` bytes from byte `off`
+    /// (so several messages can be lent from one buffer, each released through
+    /// [`FabricConn::release_rx`] with the buffer's index when the application drops it).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full, `buf` is not a buffer of the receive pool or
+    /// `off + len` exceeds the buffer size.
+    #[inline]
+    pub fn push_pooled_at(&mut self, buf: u32, off: u32, len: u32) -> Result<(), FabricError> {
+        if buf >= self.pool_count {
+            return Err(FabricError::Protocol("receive buffer index out of range"));
+        }
+        if u64::from(off) + u64::from(len) > u64::from(self.buf_size) {
+            return Err(FabricError::Protocol(
+                "message length exceeds the buffer size",
+            ));
+        }
+        let slot = self.next_slot()?;
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to a writable slot we own; the header fields are written without
+        // reading; the offset goes into the first `OFF_BYTES` bytes of `data` (in bounds:
+        // `OFF_BYTES <= INLINE_MAX`; `write_unaligned`, as `data` is a byte array), the rest of
+        // `data` stays uninitialised, which `MaybeUninit<u8>` allows.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len);
+            core::ptr::addr_of_mut!((*p).buf).write(buf);
+            core::ptr::addr_of_mut!((*p).data)
+                .cast::<[u8; OFF_BYTES]>()
+                .write_unaligned(off.to_ne_bytes());
+        }
+        self.written += 1;
+        self.bytes += u64::from(len);
+        Ok(())
+    }
+
+    /// Delivers a large message that stays in slot `slot` of the large receive pool
+    /// (`len` bytes from its start); `LARGE_BIT | slot` comes back through
+    /// [`FabricConn::release_rx`] when the application drops the message.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the sink is full, `slot` is not a slot of the large
+    /// receive pool or `len` exceeds the slot size.
+    #[inline]
+    pub fn push_large(&mut self, slot: u32, len: u32) -> Result<(), FabricError> {
+        if slot >= self.large_count {
+            return Err(FabricError::Protocol("large receive slot out of range"));
+        }
+        if len > self.large_size {
+            return Err(FabricError::Protocol(
+                "large message length exceeds the slot size",
+            ));
+        }
+        let slot_desc = self.next_slot()?;
+        let p = slot_desc.as_mut_ptr();
+        // SAFETY: as in `push_pooled_at`: a writable slot we own, fields written without
+        // reading, the offset (0) into the first `OFF_BYTES` bytes of `data`.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).len).write(len);
+            core::ptr::addr_of_mut!((*p).buf).write(crate::desc::LARGE_BIT | slot);
+            core::ptr::addr_of_mut!((*p).data)
+                .cast::<[u8; OFF_BYTES]>()
+                .write_unaligned(0u32.to_ne_bytes());
+        }
+        self.written += 1;
+        self.bytes += u64::from(len);
+        Ok(())
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// Where a fabric reports freed send buffers and returned credits.
+///
+/// Freed buffers are collected and handed to the application in batches (one ring publication
+/// per batch, not per buffer).
+pub struct TxDone<'a> {
+    pub(crate) free: &'a mut Producer<u32>,
+    pub(crate) owned: &'a mut [u64],
+    pub(crate) credits: u64,
+    pub(crate) freed: u64,
+    /// Collected buffers: scratch owned by the connection (not re-zeroed per cycle).
+    pending: &'a mut [u32; FREE_BATCH],
+    npending: usize,
+    /// Ordinary send buffers, then large slots, in `owned` (`crate::link::owned_bit`).
+    count: u32,
+    large: u32,
+}
+
+impl core::fmt::Debug for TxDone<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TxDone")
+            .field("credits", &self.credits)
+            .field("freed", &self.freed)
+            .finish()
+    }
+}
+
+impl<'a> TxDone<'a> {
+    /// `owned` is the bitmap of `count` ordinary send buffers followed by `large` large slots.
+    pub(crate) fn new(
+        free: &'a mut Producer<u32>,
+        owned: &'a mut [u64],
+        pending: &'a mut [u32; FREE_BATCH],
+        count: u32,
+        large: u32,
+    ) -> TxDone<'a> {
+        TxDone {
+            free,
+            owned,
+            credits: 0,
+            freed: 0,
+            pending,
+            npending: 0,
+            count,
+            large,
+        }
+    }
+
+    /// Marks send buffer (or large slot) `buf` as held by the fabric, or not. `buf` was
+    /// validated against the pools.
+    #[inline]
+    pub(crate) fn mark_owned(&mut self, buf: u32, held: bool) {
+        if let Some((word, bit)) = owned_bit(buf, self.count, self.large) {
+            if let Some(w) = self.owned.get_mut(word) {
+                if held {
+                    *w |= bit;
+                } else {
+                    *w &= !bit;
+                }
+            }
+        }
+    }
+
+    /// Send buffer `buf` is free again (its message was copied, completed, or released by the peer).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when `buf` is not a buffer the fabric holds (out of range, never
+    /// sent, or freed twice): a peer releasing what it never got.
+    #[inline]
+    pub fn free_buf(&mut self, buf: u32) -> Result<(), FabricError> {
+        let (word, bit) = owned_bit(buf, self.count, self.large).ok_or(FabricError::Protocol(
+            "peer released a send buffer it does not hold",
+        ))?;
+        match self.owned.get_mut(word) {
+            Some(w) if *w & bit != 0 => *w &= !bit,
+            _ => {
+                return Err(FabricError::Protocol(
+                    "peer released a send buffer it does not hold",
+                ))
+            }
+        }
+        if self.npending == FREE_BATCH {
+            self.publish()?;
+        }
+        self.pending[self.npending] = buf;
+        self.npending += 1;
+        self.freed += 1;
+        Ok(())
+    }
+
+    /// Send buffer `buf` is free again because [`post_send`](FabricConn::post_send) copied its
+    /// message, and [`FabricConn::copies`] said so for its length: the engine never marked it as
+    /// held, so there is no ownership to check. Only for that case; every other free goes through
+    /// [`free_buf`](Self::free_buf).
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] if the application's free ring overflows (broken accounting).
+    #[inline]
+    pub fn free_copied(&mut self, buf: u32) -> Result<(), FabricError> {
+        debug_assert!(
+            owned_bit(buf, self.count, self.large)
+                .is_some_and(|(word, bit)| self.owned.get(word).is_some_and(|w| w & bit == 0)),
+            "free_copied on a tracked buffer"
+        );
+        if self.npending == FREE_BATCH {
+            self.publish()?;
+        }
+        self.pending[self.npending] = buf;
+        self.npending += 1;
+        self.freed += 1;
+        Ok(())
+    }
+
+    /// `n` credits came back: the receiver made room for `n` more messages.
+    #[inline]
+    pub fn credits(&mut self, n: u64) {
+        self.credits += n;
+    }
+
+    /// Hands the collected buffers to the application (one ring publication).
+    #[inline]
+    pub(crate) fn publish(&mut self) -> Result<(), FabricError> {
+        if self.npending > 0 {
+            // The free ring holds every buffer of the pool, so it cannot be full while these were
+            // out (each was checked against the ownership bitmap above).
+            // One buffer (a single small send per cycle, the latency case): a plain push, not
+            // the slice copy (two `memcpy` calls).
+            let all = if self.npending == 1 {
+                self.free.push(self.pending[0]).is_ok()
+            } else {
+                self.free.push_slice(&self.pending[..self.npending]) == self.npending
+            };
+            self.npending = 0;
+            if !all {
+                return Err(FabricError::Protocol(
+                    "free ring overflow (buffer accounting broken)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,338 @@
+//! [`TcpConn`]'s construction and its [`FabricConn`] implementation, which the send side
+//! (`send`), the receive side (`recv`) and large records (`large`) serve.
+
+use std::any::Any;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::desc::{is_large, large_slot, TxDesc, INLINE_MAX};
+use crate::error::FabricError;
+use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::link::Pools;
+use crate::record::{self, RecordType, RECORD_HEADER};
+
+use super::super::sys::{self, IovList};
+use super::{header, pad_of, sock_err, ConnSizes, Delivery, Entry, Flow, TcpConn, CTL_ROOM, ZEROS};
+
+impl TcpConn {
+    pub(crate) fn new(
+        sock: Arc<TcpStream>,
+        pools: Arc<dyn Any + Send + Sync>,
+        views: Pools,
+        sizes: ConnSizes,
+    ) -> TcpConn {
+        let Pools {
+            tx: tx_pool,
+            rx: rx_pool,
+            tx_large,
+            rx_large,
+        } = views;
+        let buf_size = tx_pool.buf_size();
+        let copy_max = sizes.copy_max.min(INLINE_MAX).min(buf_size);
+        let depth = sizes.depth.max(1);
+        // The stage holds at most `depth` queued messages (credits bound them): each a copied
+        // record or a header plus padding, and the control records.
+        let small = record::record_size(copy_max).unwrap_or(INLINE_MAX + 16);
+        let stage = (depth * small.max(16) + CTL_ROOM).max(64 << 10);
+        let max_record = record::record_size(buf_size).unwrap_or(buf_size + 16);
+        // `rx_pool` comes from `rx_chunks` (setup): at least 2 chunks of two whole records.
+        let count = rx_pool.count();
+        let chunk_size = rx_pool.buf_size();
+        debug_assert!(count >= 2 && chunk_size >= 2 * max_record);
+        // Without large slots nothing above the buffer size is accepted. With them, records of
+        // up to half a chunk are read into the chunks like smaller ones (one contiguous lent
+        // message, no slot needed: a record that does not fit the rest of a chunk is moved at
+        // most once, as it fits a whole chunk from its start); longer ones go into a large slot.
+        // A large record is read with its padding into a slot (setup sizes them `align8(limit)`):
+        // capped here too, so the slot writes in `parse`/`fill_large` stay in the slot whatever
+        // the sizes given.
+        let max_payload = if rx_large.count() > 0 {
+            sizes
+                .max_payload
+                .min(rx_large.buf_size() / 8 * 8)
+                .max(buf_size)
+        } else {
+            buf_size
+        };
+        let lend_max = (chunk_size / 2 - RECORD_HEADER)
+            .min(record::MAX_PAYLOAD)
+            .min(max_payload)
+            .max(buf_size);
+        let lend_record = record::record_size(lend_max).unwrap_or(max_record);
+        let large_count = rx_large.count();
+        let fd = sock.as_raw_fd();
+        TcpConn {
+            sock,
+            fd,
+            _pools: pools,
+            tx_pool,
+            tx_large,
+            max_payload,
+            lend_max,
+            lend_record,
+            copy_max,
+            stage: vec![0u8; stage].into_boxed_slice(),
+            stage_len: 0,
+            stage_written: 0,
+            entries: vec![
+                Entry::default();
+                (tx_pool.count() as usize + tx_large.count() as usize)
+                    .max(1)
+                    .next_power_of_two()
+            ]
+            .into_boxed_slice(),
+            free_head: 0,
+            wr: 0,
+            tail: 0,
+            payload_written: 0,
+            tx_dead: false,
+            chunk_size,
+            head: 0,
+            tail_rx: 0,
+            max_record,
+            eof: false,
+            large_rx: None,
+            rx: Delivery {
+                copy_max,
+                rx_pool,
+                // Chunk 0 first; the others on the free stack, lowest on top.
+                cur: 0,
+                refs: vec![0u32; count as usize].into_boxed_slice(),
+                lent: 0,
+                free: (1..count).rev().collect(),
+                free_len: count.saturating_sub(1) as usize,
+                large: rx_large,
+                large_out: vec![false; large_count as usize].into_boxed_slice(),
+                // Slot 0 on top.
+                large_free: (0..large_count).rev().collect(),
+                large_free_len: large_count as usize,
+            },
+            flow: Flow::new(&sizes),
+            liveness_ns: u64::try_from(sizes.liveness.as_nanos()).unwrap_or(u64::MAX),
+            heard: 0,
+            heard_seen: (0, 0),
+            recvs: 0,
+            recvs_seen: 0,
+            wrote: 0,
+            wrote_seen: (0, 0),
+            checked_ns: 0,
+            heartbeat_due: false,
+            heartbeats: 0,
+        }
+    }
+
+    /// The socket (for the setup side's shutdown).
+    pub(crate) fn socket(&self) -> &Arc<TcpStream> {
+        &self.sock
+    }
+}
+
+impl FabricConn for TcpConn {
+    #[inline]
+    fn rx_pending(&mut self) -> bool {
+        // A socket can only be asked (a syscall); after its end only buffered bytes remain.
+        !self.eof || self.head != self.tail_rx || self.large_rx.is_some()
+    }
+
+    #[inline]
+    fn quiescent(&mut self) -> bool {
+        !self.unwritten()
+            && self.free_head == self.wr
+            && self.flow.unreported == 0
+            && !self.heartbeat_due
+            && !self.flow.recv.due(false)
+    }
+
+    #[inline]
+    fn copies(&self, len: u32) -> bool {
+        // Exactly `post_send`'s test.
+        len as usize <= self.copy_max
+    }
+
+    #[inline]
+    fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        let (mut n, blocked) = self.parse(sink)?;
+        if blocked || self.eof || sink.room() == 0 {
+            return Ok(n);
+        }
+        if self.fill()? {
+            n += self.parse(sink)?.0;
+        }
+        Ok(n)
+    }
+
+    #[inline]
+    fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        if self.tx_dead {
+            // The application sees the disconnect once the poller retires the connection.
+            return Ok(0);
+        }
+        let mut n = 0;
+        let cap = self.entries.len() as u64;
+        for d in descs {
+            let len = d.len as usize;
+            let room = self.stage.len() - self.stage_len;
+            // A large slot is always written from the slot (the engine marked it held).
+            if !is_large(d.buf) && self.copies(d.len) {
+                let need = RECORD_HEADER + len + pad_of(len);
+                if room < need + CTL_ROOM {
+                    break;
+                }
+                let h = header(RecordType::Data, len);
+                self.stage_put(&h);
+                // SAFETY: the engine checked `d.buf < count` and `len <= buf_size`; the poller
+                // owns the buffer now (the application gave it up in `send`); the pool stays
+                // mapped while `_pools` lives.
+                let payload = unsafe {
+                    std::slice::from_raw_parts(self.tx_pool.buf_ptr_unchecked(d.buf).as_ptr(), len)
+                };
+                let end = self.stage_len + len;
+                self.stage[self.stage_len..end].copy_from_slice(payload);
+                self.stage_len = end;
+                self.stage_put(&ZEROS[..pad_of(len)]);
+                // Copied: free at once (`copies` said so, the engine did not mark it held).
+                done.free_copied(d.buf)?;
+            } else {
+                if room < RECORD_HEADER + CTL_ROOM || self.tail.wrapping_sub(self.free_head) >= cap
+                {
+                    break;
+                }
+                let h = header(RecordType::Data, len);
+                self.stage_put(&h);
+                let mask = cap - 1;
+                self.entries[(self.tail & mask) as usize] = Entry {
+                    stage_end: self.stage_len,
+                    buf: d.buf,
+                    len: d.len,
+                };
+                self.tail = self.tail.wrapping_add(1);
+            }
+            self.flow.send.on_sent(1);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    #[inline]
+    fn release_rx(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
+        for &b in bufs {
+            let rx = &mut self.rx;
+            if is_large(b) {
+                rx.release_large(large_slot(b))?;
+                continue;
+            }
+            match rx.refs.get_mut(b as usize) {
+                Some(r) if *r > 0 => *r -= 1,
+                _ => return Err(FabricError::Protocol("released a receive buffer not lent")),
+            }
+            rx.lent -= 1;
+            if rx.refs[b as usize] == 0 && b != rx.cur {
+                rx.push_free(b);
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        let mut work = 0;
+        while self.free_head != self.wr {
+            let e = self.entry(self.free_head);
+            done.free_buf(e.buf)?;
+            self.free_head = self.free_head.wrapping_add(1);
+            work += 1;
+        }
+        if self.flow.unreported > 0 {
+            done.credits(self.flow.unreported);
+            self.flow.unreported = 0;
+            work += 1;
+        }
+        Ok(work)
+    }
+
+    #[inline]
+    fn flush(&mut self) -> Result<(), FabricError> {
+        if self.tx_dead {
+            return Ok(());
+        }
+        if self.stage_written == self.stage_len && self.wr == self.tail {
+            // Everything is in the kernel: start the stage over.
+            self.stage_len = 0;
+            self.stage_written = 0;
+        }
+        self.queue_control();
+        if !self.unwritten() {
+            return Ok(());
+        }
+        let mut iov = IovList::new();
+        self.gather(&mut iov);
+        if iov.len() == 0 {
+            return Ok(());
+        }
+        // SAFETY: `gather` describes stage bytes (owned by `self`), payloads of send-pool
+        // buffers the poller owns until they are freed after this write, and the static padding.
+        match unsafe { sys::sendmsg(self.fd, &iov) } {
+            Ok(n) => {
+                debug_assert!(n <= iov.bytes());
+                self.consume(n);
+            }
+            Err(libc::EAGAIN | libc::EINTR) => {}
+            Err(e) => {
+                // Reported once; the queued buffers go back (`reclaim` frees `[free_head,
+                // tail)`), and every later flush has nothing to write.
+                self.tx_dead = true;
+                self.wr = self.tail;
+                self.payload_written = 0;
+                self.stage_len = 0;
+                self.stage_written = 0;
+                return Err(sock_err(e));
+            }
+        }
+        if self.stage_written == self.stage_len && self.wr == self.tail {
+            self.stage_len = 0;
+            self.stage_written = 0;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {
+        if self.liveness_ns == 0 || self.eof {
+            return Ok(());
+        }
+        // This poller itself did not run for a while: it cannot tell the peer's silence from
+        // its own. And while it is not reading (the application's ring is full, or records wait
+        // to be delivered, or no chunk is free) the peer's bytes stay in the kernel: that is
+        // not silence either. A partial record is read on (`fill`), so a peer silent in the
+        // middle of one is.
+        let stalled = now_ns.saturating_sub(self.checked_ns) > self.liveness_ns / 2;
+        self.checked_ns = now_ns;
+        let reading = self.recvs != self.recvs_seen;
+        self.recvs_seen = self.recvs;
+        if self.heard != self.heard_seen.0 || stalled || !reading || self.heard_seen.1 == 0 {
+            self.heard_seen = (self.heard, now_ns);
+        } else {
+            let silent = now_ns.saturating_sub(self.heard_seen.1);
+            if silent >= self.liveness_ns {
+                return Err(FabricError::PeerUnresponsive {
+                    silent_for: Duration::from_nanos(silent),
+                });
+            }
+        }
+        if self.wrote != self.wrote_seen.0 || self.wrote_seen.1 == 0 {
+            self.wrote_seen = (self.wrote, now_ns);
+        } else if now_ns.saturating_sub(self.wrote_seen.1) >= self.liveness_ns / 4 {
+            self.heartbeat_due = true;
+            self.wrote_seen = (self.wrote, now_ns);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        // The last queued bytes, best effort, then our end of stream.
+        let _ = self.flush();
+        sys::shutdown_write(self.fd);
+    }
+}

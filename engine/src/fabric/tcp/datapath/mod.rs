@@ -1,0 +1,363 @@
+//! The TCP fabric's data path: what a poller runs for each `tcp://` connection.
+//!
+//! The byte stream is a sequence of [records](crate::record): `DATA` (a message), `CREDIT`
+//! (cumulative messages delivered to the receiver's application) and `HEARTBEAT` (liveness).
+//!
+//! **Send.** [`post_send`](crate::fabric::FabricConn::post_send) queues each message: a small one
+//! (up to the inline threshold) is copied with its record header into the connection's *stage* (a
+//! byte buffer) and its pool buffer is free at once; a larger one gets its 8-byte header (and
+//! padding) in the stage and its payload stays in the send pool buffer.
+//! [`flush`](crate::fabric::FabricConn::flush) then writes everything queued with **one `sendmsg`
+//! per poller cycle**: an iovec list of stage runs and payload slices, so consecutive small
+//! messages and credits coalesce into one entry. A partial write keeps a byte offset into that list
+//! (nothing is copied again); a pooled buffer is freed
+//! ([`TxDone::free_buf`](crate::fabric::TxDone::free_buf)) once all its bytes are in the kernel.
+//! Copying small messages once costs less than a 16-byte iovec entry per header plus one per
+//! payload. A **large slot** (`LARGE_BIT | slot`) is queued like a pooled buffer
+//! whatever its length: one `DATA` record, its header in the stage and its payload written straight
+//! from the slot by the same `sendmsg` path, over as many cycles as partial writes take; the slot
+//! is freed once all its bytes are in the kernel. Small and large messages share the one FIFO, so
+//! their order holds.
+//!
+//! **Receive, in place.** The connection's receive pool ([`rx_chunks`]) is a set of *chunks*, each
+//! large enough for at least two records of the largest size. One non-blocking `recv` per cycle
+//! fills the free tail of the current chunk (the kernel's copy is the only one), and
+//! [`poll_rx`](crate::fabric::FabricConn::poll_rx) parses the complete records at its front
+//! ([`RecordReader::stream`](crate::record::RecordReader::stream)): a small message (up to the
+//! inline threshold) is copied into the application's ring slot, a larger one is lent in place as
+//! (chunk, offset, length) ([`RxSink::push_pooled_at`](crate::fabric::RxSink::push_pooled_at)).
+//! Each chunk counts the messages lent from it; it is reused once every one came back
+//! ([`release_rx`](crate::fabric::FabricConn::release_rx)) and the stream has moved on to another
+//! chunk (a chunk whose records were all copied out is simply refilled from its start). A record
+//! split across a chunk's end is moved (one copy of the partial tail, at most once per record: from
+//! the start of a chunk every record fits) to the start of a free chunk before the next `recv`; at
+//! a record boundary with less than a whole record of room left the stream just moves on to a free
+//! chunk. A `recv` for a record of [`BIG_RECORD`](recv::BIG_RECORD) bytes or more stops at that
+//! record's end, so the next record starts at a boundary and a large message is never moved. Lent
+//! messages are bounded by the pool's chunk count (the application's release ring holds that many):
+//! when they are all out, delivery waits, as it waits for ring room.
+//!
+//! **Receive, large messages** (when the connection has large slots). A `DATA` record of
+//! up to half a chunk (`lend_max`: 32 KiB - 8 with the default 64-KiB chunks) is read into the
+//! chunks and lent in place like a pooled one, even above the buffer size: one contiguous message,
+//! no slot taken, at most one move. A longer one goes into a free **large receive slot**: once its
+//! header is parsed (and checked against the connection's limit), the payload bytes already read
+//! into the chunk (at most the rest of one `recv`, under a chunk) are copied to the slot's start,
+//! and the rest is read by `recv`s straight into the slot (the kernel's copy is the only one); then
+//! [`RxSink::push_large`](crate::fabric::RxSink::push_large) lends it, and the slot is free again
+//! when `LARGE_BIT | slot` comes back through
+//! [`release_rx`](crate::fabric::FabricConn::release_rx). With no free slot the stream stops at
+//! that record's header and the socket is not read until the application drops a large message:
+//! TCP's window holds the sender back, whose slots then stay in flight (its `alloc_large` reports
+//! `WouldBlock`). Both sizes are read by the kernel's copy alone (plus that bounded prefix), so
+//! there is no cliff in copies at the switch; the measurement across it (`bench`, 4 KiB .. 16 MiB)
+//! is still to be taken.
+//!
+//! Small messages stay copied into the descriptor rather than lent: a lent message costs a
+//! release-ring round trip and a reference count, which for a message of at most
+//! [`INLINE_MAX`](crate::desc::INLINE_MAX) bytes is more than copying its bytes within the cache
+//! line the ring slot takes anyway (this also keeps a chunk holding only small messages immediately
+//! reusable). Measured informally (`bench rate --fabric tcp`, 2-s runs interleaved, on a heavily
+//! loaded 2-core machine, so only a direction): lending 8- and 64-byte messages too was never
+//! faster than copying them (64 B: 80-82 k msgs/s lent vs 124-151 k copied); to be re-measured on a
+//! quiet machine.
+//!
+//! **Credits** ([`crate::flow`], sized in one place: `ConnSizes::policies`). The sender may have
+//! `depth` messages in flight (the engine counts them). The receiver consumes a `DATA` record
+//! only when its application's ring has a slot (and, for a lent message, a chunk to lend from;
+//! for a large one, a free large slot) and then owes one credit; it returns the cumulative count
+//! in a `CREDIT` record, piggybacked on its next write or alone once half the peer's depth is
+//! owed. So at most `depth` messages sit in the kernel buffers and the receive buffer: a slow
+//! receiver back-pressures the sender, and the kernel never queues without bound.
+//!
+//! **Untrusted peer.** Every header is validated: an unknown, reserved or unexpected type
+//! (`BUF_REF`, `PAD`), a `DATA` payload above the connection's limit (the buffer size without
+//! large slots), a malformed or zero length, reserved header bytes set, a
+//! credit count that goes backwards or exceeds the messages sent, or a stream that ends inside a
+//! record fail this connection with [`FabricError::Protocol`]. The end of stream is
+//! [`FabricError::PeerClosed`] (after delivering what came before), as is a reset.
+//!
+//! This is the one fabric whose data path makes system calls: `recv` and `sendmsg`,
+//! non-blocking, at most one of each per connection per cycle (see `sys`). Nothing else:
+//! no allocation, lock, logging or waiting.
+
+use std::any::Any;
+use std::net::TcpStream;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::desc::PoolView;
+use crate::error::FabricError;
+use crate::fabric::Fabric;
+use crate::flow::{CreditReturn, Policy, SendWindow};
+use crate::record::{RecordType, RECORD_HEADER};
+
+mod conn;
+mod large;
+mod recv;
+mod send;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use recv::rx_chunks;
+
+/// Zero bytes for record padding after a pooled payload.
+static ZEROS: [u8; 8] = [0; 8];
+
+/// Room kept free in the stage for one `CREDIT` and one `HEARTBEAT` record.
+const CTL_ROOM: usize = 32;
+
+/// Per-poller state of the TCP fabric: none (every connection polls its own socket).
+#[derive(Debug, Default)]
+pub struct TcpFabric;
+
+impl TcpFabric {
+    /// The per-poller state.
+    pub fn new() -> TcpFabric {
+        TcpFabric
+    }
+}
+
+impl Fabric for TcpFabric {
+    const NAME: &'static str = "tcp";
+    type Conn = TcpConn;
+    type Command = ();
+
+    fn on_command(&mut self, _command: ()) {}
+}
+
+/// A queued pooled message: the stage bytes before its payload end at `stage_end`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    stage_end: usize,
+    buf: u32,
+    len: u32,
+}
+
+/// The sizes a connection is built with (from the configuration and the handshake).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnSizes {
+    /// Messages up to this many bytes are copied (sent through the stage, received inline).
+    pub(crate) copy_max: usize,
+    /// The engine's credit depth (this side's sends in flight; the peer's too).
+    pub(crate) depth: usize,
+    /// The peer's credit depth (from its hello): how many of its messages may be in flight to
+    /// us, so credits go back at the latest when half of those are owed.
+    pub(crate) peer_depth: usize,
+    /// The liveness timeout (zero: off).
+    pub(crate) liveness: Duration,
+    /// The connection's message limit (from the handshake): the largest DATA payload either
+    /// side sends; above the buffer size only with large pools.
+    pub(crate) max_payload: usize,
+}
+
+impl ConnSizes {
+    /// The connection's window policies, `(this side's sends, the peer's sends)`: the one place
+    /// the tcp window is chosen. Both windows count messages, `depth` of ours and `peer_depth`
+    /// of the peer's; the peer's credits go back on their own once half of its window is owed.
+    fn policies(&self) -> (Policy, Policy) {
+        (
+            Policy::messages(self.depth),
+            Policy::messages(self.peer_depth),
+        )
+    }
+}
+
+/// A connection's flow control, one [`crate::flow`] half per direction.
+///
+/// What counts as in flight, either way: a `DATA` record queued by the sender and not yet
+/// credited back, whether it is still in the sender's stage, in either kernel, in the
+/// receiver's chunks or waiting for ring room. A credit stands for one message delivered to
+/// the receiving application (copied, or lent in place: the lent message's chunk is not
+/// returned by the credit, the receive pool bounds lending on its own).
+#[derive(Debug)]
+struct Flow {
+    /// This side's sends: `DATA` records queued, and the peer's cumulative `CREDIT` count, which
+    /// [`SendWindow::credit_to`] validates. The engine holds the window itself (it lets at most
+    /// `depth` messages be in flight), so the fabric never waits on this one.
+    send: SendWindow,
+    /// Credits the peer returned that the engine has not been told of yet (`reclaim`).
+    unreported: u64,
+    /// The peer's sends: `DATA` records delivered to the application (consumed), and the count
+    /// last put in a `CREDIT` record (returned).
+    recv: CreditReturn,
+}
+
+impl Flow {
+    fn new(sizes: &ConnSizes) -> Flow {
+        let (send, recv) = sizes.policies();
+        Flow {
+            send: send.send_window(),
+            unreported: 0,
+            recv: recv.credit_return(),
+        }
+    }
+
+    /// The peer's `CREDIT` record carried the cumulative count `total`.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`] when the count goes backwards or exceeds the messages sent.
+    #[inline]
+    fn on_credit(&mut self, total: u64) -> Result<(), FabricError> {
+        let new = self.send.credit_to(total).map_err(|_| {
+            FabricError::Protocol("tcp credit count goes backwards or exceeds the messages sent")
+        })?;
+        self.unreported += new;
+        Ok(())
+    }
+}
+
+/// A large record being received into a large slot.
+#[derive(Clone, Copy, Debug)]
+struct LargeRx {
+    /// The large receive slot (without `LARGE_BIT`).
+    slot: u32,
+    /// Payload bytes.
+    len: u32,
+    /// Bytes of payload and padding in the slot so far; `total` in all.
+    got: usize,
+    total: usize,
+}
+/// One TCP connection's data-path state.
+pub struct TcpConn {
+    sock: Arc<TcpStream>,
+    fd: RawFd,
+    /// Keeps the pools mapped.
+    _pools: Arc<dyn Any + Send + Sync>,
+    tx_pool: PoolView,
+    /// The large send slots (empty without large messages).
+    tx_large: PoolView,
+    /// Largest DATA payload accepted from the peer: the connection's message limit.
+    max_payload: usize,
+    /// DATA payloads up to this are read into the receive chunks (and lent there); longer ones
+    /// go into a large receive slot. `buffer_size <= lend_max <= max_payload`.
+    lend_max: usize,
+    /// `record_size(lend_max)`: the largest record read into a chunk.
+    lend_record: usize,
+    copy_max: usize,
+
+    // ---- send side ----
+    /// Bytes queued for the stream: record headers, small messages, padding, control records.
+    stage: Box<[u8]>,
+    /// Bytes of `stage` in use; `stage_written <= stage_len`.
+    stage_len: usize,
+    /// Bytes of `stage` the kernel has taken.
+    stage_written: usize,
+    /// Pooled messages: a FIFO, power-of-two capacity, positions `free_head <= wr <= tail`
+    /// (wrapping u64 counters). `[free_head, wr)`: written, buffers to free; `[wr, tail)`:
+    /// queued; entry `wr` has `payload_written` bytes of its payload (and padding) written.
+    entries: Box<[Entry]>,
+    free_head: u64,
+    wr: u64,
+    tail: u64,
+    payload_written: usize,
+    /// A write failed (the peer reset or closed the connection): what was queued is dropped
+    /// (its buffers freed), nothing more is queued or written, and `flush` has nothing to do,
+    /// so the poller can retire the connection once everything received is delivered.
+    tx_dead: bool,
+
+    // ---- receive side ----
+    /// Bytes per receive chunk.
+    chunk_size: usize,
+    /// Unparsed bytes are `[head..tail_rx]` of the current chunk (`rx.cur`); everything before
+    /// `head` was delivered.
+    head: usize,
+    tail_rx: usize,
+    /// A whole record of the largest size, padded.
+    max_record: usize,
+    /// The peer's end of stream (or reset) was seen; nothing more is read.
+    eof: bool,
+    /// The large record being read into a large slot, if any: the socket is read into the slot
+    /// until `got == total`, then the message is delivered
+    /// ([`RxSink::push_large`](crate::fabric::RxSink::push_large)).
+    large_rx: Option<LargeRx>,
+    /// Where parsed records go.
+    rx: Delivery,
+
+    // ---- flow control, both directions ----
+    flow: Flow,
+
+    // ---- liveness ----
+    liveness_ns: u64,
+    /// Bytes received so far (the peer's proof of life), and when that last moved.
+    heard: u64,
+    heard_seen: (u64, u64),
+    /// `recv` calls on the socket (when there are none, this side is not reading: no silence
+    /// counts). A partial record waiting for its rest is read on, so its silence counts.
+    recvs: u64,
+    recvs_seen: u64,
+    /// Bytes written so far, and when that last moved (a heartbeat goes out after a quarter of
+    /// the timeout of silence).
+    wrote: u64,
+    wrote_seen: (u64, u64),
+    checked_ns: u64,
+    heartbeat_due: bool,
+    heartbeats: u64,
+}
+
+impl std::fmt::Debug for TcpConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpConn")
+            .field("fd", &self.fd)
+            .field("stage_len", &self.stage_len)
+            .field("queued", &(self.tail - self.wr))
+            .field("unparsed", &(self.tail_rx - self.head))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The errno of a failed socket call as a connection failure: a reset or a broken pipe is the
+/// peer going away; the rest are I/O errors.
+#[inline]
+fn sock_err(errno: i32) -> FabricError {
+    match errno {
+        libc::ECONNRESET | libc::EPIPE | libc::ENOTCONN | libc::ESHUTDOWN => {
+            FabricError::PeerClosed
+        }
+        e => FabricError::Io(e),
+    }
+}
+
+/// Writes a record header (`len` = header + payload, without padding).
+#[inline]
+fn header(ty: RecordType, payload: usize) -> [u8; 8] {
+    let len = (RECORD_HEADER + payload) as u32;
+    let l = len.to_le_bytes();
+    [l[0], l[1], l[2], l[3], ty as u8, 0, 0, 0]
+}
+
+#[inline]
+fn pad_of(len: usize) -> usize {
+    (8 - (len % 8)) % 8
+}
+
+/// The receive side's delivery state: the receive chunks and the large receive slots.
+struct Delivery {
+    copy_max: usize,
+    /// The receive chunks (the application reads lent messages through the same view).
+    rx_pool: PoolView,
+    /// The chunk the stream is being read into.
+    cur: u32,
+    /// Messages lent from each chunk and not yet released.
+    refs: Box<[u32]>,
+    /// Messages lent in all (at most `rx_pool.count()`, the release ring's capacity).
+    lent: u32,
+    /// Chunks that hold nothing lent and are not `cur` (a stack).
+    free: Box<[u32]>,
+    free_len: usize,
+    /// The large receive slots (empty without large messages).
+    large: PoolView,
+    /// Which large slots are in use (being read, or lent to the application).
+    large_out: Box<[bool]>,
+    /// Free large slots (a stack).
+    large_free: Box<[u32]>,
+    large_free_len: usize,
+}
+enum Deliver {
+    /// Delivered (or a control record handled).
+    Done,
+    /// No room (application ring or receive pool): stop before this record.
+    Blocked,
+}

@@ -1,0 +1,141 @@
+//! Back-pressure: a one-way flood into a slow receiver loses nothing, the sender sees
+//! `WouldBlock`, and no more than the window is ever in flight; `send_timeout` times out when
+//! the receiver takes nothing.
+
+use std::time::{Duration, Instant};
+
+use spinwire::{Engine, Error, SendError};
+use spinwire_testkit::data::fill;
+use spinwire_testkit::engine::*;
+use spinwire_testkit::{cores, WAIT};
+
+use super::Scheme;
+
+/// Messages of the flood (divided by the scheme's `slow`).
+const N: u32 = 20_000;
+/// Buffer size and count of the flood's engines, and their window.
+const FLOOD_BUF: usize = 512;
+const FLOOD_BUFFERS: usize = 32;
+const FLOOD_DEPTH: usize = 16;
+
+fn flood_len(seq: u32) -> usize {
+    1 + (seq as usize * 37) % 300
+}
+
+fn flood(s: &'static Scheme, se: Engine, ce: Engine) {
+    let (srv, c) = pair(&se, &ce, &(s.endpoint)("flood"));
+    let n = N / s.slow;
+    // The slow receiver: sleeps now and then, verifies order and content of everything.
+    let receiver = std::thread::spawn(move || {
+        for seq in 0..n {
+            if seq % (2000 / s.slow) == 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            recv_msg(&srv, seq, flood_len(seq));
+        }
+        // Nothing beyond what was sent.
+        assert!(matches!(
+            srv.try_recv(),
+            Ok(None) | Err(Error::Disconnected)
+        ));
+        srv.stats()
+    });
+    let mut would_block = 0u64;
+    let mut max_in_flight = 0u64;
+    let end = Instant::now() + Duration::from_secs(60);
+    for seq in 0..n {
+        let mut b = c.alloc_timeout(WAIT).expect("alloc");
+        b.set_len(flood_len(seq)).unwrap();
+        fill(&mut b, seq);
+        let mut b = b;
+        loop {
+            match c.send(b) {
+                Ok(()) => break,
+                Err(SendError::WouldBlock(back)) => {
+                    would_block += 1;
+                    b = back;
+                    assert!(Instant::now() < end, "sender stuck at {seq}");
+                    c.flush().expect("flush");
+                    ce.poll();
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("send: {e:?}"),
+            }
+        }
+        max_in_flight = max_in_flight.max(c.stats().in_flight);
+    }
+    // Run to completion: this thread drives its engine until the receiver has everything (the
+    // last bytes may still wait for room).
+    while !receiver.is_finished() {
+        assert!(Instant::now() < end, "flood tail stalled");
+        // The receiver closes its end once it has everything.
+        match c.flush() {
+            Ok(()) | Err(Error::Disconnected) => {}
+            Err(e) => panic!("flush: {e:?}"),
+        }
+        ce.poll();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let rst = receiver.join().expect("receiver");
+    assert_eq!(rst.received, u64::from(n));
+    assert!(
+        would_block > 0,
+        "a slow receiver must push back on the sender"
+    );
+    assert!(
+        max_in_flight <= FLOOD_DEPTH as u64,
+        "in flight {max_in_flight} > depth {FLOOD_DEPTH}"
+    );
+    let st = c.stats();
+    assert_eq!(st.sent, u64::from(n));
+    assert!(st.would_block >= would_block);
+}
+
+pub fn back_pressure_run_to_completion(s: &'static Scheme) {
+    let mk = || {
+        s.build((s.tweak)(
+            rtc_builder(FLOOD_BUF, FLOOD_BUFFERS).depth(FLOOD_DEPTH),
+        ))
+    };
+    flood(s, mk(), mk());
+}
+
+pub fn back_pressure_dedicated_pollers(s: &'static Scheme) {
+    let cores = cores();
+    let mk = |core: usize| {
+        s.build((s.tweak)(
+            poller_builder(&[core], FLOOD_BUF, FLOOD_BUFFERS).depth(FLOOD_DEPTH),
+        ))
+    };
+    flood(s, mk(cores[0]), mk(cores[cores.len() - 1]));
+}
+
+pub fn send_timeout_without_credits(s: &'static Scheme) {
+    let e = s.build((s.tweak)(rtc_builder(256, 8).depth(8)));
+    let (srv, c) = pair(&e, &e, &(s.endpoint)("credits"));
+    // depth = 8: eight messages fit, then there is no credit while the receiver takes nothing
+    // (its poller still runs: the receive queue holds the window; nothing is consumed).
+    let mut sent = 0;
+    loop {
+        let b = c.alloc_timeout(WAIT).unwrap();
+        match c.send_timeout(b, Duration::from_millis(50)) {
+            Ok(()) => sent += 1,
+            Err(SendError::Timeout(b)) => {
+                drop(b);
+                break;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+        assert!(sent <= 64, "credits must run out");
+    }
+    assert!(sent >= 8, "{sent} sent before the window closed");
+    c.flush().expect("flush");
+    for _ in 0..sent {
+        srv.recv_timeout(WAIT).unwrap();
+    }
+    // Then the window opens again.
+    let b = c.alloc_timeout(WAIT).unwrap();
+    c.send_timeout(b, WAIT).expect("credits came back");
+    c.flush().expect("flush");
+    srv.recv_timeout(WAIT).unwrap();
+}

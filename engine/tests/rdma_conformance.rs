@@ -1,0 +1,13 @@
+//! The conformance suite over `rdma://`: the bodies of `conformance/` (see
+//! `conformance/mod.rs`) on a real RDMA device, Soft-RoCE in the VM.
+//!
+//! `scripts/ci/rdma-vm.sh` runs it inside the VM (`RXE_VM_IP` set), one test at a time:
+//! `scripts/ci/rdma-vm.sh --no-smoke --test rdma_conformance`. Outside the VM every case prints
+//! `SKIP rdma/<case>: RXE_VM_IP unset ...` and passes.
+#![cfg(feature = "rdma")]
+
+#[macro_use]
+#[path = "conformance/mod.rs"]
+mod suite;
+
+conformance!(rdma, crate::suite::schemes::RDMA);

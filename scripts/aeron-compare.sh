@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# A benchmark, not a test: Aeron's C ping-pong over aeron:ipc (aeronmd + cpong + cping) and
+# spinwire's `bench lat --floor` back to back on the same two cores, ROUNDS times, then each
+# round's p50 and p99.9 RTT and the ratios spinwire/Aeron and spinwire/floor.
+#
+# Building Aeron is up to the user: AERON_BIN names a directory that already holds the
+# binaries aeronmd, cping and cpong (Aeron's C media driver and C samples, built from
+# github.com/real-logic/aeron). This script builds and fetches nothing.
+#
+# Usage: AERON_BIN=DIR scripts/aeron-compare.sh [BENCH]
+#   BENCH    the bench binary (default target/release/bench)
+#   CORES    "PING,PONG": cping and the bench client on the first, cpong and the bench server
+#            on the second (default 0,1); aeronmd's shared conductor may use both
+#   SIZE     message bytes (default 8); ITERS round trips (default 300000); WARMUP (100000)
+#   ROUNDS   rounds, Aeron then spinwire each (default 3)
+#   OUT      where the runs' output goes (default target/aeron-compare)
+set -euo pipefail
+
+: "${AERON_BIN:?set AERON_BIN to a directory with built aeronmd, cping and cpong}"
+BENCH=${1:-target/release/bench}
+CORES=${CORES:-0,1}
+SIZE=${SIZE:-8}
+ITERS=${ITERS:-300000}
+WARMUP=${WARMUP:-100000}
+ROUNDS=${ROUNDS:-3}
+OUT=${OUT:-target/aeron-compare}
+PING_CORE=${CORES%%,*}
+PONG_CORE=${CORES##*,}
+for b in aeronmd cping cpong; do
+    [[ -x "$AERON_BIN/$b" ]] || { echo "no executable $AERON_BIN/$b" >&2; exit 2; }
+done
+[[ -x "$BENCH" ]] || { echo "no bench binary $BENCH (cargo build --release -p bench)" >&2; exit 2; }
+mkdir -p "$OUT"
+
+DRIVER_PID=""
+PONG_PID=""
+AERON_DIR_PATH=""
+cleanup() {
+    [[ -n "$PONG_PID" ]] && kill "$PONG_PID" 2>/dev/null || true
+    [[ -n "$DRIVER_PID" ]] && kill "$DRIVER_PID" 2>/dev/null || true
+    wait 2>/dev/null || true
+    [[ -n "$AERON_DIR_PATH" ]] && rm -rf "$AERON_DIR_PATH"
+    PONG_PID=""
+    DRIVER_PID=""
+}
+trap cleanup EXIT
+
+# `hdr_percentiles_print` (classic, µs): the first value at or above a percentile, in ns.
+hdr_pct() {
+    awk -v q="$2" '$1 ~ /^[0-9.]+$/ && $2 >= q { printf "%.0f\n", $1 * 1000; exit }' "$1"
+}
+
+aeron_round() {
+    local r=$1
+    AERON_DIR_PATH=$(mktemp -d /dev/shm/aeron-compare.XXXXXX)
+    AERON_DIR=$AERON_DIR_PATH AERON_THREADING_MODE=SHARED AERON_SHARED_IDLE_STRATEGY=backoff \
+        taskset -c "$CORES" "$AERON_BIN/aeronmd" >"$OUT/aeronmd-$r.log" 2>&1 &
+    DRIVER_PID=$!
+    for _ in $(seq 100); do [[ -e "$AERON_DIR_PATH/cnc.dat" ]] && break; sleep 0.1; done
+    taskset -c "$PONG_CORE" "$AERON_BIN/cpong" -p "$AERON_DIR_PATH" -c aeron:ipc -C aeron:ipc \
+        >"$OUT/cpong-$r.log" 2>&1 &
+    PONG_PID=$!
+    sleep 1
+    timeout 300 taskset -c "$PING_CORE" "$AERON_BIN/cping" -p "$AERON_DIR_PATH" -c aeron:ipc \
+        -C aeron:ipc -m "$ITERS" -w "$WARMUP" -L "$SIZE" >"$OUT/cping-$r.log" 2>&1
+    cleanup
+}
+
+spin_round() {
+    local r=$1
+    "$BENCH" lat --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --floor \
+        --app-cores "$CORES" --out "$OUT/spinwire-$r" >"$OUT/spinwire-$r.log" 2>&1
+}
+
+printf '%-6s %10s %10s %10s %12s %12s %12s %9s %9s %9s %9s\n' round floor_p50 aeron_p50 \
+    spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 s/a_p999 s999/s50
+for r in $(seq "$ROUNDS"); do
+    aeron_round "$r"
+    spin_round "$r"
+    a50=$(hdr_pct "$OUT/cping-$r.log" 0.5)
+    a999=$(hdr_pct "$OUT/cping-$r.log" 0.999)
+    read -r f50 s50 s999 < <(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d["points"][0]["rtt_ns"]
+print(d["floor"]["rtt_ns"]["p50"], p["p50"], p["p99_9"])' "$OUT/spinwire-$r/summary.json")
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    python3 -c '
+import sys
+r, f50, a50, s50, a999, s999, load = sys.argv[1:]
+f50, a50, s50, a999, s999 = map(float, (f50, a50, s50, a999, s999))
+print("%-6s %10.0f %10.0f %10.0f %12.0f %12.0f %12s %9.2f %9.2f %9.2f %9.2f" % (
+    r, f50, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s999 / a999, s999 / s50))
+' "$r" "$f50" "$a50" "$s50" "$a999" "$s999" "$load"
+done
