@@ -3,12 +3,12 @@
 //! the thread calling `connect` (bounded by its timeout), never on a poller.
 //!
 //! The handshake (one 32-byte hello each way) is specified in `hello`; it settles the
-//! connection's message limit. With large messages on, each direction gets a **large pool**
-//! (`large_buffers` slots of the limit): one anonymous `MAP_NORESERVE` mapping,
-//! made here and unmapped when the last holder of the connection's memory drops it, whose pages
-//! take memory only as messages touch them.
+//! connection's message limit. Each pool (the send buffers, the receive chunks and, with large
+//! messages on, each direction's **large pool** of `large_buffers` slots of the limit) is one
+//! anonymous `MAP_NORESERVE` mapping, made here and unmapped when the last holder of the
+//! connection's memory drops it, whose pages take memory only as messages touch them: an idle
+//! connection commits none of them.
 
-use std::alloc::Layout;
 use std::any::Any;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -62,44 +62,16 @@ pub(crate) fn params_for(cfg: &Config) -> Result<TcpParams, Error> {
     })
 }
 
-/// One zeroed, 64-byte aligned allocation holding a buffer pool.
-struct Region {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-// SAFETY: the region is plain memory; who may touch which buffer is governed by the engine's
-// ownership protocol (the application holds a buffer, or the poller does), not by this handle.
-unsafe impl Send for Region {}
-// SAFETY: as above; `&Region` exposes nothing but the pointer.
-unsafe impl Sync for Region {}
-
-impl Region {
-    fn new(bytes: usize) -> Result<Region, TcpSetupError> {
-        let layout = Layout::from_size_align(bytes.max(64), 64)
-            .map_err(|_| TcpSetupError::Alloc { bytes })?;
-        // SAFETY: `layout` has a nonzero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or(TcpSetupError::Alloc { bytes })?;
-        Ok(Region { ptr, layout })
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
-/// One anonymous mapping holding a large pool: `MAP_NORESERVE`, so its pages take
-/// memory only once a message touches them; unmapped on drop.
+/// One anonymous mapping holding a pool (send buffers, receive chunks, or large slots):
+/// `MAP_NORESERVE` and zero filled by the kernel, so its pages take memory only once a message
+/// touches them (an idle connection commits none of its pools); unmapped on drop.
 struct Mapped {
     ptr: NonNull<u8>,
     bytes: usize,
 }
 
-// SAFETY: as for `Region`: plain memory whose use the engine's ownership protocol governs.
+// SAFETY: the mapping is plain memory; who may touch which buffer is governed by the engine's
+// ownership protocol (the application holds a buffer, or the poller does), not by this handle.
 unsafe impl Send for Mapped {}
 // SAFETY: as above.
 unsafe impl Sync for Mapped {}
@@ -135,8 +107,8 @@ impl Drop for Mapped {
 /// A connection's buffer pools (send, receive, and the large send and receive pools), kept
 /// alive by every holder of their views.
 pub(crate) struct TcpPools {
-    tx: Region,
-    rx: Region,
+    tx: Mapped,
+    rx: Mapped,
     tx_large: Mapped,
     rx_large: Mapped,
 }
@@ -167,17 +139,12 @@ fn establish(
     stream.set_nodelay(true).map_err(opt_err("TCP_NODELAY"))?;
     let buf_size = cfg.buffer_size;
     let count = u32::try_from(cfg.buffers).unwrap_or(u32::MAX);
-    let bytes = buf_size
-        .checked_mul(count as usize)
-        .filter(|&b| b <= isize::MAX as usize / 2)
-        .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
     // The receive pool is the connection's receive chunks (messages are read in place there).
     let (chunk, chunks) =
         rx_chunks(buf_size, cfg.buffers).ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
-    let rx_bytes = chunk
-        .checked_mul(chunks as usize)
-        .filter(|&b| b <= isize::MAX as usize / 2 && chunk <= u32::MAX as usize)
-        .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+    if chunk > u32::MAX as usize {
+        return Err(TcpSetupError::Alloc { bytes: usize::MAX }.into());
+    }
     // The large pools: slots of the connection's limit (so that `max_message_size()` reports
     // it); a receive slot also holds the record's padding, which is read into it.
     let (limit, large) = ours.message_limit(theirs);
@@ -188,15 +155,15 @@ fn establish(
         (0, 0, 0)
     };
     let pools = Arc::new(TcpPools {
-        tx: Region::new(bytes)?,
-        rx: Region::new(rx_bytes)?,
+        tx: Mapped::new(buf_size, count)?,
+        rx: Mapped::new(chunk, chunks)?,
         tx_large: Mapped::new(tx_slot, slots)?,
         rx_large: Mapped::new(rx_slot, slots)?,
     });
-    // SAFETY: the send region is `buf_size * count` bytes and the receive region `chunk *
-    // chunks`, the large mappings `tx_slot * slots` and `rx_slot * slots` (all checked above to
-    // fit `isize`), zeroed and alive while `pools` is, which the connection and the
-    // application's handles hold. A view of zero slots reads nothing.
+    // SAFETY: the send mapping is `buf_size * count` bytes, the receive mapping `chunk *
+    // chunks`, the large mappings `tx_slot * slots` and `rx_slot * slots` (`Mapped::new` checked
+    // each to fit `isize`), page aligned, zeroed and alive while `pools` is, which the
+    // connection and the application's handles hold. A view of zero slots reads nothing.
     let pool_views = unsafe {
         Pools {
             tx: PoolView::new(pools.tx.ptr, buf_size, count),
