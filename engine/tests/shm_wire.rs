@@ -155,6 +155,45 @@ fn segment_fd_is_mode_0600_regular_and_sealed() {
     assert!(fl & libc::FD_CLOEXEC != 0);
 }
 
+/// Bytes of the memfd's memory committed (its allocated blocks).
+fn committed(fd: &OwnedFd) -> u64 {
+    // SAFETY: plain-data out struct filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out pointer.
+    assert_eq!(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }, 0);
+    st.st_blocks as u64 * 512
+}
+
+#[test]
+fn large_slots_are_committed_by_their_sender_on_first_use() {
+    let p = Params {
+        large_size: 4 << 20,
+        large_count: 2,
+        ..params()
+    };
+    let (a, fd) = Segment::create(&p).unwrap();
+    let prefix = a.layout().large_start() as u64;
+    let large = 2 * (4u64 << 20);
+    // Everything before the large slots is reserved; none of the 16 MiB of slots is.
+    assert_eq!(committed(&fd), prefix, "after create");
+    let b = Segment::attach(fd.as_fd(), &p).unwrap();
+    let (tx_a, _rx_a, _rel_a) = a.split().unwrap();
+    let (tx_b, _rx_b, _rel_b) = b.split().unwrap();
+    assert_eq!(committed(&fd), prefix, "after attach and split");
+    // Side A's first large message commits its direction's slots, and only those.
+    tx_a.reserve_large().unwrap();
+    assert_eq!(committed(&fd), prefix + large, "after A reserved");
+    tx_a.reserve_large().unwrap();
+    assert_eq!(committed(&fd), prefix + large, "reserving twice");
+    tx_b.reserve_large().unwrap();
+    assert_eq!(committed(&fd), prefix + 2 * large, "after B reserved");
+    // Without large slots there is nothing to reserve.
+    let (c, fd) = Segment::create(&params()).unwrap();
+    let (tx_c, _, _) = c.split().unwrap();
+    tx_c.reserve_large().unwrap();
+    assert_eq!(committed(&fd), c.len() as u64);
+}
+
 #[test]
 fn attach_checks_params_against_header_and_size() {
     let p = params();

@@ -158,6 +158,8 @@ impl Direct {
     /// [`Connection::alloc_large`]: the peer's releases of buffers and slots come back
     /// together.
     pub(super) fn alloc_large<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
+        // The slots' memory is committed on first use (the error leaves the connection up).
+        self.fabric.reserve_large()?;
         // SAFETY: no other reference to the state is live; no application code runs meanwhile.
         let s = unsafe { self.state() };
         if s.spare.large_is_empty() {

@@ -71,6 +71,15 @@ impl DirectPath {
         }
     }
 
+    /// Commits the memory of the large send slots before the first is written (shm leaves
+    /// them unreserved until then); cheap once done.
+    #[inline]
+    pub(crate) fn reserve_large(&self) -> Result<(), crate::error::Error> {
+        match self {
+            DirectPath::Shm(d) => d.reserve_large(),
+        }
+    }
+
     /// Moves what the peer released into `free` (ordinary buffers) and `free_large` (large
     /// slots), each at most its spare capacity.
     #[inline]

@@ -33,12 +33,13 @@ use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
 
 use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
-use crate::error::FabricError;
+use crate::error::{Error, FabricError};
 use crate::fabric::Sent;
 use crate::flow::{CreditReturn, Policy, SendWindow};
 use crate::record::copy::copy_bytes;
 use crate::record::ring::RingError;
 
+use super::error::ShmSetupError;
 use super::wire::{Releaser, RxMsg, RxRing, Segment, TxRing, WireError};
 
 /// Buffers reclaimed per release-ring read.
@@ -108,6 +109,8 @@ pub(crate) struct ShmDirect {
     polling: Cell<bool>,
     /// An application claim of ring space is open ([`ShmDirect::claim`]).
     claim_open: Cell<bool>,
+    /// The large send slots' memory is committed ([`ShmDirect::reserve_large`]).
+    large_reserved: Cell<bool>,
     seg: Segment,
     inline_max: usize,
     /// The peer's large slots, read in place by `poll` (`LARGE_BIT | slot` references).
@@ -200,6 +203,7 @@ impl ShmDirect {
             rel: UnsafeCell::new(rel),
             polling: Cell::new(false),
             claim_open: Cell::new(false),
+            large_reserved: Cell::new(false),
             seg,
             inline_max,
             rx_large,
@@ -231,6 +235,37 @@ impl ShmDirect {
     unsafe fn rel(&self) -> &mut Releaser {
         // SAFETY: the caller guarantees exclusivity (see above).
         unsafe { &mut *self.rel.get() }
+    }
+
+    /// Commits the memory of this side's large send slots, once, before the first is written
+    /// (the segment leaves them unreserved: [`TxRing::reserve_large`]). A failure sends nothing
+    /// and leaves the connection up; the next large allocation tries again.
+    ///
+    /// # Errors
+    /// [`Error::Setup`] with [`ShmSetupError::Wire`] and [`WireError::ReserveLarge`] as causes.
+    #[cold]
+    fn reserve_large_now(&self) -> Result<(), Error> {
+        // SAFETY: no other reference to the `TxRing` is live (no send is in progress on this
+        // thread, and `ShmDirect` is `!Sync`); the reference ends within this call.
+        let tx = unsafe { self.tx() };
+        tx.ring
+            .reserve_large()
+            .map_err(|source| ShmSetupError::Wire {
+                step: "reserving the large send slots",
+                source,
+            })?;
+        self.large_reserved.set(true);
+        Ok(())
+    }
+
+    /// [`reserve_large_now`](Self::reserve_large_now) unless done: one flag check after the
+    /// first large message.
+    #[inline]
+    pub(crate) fn reserve_large(&self) -> Result<(), Error> {
+        if self.large_reserved.get() {
+            return Ok(());
+        }
+        self.reserve_large_now()
     }
 
     /// Largest message sent inline (as a `DATA` record).

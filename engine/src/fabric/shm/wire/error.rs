@@ -76,6 +76,17 @@ pub enum WireError {
         #[source]
         source: io::Error,
     },
+    /// Committing the memory of this direction's large slots failed (on the first large
+    /// message: the segment leaves them unreserved until then). Nothing was sent; the slots
+    /// stay unusable until a later try succeeds.
+    #[error("reserving {bytes} bytes of shared memory for the large slots failed")]
+    ReserveLarge {
+        /// The bytes of this direction's large slots.
+        bytes: usize,
+        /// The OS error (`ENOMEM`, or `EFAULT` where tmpfs or a memory limit is full).
+        #[source]
+        source: io::Error,
+    },
     /// A system call attaching the segment failed.
     #[error("attaching the shm segment failed at {step}")]
     Attach {

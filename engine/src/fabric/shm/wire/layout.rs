@@ -32,7 +32,9 @@
 //! give a 32 KiB ring per direction; a connection's segment is then
 //! `2 x (32 KiB + 256 B + release ring + buffer_count x buffer_size + large_count x
 //! large_size)`, rounded to pages: with the engine's defaults (256 buffers of 4 KiB, 2 large
-//! slots of 16 MiB) about 66 MiB, of which 64 MiB are the large slots.
+//! slots of 16 MiB) about 66 MiB, of which 64 MiB are the large slots. Only the 2 MiB before
+//! the large slots are committed at setup; each direction's slots are committed on its first
+//! large message.
 //!
 //! # Large slots
 //!

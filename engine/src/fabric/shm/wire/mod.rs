@@ -5,8 +5,11 @@
 //! to side B over the control socket, see `cm::uds`). The segment holds a header with both
 //! sides' state words, and for each direction a record ring ([`crate::record::ring`]), a
 //! release ring and the sender's buffer pool. The layout is documented in [`layout`], the
-//! protocol in [`ring`]. Both mappings are pre-faulted (`MAP_POPULATE`, after `fallocate`
-//! reserved the memory), so no first-touch page fault lands on the data path.
+//! protocol in [`ring`]. Everything but the large slots is reserved (`fallocate`) and both
+//! mappings pre-fault it (`MAP_POPULATE`), so no first-touch page fault lands on the path of a
+//! pool-sized message. The large slots (most of a default segment) are committed by their
+//! sender on its first large message ([`TxRing::reserve_large`]), so an idle connection costs
+//! only the prefix.
 //!
 //! # Files
 //! Lower files never use higher ones:

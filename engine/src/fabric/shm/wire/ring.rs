@@ -235,6 +235,14 @@ impl Pool {
         }
     }
 
+    /// Start and length in bytes of the large slots (page aligned; 0 bytes without slots).
+    pub(super) fn large_range(&self) -> (*mut u8, usize) {
+        (
+            self.large_base,
+            self.large_size as usize * self.large_count as usize,
+        )
+    }
+
     /// Bits an ownership bitmap needs: every buffer and every large slot.
     pub(super) fn bits(&self) -> u32 {
         self.count + self.large_count

@@ -118,7 +118,8 @@ impl std::fmt::Debug for Segment {
 
 impl Segment {
     /// Creates a segment for `params` as [`Side::A`]: `memfd_create(MFD_CLOEXEC |
-    /// MFD_ALLOW_SEALING)`, `fchmod 0600`, `ftruncate`, `fallocate` (memory reserved up front),
+    /// MFD_ALLOW_SEALING)`, `fchmod 0600`, `ftruncate`, `fallocate` (the memory of all but the
+    /// large slots reserved up front; see [`TxRing::reserve_large`]),
     /// seals against shrink/grow, `mmap(MAP_SHARED | MAP_POPULATE)`, then writes the header and
     /// marks side A attached.
     ///
@@ -151,10 +152,13 @@ impl Segment {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(os_err("ftruncate", true));
         }
-        // Reserve the memory now: a later page fault can then not hit a full tmpfs or memory
-        // limit, which would raise SIGBUS on the data path.
-        // SAFETY: as above.
-        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+        // Reserve the memory of everything but the large slots now: a later page fault can
+        // then not hit a full tmpfs or memory limit, which would raise SIGBUS on the data path.
+        // Each direction's large slots are committed by their sender before its first large
+        // message (`TxRing::reserve_large`), so an idle connection does not pay for them.
+        let reserve = layout.large_start() as libc::off_t;
+        // SAFETY: as above; `large_start() <= len`.
+        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, reserve) } != 0 {
             return Err(os_err("fallocate", true));
         }
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;

@@ -93,6 +93,38 @@ impl TxRing {
         self.pool.large_count
     }
 
+    /// Commits the memory of this direction's large slots, which the segment leaves
+    /// unreserved so that a connection that never sends a large message does not pay for them
+    /// (see [`Segment::create`](super::Segment::create)). `madvise(MADV_POPULATE_WRITE)`
+    /// allocates every page now, or fails with an error where a later first touch would raise
+    /// `SIGBUS` (a full tmpfs or memory limit). The receiver's mapping then finds the pages.
+    /// Call before the first slot is written; again after a failure. A kernel older than 5.14
+    /// lacks the call (`EINVAL`): the pages then fault in on first touch, unreserved.
+    ///
+    /// # Errors
+    /// [`WireError::ReserveLarge`] with the OS error.
+    pub fn reserve_large(&self) -> Result<(), WireError> {
+        let (base, bytes) = self.pool.large_range();
+        if bytes == 0 {
+            return Ok(());
+        }
+        loop {
+            // SAFETY: `base..base + bytes` is this direction's large slots, page aligned and
+            // inside the mapping `self.map` keeps alive; populating pages changes no contents
+            // (the kernel allocates zeroed pages or keeps the present ones).
+            let r = unsafe { libc::madvise(base.cast(), bytes, libc::MADV_POPULATE_WRITE) };
+            if r == 0 {
+                return Ok(());
+            }
+            let source = std::io::Error::last_os_error();
+            match source.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EINVAL) => return Ok(()),
+                _ => return Err(WireError::ReserveLarge { bytes, source }),
+            }
+        }
+    }
+
     /// Number of buffers in this direction's pool.
     #[inline]
     pub fn buffer_count(&self) -> u32 {
