@@ -40,6 +40,9 @@ use crate::stats::PollerCounters;
 pub(crate) const COMMAND_RING: usize = 1024;
 /// Most commands a poller takes per cycle.
 pub(crate) const COMMAND_BUDGET: usize = 8;
+/// Most cycles the control thread runs for an idle run-to-completion application per beat
+/// ([`RunToCompletion::poll_if_idle`]): enough to drain a full command ring.
+pub(crate) const IDLE_CYCLES: usize = COMMAND_RING / COMMAND_BUDGET + 1;
 /// A poller runs the per-connection liveness check every this many cycles...
 const CHECK_EVERY: u64 = 4096;
 /// ... and at least this often by the coarse clock (an idle, parking poller runs few cycles;
@@ -691,13 +694,23 @@ impl RunToCompletion {
             })
     }
 
-    /// Runs one cycle when no thread has run one since the cycle count was `seen` (and no thread
-    /// is running one now); returns the cycle count to pass next time. Never waits.
+    /// When no thread has run a cycle since the cycle count was `seen` (and no thread is
+    /// running one now), runs cycles until one finds no work, at most [`IDLE_CYCLES`]; returns
+    /// the cycle count to pass next time. Never waits.
+    ///
+    /// More than one: a cycle takes at most [`COMMAND_BUDGET`] commands, so one cycle per beat
+    /// would attach a burst of accepted connections a few per beat, and those still queued
+    /// would send no heartbeat (200 connections took 25 beats, two seconds, and the peers of
+    /// most declared them unresponsive).
     pub(crate) fn poll_if_idle(&self, seen: u64, now_ns: u64) -> u64 {
         let cycles = self.cycles.load(Ordering::Relaxed);
         if cycles == seen {
             if let Some(mut g) = self.try_lock() {
-                g.poll(now_ns);
+                for _ in 0..IDLE_CYCLES {
+                    if g.poll(now_ns) == 0 {
+                        break;
+                    }
+                }
             }
         }
         self.cycles.load(Ordering::Relaxed)

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use spinwire::{Engine, Event};
 use spinwire_testkit::engine::*;
+use spinwire_testkit::WAIT;
 
 use super::Scheme;
 
@@ -61,4 +62,40 @@ pub fn idle_application_keeps_its_connection(s: &'static Scheme) {
         recv_msg(&client, seq + 100, 200);
     }
     assert!(server.is_open() && client.is_open());
+}
+
+/// Connections beyond one beat's attach budget: both ends (run-to-completion, a short liveness
+/// timeout) make a burst of connections, then make no call for three liveness timeouts. Every
+/// connection stays open on both sides and then carries a verified message each way. (The
+/// control thread's cycles for an idle application take a bounded number of commands each: with
+/// one cycle per beat a burst of accepted connections was attached a few per beat, and the
+/// peers of those still queued declared them unresponsive.)
+pub fn idle_application_keeps_a_burst_of_connections(s: &'static Scheme) {
+    // More than a poller attaches in the beats of one liveness timeout at one cycle per beat
+    // (8 commands per cycle, 12 beats per timeout).
+    const N: usize = 128;
+    let small = |b: spinwire::EngineBuilder| b.liveness_timeout(s.liveness).pool(1024, 16);
+    let a = s.build(small(s.rtc()));
+    let b = s.build(small(s.rtc()));
+    let ep = (s.endpoint)("idle-burst");
+    let l = a.listen(&ep).expect("listen");
+    let mut pairs = Vec::with_capacity(N);
+    for _ in 0..N {
+        let c = b.connect(&ep).expect("connect");
+        let srv = l.accept_timeout(WAIT).expect("accept");
+        pairs.push((srv, c));
+    }
+    std::thread::sleep(s.liveness * 3);
+    no_loss_reported(&a, "server");
+    no_loss_reported(&b, "client");
+    for (i, (srv, c)) in pairs.iter().enumerate() {
+        assert!(srv.is_open() && c.is_open(), "connection {i} went down");
+    }
+    for (i, (srv, c)) in pairs.iter().enumerate() {
+        let seq = i as u32;
+        send_msg(c, seq, 64);
+        recv_msg(srv, seq, 64);
+        send_msg(srv, seq, 64);
+        recv_msg(c, seq, 64);
+    }
 }

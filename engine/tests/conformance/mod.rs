@@ -227,6 +227,8 @@ macro_rules! conformance {
                     c::failure::dead_connection_fails_every_data_call,
                 idle_application_keeps_its_connection =>
                     c::idle::idle_application_keeps_its_connection,
+                idle_application_keeps_a_burst_of_connections =>
+                    c::idle::idle_application_keeps_a_burst_of_connections,
                 peer_close_delivers_queued_then_disconnects =>
                     c::peer::close_delivers_queued_then_disconnects,
                 peer_close_surfaces_after_pending_in_poll =>
