@@ -91,7 +91,10 @@ pub enum Command {
     /// run-to-completion engine, no cross-core traffic): ns per message streamed in batches of
     /// `--batch`, received with `try_recv` in a loop and with the batch receive `poll`, and ns
     /// per round trip. Compare a round trip with `lat` minus the `floor`.
-    Cost(CostArgs),
+    Cost(crate::run::cost::CostArgs),
+    /// What a connection costs: connect time, resident memory per connection on each side and
+    /// committed shared memory, after an idle wait (listener here, connector in a child).
+    Footprint(crate::run::footprint::FootprintArgs),
 }
 
 /// Which side(s) of the benchmark this process runs.
@@ -663,34 +666,6 @@ pub struct FloorArgs {
     /// Print latencies in `ns` or `us` (the default of every subcommand).
     #[arg(long, value_enum, default_value_t = Unit::Us)]
     pub unit: Unit,
-}
-
-/// `bench cost`.
-#[derive(Debug, Clone, Args)]
-pub struct CostArgs {
-    /// Message sizes, comma-separated (k/m suffixes are binary).
-    #[arg(long, value_name = "BYTES", value_delimiter = ',', value_parser = parse_size,
-          default_values_t = [8usize, 64])]
-    pub sizes: Vec<usize>,
-    /// Messages sent before they are received (1..=128): the batch that `poll` receives with
-    /// one call (its limit) and `try_recv` with one call per message.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    pub batch: usize,
-    /// Measured messages per size and receive style, and measured round trips.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    pub iters: u64,
-    /// Unmeasured messages (and round trips) first.
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
-    pub warmup: u64,
-    /// The core to pin the thread to [default: the first allowed core].
-    #[arg(long, value_name = "CORE")]
-    pub core: Option<usize>,
-    /// The fabric: `shm` (the direct path) or `mem` (the poller path, in process).
-    #[arg(long, value_enum, default_value_t = Fabric::Shm)]
-    pub fabric: Fabric,
-    /// Write summary.json here.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
 }
 
 /// Parses a byte count with an optional binary suffix: `64`, `4k`, `4KiB`, `1m`.

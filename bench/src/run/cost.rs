@@ -11,15 +11,45 @@
 //! Every wait is bounded (10 s); the loops read the clock only at their ends (and every few
 //! thousand empty spins, for the bound) and never allocate.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use spinwire::{Connection, Engine, IdleStrategy, SendError};
 
-use crate::cli::{CostArgs, Fabric};
+use clap::Args;
+
+use crate::cli::{parse_size, Fabric};
 use crate::error::BenchError;
 use crate::machine::{available_cores, check_cores, Machine};
 use crate::report;
+
+/// `bench cost`.
+#[derive(Debug, Clone, Args)]
+pub struct CostArgs {
+    /// Message sizes, comma-separated (k/m suffixes are binary).
+    #[arg(long, value_name = "BYTES", value_delimiter = ',', value_parser = parse_size,
+          default_values_t = [8usize, 64])]
+    pub sizes: Vec<usize>,
+    /// Messages sent before they are received (1..=128): the batch that `poll` receives with
+    /// one call (its limit) and `try_recv` with one call per message.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub batch: usize,
+    /// Measured messages per size and receive style, and measured round trips.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub iters: u64,
+    /// Unmeasured messages (and round trips) first.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub warmup: u64,
+    /// The core to pin the thread to [default: the first allowed core].
+    #[arg(long, value_name = "CORE")]
+    pub core: Option<usize>,
+    /// The fabric: `shm` (the direct path) or `mem` (the poller path, in process).
+    #[arg(long, value_enum, default_value_t = Fabric::Shm)]
+    pub fabric: Fabric,
+    /// Write summary.json here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
 
 /// The bound on any single wait.
 const WAIT: Duration = Duration::from_secs(10);
@@ -170,7 +200,7 @@ pub fn render(s: &CostSummary) -> String {
     out
 }
 
-fn write(s: &CostSummary, dir: &Path) -> Result<std::path::PathBuf, BenchError> {
+fn write(s: &CostSummary, dir: &Path) -> Result<PathBuf, BenchError> {
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
     let path = dir.join("summary.json");
     let json = serde_json::to_string_pretty(s).map_err(|e| {

@@ -6,6 +6,7 @@ pub mod cost;
 pub mod cost_stages;
 mod endpoint;
 mod engine;
+pub mod footprint;
 mod group;
 mod interleaved;
 mod intervals;
@@ -129,6 +130,7 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
     match cmd {
         Command::Floor(a) => run_floor(a, command),
         Command::Cost(a) => cost::run(&a, command),
+        Command::Footprint(a) => footprint::run(&a),
         Command::Compare(a) => crate::report::compare::run(&a).map(|()| false),
         Command::Load(a) => {
             let plan = Plan::new(
