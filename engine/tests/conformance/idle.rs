@@ -74,7 +74,12 @@ pub fn idle_application_keeps_a_burst_of_connections(s: &'static Scheme) {
     // More than a poller attaches in the beats of one liveness timeout at one cycle per beat
     // (8 commands per cycle, 12 beats per timeout).
     const N: usize = 128;
-    let small = |b: spinwire::EngineBuilder| b.liveness_timeout(s.liveness).pool(1024, 16);
+    // Small pools and no large slots: RDMA registers (pins) all of it, for every connection.
+    let small = |b: spinwire::EngineBuilder| {
+        b.liveness_timeout(s.liveness)
+            .pool(1024, 16)
+            .large_buffers(0)
+    };
     let a = s.build(small(s.rtc()));
     let b = s.build(small(s.rtc()));
     let ep = (s.endpoint)("idle-burst");
