@@ -35,7 +35,7 @@ fn hostile_connect_large(ep: &str, large_size: u32, large_count: u32) -> (Segmen
     let params = ConnParams {
         buffer_size: BUF as u32,
         buffer_count: COUNT,
-        ring_depth: 64,
+        ring_depth: COUNT,
         inline_max: 120,
         flags: 0,
         large_size,
