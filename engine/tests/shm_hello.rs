@@ -169,6 +169,9 @@ fn try_hello(engine: &Engine, name: &str, hello: &[u8; 64], real: &ConnParams, t
     }
 }
 
+/// A named change to a hello's params.
+type Absurd = (&'static str, fn(&mut ConnParams));
+
 #[test]
 fn mutated_and_absurd_hellos_are_refused_or_bounded() {
     let _g = serial();
@@ -203,7 +206,7 @@ fn mutated_and_absurd_hellos_are_refused_or_bounded() {
     }
 
     // Absurd values, one field at a time.
-    let absurd: [(&str, fn(&mut ConnParams)); 18] = [
+    let absurd: [Absurd; 18] = [
         ("ring depth 0xffffffff", |p| p.ring_depth = u32::MAX),
         ("ring depth 0", |p| p.ring_depth = 0),
         ("ring depth 3", |p| p.ring_depth = 3),
