@@ -37,7 +37,8 @@
 //!   its peer was only idle. Must be 0; and after every idle period each idle connection must
 //!   carry a verified echo again.
 //! * **mid-record stops**: each must be reported unresponsive within the liveness timeout plus
-//!   20 % (reported in time = attempted).
+//!   20 % (reported in time = attempted). `SOAK_DEBUG=1` prints each one's time to the report
+//!   and the silence the engine counted.
 //! * **mutated hellos**: each must be refused (refused = sent), none may become a connection.
 //! * RSS (`VmRSS`) and open fds (`/proc/self/fd`) are sampled once every connection is up after
 //!   a warm-up, and again at the end with every connection up again and nothing hostile in
