@@ -123,7 +123,7 @@ fn start() -> Result<Driver, Box<dyn std::error::Error>> {
     let mut peers = Vec::new();
     for p in 0..PEERS {
         let endpoint = format!("shm://soak-{}-{p}", std::process::id());
-        let (child, _lines) = peer::spawn(&["peer", &endpoint])?;
+        let (child, _lines) = peer::spawn(&["peer", &endpoint], true)?;
         peers.push(Peer {
             endpoint,
             child,
@@ -137,7 +137,7 @@ fn start() -> Result<Driver, Box<dyn std::error::Error>> {
             std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
         ),
     ];
-    let idler = peer::spawn(&["idler", &idle_eps[0], &idle_eps[1]])?;
+    let idler = peer::spawn(&["idler", &idle_eps[0], &idle_eps[1]], true)?;
     let mut d = Driver::new(engine, peers, idler, hostile);
     for p in 0..PEERS {
         for _ in 0..CONNS_PER_PEER {
@@ -195,7 +195,7 @@ fn drive(secs: u64) -> Result<bool, Box<dyn std::error::Error>> {
                 let _ = d.peers[p].child.wait();
                 d.t.kills += 1;
                 let ep = d.peers[p].endpoint.clone();
-                d.peers[p].child = peer::spawn(&["peer", &ep])?.0;
+                d.peers[p].child = peer::spawn(&["peer", &ep], false)?.0;
             }
         }
         if now >= next_stop && resume_at.is_none() {

@@ -131,9 +131,11 @@ fn echo(c: &Connection) -> Result<usize, Error> {
     Ok(n)
 }
 
-/// Starts this binary with `args` and waits (bounded) for its `listening` line; the lines it
-/// prints after that come through the receiver.
-pub fn spawn(args: &[&str]) -> std::io::Result<(Child, Receiver<String>)> {
+/// Starts this binary with `args` and, with `wait`, waits (bounded) for its `listening` line;
+/// the lines it prints after that come through the receiver. Without `wait` the driver's thread
+/// goes on at once (a restarted peer: its connections retry until it listens), so that it keeps
+/// running its engine meanwhile.
+pub fn spawn(args: &[&str], wait: bool) -> std::io::Result<(Child, Receiver<String>)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(args)
         .stdin(Stdio::piped())
@@ -148,6 +150,9 @@ pub fn spawn(args: &[&str]) -> std::io::Result<(Child, Receiver<String>)> {
             let _ = tx.send(line);
         }
     });
+    if !wait {
+        return Ok((child, rx));
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
