@@ -3,16 +3,14 @@
 //! connections and the hostile peers in one thread.
 
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use spinwire::{Connection, Engine, Error, Event, FabricError, ReconnectEvent, Reconnecting};
 
 use crate::hostile::Hostile;
 use crate::msg::{carried_seq, fill, mix, msg_len};
+use crate::tap::EventTap;
 use crate::{DRAIN, WINDOW};
 
 /// An echo peer process.
@@ -154,51 +152,6 @@ impl Slot {
     }
 }
 
-/// Takes the engine's events on a thread of its own as they come, with the instant each was
-/// taken: the driver's thread may be inside a bounded blocking call when one comes (a connect to
-/// a stopped peer, a peer's restart), and the mid-record stops are timed by their events. The
-/// thread only takes events (it never runs the poller) and sleeps a millisecond when there are
-/// none.
-pub struct EventTap {
-    rx: Receiver<(Instant, Event)>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl EventTap {
-    pub fn new(engine: &Engine) -> EventTap {
-        let (tx, rx) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (engine, halt) = (engine.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !halt.load(Ordering::Relaxed) {
-                match engine.try_event() {
-                    Some(e) => {
-                        if tx.send((Instant::now(), e)).is_err() {
-                            return;
-                        }
-                    }
-                    None => std::thread::sleep(Duration::from_millis(1)),
-                }
-            }
-        });
-        EventTap {
-            rx,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for EventTap {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 pub fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -262,8 +215,8 @@ impl Driver {
     /// events; returns the work done.
     pub fn step(&mut self) -> usize {
         let mut work = self.engine.poll();
-        while let Ok((at, e)) = self.events.rx.try_recv() {
-            if self.hostile.on_event(&e, at) {
+        while let Some((_, e)) = self.events.try_recv() {
+            if self.hostile.on_event(&e) {
                 continue;
             }
             if matches!(e, Event::PeerUnresponsive { .. }) {

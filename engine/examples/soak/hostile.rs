@@ -1,8 +1,12 @@
 //! Hostile peers against the driver's own listeners, from raw sockets in the driver's thread:
 //!
 //! * **mid-record stops** (tcp): a raw client sends a real hello, then part of a `DATA` record,
-//!   then nothing while keeping its socket open. The driver's engine must report it
-//!   unresponsive within the liveness timeout plus 20 % of the partial write.
+//!   then nothing while keeping its socket open. The listener's engine must report it
+//!   unresponsive within the liveness timeout plus 20 % of the partial write. That engine is a
+//!   second one of the driver's (polled by the same thread), with the default liveness timeout
+//!   (1 s): the engine itself reports within the timeout plus a beat (a twelfth) and the event's
+//!   way to the application; the rest of the 20 % (110 ms at 1 s, 55 ms at the soak's 500 ms)
+//!   is the room left for the scheduling delays of a loaded machine.
 //! * **mutated hellos** (tcp and shm): a real connector's hello, changed by one mutation of a
 //!   table of mutations that each make it invalid (magic, version, kind, reserved bytes, pool
 //!   geometry, absurd depths, counts and sizes, a hello cut short). Each must be refused (a
@@ -16,12 +20,15 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use cm::uds::{self, testing, UdsError, UdsListener, UdsStream};
-use spinwire::{Connection, Engine, Error, Event, Listener};
+use spinwire::{Connection, Engine, Error, Event, Listener, DEFAULT_LIVENESS_TIMEOUT};
 
-use crate::{engine, LIVENESS};
+use crate::tap::EventTap;
+use crate::{engine, engine_with};
 
+/// The liveness timeout of the mid-record listener's engine.
+const MID_LIVENESS: Duration = DEFAULT_LIVENESS_TIMEOUT;
 /// The bound on reporting a mid-record stop: the liveness timeout plus 20 %.
-pub const MID_BOUND: Duration = Duration::from_millis(LIVENESS.as_millis() as u64 * 6 / 5);
+pub const MID_BOUND: Duration = Duration::from_millis(MID_LIVENESS.as_millis() as u64 * 6 / 5);
 /// How long a probe or a mid-record stop may take before it counts as unanswered.
 const PROBE_LIMIT: Duration = Duration::from_secs(3);
 
@@ -235,7 +242,10 @@ pub struct Hostile {
     shm_hello: [u8; 64],
     hello_tcp: (Listener, String),
     hello_shm: (Listener, String),
+    /// The mid-record listener, its engine and that engine's events.
     mid: (Listener, String),
+    mid_engine: Engine,
+    mid_events: EventTap,
     probes: Vec<Probe>,
     mids: Vec<MidRecord>,
     pub stats: HostileStats,
@@ -247,16 +257,21 @@ fn free_tcp_endpoint() -> std::io::Result<String> {
 }
 
 impl Hostile {
-    /// Captures the hellos and opens the driver's listeners for the hostile peers.
+    /// Captures the hellos and opens the listeners for the hostile peers: the hello listeners
+    /// on the driver's `engine`, the mid-record one on an engine of its own.
     pub fn new(engine: &Engine) -> Result<Hostile, Box<dyn std::error::Error>> {
-        let listen =
-            |ep: String| -> Result<(Listener, String), Error> { Ok((engine.listen(&ep)?, ep)) };
+        let listen = |engine: &Engine, ep: String| -> Result<(Listener, String), Error> {
+            Ok((engine.listen(&ep)?, ep))
+        };
+        let mid_engine = engine_with(MID_LIVENESS)?;
         Ok(Hostile {
             tcp_hello: capture_tcp_hello()?,
             shm_hello: capture_shm_hello()?,
-            hello_tcp: listen(free_tcp_endpoint()?)?,
-            hello_shm: listen(format!("shm://soak-{}-hellos", std::process::id()))?,
-            mid: listen(free_tcp_endpoint()?)?,
+            hello_tcp: listen(engine, free_tcp_endpoint()?)?,
+            hello_shm: listen(engine, format!("shm://soak-{}-hellos", std::process::id()))?,
+            mid: listen(&mid_engine, free_tcp_endpoint()?)?,
+            mid_events: EventTap::new(&mid_engine),
+            mid_engine,
             probes: Vec::new(),
             mids: Vec::new(),
             stats: HostileStats::default(),
@@ -305,7 +320,7 @@ impl Hostile {
 
     /// Connects a raw tcp peer to the mid-record listener (a real hello), sends part of a
     /// `DATA` record and stops. Waits (bounded) for the handshake, not for the report.
-    pub fn start_mid_record(&mut self, engine: &Engine) -> std::io::Result<()> {
+    pub fn start_mid_record(&mut self) -> std::io::Result<()> {
         self.stats.mid_attempted += 1;
         let mut sock = TcpStream::connect(&self.mid.1["tcp://".len()..])?;
         sock.set_read_timeout(Some(PROBE_LIMIT))?;
@@ -314,7 +329,7 @@ impl Hostile {
         sock.read_exact(&mut reply)?;
         let deadline = Instant::now() + PROBE_LIMIT;
         let conn = loop {
-            engine.poll();
+            self.mid_engine.poll();
             match self.mid.0.try_accept() {
                 Ok(Some(c)) => break c,
                 Ok(None) if Instant::now() < deadline && reply[5] == 0 => {
@@ -339,40 +354,48 @@ impl Hostile {
         Ok(())
     }
 
-    /// Takes the events that are the hostile peers' (a mid-record stop reported, a listener's
-    /// refusal), `at` the instant the event came; `false` for any other.
-    pub fn on_event(&mut self, e: &Event, at: Instant) -> bool {
-        match e {
-            Event::PeerUnresponsive { conn, silent_for } => {
-                let Some(i) = self.mids.iter().position(|m| m.conn.id() == *conn) else {
-                    return false;
-                };
-                let m = self.mids.swap_remove(i);
-                let took = at.saturating_duration_since(m.since);
-                self.stats.mid_reported += 1;
-                self.stats.mid_worst = self.stats.mid_worst.max(took);
-                if std::env::var_os("SOAK_DEBUG").is_some() {
-                    println!("soak: mid-record took {took:?} silent_for {silent_for:?}");
-                }
-                if took > MID_BOUND {
-                    self.stats.mid_late += 1;
-                    println!(
-                        "soak: mid-record stop reported after {took:?} (bound {MID_BOUND:?};                          the engine counted {silent_for:?} of silence)"
-                    );
-                }
-                true
-            }
-            Event::Error { conn: None, .. } => {
-                self.stats.listener_errors += 1;
-                true
-            }
-            _ => false,
+    /// Takes the driver's engine's events that are the hostile peers' (a listener's refusal);
+    /// `false` for any other.
+    pub fn on_event(&mut self, e: &Event) -> bool {
+        if matches!(e, Event::Error { conn: None, .. }) {
+            self.stats.listener_errors += 1;
+            return true;
+        }
+        false
+    }
+
+    /// A mid-record stop reported (`at`: the instant its event came).
+    fn on_mid_event(&mut self, e: &Event, at: Instant) {
+        let Event::PeerUnresponsive { conn, silent_for } = e else {
+            return;
+        };
+        let Some(i) = self.mids.iter().position(|m| m.conn.id() == *conn) else {
+            return;
+        };
+        let m = self.mids.swap_remove(i);
+        let took = at.saturating_duration_since(m.since);
+        self.stats.mid_reported += 1;
+        self.stats.mid_worst = self.stats.mid_worst.max(took);
+        if std::env::var_os("SOAK_DEBUG").is_some() {
+            println!("soak: mid-record took {took:?} silent_for {silent_for:?}");
+        }
+        if took > MID_BOUND {
+            self.stats.mid_late += 1;
+            println!(
+                "soak: mid-record stop reported after {took:?} (bound {MID_BOUND:?}; the \
+                 engine counted {silent_for:?} of silence)"
+            );
         }
     }
 
-    /// Reads the probes' answers and checks the deadlines; returns the work done.
+    /// Runs the mid-record engine, reads the probes' answers and checks the deadlines; returns
+    /// the work done.
     pub fn poll(&mut self) -> usize {
-        let mut work = 0;
+        let mut work = self.mid_engine.poll();
+        while let Some((at, e)) = self.mid_events.try_recv() {
+            self.on_mid_event(&e, at);
+            work += 1;
+        }
         let s = &mut self.stats;
         self.probes.retain_mut(|p| match p.answer() {
             None => true,

@@ -16,8 +16,9 @@
 //! Alongside (`peer.rs`, `hostile.rs`):
 //! * **idle periods**: an idler peer (`idler <shm> <tcp>`), connected over shm and tcp, makes
 //!   no spinwire call at all for three liveness timeouts every few seconds, then echoes again.
-//! * **mid-record stops** (tcp): every `MID_EVERY` a raw client sends the driver's tcp
-//!   listener a real hello and part of a record, then nothing.
+//! * **mid-record stops** (tcp): every `MID_EVERY` a raw client sends a tcp listener of the
+//!   driver (on a second engine with the default 1-s liveness timeout) a real hello and part of
+//!   a record, then nothing.
 //! * **mutated hellos**: every `HELLO_EVERY` one invalid hello to each of the driver's tcp and
 //!   shm hello listeners (from a table of mutations).
 //!
@@ -53,6 +54,7 @@ mod driver;
 mod hostile;
 mod msg;
 mod peer;
+mod tap;
 
 use std::time::{Duration, Instant};
 
@@ -94,6 +96,11 @@ const RSS_TOLERANCE_KIB: u64 = 8 * 1024;
 const FD_TOLERANCE: usize = 2;
 
 fn engine() -> Result<Engine, Error> {
+    engine_with(LIVENESS)
+}
+
+/// The soak's engine with liveness timeout `liveness`.
+fn engine_with(liveness: Duration) -> Result<Engine, Error> {
     Engine::builder()
         .name("soak")
         .run_to_completion()
@@ -101,7 +108,7 @@ fn engine() -> Result<Engine, Error> {
         .pool(BUFFER_SIZE, BUFFERS)
         .max_message_size(MAX_MESSAGE)
         .large_buffers(2)
-        .liveness_timeout(LIVENESS)
+        .liveness_timeout(liveness)
         .build()
 }
 
@@ -215,7 +222,7 @@ fn drive(secs: u64) -> Result<bool, Box<dyn std::error::Error>> {
         }
         if now >= next_mid {
             next_mid = now + MID_EVERY;
-            d.hostile.start_mid_record(&d.engine)?;
+            d.hostile.start_mid_record()?;
         }
         if now >= next_hello {
             next_hello = now + HELLO_EVERY;
