@@ -17,8 +17,8 @@
 //! * **idle periods**: an idler peer (`idler <shm> <tcp>`), connected over shm and tcp, makes
 //!   no spinwire call at all for three liveness timeouts every few seconds, then echoes again.
 //! * **mid-record stops** (tcp): every `MID_EVERY` a raw client sends a tcp listener of the
-//!   driver (on a second engine with the default 1-s liveness timeout) a real hello and part of
-//!   a record, then nothing.
+//!   driver (on a second engine: the default 1-s liveness timeout, a dedicated backoff poller) a
+//!   real hello and part of a record, then nothing.
 //! * **mutated hellos**: every `HELLO_EVERY` one invalid hello to each of the driver's tcp and
 //!   shm hello listeners (from a table of mutations).
 //!
@@ -58,7 +58,7 @@ mod tap;
 
 use std::time::{Duration, Instant};
 
-use spinwire::{Connection, Engine, Error, IdleStrategy, ReconnectPolicy};
+use spinwire::{Connection, Engine, EngineBuilder, Error, IdleStrategy, ReconnectPolicy};
 
 #[cfg(doc)]
 use spinwire::{ReconnectEvent, Reconnecting};
@@ -96,11 +96,11 @@ const RSS_TOLERANCE_KIB: u64 = 8 * 1024;
 const FD_TOLERANCE: usize = 2;
 
 fn engine() -> Result<Engine, Error> {
-    engine_with(LIVENESS)
+    builder(LIVENESS).build()
 }
 
-/// The soak's engine with liveness timeout `liveness`.
-fn engine_with(liveness: Duration) -> Result<Engine, Error> {
+/// The soak's engine configuration with liveness timeout `liveness`.
+fn builder(liveness: Duration) -> EngineBuilder {
     Engine::builder()
         .name("soak")
         .run_to_completion()
@@ -109,7 +109,6 @@ fn engine_with(liveness: Duration) -> Result<Engine, Error> {
         .max_message_size(MAX_MESSAGE)
         .large_buffers(2)
         .liveness_timeout(liveness)
-        .build()
 }
 
 fn policy() -> ReconnectPolicy {
