@@ -61,12 +61,6 @@ impl Config {
         self.pollers.is_empty()
     }
 
-    /// How often this side proves it is alive: a quarter of the liveness timeout, so that three
-    /// heartbeats may be late before the peer gives up. `None` when liveness is off.
-    pub(crate) fn heartbeat_every(&self) -> Option<Duration> {
-        (!self.liveness_timeout.is_zero()).then(|| self.liveness_timeout / 4)
-    }
-
     /// The RDMA frame limit: [`EngineBuilder::frame_size`], by default the buffer size.
     #[allow(dead_code)] // used by the rdma fabric only
     pub(crate) fn frame_size(&self) -> usize {

@@ -147,7 +147,8 @@ pub enum FabricError {
     /// The peer wrote something invalid into shared state (shm segment, immediate data).
     #[error("peer protocol violation: {0}")]
     Protocol(&'static str),
-    /// The peer closed the connection or stopped responding.
+    /// The peer closed the connection (cleanly, or its process died). Applications see this
+    /// as [`Error::Disconnected`]; fabrics report it to the engine with this value.
     #[error("peer closed the connection")]
     PeerClosed,
     /// The peer stopped proving it is alive: nothing from it (shm: no heartbeat; RDMA: no
@@ -163,6 +164,79 @@ pub enum FabricError {
     /// The fabric reported an error completion / OS error (errno).
     #[error("fabric I/O error (errno {0})")]
     Io(i32),
+    /// The peer failed the connection because of this side and said why when it closed it:
+    /// it heard nothing from this side for its liveness timeout (on its side the connection
+    /// failed with [`PeerUnresponsive`](Self::PeerUnresponsive)), or this side broke the
+    /// protocol ([`Protocol`](Self::Protocol) there). What the peer sent before is delivered
+    /// first. `mem://`, `shm://` and `tcp://` carry the reason; over `rdma://` this side sees
+    /// [`Error::Disconnected`] instead.
+    #[error("peer aborted the connection: {0}")]
+    PeerAborted(AbortReason),
+}
+
+/// Why a peer aborted a connection ([`FabricError::PeerAborted`]): what it found wrong with
+/// this side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AbortReason {
+    /// It heard nothing from this side for its liveness timeout (this process was stopped,
+    /// hung, or did not serve the connection).
+    Unresponsive,
+    /// This side broke the protocol (an invalid record, descriptor or credit).
+    Protocol,
+}
+
+impl std::fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AbortReason::Unresponsive => "it heard nothing from this side for its liveness timeout",
+            AbortReason::Protocol => "this side broke the protocol",
+        })
+    }
+}
+
+impl AbortReason {
+    /// The reason's code on the wire (a fabric's close mark or close record); never 0 or 1,
+    /// which the close marks use for "open" and "closed cleanly".
+    pub(crate) const fn code(self) -> u32 {
+        match self {
+            AbortReason::Unresponsive => 2,
+            AbortReason::Protocol => 3,
+        }
+    }
+
+    /// The reason a wire code names; `None` for "open", "closed cleanly" and unknown codes
+    /// (treated as a clean close).
+    pub(crate) const fn from_code(code: u32) -> Option<AbortReason> {
+        match code {
+            2 => Some(AbortReason::Unresponsive),
+            3 => Some(AbortReason::Protocol),
+            _ => None,
+        }
+    }
+}
+
+impl FabricError {
+    /// How a peer's close is reported, from the code of its close mark or close record
+    /// ([`AbortReason::code`]): [`PeerAborted`](Self::PeerAborted) when it blamed this side,
+    /// else (a plain close, no mark, an unknown code) [`PeerClosed`](Self::PeerClosed).
+    pub(crate) const fn peer_close(code: u32) -> FabricError {
+        match AbortReason::from_code(code) {
+            Some(reason) => FabricError::PeerAborted(reason),
+            None => FabricError::PeerClosed,
+        }
+    }
+
+    /// What the peer is told when this side fails a connection with this error, if anything:
+    /// an unresponsive peer and a protocol violation are its fault; a close, an I/O error or
+    /// an abort by the peer are not news to it.
+    pub(crate) const fn abort_reason(&self) -> Option<AbortReason> {
+        match self {
+            FabricError::PeerUnresponsive { .. } => Some(AbortReason::Unresponsive),
+            FabricError::Protocol(_) => Some(AbortReason::Protocol),
+            FabricError::PeerClosed | FabricError::Io(_) | FabricError::PeerAborted(_) => None,
+        }
+    }
 }
 
 /// An invalid [`EngineBuilder`](crate::EngineBuilder) knob: its value and the limit it broke.

@@ -19,7 +19,10 @@ pub enum Event {
         /// (RoCE v2) gid ::ffff:10.0.2.15`); `None` for `shm`.
         path: Option<String>,
     },
-    /// The peer of a connection went away (closed it, or its process died).
+    /// The peer of a connection went away (closed it, or its process died). A peer that failed
+    /// the connection because of this side (found it unresponsive, or breaking the protocol)
+    /// is an [`Event::Error`] with [`FabricError::PeerAborted`](crate::FabricError::PeerAborted)
+    /// instead, where the fabric carries the reason.
     Disconnected {
         /// [`Connection::id`](crate::Connection::id).
         conn: u64,

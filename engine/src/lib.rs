@@ -178,7 +178,11 @@
 //! [`FabricError::PeerUnresponsive`] (`silent_for`) and is reported once as
 //! [`Event::PeerUnresponsive`], within the timeout plus a beat; the connection is then closed
 //! (shm: the segment's closed flag, the bye and the socket; RDMA: the disconnect), so the peer,
-//! should it resume, finds its connection down ([`Error::Disconnected`]), never silently resumed.
+//! should it resume, finds its connection down, never silently resumed: with
+//! [`FabricError::PeerAborted`]`(`[`AbortReason::Unresponsive`]`)` from its calls and an
+//! [`Event::Error`] saying so (shm: the reason is in the segment's close mark; tcp: a `CLOSE`
+//! record ends the stream; RDMA: [`Error::Disconnected`]). A side that fails a connection for a
+//! protocol violation tells its peer the same way ([`AbortReason::Protocol`]).
 //! Other connections are not affected. A side whose own control thread (shm) or poller (RDMA)
 //! did not run for more than half the timeout restarts its observations instead of blaming its
 //! peers. Nothing is added to the data path per message (RDMA: one plain counter increment per
@@ -313,7 +317,7 @@ pub use desc::INLINE_MAX;
 pub use desc::{PoolView, RxDesc, TxDesc, LARGE_BIT};
 pub use endpoint::MAX_SHM_NAME;
 pub use engine::Engine;
-pub use error::{BoxError, ConfigError, Error, FabricError, SetupError};
+pub use error::{AbortReason, BoxError, ConfigError, Error, FabricError, SetupError};
 pub use event::Event;
 pub use fabric::mem::MemSetupError;
 pub use fabric::shm::{Mismatch, ShmSetupError};

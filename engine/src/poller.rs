@@ -511,6 +511,9 @@ impl<F: Fabric> Poller<F> {
             self.free_slots.push(slot);
             if let Some(e) = error {
                 conn.shared.fail(e);
+                if let Some(reason) = e.abort_reason() {
+                    conn.fabric.abort(reason);
+                }
                 conn.fabric.close();
             }
             conn.shared.set_retired();

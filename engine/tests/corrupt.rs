@@ -35,7 +35,7 @@ fn hostile_connect_large(ep: &str, large_size: u32, large_count: u32) -> (Segmen
     let params = ConnParams {
         buffer_size: BUF as u32,
         buffer_count: COUNT,
-        ring_depth: 64,
+        ring_depth: COUNT,
         inline_max: 120,
         flags: 0,
         large_size,
@@ -56,6 +56,26 @@ fn hostile_connect_large(ep: &str, large_size: u32, large_count: u32) -> (Segmen
     s.send_ready(t).unwrap();
     (seg, s)
 }
+
+/// The engine's close mark on `seg` once it is there (bounded wait): 3 when it failed the
+/// connection for a protocol violation (it blames the raw peer), 1 for a plain close.
+fn close_mark(seg: &Segment) -> u32 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let code = seg.peer_close_code();
+        if code != 0 {
+            return code;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the engine never marked its side closed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The close mark of an engine side that blamed its peer for a protocol violation.
+const ABORT_PROTOCOL: u32 = 3;
 
 /// Writes `len` random bytes at `off` (byte-wise atomic stores: the engine reads concurrently).
 fn scribble(seg: &Segment, rng: &mut XorShift, off: usize, len: usize) {
@@ -155,7 +175,16 @@ fn random_bytes_in_the_peers_rings_fail_only_that_connection() {
             None => {}
         }
         assert!(conn.try_recv().is_err() || outcome.is_none());
+        let protocol = matches!(outcome, Some(Error::Fabric(FabricError::Protocol(_))));
         drop(conn);
+        if protocol {
+            // The raw peer learns why: the engine's close mark names the violation.
+            assert_eq!(
+                close_mark(&seg),
+                ABORT_PROTOCOL,
+                "round {round}: close mark"
+            );
+        }
         drop(seg);
     }
     // Random words almost never form a valid sequence/head/tail.
@@ -255,6 +284,10 @@ fn a_hostile_large_slot_reference_fails_only_that_connection() {
         send_msg(&hc, round as u32, 1000 + round);
         recv_msg(&hs, round as u32, 1000 + round);
         drop(conn);
+        // The raw peer learns how the engine closed: blaming it for a bad reference, plainly
+        // after a good one.
+        let want = if bad.is_some() { ABORT_PROTOCOL } else { 1 };
+        assert_eq!(close_mark(&seg), want, "case {round}: close mark");
         drop(seg);
     }
 }

@@ -85,7 +85,7 @@ fn a_client_stalled_after_the_offer_is_expired() {
     let params = uds::ConnParams {
         buffer_size: 4096,
         buffer_count: 16,
-        ring_depth: 128,
+        ring_depth: 16,
         inline_max: 40,
         flags: 0,
         // The engine's default large slots (the pools must match the listener's).

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use spinwire::fabric::mem::{End, Faults};
-use spinwire::{Connection, Engine, Error, Event, FabricError, SendError};
+use spinwire::{AbortReason, Connection, Engine, Error, Event, FabricError, SendError};
 use spinwire_testkit::data::{fill, verify};
 use spinwire_testkit::engine::*;
 use spinwire_testkit::{cores, serial, WAIT};
@@ -212,12 +212,16 @@ fn a_stalled_peer_is_unresponsive_after_the_liveness_timeout() {
         server.try_recv(),
         Err(Error::Fabric(FabricError::PeerUnresponsive { .. }))
     ));
-    // Resumed, the stalled end finds its connection gone, not silently resumed.
+    // Resumed, the stalled end finds its connection gone, not silently resumed, and why.
     faults.resume(End::Connecting);
-    assert!(matches!(
-        client.recv_timeout(WAIT),
-        Err(Error::Disconnected)
-    ));
+    let err = client.recv_timeout(WAIT).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Fabric(FabricError::PeerAborted(AbortReason::Unresponsive))
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -243,11 +247,21 @@ fn a_corrupt_record_fails_the_connection_with_a_protocol_error() {
         "Error",
         |e| matches!(e, Event::Error { conn: Some(c), error: Error::Fabric(FabricError::Protocol(_)) } if *c == id),
     );
-    // The connecting end sees the close that follows.
-    assert!(matches!(
-        client.recv_timeout(WAIT),
-        Err(Error::Disconnected)
-    ));
+    // The connecting end sees the close that follows, and why.
+    let err = client.recv_timeout(WAIT).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Fabric(FabricError::PeerAborted(AbortReason::Protocol))
+        ),
+        "{err:?}"
+    );
+    let cid = client.id();
+    wait_event(
+        &engine,
+        "Error (peer aborted)",
+        |e| matches!(e, Event::Error { conn: Some(c), error: Error::Fabric(FabricError::PeerAborted(AbortReason::Protocol)) } if *c == cid),
+    );
 }
 
 #[test]

@@ -491,7 +491,7 @@ fn hostile_record_values_are_corrupt() {
     let cases: [Case; 8] = [
         (
             "unknown type",
-            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(16, 9)),
+            |a| poke_u64(a, area_off(a, Dir::AToB, 0), header(16, 10)),
             None,
         ),
         (

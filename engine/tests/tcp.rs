@@ -101,6 +101,26 @@ fn wait_failed(conn: &Connection) -> Error {
     }
 }
 
+/// Reads the engine's stream on `raw` to its end and checks that its last record is a CLOSE
+/// blaming the raw peer for a protocol violation (type 9, reason 3): the violator learns why.
+fn assert_blamed(raw: &mut TcpStream) {
+    let mut bytes = Vec::new();
+    raw.read_to_end(&mut bytes)
+        .expect("the engine's stream up to its end");
+    let mut at = 0;
+    let mut last = None;
+    while at + 8 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        assert!(len >= 8, "a record length below its header: {bytes:?}");
+        last = Some(&bytes[at..(at + len).min(bytes.len())]);
+        at += len.div_ceil(8) * 8;
+    }
+    assert_eq!(at, bytes.len(), "the stream ends at a record boundary");
+    let last = last.expect("a record before the end of stream");
+    assert_eq!(last[4], 9, "the last record is a CLOSE: {last:?}");
+    assert_eq!(&last[8..12], &3u32.to_le_bytes(), "reason: protocol");
+}
+
 #[test]
 fn hostile_peers_fail_only_their_connection() {
     let _g = serial();
@@ -125,6 +145,7 @@ fn hostile_peers_fail_only_their_connection() {
     let (mut raw, conn) = raw_peer(&engine, &listener, &addr);
     raw.write_all(&[0xAB; 64]).unwrap();
     protocol(wait_failed(&conn));
+    assert_blamed(&mut raw);
     drop(raw);
 
     // A huge DATA length.
@@ -134,12 +155,14 @@ fn hostile_peers_fail_only_their_connection() {
     h[4] = 1;
     raw.write_all(&h).unwrap();
     protocol(wait_failed(&conn));
+    assert_blamed(&mut raw);
     drop(raw);
 
     // A zero length (would stall a stream reader forever).
     let (mut raw, conn) = raw_peer(&engine, &listener, &addr);
     raw.write_all(&[0, 0, 0, 0, 1, 0, 0, 0]).unwrap();
     protocol(wait_failed(&conn));
+    assert_blamed(&mut raw);
     drop(raw);
 
     // A truncated header, then the end of stream.
@@ -157,6 +180,7 @@ fn hostile_peers_fail_only_their_connection() {
     rec[8..16].copy_from_slice(&5u64.to_le_bytes());
     raw.write_all(&rec).unwrap();
     protocol(wait_failed(&conn));
+    assert_blamed(&mut raw);
     drop(raw);
 
     // A clean close after one valid message: delivered, then Disconnected.

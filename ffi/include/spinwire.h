@@ -154,6 +154,53 @@
 #define SW_EVENT_OTHER 5
 
 /**
+ * Disconnect reason (`sw_event.reason`): none (a connection established, or an error that
+ * took no connection down).
+ */
+#define SW_REASON_NONE 0
+
+/**
+ * Disconnect reason: the peer closed the connection, or its process died
+ * (`SW_EVENT_DISCONNECTED`; the connection's calls return `SW_CLOSED`).
+ */
+#define SW_REASON_PEER_CLOSED 1
+
+/**
+ * Disconnect reason: the peer was silent for the liveness timeout
+ * (`SW_EVENT_PEER_UNRESPONSIVE`; calls return `SW_CONN_FAILED`).
+ */
+#define SW_REASON_PEER_UNRESPONSIVE 2
+
+/**
+ * Disconnect reason: the peer broke the protocol (`SW_EVENT_ERROR`, `SW_CONN_FAILED`).
+ */
+#define SW_REASON_PROTOCOL 3
+
+/**
+ * Disconnect reason: the fabric reported an I/O error (`SW_EVENT_ERROR`, `SW_CONN_FAILED`).
+ */
+#define SW_REASON_IO 4
+
+/**
+ * Disconnect reason: the peer aborted the connection because it heard nothing from this side
+ * for its liveness timeout (this process was stopped or did not serve the connection; on the
+ * peer's side it was `SW_REASON_PEER_UNRESPONSIVE`). `SW_EVENT_ERROR`, `SW_CONN_FAILED`.
+ * shm and tcp carry it; over rdma this side sees `SW_REASON_PEER_CLOSED`.
+ */
+#define SW_REASON_ABORTED_UNRESPONSIVE 5
+
+/**
+ * Disconnect reason: the peer aborted the connection because this side broke the protocol
+ * (on the peer's side it was `SW_REASON_PROTOCOL`). `SW_EVENT_ERROR`, `SW_CONN_FAILED`.
+ */
+#define SW_REASON_ABORTED_PROTOCOL 6
+
+/**
+ * Disconnect reason: one this version of the C API does not know.
+ */
+#define SW_REASON_OTHER 7
+
+/**
  * Bytes of `sw_event.peer`, the terminating NUL included.
  */
 #define SW_EVENT_PEER_LEN 256
@@ -217,7 +264,9 @@
 
 /**
  * The connection failed on the data path (peer protocol violation, peer unresponsive for the
- * liveness timeout, fabric I/O error). Close the handle.
+ * liveness timeout, fabric I/O error, or the peer aborted it because of this side: silent for
+ * its liveness timeout, or breaking the protocol). The connection's `SW_EVENT_ERROR` or
+ * `SW_EVENT_PEER_UNRESPONSIVE` says which (`sw_event.reason`). Close the handle.
  */
 #define SW_CONN_FAILED -10
 
@@ -253,9 +302,16 @@
 #define SW_CLAIM_OPEN -15
 
 /**
+ * A listener refused a connection: it holds its maximum of connections (1024; open ones and
+ * handshakes under way). The `code` of an `SW_EVENT_ERROR` on the listener's engine
+ * (`has_conn` false); the connector's `sw_connect` fails with `SW_NOT_CONNECTED` (busy).
+ */
+#define SW_REFUSED -16
+
+/**
  * The most negative code: every code is between `SW_CODE_MIN` and `SW_OK`, both included.
  */
-#define SW_CODE_MIN SW_CLAIM_OPEN
+#define SW_CODE_MIN SW_REFUSED
 
 /**
  * A connection. Opaque; made by `sw_connect` or `sw_accept`, freed by `sw_conn_close`.
@@ -475,6 +531,12 @@ typedef struct sw_event {
    * Whether `conn_id` names a connection.
    */
   bool has_conn;
+  /**
+   * Why the connection went down: one of the `SW_REASON_*` values (`SW_REASON_NONE` for
+   * `SW_EVENT_CONNECTED` and for errors that took no connection down). Added in the padding
+   * after `has_conn`: the struct's size and the other fields' offsets are unchanged.
+   */
+  uint32_t reason;
   /**
    * The connection's id (as `sw_conn_id`).
    */

@@ -3,7 +3,7 @@
 
 use std::ffi::c_char;
 
-use spinwire_rs::{Engine, Error, Event};
+use spinwire_rs::{AbortReason, Engine, Error, Event, FabricError};
 
 use crate::config::{builder, sw_config};
 use crate::conn::{sw_conn, sw_listener, Slots};
@@ -208,6 +208,30 @@ pub const SW_EVENT_ERROR: u32 = 4;
 /// Event kind: an event this version of the C API does not know.
 pub const SW_EVENT_OTHER: u32 = 5;
 
+/// Disconnect reason (`sw_event.reason`): none (a connection established, or an error that
+/// took no connection down).
+pub const SW_REASON_NONE: u32 = 0;
+/// Disconnect reason: the peer closed the connection, or its process died
+/// (`SW_EVENT_DISCONNECTED`; the connection's calls return `SW_CLOSED`).
+pub const SW_REASON_PEER_CLOSED: u32 = 1;
+/// Disconnect reason: the peer was silent for the liveness timeout
+/// (`SW_EVENT_PEER_UNRESPONSIVE`; calls return `SW_CONN_FAILED`).
+pub const SW_REASON_PEER_UNRESPONSIVE: u32 = 2;
+/// Disconnect reason: the peer broke the protocol (`SW_EVENT_ERROR`, `SW_CONN_FAILED`).
+pub const SW_REASON_PROTOCOL: u32 = 3;
+/// Disconnect reason: the fabric reported an I/O error (`SW_EVENT_ERROR`, `SW_CONN_FAILED`).
+pub const SW_REASON_IO: u32 = 4;
+/// Disconnect reason: the peer aborted the connection because it heard nothing from this side
+/// for its liveness timeout (this process was stopped or did not serve the connection; on the
+/// peer's side it was `SW_REASON_PEER_UNRESPONSIVE`). `SW_EVENT_ERROR`, `SW_CONN_FAILED`.
+/// shm and tcp carry it; over rdma this side sees `SW_REASON_PEER_CLOSED`.
+pub const SW_REASON_ABORTED_UNRESPONSIVE: u32 = 5;
+/// Disconnect reason: the peer aborted the connection because this side broke the protocol
+/// (on the peer's side it was `SW_REASON_PROTOCOL`). `SW_EVENT_ERROR`, `SW_CONN_FAILED`.
+pub const SW_REASON_ABORTED_PROTOCOL: u32 = 6;
+/// Disconnect reason: one this version of the C API does not know.
+pub const SW_REASON_OTHER: u32 = 7;
+
 /// Bytes of `sw_event.peer`, the terminating NUL included.
 pub const SW_EVENT_PEER_LEN: usize = 256;
 
@@ -222,6 +246,10 @@ pub struct sw_event {
     pub code: i32,
     /// Whether `conn_id` names a connection.
     pub has_conn: bool,
+    /// Why the connection went down: one of the `SW_REASON_*` values (`SW_REASON_NONE` for
+    /// `SW_EVENT_CONNECTED` and for errors that took no connection down). Added in the padding
+    /// after `has_conn`: the struct's size and the other fields' offsets are unchanged.
+    pub reason: u32,
     /// The connection's id (as `sw_conn_id`).
     pub conn_id: u64,
     /// `SW_EVENT_PEER_UNRESPONSIVE`: how long the peer had been silent.
@@ -230,11 +258,30 @@ pub struct sw_event {
     pub peer: [c_char; SW_EVENT_PEER_LEN],
 }
 
+/// The `SW_REASON_*` of an error event's error.
+fn reason_of(e: &Error) -> u32 {
+    match e {
+        Error::Disconnected | Error::Fabric(FabricError::PeerClosed) => SW_REASON_PEER_CLOSED,
+        Error::Fabric(FabricError::PeerUnresponsive { .. }) => SW_REASON_PEER_UNRESPONSIVE,
+        Error::Fabric(FabricError::Protocol(_)) => SW_REASON_PROTOCOL,
+        Error::Fabric(FabricError::Io(_)) => SW_REASON_IO,
+        Error::Fabric(FabricError::PeerAborted(AbortReason::Unresponsive)) => {
+            SW_REASON_ABORTED_UNRESPONSIVE
+        }
+        Error::Fabric(FabricError::PeerAborted(AbortReason::Protocol)) => {
+            SW_REASON_ABORTED_PROTOCOL
+        }
+        Error::Fabric(_) => SW_REASON_OTHER,
+        _ => SW_REASON_NONE,
+    }
+}
+
 fn event_to_c(ev: Event) -> sw_event {
     let mut out = sw_event {
         kind: SW_EVENT_OTHER,
         code: SW_OK,
         has_conn: false,
+        reason: SW_REASON_NONE,
         conn_id: 0,
         silent_for_ns: 0,
         peer: [0; SW_EVENT_PEER_LEN],
@@ -251,11 +298,13 @@ fn event_to_c(ev: Event) -> sw_event {
         }
         Event::Disconnected { conn } => {
             out.kind = SW_EVENT_DISCONNECTED;
+            out.reason = SW_REASON_PEER_CLOSED;
             out.has_conn = true;
             out.conn_id = conn;
         }
         Event::PeerUnresponsive { conn, silent_for } => {
             out.kind = SW_EVENT_PEER_UNRESPONSIVE;
+            out.reason = SW_REASON_PEER_UNRESPONSIVE;
             out.has_conn = true;
             out.conn_id = conn;
             out.silent_for_ns = u64::try_from(silent_for.as_nanos()).unwrap_or(u64::MAX);
@@ -264,6 +313,7 @@ fn event_to_c(ev: Event) -> sw_event {
             out.kind = SW_EVENT_ERROR;
             out.has_conn = conn.is_some();
             out.conn_id = conn.unwrap_or(0);
+            out.reason = reason_of(&error);
             out.code = fail("sw_next_event (event)", &error);
         }
         _ => {}

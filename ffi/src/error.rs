@@ -41,7 +41,9 @@ pub const SW_BAD_CONFIG: i32 = -8;
 /// commit or abort one.
 pub const SW_POOL_EXHAUSTED: i32 = -9;
 /// The connection failed on the data path (peer protocol violation, peer unresponsive for the
-/// liveness timeout, fabric I/O error). Close the handle.
+/// liveness timeout, fabric I/O error, or the peer aborted it because of this side: silent for
+/// its liveness timeout, or breaking the protocol). The connection's `SW_EVENT_ERROR` or
+/// `SW_EVENT_PEER_UNRESPONSIVE` says which (`sw_event.reason`). Close the handle.
 pub const SW_CONN_FAILED: i32 = -10;
 /// Setting up a resource failed: listening (name in use), a shared-memory segment, a queue pair,
 /// a thread. `sw_errmsg` names the step and the OS error.
@@ -61,8 +63,13 @@ pub const SW_INTERNAL: i32 = -14;
 /// another `sw_try_claim`, the commit of a pool-buffer claim: that claim stays valid).
 pub const SW_CLAIM_OPEN: i32 = -15;
 
+/// A listener refused a connection: it holds its maximum of connections (1024; open ones and
+/// handshakes under way). The `code` of an `SW_EVENT_ERROR` on the listener's engine
+/// (`has_conn` false); the connector's `sw_connect` fails with `SW_NOT_CONNECTED` (busy).
+pub const SW_REFUSED: i32 = -16;
+
 /// The most negative code: every code is between `SW_CODE_MIN` and `SW_OK`, both included.
-pub const SW_CODE_MIN: i32 = SW_CLAIM_OPEN;
+pub const SW_CODE_MIN: i32 = SW_REFUSED;
 
 /// The code of an engine error.
 pub(crate) fn code_of(e: &Error) -> i32 {
@@ -72,6 +79,7 @@ pub(crate) fn code_of(e: &Error) -> i32 {
         Error::Config(_) | Error::BadCore { .. } => SW_BAD_CONFIG,
         Error::Thread { .. } | Error::Listen { .. } | Error::Setup(_) => SW_SETUP_FAILED,
         Error::Connect { .. } | Error::NoListener { .. } => SW_NOT_CONNECTED,
+        Error::ListenerFull { .. } => SW_REFUSED,
         Error::Timeout => SW_TIMEOUT,
         Error::WouldBlock => SW_BACK_PRESSURED,
         Error::ClaimOpen => SW_CLAIM_OPEN,
@@ -81,6 +89,8 @@ pub(crate) fn code_of(e: &Error) -> i32 {
         Error::Fabric(_) => SW_CONN_FAILED,
         Error::ForeignBuffer => SW_BAD_ARG,
         Error::Shutdown => SW_SHUTDOWN,
+        // Every variant above has its code; `Error` is `#[non_exhaustive]`, so a variant added
+        // later lands here until it gets one (the `codes_of_every_error` test lists them).
         _ => SW_INTERNAL,
     }
 }
@@ -106,6 +116,7 @@ pub extern "C" fn sw_strerror(code: i32) -> *const c_char {
         SW_SHUTDOWN => b"SW_SHUTDOWN\0",
         SW_INTERNAL => b"SW_INTERNAL\0",
         SW_CLAIM_OPEN => b"SW_CLAIM_OPEN\0",
+        SW_REFUSED => b"SW_REFUSED\0",
         _ => b"SW_UNKNOWN\0",
     };
     s.as_ptr().cast()
@@ -275,6 +286,84 @@ mod tests {
         assert_eq!(code_of(&Error::ForeignBuffer), SW_BAD_ARG);
         assert_eq!(code_of(&Error::ClaimOpen), SW_CLAIM_OPEN);
         assert_eq!(code_of(&Error::BadCore { core: 9999 }), SW_BAD_CONFIG);
+    }
+
+    /// Every variant of the engine's `Error` (as of this version) has a code of its own, not
+    /// `SW_INTERNAL`. Add a line here with each new variant.
+    #[test]
+    fn codes_of_every_error() {
+        use spinwire_rs::{AbortReason, ConfigError, SetupError};
+        let io = || std::io::Error::other("x");
+        let boxed = || -> spinwire_rs::BoxError { Box::new(io()) };
+        let cases: Vec<(Error, i32)> = vec![
+            (
+                Error::BadEndpoint {
+                    endpoint: "x".into(),
+                    reason: "y",
+                },
+                SW_BAD_ENDPOINT,
+            ),
+            (Error::FabricNotCompiled { fabric: "rdma" }, SW_UNSUPPORTED),
+            (Error::Config(ConfigError::SignalEvery), SW_BAD_CONFIG),
+            (
+                Error::Thread {
+                    what: "poller",
+                    source: io(),
+                },
+                SW_SETUP_FAILED,
+            ),
+            (Error::BadCore { core: 1 }, SW_BAD_CONFIG),
+            (
+                Error::Listen {
+                    endpoint: "x".into(),
+                    source: boxed(),
+                },
+                SW_SETUP_FAILED,
+            ),
+            (
+                Error::ListenerFull {
+                    endpoint: "x".into(),
+                    max: 1,
+                },
+                SW_REFUSED,
+            ),
+            (
+                Error::Connect {
+                    endpoint: "x".into(),
+                    source: boxed(),
+                },
+                SW_NOT_CONNECTED,
+            ),
+            (
+                Error::NoListener {
+                    endpoint: "x".into(),
+                    waited: std::time::Duration::ZERO,
+                    source: boxed(),
+                },
+                SW_NOT_CONNECTED,
+            ),
+            (Error::Setup(SetupError::PollersFull), SW_SETUP_FAILED),
+            (Error::Timeout, SW_TIMEOUT),
+            (Error::WouldBlock, SW_BACK_PRESSURED),
+            (Error::ClaimOpen, SW_CLAIM_OPEN),
+            (Error::PoolExhausted { count: 1 }, SW_POOL_EXHAUSTED),
+            (Error::MessageTooLarge { size: 2, max: 1 }, SW_TOO_LARGE),
+            (Error::Disconnected, SW_CLOSED),
+            (Error::Fabric(FabricError::PeerClosed), SW_CLOSED),
+            (
+                Error::Fabric(FabricError::PeerAborted(AbortReason::Unresponsive)),
+                SW_CONN_FAILED,
+            ),
+            (
+                Error::Fabric(FabricError::PeerAborted(AbortReason::Protocol)),
+                SW_CONN_FAILED,
+            ),
+            (Error::ForeignBuffer, SW_BAD_ARG),
+            (Error::Shutdown, SW_SHUTDOWN),
+        ];
+        for (e, code) in cases {
+            assert_eq!(code_of(&e), code, "{e:?}");
+        }
     }
 
     #[test]

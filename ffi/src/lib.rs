@@ -25,7 +25,9 @@
 //!   receive pool: [`sw_conn_max_held`]), [`sw_flush`], [`sw_engine_poll`]
 //!   (run-to-completion). These calls allocate nothing and take no lock.
 //! * Events ([`sw_next_event`]) and counters ([`sw_conn_get_stats`], [`sw_engine_get_stats`]) as plain
-//!   structs. The engine's counters are the pollers': shm connections bypass the pollers, so
+//!   structs. An event that takes a connection down says why in `sw_event.reason` (the peer
+//!   closed, went silent, broke the protocol, or aborted the connection because of this side:
+//!   `SW_REASON_*`). The engine's counters are the pollers': shm connections bypass the pollers, so
 //!   their messages are counted per connection only.
 //!
 //! # Errors
@@ -71,6 +73,8 @@ pub use engine::{
     sw_connect, sw_engine, sw_engine_close, sw_engine_get_stats, sw_engine_new, sw_engine_poll,
     sw_engine_stats, sw_event, sw_listen, sw_next_event, SW_EVENT_CONNECTED, SW_EVENT_DISCONNECTED,
     SW_EVENT_ERROR, SW_EVENT_OTHER, SW_EVENT_PEER_LEN, SW_EVENT_PEER_UNRESPONSIVE,
+    SW_REASON_ABORTED_PROTOCOL, SW_REASON_ABORTED_UNRESPONSIVE, SW_REASON_IO, SW_REASON_NONE,
+    SW_REASON_OTHER, SW_REASON_PEER_CLOSED, SW_REASON_PEER_UNRESPONSIVE, SW_REASON_PROTOCOL,
 };
 pub use error::*;
 pub use held::{sw_conn_max_held, sw_conn_outstanding, sw_hold, sw_msg, sw_release};

@@ -14,7 +14,7 @@ use std::ptr::NonNull;
 use super::spare::{Counts, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError, RING_CLAIM};
 use crate::desc::{RxDesc, BUF_INLINE, INLINE_MAX};
-use crate::error::Error;
+use crate::error::{Error, FabricError};
 use crate::fabric::{DirectPath, Sent};
 use crate::link::Pools;
 use crate::stats::ConnStats;
@@ -393,18 +393,19 @@ impl Direct {
     }
 
     /// The error the connection is down with, if it is: its shared state, or the peer's
-    /// closed flag in the fabric (then the connection is marked disconnected). Called only
-    /// when the ring was found empty, never per message.
+    /// close mark in the fabric (then the connection is marked disconnected, or failed with
+    /// [`FabricError::PeerAborted`] when the peer blamed this side). Called only when the ring
+    /// was found empty, never per message.
     #[inline]
     fn down(&self, conn: &Connection) -> Option<Error> {
         if let Some(down) = conn.shared.down() {
             return Some(down.to_error());
         }
-        if self.fabric.peer_closed() {
-            conn.shared.disconnect();
-            return conn.down_error();
+        match self.fabric.peer_close()? {
+            FabricError::PeerClosed => conn.shared.disconnect(),
+            e => conn.shared.fail(e),
         }
-        None
+        conn.down_error()
     }
 
     /// [`Connection::recv_timeout`] after its first try found nothing.

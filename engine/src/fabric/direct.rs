@@ -171,11 +171,12 @@ impl DirectPath {
         }
     }
 
-    /// Whether the peer marked the connection closed in the data path's shared state.
+    /// How the peer closed the connection, if it marked it closed in the data path's shared
+    /// state: [`FabricError::PeerClosed`] or [`FabricError::PeerAborted`].
     #[inline]
-    pub(crate) fn peer_closed(&self) -> bool {
+    pub(crate) fn peer_close(&self) -> Option<FabricError> {
         match self {
-            DirectPath::Shm(d) => d.peer_closed(),
+            DirectPath::Shm(d) => d.peer_close(),
         }
     }
 }

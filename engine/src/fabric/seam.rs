@@ -3,7 +3,7 @@
 //! [the module docs](crate::fabric) for the cycle.
 
 use crate::desc::TxDesc;
-use crate::error::FabricError;
+use crate::error::{AbortReason, FabricError};
 use crate::link::PollerConn;
 
 use super::{RxSink, TxDone};
@@ -151,6 +151,16 @@ pub trait FabricConn: Send + 'static {
     fn settled(&mut self, queued: bool) -> bool {
         let _ = queued;
         true
+    }
+
+    /// This side failed the connection because of its peer (`reason`: the peer went silent or
+    /// broke the protocol): tell the peer why, if the fabric can, so that it sees
+    /// [`FabricError::PeerAborted`] rather than a plain close. Called once, right before
+    /// [`close`](FabricConn::close); best effort (a peer that reads nothing more never learns
+    /// it). Runs on the poller; must not block. The default: nothing (the peer sees a close).
+    #[inline]
+    fn abort(&mut self, reason: AbortReason) {
+        let _ = reason;
     }
 
     /// The connection is being removed (application closed it, engine shutdown): publish a

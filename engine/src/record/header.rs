@@ -3,8 +3,8 @@
 use super::error::RecordError;
 use super::types::{Record, RecordType};
 use super::{
-    align8, u32_at, u64_at, BUF_REF_PAYLOAD, RECORD_HEADER, RNDV_DONE_PAYLOAD, RNDV_PAYLOAD,
-    U64_PAYLOAD,
+    align8, u32_at, u64_at, BUF_REF_PAYLOAD, CLOSE_PAYLOAD, RECORD_HEADER, RNDV_DONE_PAYLOAD,
+    RNDV_PAYLOAD, U64_PAYLOAD,
 };
 
 /// A validated record header: the first checks of the [validation rules](super#validation-what-a-reader-rejects),
@@ -147,6 +147,12 @@ impl RecordHeader {
                 fixed(RNDV_DONE_PAYLOAD)?;
                 Record::RndvDone {
                     slot: u32_at(payload, 0).unwrap_or(0),
+                }
+            }
+            RecordType::Close => {
+                fixed(CLOSE_PAYLOAD)?;
+                Record::Close {
+                    reason: u32_at(payload, 0).unwrap_or(0),
                 }
             }
             RecordType::Frag => {

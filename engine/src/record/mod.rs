@@ -42,9 +42,11 @@
 //! | 6    | `FRAG`      | reserved (no version defines it; large messages travel through large slots) | reserved |
 //! | 7    | `RNDV`      | `slot: u32`, `len: u32`, `addr: u64`, `rkey: u32`, `pad: u32` (24 bytes): a large message of `len` bytes in the sender's large slot `slot`, to be pulled with RDMA READ from `addr` with `rkey` (RDMA rendezvous) | v1 |
 //! | 8    | `RNDV_DONE` | `slot: u32`, `pad: u32` (8 bytes): the receiver pulled the sender's large slot `slot`; the sender may reuse it | v1 |
-//! | 9..=255 | —        | unknown | error |
+//! | 9    | `CLOSE`     | `reason: u32`, `pad: u32` (8 bytes): the sender failed the connection because of the receiver and closes it; `reason` 2: the receiver was silent for the sender's liveness timeout, 3: it broke the protocol (the engine's `AbortReason`; other codes read as a plain close). The last record of a stream | v1 |
+//! | 10..=255 | —       | unknown | error |
 //!
-//! RNDV and RNDV_DONE travel only in RDMA frames (see `fabric::rdma`'s protocol docs); the
+//! CLOSE travels only on the `tcp://` stream (the shm segment carries the same codes in its
+//! close mark). RNDV and RNDV_DONE travel only in RDMA frames (see `fabric::rdma`'s protocol docs); the
 //! codec checks their size, the consumer everything else (the key, the address and length
 //! against the region the peer announced at connect, the slot against its own accounting).
 //! `pad` is written as zero and ignored.
@@ -162,6 +164,8 @@ const U64_PAYLOAD: usize = 8;
 pub const RNDV_PAYLOAD: usize = 24;
 /// Payload bytes of an RNDV_DONE record.
 pub const RNDV_DONE_PAYLOAD: usize = 8;
+/// Payload bytes of a CLOSE record.
+pub const CLOSE_PAYLOAD: usize = 8;
 
 /// The payload of an RNDV record (little-endian; `pad` zero), for writers that build frames
 /// in place rather than through [`RecordWriter`].

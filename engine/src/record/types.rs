@@ -23,6 +23,9 @@ pub enum RecordType {
     /// A rendezvous acknowledgement: the receiver pulled the large message of the
     /// sender's slot `slot` (`slot: u32, pad: u32`); the sender may reuse the slot.
     RndvDone = 8,
+    /// The sender failed the connection because of the receiver and closes it
+    /// (`reason: u32, pad: u32`): the last record of its stream.
+    Close = 9,
 }
 
 impl RecordType {
@@ -37,6 +40,7 @@ impl RecordType {
             6 => RecordType::Frag,
             7 => RecordType::Rndv,
             8 => RecordType::RndvDone,
+            9 => RecordType::Close,
             _ => return None,
         })
     }
@@ -79,6 +83,12 @@ pub enum Record<'a> {
         /// The sender's large-slot index.
         slot: u32,
     },
+    /// The sender failed the connection because of the receiver, for `reason` (a code: 2, the
+    /// receiver was unresponsive; 3, it broke the protocol; others are unknown), and closes it.
+    Close {
+        /// The reason code.
+        reason: u32,
+    },
 }
 
 impl Record<'_> {
@@ -92,6 +102,7 @@ impl Record<'_> {
             Record::Heartbeat(_) => RecordType::Heartbeat,
             Record::Rndv { .. } => RecordType::Rndv,
             Record::RndvDone { .. } => RecordType::RndvDone,
+            Record::Close { .. } => RecordType::Close,
         }
     }
 }

@@ -22,6 +22,7 @@
 //! | [`failure`] | a down connection fails every data call with its reason, and is released when dropped |
 //! | [`idle`] | an application that makes no call for several liveness timeouts keeps its connection |
 //! | [`peer`] | peer close, peer SIGKILL, peer SIGSTOP (liveness) |
+//! | [`reason`] | the reason of a disconnect reaches both sides: a clean close, a silent peer (the checker sees `PeerUnresponsive`, the silent side `PeerAborted(Unresponsive)` once it resumes) |
 //! | [`reconnect`] | reconnect with an exact `unconfirmed`, delivery before the loss, give-up |
 //! | [`hostile`] | hostile bytes from a peer, where the fabric reads bytes |
 //!
@@ -38,6 +39,7 @@ pub mod flow;
 pub mod hostile;
 pub mod idle;
 pub mod peer;
+pub mod reason;
 pub mod reconnect;
 pub mod schemes;
 pub mod send;
@@ -90,6 +92,14 @@ pub struct Scheme {
     /// How many times slower than native the scheme's test machine is: the stress cases'
     /// message counts are divided by it (the emulated RDMA VM is 10-50x slower).
     pub slow: u32,
+    /// Stops (`true`) or resumes (`false`) the connecting end of the latest connection to an
+    /// endpoint in this process, as SIGSTOP / SIGCONT would stop its process, for a scheme
+    /// whose peers can be stalled in process (`mem://`'s fault injection); `None`: the cases
+    /// that need a silent peer stop a child process.
+    pub stall: Option<fn(endpoint: &str, stop: bool)>,
+    /// Whether the scheme's close carries the reason a side failed the connection for, so that
+    /// the peer sees `FabricError::PeerAborted` (else it sees `Error::Disconnected`).
+    pub carries_abort: bool,
 }
 
 impl Scheme {
@@ -237,6 +247,8 @@ macro_rules! conformance {
                 peer_sigkill_dedicated_poller => c::peer::sigkill_dedicated_poller,
                 peer_sigstop_run_to_completion => c::peer::sigstop_run_to_completion,
                 peer_sigstop_dedicated_poller => c::peer::sigstop_dedicated_poller,
+                disconnect_reasons_reach_both_sides =>
+                    c::reason::disconnect_reasons_reach_both_sides,
                 reconnect_exact_unconfirmed => c::reconnect::exact_unconfirmed,
                 reconnect_delivers_received_before_the_loss =>
                     c::reconnect::delivers_received_before_the_loss,
@@ -249,6 +261,7 @@ macro_rules! conformance {
                 role_echo => c::fifo::role_echo,
                 role_connect_and_wait => c::peer::role_connect_and_wait,
                 role_connect_then_report => c::peer::role_connect_then_report,
+                role_report_down_reason => c::reason::role_report_down_reason,
                 role_server_then_hold => c::reconnect::role_server_then_hold,
                 role_echo_server => c::reconnect::role_echo_server,
             );

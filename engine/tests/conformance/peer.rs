@@ -198,7 +198,8 @@ pub fn role_connect_and_wait(s: &'static Scheme) {
     }
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
+/// Sends `sig` to our child `pid`.
+pub fn signal(pid: u32, sig: libc::c_int) {
     let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     let rc = unsafe { libc::kill(pid, sig) };

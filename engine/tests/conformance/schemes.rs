@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use spinwire::fabric::mem::{End, Faults};
 use spinwire::{Engine, EngineBuilder, Listener};
 use spinwire_testkit::data::XorShift;
 use spinwire_testkit::WAIT;
@@ -35,6 +36,8 @@ pub const SHM: Scheme = Scheme {
     death_bound: Duration::from_secs(1),
     liveness: Duration::from_millis(300),
     slow: 1,
+    stall: None,
+    carries_abort: true,
 };
 
 fn shm_endpoint(tag: &str) -> String {
@@ -53,6 +56,8 @@ pub const TCP: Scheme = Scheme {
     death_bound: Duration::from_secs(1),
     liveness: Duration::from_millis(300),
     slow: 1,
+    stall: None,
+    carries_abort: true,
 };
 
 /// Why the cases that need a second process skip on `mem://`.
@@ -89,7 +94,19 @@ pub const MEM: Scheme = Scheme {
     death_bound: Duration::from_secs(1),
     liveness: Duration::from_millis(300),
     slow: 1,
+    stall: Some(mem_stall),
+    carries_abort: true,
 };
+
+/// Stalls or resumes the connecting end of the latest `mem://` connection to `endpoint`.
+fn mem_stall(endpoint: &str, stop: bool) {
+    let faults = Faults::latest(endpoint).expect("a mem:// connection to stall");
+    if stop {
+        faults.stall(End::Connecting);
+    } else {
+        faults.resume(End::Connecting);
+    }
+}
 
 fn mem_endpoint(tag: &str) -> String {
     format!("mem://c-{tag}-{}", std::process::id())
@@ -178,6 +195,10 @@ pub const RDMA: Scheme = Scheme {
     // As rdma_engine.rs's SIGSTOP test: 300 ms was reported up to 670 ms late in the VM.
     liveness: Duration::from_millis(500),
     slow: 8,
+    stall: None,
+    // The rdma close (rdma_cm's disconnect) carries no reason yet: the silent side sees
+    // Disconnected.
+    carries_abort: false,
 };
 
 #[cfg(feature = "rdma")]

@@ -2,11 +2,13 @@
  * errors.c - every result code of spinwire.h, provoked from C.
  *
  * Run by scripts/ci/ffi.sh (gcc, against ffi/include/spinwire.h and libspinwire). Each case
- * checks the code, that sw_errmsg() explains it and that sw_strerror() names it. Three codes
- * cannot be provoked by a correct program on a healthy host: SW_CONN_FAILED (a peer violating
- * the protocol or going silent), SW_SHUTDOWN (the engine's control thread gone) and SW_INTERNAL
- * (a panic inside the library); their mapping is tested in Rust (ffi/src/error.rs tests,
- * ffi/tests/api.rs), as is the panic guard itself.
+ * checks the code, that sw_errmsg() explains it and that sw_strerror() names it. Four codes
+ * cannot be provoked here by a correct program on a healthy host: SW_CONN_FAILED (a peer
+ * violating the protocol or going silent: ffi/tests/reasons.rs provokes both through the C API
+ * with mem:// fault injection), SW_SHUTDOWN (the engine's control thread gone), SW_REFUSED (a
+ * listener holding its 1024 connections) and SW_INTERNAL (a panic inside the library); their
+ * mapping is tested in Rust (ffi/src/error.rs tests, ffi/tests/api.rs), as is the panic guard
+ * itself.
  *
  * Build: gcc -Wall -Iffi/include ffi/tests/c/errors.c -Ltarget/release -lspinwire -o errors
  */

@@ -63,7 +63,7 @@ use rings::Producer;
 
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::{Chain, Error};
+use crate::error::{AbortReason, Chain, Error};
 use crate::event::Event;
 use crate::link::ConnParts;
 use crate::stats::EngineCounters;
@@ -196,6 +196,14 @@ impl Ctx<'_> {
 
 /// The setup-side resources of one connection, released when its poller has let go.
 pub(crate) trait SetupSide: Send {
+    /// The connection failed because of its peer (`reason`): tell the peer why, if this side
+    /// can, when [`finish`](Self::finish) (called right after) closes it (shm: the reason goes
+    /// in the segment's close mark). The default: nothing (the peer sees a plain close; a
+    /// poller fabric tells it from the data path, `FabricConn::abort`).
+    fn abort(&mut self, reason: AbortReason) {
+        let _ = reason;
+    }
+
     /// Releases them (shm: the segment's closed mark and the bye; RDMA: the disconnect).
     fn finish(&mut self);
 }

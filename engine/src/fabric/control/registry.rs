@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, FabricError, SetupError};
 use crate::event::Event;
 use crate::fabric::{DirectPath, Fabric};
-use crate::link::{conn_pair, direct_parts, ConnParts, ConnShared, Pools};
+use crate::link::{conn_pair, direct_parts, ConnParts, ConnShared, Down, Pools};
 use crate::poller::{Command, Notice, PollerLink};
 
 use super::{earliest, Ctx, SetupSide, COMMAND_RETRY};
@@ -337,9 +337,15 @@ impl<P: Pollers, L, R: SetupSide> Registry<P, L, R> {
         self.close(ctx, id, grace);
     }
 
-    /// Releases the setup side of connection `id` and forgets it.
+    /// Releases the setup side of connection `id` and forgets it; a connection that failed
+    /// because of its peer tells the peer why first ([`SetupSide::abort`]).
     pub(crate) fn finish(&mut self, id: u64) {
         if let Some(mut rec) = self.conns.remove(&id) {
+            if let Some(Down::Failed(e)) = rec.shared.down() {
+                if let Some(reason) = e.abort_reason() {
+                    rec.setup.abort(reason);
+                }
+            }
             rec.setup.finish();
         }
     }

@@ -21,7 +21,7 @@ use super::setup::{self, Established, MemListenerState};
 use super::MemFabric;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::Error;
+use crate::error::{AbortReason, Error};
 #[cfg(doc)]
 use crate::fabric::control::FabricControl;
 use crate::fabric::control::{self, Accept, Accepting, Ctx, NewConn, PendingSetup, Reg, SetupSide};
@@ -42,6 +42,10 @@ impl MemSetup {
 }
 
 impl SetupSide for MemSetup {
+    fn abort(&mut self, reason: AbortReason) {
+        self.chan.abort(self.me, reason);
+    }
+
     fn finish(&mut self) {
         self.chan.close(self.me);
     }

@@ -27,8 +27,10 @@
 //! **Liveness and close.** Each end bumps its beat word in every liveness check
 //! ([`check_peer`](FabricConn::check_peer)); an end whose peer's beat has not moved for the
 //! liveness timeout fails the connection with [`FabricError::PeerUnresponsive`]. Closing an
-//! end sets its closed flag; the peer delivers what was published before it, then reports
-//! [`FabricError::PeerClosed`] once.
+//! end sets its close word; the peer delivers what was published before it, then reports
+//! [`FabricError::PeerClosed`] once, or [`FabricError::PeerAborted`] when the end failed the
+//! connection because of its peer ([`abort`](FabricConn::abort): the word holds the
+//! [`AbortReason`]'s code; the first mark wins).
 //!
 //! **Faults** (tests, [`Faults`](super::Faults)): an end's fault word can stall it (it does
 //! nothing, not even its liveness check), kill it (stalled for good, and closed to its peer) or
@@ -38,7 +40,7 @@
 
 use std::any::Any;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +48,7 @@ use crossbeam_utils::CachePadded;
 use rings::{Consumer, Producer};
 
 use crate::desc::{is_large, large_slot, PoolView, TxDesc, BUF_INLINE};
-use crate::error::FabricError;
+use crate::error::{AbortReason, FabricError};
 use crate::fabric::{Fabric, FabricConn, RxSink, TxDone};
 
 /// Payload bytes a record carries inline (the record is two cache lines).
@@ -82,8 +84,9 @@ pub(crate) struct EndState {
     delivered: CachePadded<AtomicU64>,
     /// Proof of life: advanced by this end's liveness checks.
     beat: CachePadded<AtomicU64>,
-    /// Nothing more will be published by this end.
-    pub(crate) closed: AtomicBool,
+    /// Nothing more will be published by this end once nonzero: [`CLOSED`], or the code of
+    /// the [`AbortReason`] it failed the connection with. Set once (the first mark wins).
+    pub(crate) closed: AtomicU32,
     /// `FAULT_*` bits (tests).
     pub(crate) faults: AtomicU8,
 }
@@ -94,10 +97,25 @@ pub(crate) struct Channel {
     pub(crate) ends: [EndState; 2],
 }
 
+/// [`EndState::closed`]: the end closed without blaming its peer.
+pub(crate) const CLOSED: u32 = 1;
+
 impl Channel {
-    /// Marks end `me` closed (idempotent).
+    /// Marks end `me` closed (idempotent; an earlier abort's reason stays).
     pub(crate) fn close(&self, me: usize) {
-        self.ends[me].closed.store(true, Ordering::Release);
+        self.mark(me, CLOSED);
+    }
+
+    /// Marks end `me` closed because of its peer, for `reason` (a mark made before stays).
+    pub(crate) fn abort(&self, me: usize, reason: AbortReason) {
+        self.mark(me, reason.code());
+    }
+
+    fn mark(&self, me: usize, code: u32) {
+        let _ =
+            self.ends[me]
+                .closed
+                .compare_exchange(0, code, Ordering::Release, Ordering::Relaxed);
     }
 }
 
@@ -232,7 +250,13 @@ impl MemConn {
     /// The peer will publish nothing more (Acquire: what it published before is visible).
     #[inline]
     fn peer_closed(&self) -> bool {
-        self.peer().closed.load(Ordering::Acquire) || self.rx.is_abandoned()
+        self.peer().closed.load(Ordering::Acquire) != 0 || self.rx.is_abandoned()
+    }
+
+    /// How the peer's close is reported: [`FabricError::PeerAborted`] when it blamed this end.
+    #[cold]
+    fn peer_close_error(&self) -> FabricError {
+        FabricError::peer_close(self.peer().closed.load(Ordering::Acquire))
     }
 }
 
@@ -319,7 +343,7 @@ impl FabricConn for MemConn {
         res?;
         if n == 0 && closed && !self.gone && self.rx.is_empty() {
             self.gone = true;
-            return Err(FabricError::PeerClosed);
+            return Err(self.peer_close_error());
         }
         Ok(n)
     }
@@ -460,6 +484,10 @@ impl FabricConn for MemConn {
             }
         }
         Ok(())
+    }
+
+    fn abort(&mut self, reason: AbortReason) {
+        self.chan.abort(self.me, reason);
     }
 
     fn close(&mut self) {

@@ -142,7 +142,7 @@ fn a_close_is_finished_by_the_pollers_notice_and_the_peer_reports_a_disconnect()
     rig.poller.do_work(0);
     rig.drain();
     assert!(!rig.reg.conns.contains_key(&a), "finished on Retired");
-    assert!(chan.ends[0].closed.load(Ordering::Acquire));
+    assert!(chan.ends[0].closed.load(Ordering::Acquire) != 0);
     // The peer's poller sees the close, drains and retires it: reported as a disconnect.
     for _ in 0..4 {
         rig.poller.do_work(0);
@@ -164,7 +164,7 @@ fn a_zero_grace_finishes_at_once_and_a_failure_is_reported_once() {
     assert!(reg.close(&mut ctx, a, Some(Duration::ZERO)));
     assert!(!reg.conns.contains_key(&a), "finished at once");
     assert!(
-        chan.ends[0].closed.load(Ordering::Acquire),
+        chan.ends[0].closed.load(Ordering::Acquire) != 0,
         "its end marked closed"
     );
     assert!(!reg.close(&mut ctx, a, None), "gone");
@@ -172,7 +172,8 @@ fn a_zero_grace_finishes_at_once_and_a_failure_is_reported_once() {
     rig.drain();
 
     // A corrupt record from a fresh pair's connecting end fails the accepted end, reported
-    // once as an error; its close then disconnects the connecting end.
+    // once as an error; its close then fails the connecting end, which learns why (the
+    // accepted end aborted it for a protocol violation).
     let (c, d, _, mut parts) = rig.register_pair_parts("reg-unit-4");
     rig.poller.do_work(0);
     rig.events();
@@ -195,8 +196,7 @@ fn a_zero_grace_finishes_at_once_and_a_failure_is_reported_once() {
         "{ev:?}"
     );
     assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::Disconnected { conn } if *conn == c)),
+        ev.iter().any(|e| matches!(e, Event::Error { conn: Some(x), error: crate::Error::Fabric(crate::FabricError::PeerAborted(crate::AbortReason::Protocol)) } if *x == c)),
         "{ev:?}"
     );
     assert!(rig.reg.conns.is_empty() || rig.reg.conns.keys().all(|&k| k == b));

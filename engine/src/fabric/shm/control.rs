@@ -9,7 +9,10 @@
 //! the ring before they report the state). A protocol violation that the application's direct
 //! path found (it failed the connection's shared state) is reported on the next
 //! [`tick`](FabricControl::tick) ([`Event::Error`]) and the connection closed. The segment's
-//! closed mark and the bye on the socket go out when the connection is closed.
+//! closed mark and the bye on the socket go out when the connection is closed; a connection
+//! failed because of its peer (unresponsive, or a protocol violation) puts the reason in the
+//! mark, and the peer reports it as [`FabricError::PeerAborted`] (an [`Event::Error`] and the
+//! error of its calls) rather than a disconnect.
 //!
 //! Accepting never waits on a peer: each accepted socket becomes a pending [`Handshake`] entry
 //! whose socket is in the poll set; the control thread runs a step when its message arrives and
@@ -36,7 +39,7 @@ use super::setup::{self, Established, Handshake, ShmListener, Step};
 use super::wire::Segment;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
-use crate::error::Error;
+use crate::error::{AbortReason, Error, FabricError};
 use crate::event::Event;
 #[cfg(doc)]
 use crate::fabric::control::FabricControl;
@@ -60,6 +63,11 @@ pub(crate) struct ShmSetup {
 }
 
 impl SetupSide for ShmSetup {
+    fn abort(&mut self, reason: AbortReason) {
+        // Before the bye (finish): a peer that sees the hang-up reads the reason.
+        self.segment.mark_closed_with(reason.code());
+    }
+
     fn finish(&mut self) {
         self.segment.mark_closed();
         let _ = self.stream.send_bye();
@@ -314,13 +322,29 @@ impl Accepting for ShmControl {
             None => false,
         };
         if gone {
-            tracing::debug!(conn = id, cause = "rendezvous socket hung up", "disconnect");
             // The application delivers what the peer sent before (its receive calls drain the
-            // ring before they report the state).
-            if let Some(c) = reg.conns.get(&id) {
-                c.shared.disconnect();
+            // ring before they report the state). The peer's close mark says whether it blamed
+            // this side (it is written before the bye; a dead peer left none).
+            let Some(c) = reg.conns.get(&id) else {
+                return;
+            };
+            match FabricError::peer_close(c.setup.segment.peer_close_code()) {
+                e @ FabricError::PeerAborted(_) => c.shared.fail(e),
+                _ => c.shared.disconnect(),
             }
-            ctx.emit(Event::Disconnected { conn: id });
+            match c.shared.down() {
+                Some(Down::Failed(e)) => {
+                    tracing::debug!(conn = id, error = %e, "peer aborted");
+                    ctx.emit(Event::Error {
+                        conn: Some(id),
+                        error: Error::Fabric(e),
+                    });
+                }
+                _ => {
+                    tracing::debug!(conn = id, cause = "rendezvous socket hung up", "disconnect");
+                    ctx.emit(Event::Disconnected { conn: id });
+                }
+            }
             reg.close(ctx, id, CLOSE_NOW);
         }
     }

@@ -682,10 +682,14 @@ impl ShmDirect {
         unsafe { &*self.rx.get() }.ring.pending_hint() > 0
     }
 
-    /// Whether the peer marked its side of the segment closed (one load of its state line;
-    /// checked only when the ring is empty).
+    /// How the peer closed its side of the segment, if it did (one load of its state line;
+    /// checked only when the ring is empty): [`FabricError::PeerClosed`], or
+    /// [`FabricError::PeerAborted`] when it failed the connection because of this side.
     #[inline]
-    pub(crate) fn peer_closed(&self) -> bool {
-        self.seg.is_peer_closed()
+    pub(crate) fn peer_close(&self) -> Option<FabricError> {
+        match self.seg.peer_close_code() {
+            0 => None,
+            code => Some(FabricError::peer_close(code)),
+        }
     }
 }

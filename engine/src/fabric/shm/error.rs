@@ -54,11 +54,15 @@ pub enum ShmSetupError {
         #[source]
         source: UdsError,
     },
-    /// The connector proposed parameters that are invalid (the listener rejected it).
+    /// The connector proposed parameters that are invalid (the listener rejected it): out of
+    /// the wire's range, or a ring deeper than the listener's pool could fill.
     #[error("connector proposed invalid shm parameters {theirs:?}")]
     ProposalInvalid {
         /// The proposed parameters.
         theirs: Params,
+        /// The first field out of range.
+        #[source]
+        source: WireError,
     },
     /// The connector's settings differ from this listener's in pool geometry (rejected; the
     /// connector is told the listener's values).

@@ -165,6 +165,38 @@ fn offer_mismatches(ours: &Params, offer: &Params) -> Vec<Mismatch> {
     m
 }
 
+/// Checks a connector's proposal before anything is settled or created for it: the wire's own
+/// limits ([`Params::validate`]), the engine's inline limit, and a ring depth that the
+/// proposed pool could use. A connector proposes its credit depth rounded up to a power of
+/// two, and its depth is at most its buffer count (which [`settle`] then requires to be this
+/// listener's): a deeper ring could never fill, and would only make this side reserve memory
+/// for it (up to 16 MiB per direction at the wire's maximum depth).
+///
+/// # Errors
+///
+/// [`WireError::InvalidParams`] naming the first field out of range.
+fn check_proposal(theirs: &Params) -> Result<(), WireError> {
+    theirs.validate()?;
+    if theirs.inline_max as usize > INLINE_MAX {
+        return Err(WireError::InvalidParams {
+            what: "inline_max (above the engine's inline limit)",
+            value: theirs.inline_max.into(),
+        });
+    }
+    // `validate` bounds the count (2^16), so this cannot overflow.
+    let ring_max = theirs
+        .buffer_count
+        .next_power_of_two()
+        .max(wire::layout::MIN_RING_DEPTH);
+    if theirs.ring_depth > ring_max {
+        return Err(WireError::InvalidParams {
+            what: "ring_depth (deeper than the pool's buffer count, rounded up to a power of two)",
+            value: theirs.ring_depth.into(),
+        });
+    }
+    Ok(())
+}
+
 fn to_conn_params(p: &Params) -> ConnParams {
     ConnParams {
         buffer_size: p.buffer_size,
@@ -364,9 +396,9 @@ impl ShmListener {
             };
             let stream = &mut hs.stream;
             let theirs = from_conn_params(&hello.params);
-            if theirs.validate().is_err() || theirs.inline_max as usize > INLINE_MAX {
+            if let Err(source) = check_proposal(&theirs) {
                 let _ = stream.send_reject(HandshakeRefusal::ParamsInvalid, nowait);
-                return Err(ShmSetupError::ProposalInvalid { theirs }.into());
+                return Err(ShmSetupError::ProposalInvalid { theirs, source }.into());
             }
             // Ring depth and inline size: the connector's choice (both validated); large
             // slots: the smaller of both; the pool geometry must be the listener's own.

@@ -43,7 +43,9 @@
 //! Everything from the peer is validated: a bad hello fails that accept or connect with a typed
 //! [`TcpSetupError`]; a bad record fails only that connection with a
 //! [`FabricError::Protocol`](crate::FabricError::Protocol); the end of stream or a reset
-//! disconnects it.
+//! disconnects it. A side that fails a connection because of its peer (a protocol violation,
+//! a silent peer) ends its stream with a `CLOSE` record naming the reason, best effort, and
+//! the peer fails with [`FabricError::PeerAborted`](crate::FabricError::PeerAborted).
 
 pub(crate) mod control;
 mod datapath;

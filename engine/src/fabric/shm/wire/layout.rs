@@ -101,8 +101,13 @@ pub mod hdr {
     pub const SIDE_STATE: usize = 128;
     /// `u32` in a side-state block: 1 once the side attached.
     pub const ST_ATTACHED: usize = 0;
-    /// `u32` in a side-state block: 1 once the side closed.
+    /// `u32` in a side-state block: 0 while the side is open; once it closed, [`CLOSED`], or
+    /// the code of the reason it failed the connection for (2: its peer was unresponsive, 3:
+    /// its peer broke the protocol; the engine's `AbortReason`). Written once (the first mark
+    /// wins).
     pub const ST_CLOSED: usize = 4;
+    /// [`ST_CLOSED`]: closed without blaming the peer.
+    pub const CLOSED: u32 = 1;
     /// `u64` in a side-state block: heartbeat counter.
     pub const ST_HEARTBEAT: usize = 8;
     /// `u32` in a side-state block: pid of the side.

@@ -124,8 +124,10 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // Clean close: tell the peer (it may also see the control socket hang up).
         if self.holds_side {
-            self.atomic_u32(self.state_off(self.side, hdr::ST_CLOSED))
-                .store(1, Ordering::Release);
+            // A mark made before (an abort's reason) stays.
+            let _ = self
+                .atomic_u32(self.state_off(self.side, hdr::ST_CLOSED))
+                .compare_exchange(0, hdr::CLOSED, Ordering::Release, Ordering::Relaxed);
         }
         // SAFETY: `base`/`len` are exactly what mmap returned; no reference into the mapping
         // outlives `self` (every handle holds an `Arc<Mapping>`).

@@ -389,11 +389,30 @@ impl Segment {
     }
 
     /// Marks this side closed (clean close); also done automatically when the last handle drops.
+    /// A mark made before ([`mark_closed_with`](Self::mark_closed_with)) stays.
     #[inline]
     pub fn mark_closed(&self) {
-        self.map
+        self.mark_closed_with(hdr::CLOSED);
+    }
+
+    /// Marks this side closed with `code` (nonzero: the reason this side failed the connection
+    /// for, see the layout's `ST_CLOSED`), unless it is marked already (the first mark wins).
+    #[inline]
+    pub fn mark_closed_with(&self, code: u32) {
+        let _ = self
+            .map
             .atomic_u32(self.map.state_off(self.map.side, hdr::ST_CLOSED))
-            .store(1, Ordering::Release);
+            .compare_exchange(0, code.max(1), Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// The peer's close mark: 0 while it is open, else what it closed with (see
+    /// [`mark_closed_with`](Self::mark_closed_with); an untrusted hint).
+    #[inline]
+    pub fn peer_close_code(&self) -> u32 {
+        let peer = self.map.side.peer();
+        self.map
+            .atomic_u32(self.map.state_off(peer, hdr::ST_CLOSED))
+            .load(Ordering::Acquire)
     }
 
     /// Reads the peer's state words (untrusted hints, see [`PeerState`]).

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::desc::{is_large, large_slot, TxDesc, INLINE_MAX};
-use crate::error::FabricError;
+use crate::error::{AbortReason, FabricError};
 use crate::fabric::{FabricConn, RxSink, TxDone};
 use crate::link::Pools;
 use crate::record::{self, RecordType, RECORD_HEADER};
@@ -328,6 +328,19 @@ impl FabricConn for TcpConn {
             self.wrote_seen = (self.wrote, now_ns);
         }
         Ok(())
+    }
+
+    fn abort(&mut self, reason: AbortReason) {
+        // A CLOSE record after everything queued (the stage is only ever appended at a record
+        // boundary), written by `close`'s flush, best effort: a full stage or socket buffer
+        // (a stopped peer that stopped reading) leaves the peer a plain end of stream.
+        if !self.tx_dead && self.stage.len() - self.stage_len >= 16 {
+            let h = header(RecordType::Close, 8);
+            self.stage_put(&h);
+            let mut p = [0u8; 8];
+            p[..4].copy_from_slice(&reason.code().to_le_bytes());
+            self.stage_put(&p);
+        }
     }
 
     fn close(&mut self) {

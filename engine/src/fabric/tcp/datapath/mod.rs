@@ -1,7 +1,9 @@
 //! The TCP fabric's data path: what a poller runs for each `tcp://` connection.
 //!
 //! The byte stream is a sequence of [records](crate::record): `DATA` (a message), `CREDIT`
-//! (cumulative messages delivered to the receiver's application) and `HEARTBEAT` (liveness).
+//! (cumulative messages delivered to the receiver's application), `HEARTBEAT` (liveness) and,
+//! last, `CLOSE` when the sender failed the connection because of the receiver (its reason:
+//! the receiver fails with [`FabricError::PeerAborted`] after what came before).
 //!
 //! **Send.** [`post_send`](crate::fabric::FabricConn::post_send) queues each message: a small one
 //! (up to the inline threshold) is copied with its record header into the connection's *stage* (a

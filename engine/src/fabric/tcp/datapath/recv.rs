@@ -115,6 +115,9 @@ impl Delivery {
             }
             Record::Credit(c) => flow.on_credit(c)?,
             Record::Heartbeat(_) => {}
+            // The peer failed the connection because of this side: everything it sent before
+            // was parsed (and delivered) first.
+            Record::Close { reason } => return Err(FabricError::peer_close(reason)),
             _ => {
                 return Err(FabricError::Protocol(
                     "tcp record type not valid on a stream",
@@ -147,7 +150,9 @@ fn check_partial(buf: &[u8], max_payload: usize) -> Result<(), FabricError> {
     let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
     let ok = match RecordType::from_u8(buf[4]) {
         Some(RecordType::Data) => len >= RECORD_HEADER && len - RECORD_HEADER <= max_payload,
-        Some(RecordType::Credit | RecordType::Heartbeat) => len == RECORD_HEADER + 8,
+        Some(RecordType::Credit | RecordType::Heartbeat | RecordType::Close) => {
+            len == RECORD_HEADER + 8
+        }
         _ => false,
     };
     if ok {
