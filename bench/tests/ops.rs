@@ -527,3 +527,52 @@ fn spinwire_stat_beside_bench_rate() {
         }
     }
 }
+
+/// `bench footprint` over shm and tcp: every figure is printed, each side's resident memory
+/// per connection is bounded (no eager pools: tcp stays under 256 KiB, shm under its 8-MiB
+/// bound), and no connection went down while both sides idled past the liveness timeout.
+#[test]
+fn footprint_reports_each_sides_memory_and_no_connection_lost() {
+    let _g = serial();
+    for (fabric, bound_kib) in [("tcp", 256.0), ("shm", 8192.0)] {
+        let out = wait(
+            spawn(&[
+                "footprint",
+                "--fabric",
+                fabric,
+                "--connections",
+                "4",
+                "--idle",
+                "1.5",
+            ]),
+            Duration::from_secs(60),
+        );
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("connect time: median"), "{t}");
+        assert!(
+            stdout.contains("committed shared memory per connection"),
+            "{t}"
+        );
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("resident per connection"))
+            .unwrap_or_else(|| panic!("no resident line: {t}"));
+        let kib: Vec<f64> = line
+            .split_whitespace()
+            .zip(line.split_whitespace().skip(1))
+            .filter(|(_, unit)| unit.starts_with("KiB"))
+            .filter_map(|(n, _)| n.parse().ok())
+            .take(2)
+            .collect();
+        assert_eq!(kib.len(), 2, "{t}");
+        for k in kib {
+            assert!(k <= bound_kib, "{fabric}: {k} KiB per connection: {t}");
+        }
+        assert!(
+            stdout.contains("went down while idle: listener 0 (") && stdout.contains("connector 0"),
+            "{t}"
+        );
+    }
+}
