@@ -24,7 +24,7 @@
 //! | [`peer`] | peer close, peer SIGKILL, peer SIGSTOP (liveness) |
 //! | [`reason`] | the reason of a disconnect reaches both sides: a clean close, a silent peer (the checker sees `PeerUnresponsive`, the silent side `PeerAborted(Unresponsive)` once it resumes) |
 //! | [`reconnect`] | reconnect with an exact `unconfirmed`, delivery before the loss, give-up |
-//! | [`hostile`] | hostile bytes from a peer, where the fabric reads bytes |
+//! | [`hostile`] | hostile bytes from a peer, and a peer silent in the middle of a record, where the fabric reads bytes |
 //!
 //! Every wait is bounded; the cases of one binary run one at a time ([`serial`]), and every
 //! engine idles with backoff, so that at most two threads spin at a time.
@@ -66,6 +66,9 @@ pub type HostilePeer = (Connection, Box<dyn std::any::Any>);
 /// writing random bytes from `seed`.
 pub type MakeHostile = fn(&Engine, &Listener, &str, u64) -> HostilePeer;
 
+/// How a scheme makes a raw peer stopped in the middle of a record ([`Scheme::half_record`]).
+pub type MakeHalfRecord = fn(&Engine, &Listener, &str) -> HostilePeer;
+
 /// One scheme: everything a body needs to know about it.
 pub struct Scheme {
     /// The scheme's name, also the name of the module its tests are in (`shm`, `tcp`, ...).
@@ -84,6 +87,10 @@ pub struct Scheme {
     /// Connects a raw peer through `listener` (of `engine`, on `endpoint`) and makes it write
     /// random bytes (from `seed`) where the engine reads records.
     pub hostile: Option<MakeHostile>,
+    /// Connects a raw peer through `listener` (of `engine`, on `endpoint`) that completes the
+    /// handshake and writes part of a record, then nothing, for a scheme whose records can be
+    /// half-sent (a byte stream); `None` where records are published whole.
+    pub half_record: Option<MakeHalfRecord>,
     /// How soon a SIGKILLed peer must be seen as disconnected.
     pub death_bound: Duration,
     /// The liveness timeout of the SIGSTOP cases (short, so that they are quick; the default
@@ -255,6 +262,8 @@ macro_rules! conformance {
                 reconnect_max_attempts_ends_in_gave_up => c::reconnect::max_attempts_ends_in_gave_up,
                 hostile_bytes_fail_only_their_connection =>
                     c::hostile::bytes_fail_only_their_connection,
+                peer_silent_mid_record_is_unresponsive =>
+                    c::hostile::silent_mid_record_is_unresponsive,
             );
 
             $crate::conformance!(@roles

@@ -6,7 +6,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use spinwire::fabric::mem::{End, Faults};
-use spinwire::{Engine, EngineBuilder, Listener};
+use spinwire::{Connection, Engine, EngineBuilder, Listener};
 use spinwire_testkit::data::XorShift;
 use spinwire_testkit::WAIT;
 
@@ -26,13 +26,17 @@ pub const SHM: Scheme = Scheme {
     available: always,
     endpoint: shm_endpoint,
     tweak: same,
-    skips: &[(
-        "hostile_bytes_fail_only_their_connection",
-        "a shm peer writes shared memory, not a byte stream: its hostile records are \
-         engine/tests/corrupt.rs (random bytes in the peer's rings)",
-    )],
+    skips: &[
+        (
+            "hostile_bytes_fail_only_their_connection",
+            "a shm peer writes shared memory, not a byte stream: its hostile records are \
+             engine/tests/corrupt.rs (random bytes in the peer's rings)",
+        ),
+        ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS),
+    ],
     size_step: 1,
     hostile: None,
+    half_record: None,
     death_bound: Duration::from_secs(1),
     liveness: Duration::from_millis(300),
     slow: 1,
@@ -53,12 +57,18 @@ pub const TCP: Scheme = Scheme {
     skips: &[],
     size_step: 1,
     hostile: Some(tcp_hostile),
+    half_record: Some(tcp_half_record),
     death_bound: Duration::from_secs(1),
     liveness: Duration::from_millis(300),
     slow: 1,
     stall: None,
     carries_abort: true,
 };
+
+/// Why the mid-record case skips where records are published whole.
+const WHOLE_RECORDS: &str = "records are published whole (the header is written after the \
+     payload, or a work request carries the whole message): no record can be half-sent; a \
+     byte stream's partial record is tcp's case";
 
 /// Why the cases that need a second process skip on `mem://`.
 const MEM_IN_PROCESS: &str = "mem:// is in-process: no second process can reach it; its \
@@ -72,6 +82,7 @@ pub const MEM: Scheme = Scheme {
     endpoint: mem_endpoint,
     tweak: same,
     skips: &[
+        ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS),
         ("fifo_every_size_two_processes", MEM_IN_PROCESS),
         ("peer_sigkill_run_to_completion", MEM_IN_PROCESS),
         ("peer_sigkill_dedicated_poller", MEM_IN_PROCESS),
@@ -91,6 +102,7 @@ pub const MEM: Scheme = Scheme {
     ],
     size_step: 1,
     hostile: None,
+    half_record: None,
     death_bound: Duration::from_secs(1),
     liveness: Duration::from_millis(300),
     slow: 1,
@@ -133,7 +145,8 @@ fn tcp_hello() -> [u8; 32] {
 }
 
 /// A raw socket completes the handshake, then writes random bytes where records go.
-fn tcp_hostile(engine: &Engine, listener: &Listener, endpoint: &str, seed: u64) -> HostilePeer {
+/// A raw tcp peer through `listener` that has completed the hello (the listener accepted it).
+fn tcp_raw_peer(engine: &Engine, listener: &Listener, endpoint: &str) -> (Connection, TcpStream) {
     let addr = endpoint.strip_prefix("tcp://").expect("a tcp endpoint");
     let mut raw = TcpStream::connect(addr).expect("raw connect");
     raw.set_read_timeout(Some(WAIT)).unwrap();
@@ -150,6 +163,22 @@ fn tcp_hostile(engine: &Engine, listener: &Listener, endpoint: &str, seed: u64) 
     let mut reply = [0u8; 32];
     raw.read_exact(&mut reply).unwrap();
     assert_eq!(reply[5], 0, "raw peer accepted");
+    (conn, raw)
+}
+
+/// A raw tcp peer that writes the header and half the payload of a 100-byte DATA record, then
+/// nothing (the socket stays open).
+fn tcp_half_record(engine: &Engine, listener: &Listener, endpoint: &str) -> HostilePeer {
+    let (conn, mut raw) = tcp_raw_peer(engine, listener, endpoint);
+    let mut rec = [0u8; 58];
+    rec[0..4].copy_from_slice(&108u32.to_le_bytes());
+    rec[4] = 1;
+    raw.write_all(&rec).unwrap();
+    (conn, Box::new(raw))
+}
+
+fn tcp_hostile(engine: &Engine, listener: &Listener, endpoint: &str, seed: u64) -> HostilePeer {
+    let (conn, mut raw) = tcp_raw_peer(engine, listener, endpoint);
     let mut rng = XorShift::new(seed);
     let garbage: Vec<u8> = (0..256).map(|_| rng.next() as u8).collect();
     // The engine may fail the connection and close the socket before all of it is written.
@@ -167,6 +196,7 @@ pub const RDMA: Scheme = Scheme {
     endpoint: rdma_endpoint,
     tweak: rdma_tweak,
     skips: &[
+        ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS),
         (
             "hostile_bytes_fail_only_their_connection",
             "a hostile rdma peer needs a raw verbs peer, which the testkit does not have: the \
@@ -191,6 +221,7 @@ pub const RDMA: Scheme = Scheme {
     ],
     size_step: 7,
     hostile: None,
+    half_record: None,
     death_bound: Duration::from_secs(5),
     // As rdma_engine.rs's SIGSTOP test: 300 ms was reported up to 670 ms late in the VM.
     liveness: Duration::from_millis(500),
