@@ -62,35 +62,6 @@ fn send_any(c: &Connection, seq: u32, len: usize) {
     c.flush().expect("flush");
 }
 
-/// Frame `seq` of `len` bytes as a vector (for `send_copy`).
-fn frame(seq: u32, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    fill(&mut v, seq);
-    v
-}
-
-/// `e` is `MessageTooLarge` for `size` bytes, stating the limit `max` (also in its text).
-fn assert_too_large(e: &Error, size: usize, max: usize) {
-    assert!(
-        matches!(e, Error::MessageTooLarge { size: s, max: m } if *s == size && *m == max),
-        "expected MessageTooLarge {{ size: {size}, max: {max} }}, got {e:?}"
-    );
-    assert!(e.to_string().contains(&max.to_string()), "{e}");
-}
-
-/// Every way of sending `limit + 1` bytes is refused with the limit, and nothing is sent.
-fn assert_limit_refused(c: &Connection, limit: usize) {
-    assert_too_large(&c.claim(limit + 1).map(drop).unwrap_err(), limit + 1, limit);
-    assert_too_large(
-        &c.send_copy(&vec![0u8; limit + 1]).unwrap_err(),
-        limit + 1,
-        limit,
-    );
-    let mut b = c.alloc_large_timeout(WAIT).expect("alloc_large");
-    assert_eq!(b.capacity(), limit, "a large slot holds the limit");
-    assert_too_large(&b.set_len(limit + 1).unwrap_err(), limit + 1, limit);
-}
-
 #[test]
 fn the_limit_is_the_smaller_side_and_needs_large_slots_on_both() {
     let _g = serial();

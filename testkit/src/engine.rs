@@ -179,3 +179,42 @@ pub fn echo_until_closed(conn: &Connection) -> u64 {
         }
     }
 }
+
+/// Frame `seq` of `len` bytes as a vector (for `send_copy`).
+pub fn frame(seq: u32, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill(&mut v, seq);
+    v
+}
+
+/// Asserts that `e` is `MessageTooLarge` for `size` bytes, stating the limit `max` (also in
+/// its text).
+///
+/// # Panics
+///
+/// When it is not.
+pub fn assert_too_large(e: &Error, size: usize, max: usize) {
+    assert!(
+        matches!(e, Error::MessageTooLarge { size: s, max: m } if *s == size && *m == max),
+        "expected MessageTooLarge {{ size: {size}, max: {max} }}, got {e:?}"
+    );
+    assert!(e.to_string().contains(&max.to_string()), "{e}");
+}
+
+/// Every way of sending `limit + 1` bytes (`claim`, `send_copy`, a large slot's `set_len`) is
+/// refused with the limit, and nothing is sent.
+///
+/// # Panics
+///
+/// When one is not refused that way, or no large slot comes within [`WAIT`].
+pub fn assert_limit_refused(c: &Connection, limit: usize) {
+    assert_too_large(&c.claim(limit + 1).map(drop).unwrap_err(), limit + 1, limit);
+    assert_too_large(
+        &c.send_copy(&vec![0u8; limit + 1]).unwrap_err(),
+        limit + 1,
+        limit,
+    );
+    let mut b = c.alloc_large_timeout(WAIT).expect("alloc_large");
+    assert_eq!(b.capacity(), limit, "a large slot holds the limit");
+    assert_too_large(&b.set_len(limit + 1).unwrap_err(), limit + 1, limit);
+}
