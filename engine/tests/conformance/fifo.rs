@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use spinwire::{Connection, Engine, Error, RecvIntoError, DEFAULT_MAX_MESSAGE_SIZE};
-use spinwire_testkit::data::{fill, verify, XorShift};
+use spinwire::{Connection, Engine, RecvIntoError, DEFAULT_MAX_MESSAGE_SIZE};
+use spinwire_testkit::data::{verify, XorShift};
 use spinwire_testkit::engine::*;
 use spinwire_testkit::process::{wait_success, KillOnDrop};
 use spinwire_testkit::{cores, role, WAIT};
