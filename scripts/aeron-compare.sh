@@ -54,6 +54,7 @@ aeron_round() {
     local r=$1
     AERON_DIR_PATH=$(mktemp -d /dev/shm/aeron-compare.XXXXXX)
     AERON_DIR=$AERON_DIR_PATH AERON_THREADING_MODE=SHARED AERON_SHARED_IDLE_STRATEGY=backoff \
+        AERON_PRE_TOUCH_MAPPED_MEMORY=true AERON_IPC_TERM_BUFFER_LENGTH=${AERON_TERM:-65536} \
         taskset -c "$CORES" "$AERON_BIN/aeronmd" >"$OUT/aeronmd-$r.log" 2>&1 &
     DRIVER_PID=$!
     for _ in $(seq 100); do [[ -e "$AERON_DIR_PATH/cnc.dat" ]] && break; sleep 0.1; done

@@ -116,6 +116,16 @@ pub enum Error {
         /// Buffers in the pool.
         count: usize,
     },
+    /// A message is waiting, but the application holds `max` small received messages, the
+    /// most a connection lends at once (each is held in a slot of its own; there are as many
+    /// slots as receive buffers and large slots, and at least 256; a message in a receive
+    /// buffer holds that buffer instead): drop one and receive again. Nothing is lost; the
+    /// message stays queued.
+    #[error("the application holds {max} small received messages, the most at once: drop one")]
+    TooManyHeld {
+        /// The most messages held at once.
+        max: usize,
+    },
     /// A message larger than the connection's buffers; segmentation is not supported.
     #[error("message of {size} bytes exceeds the maximum message size of {max} bytes")]
     MessageTooLarge {

@@ -81,7 +81,8 @@ pub(crate) fn code_of(e: &Error) -> i32 {
         Error::Connect { .. } | Error::NoListener { .. } => SW_NOT_CONNECTED,
         Error::ListenerFull { .. } => SW_REFUSED,
         Error::Timeout => SW_TIMEOUT,
-        Error::WouldBlock => SW_BACK_PRESSURED,
+        // The application holds the most received messages: back-pressure on its own receives.
+        Error::WouldBlock | Error::TooManyHeld { .. } => SW_BACK_PRESSURED,
         Error::ClaimOpen => SW_CLAIM_OPEN,
         Error::PoolExhausted { .. } => SW_POOL_EXHAUSTED,
         Error::MessageTooLarge { .. } => SW_TOO_LARGE,
@@ -347,6 +348,7 @@ mod tests {
             (Error::WouldBlock, SW_BACK_PRESSURED),
             (Error::ClaimOpen, SW_CLAIM_OPEN),
             (Error::PoolExhausted { count: 1 }, SW_POOL_EXHAUSTED),
+            (Error::TooManyHeld { max: 1 }, SW_BACK_PRESSURED),
             (Error::MessageTooLarge { size: 2, max: 1 }, SW_TOO_LARGE),
             (Error::Disconnected, SW_CLOSED),
             (Error::Fabric(FabricError::PeerClosed), SW_CLOSED),

@@ -187,20 +187,103 @@ impl Drop for SendBuf<'_> {
 }
 
 /// A received message, read in place. Derefs to its bytes; dropping it recycles its buffer.
+///
+/// A small handle (the connection, a pointer, the length, the buffer): a message in a pool
+/// buffer or a large slot is read where the peer wrote it, one that arrived inline is in a
+/// slot of the connection's stash (see `Error::TooManyHeld` for how many can be held).
 pub struct Message<'c> {
     pub(super) conn: &'c Connection,
-    pub(super) desc: RxDesc,
+    /// The first byte: in the receive pool, a large slot, or the stash slot this message owns.
+    pub(super) ptr: NonNull<u8>,
+    pub(super) len: u32,
+    /// `BUF_INLINE` (a stash slot), a receive buffer, or `LARGE_BIT | slot`: what the drop
+    /// gives back.
+    pub(super) buf: u32,
 }
 
 impl std::fmt::Debug for Message<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Message")
-            .field("len", &self.desc.len)
-            .finish()
+        f.debug_struct("Message").field("len", &self.len).finish()
     }
 }
 
-impl Message<'_> {
+impl<'c> Message<'c> {
+    /// The message in descriptor `desc` (as the poller delivered it): an inline one is copied
+    /// into stash slot `slot` (taken by the caller; the message owns it), a pooled one points
+    /// into the receive pool or a large slot and `slot` is given back at once.
+    ///
+    /// # Safety
+    ///
+    /// As [`pooled`](Self::pooled) for a pooled `desc`; `slot` was taken from `conn`'s stash
+    /// and is owned by the caller.
+    #[inline(always)]
+    pub(super) unsafe fn from_desc(
+        conn: &'c Connection,
+        desc: &RxDesc,
+        slot: NonNull<u8>,
+    ) -> Message<'c> {
+        if desc.buf == BUF_INLINE {
+            // SAFETY: the poller's `RxSink::push_inline` initialised `len <= INLINE_MAX` bytes
+            // of `data`; the slot has room for `INLINE_MAX` and does not overlap it.
+            unsafe {
+                copy_bytes(
+                    desc.data.as_ptr().cast::<u8>(),
+                    slot.as_ptr(),
+                    desc.len as usize,
+                );
+                Message::inline(conn, slot, desc.len)
+            }
+        } else {
+            conn.stash.give_back(slot);
+            // SAFETY: the caller's contract, passed on.
+            unsafe { Message::pooled(conn, desc.buf, desc.len, desc.offset()) }
+        }
+    }
+
+    /// The inline message of `len` bytes in stash slot `slot`; dropping it gives the slot back.
+    ///
+    /// # Safety
+    ///
+    /// `slot` was taken from `conn`'s stash, is owned by the caller, and its first `len`
+    /// bytes are initialised.
+    #[inline(always)]
+    pub(super) unsafe fn inline(conn: &'c Connection, slot: NonNull<u8>, len: u32) -> Message<'c> {
+        Message {
+            conn,
+            ptr: slot,
+            len,
+            buf: BUF_INLINE,
+        }
+    }
+
+    /// The message of `len` bytes at offset `off` of receive buffer `buf`, or of large slot
+    /// `buf` (`LARGE_BIT | slot`); dropping it releases the buffer.
+    ///
+    /// # Safety
+    ///
+    /// `buf` (or its large slot) was checked against the pool (`buf < count`, `off + len <=`
+    /// the buffer's size) and is lent to this side until released.
+    #[inline(always)]
+    pub(super) unsafe fn pooled(conn: &'c Connection, buf: u32, len: u32, off: u32) -> Message<'c> {
+        let ptr = if is_large(buf) {
+            // SAFETY: `slot < count` (the caller's contract).
+            unsafe { conn.rx_large.buf_ptr_unchecked(large_slot(buf)) }
+        } else {
+            // SAFETY: `buf < count` and `off + len <= buf_size` (the caller's contract): inside
+            // the buffer.
+            unsafe {
+                let base = conn.rx_pool.buf_ptr_unchecked(buf);
+                NonNull::new_unchecked(base.as_ptr().add(off as usize))
+            }
+        };
+        Message {
+            conn,
+            ptr,
+            len,
+            buf,
+        }
+    }
+
     /// The message bytes (same as deref).
     #[inline]
     pub fn as_slice(&self) -> &[u8] {
@@ -210,43 +293,24 @@ impl Message<'_> {
 
 impl Deref for Message<'_> {
     type Target = [u8];
-    #[inline]
+    #[inline(always)]
     fn deref(&self) -> &[u8] {
-        let len = self.desc.len as usize;
-        if self.desc.buf == BUF_INLINE {
-            // SAFETY: the poller's `RxSink::push_inline` initialised the first `len <= INLINE_MAX`
-            // bytes of `data`.
-            unsafe { std::slice::from_raw_parts(self.desc.data.as_ptr().cast::<u8>(), len) }
-        } else if is_large(self.desc.buf) {
-            // SAFETY: `RxSink::push_large` (or the direct path's wire layer) checked `slot <
-            // count` and `len <=` the slot size; the pool stays mapped while the connection
-            // lives, and the slot is lent to us until this message is dropped.
-            unsafe {
-                let base = self
-                    .conn
-                    .rx_large
-                    .buf_ptr(large_slot(self.desc.buf))
-                    .as_ptr();
-                std::slice::from_raw_parts(base, len)
-            }
-        } else {
-            // SAFETY: `RxSink::push_pooled_at` checked `buf < count` and `off + len <= buf_size`;
-            // the pool stays mapped while the connection this borrows lives. The bytes are lent to
-            // us until this message is dropped; a peer violating the protocol by rewriting them can
-            // only change the bytes we see, not their location.
-            unsafe {
-                let base = self.conn.rx_pool.buf_ptr(self.desc.buf).as_ptr();
-                std::slice::from_raw_parts(base.add(self.desc.offset() as usize), len)
-            }
-        }
+        // SAFETY: `ptr` points to `len` initialised bytes that this message owns or is lent
+        // (its stash slot, or a pool buffer or large slot checked on delivery and held until
+        // this message drops), in memory the connection it borrows keeps alive. A peer
+        // violating the protocol by rewriting a shared buffer can only change the bytes seen,
+        // not their location.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
     }
 }
 
 impl Drop for Message<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.desc.buf != BUF_INLINE {
-            self.conn.release_rx(self.desc.buf);
+        if self.buf == BUF_INLINE {
+            self.conn.stash.give_back(self.ptr);
+        } else {
+            self.conn.release_rx(self.buf);
         }
     }
 }

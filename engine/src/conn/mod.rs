@@ -57,6 +57,7 @@ mod listener;
 mod polled;
 mod send_error;
 mod spare;
+mod stash;
 
 pub use buffers::{Message, SendBuf};
 pub use large::RecvIntoError;
@@ -66,6 +67,7 @@ pub use send_error::SendError;
 use direct::Direct;
 use polled::Polled;
 use spare::Wait;
+use stash::Stash;
 
 /// A connection's data path: one of two, each owning its state.
 // Held inline, not boxed: the handle is built once and never moved on the data path, and a box
@@ -77,6 +79,10 @@ enum Path {
     /// The fabric's direct path, driven by the handle itself.
     Direct(Direct),
 }
+
+/// The fewest small messages a connection lets the application hold at once (more where it
+/// has more receive buffers and large slots; see [`Error::TooManyHeld`]).
+const MIN_HELD: usize = 256;
 
 /// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send) (or
 /// [`send_batched`](Connection::send_batched) + [`flush`](Connection::flush)), receive with
@@ -96,6 +102,8 @@ pub struct Connection {
     /// The large slots: `LARGE_BIT | slot` in a `SendBuf` / `Message`.
     tx_large: PoolView,
     rx_large: PoolView,
+    /// Where small received messages are held (see [`stash`]).
+    stash: Stash,
     /// The largest message ([`max_message_size`](Self::max_message_size)).
     message_limit: usize,
     /// `send_copy` uses a large slot above this.
@@ -151,6 +159,10 @@ impl Connection {
             },
             large_threshold: cfg.large_threshold(),
             tx_large: pools.tx_large,
+            // As many slots as the messages of other kinds the application can hold.
+            stash: Stash::new(
+                (pools.rx.count() as usize + pools.rx_large.count() as usize).max(MIN_HELD),
+            ),
             rx_large: pools.rx_large,
             idle: cfg.idle,
             peer: parts.peer,

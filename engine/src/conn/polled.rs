@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::spare::{Counts, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
-use crate::desc::{is_large, TxDesc};
+use crate::desc::{is_large, TxDesc, BUF_INLINE};
 use crate::error::Error;
 use crate::flow::{Policy, SendWindow};
 use crate::idle::{IdleStrategy, Idler};
@@ -238,6 +238,9 @@ impl Polled {
         &'c self,
         conn: &'c Connection,
     ) -> Result<Option<Message<'c>>, Error> {
+        if conn.stash.is_full() {
+            return self.recv_stash_full(conn);
+        }
         if let Some(m) = self.pop_rx(conn) {
             return Ok(Some(m));
         }
@@ -256,13 +259,44 @@ impl Polled {
         Ok(None)
     }
 
-    #[inline]
+    /// The application holds every stash slot: an error if a message is waiting (it stays
+    /// queued), else what an empty receive returns.
+    #[cold]
+    #[inline(never)]
+    fn recv_stash_full<'c>(&'c self, conn: &'c Connection) -> Result<Option<Message<'c>>, Error> {
+        if self.rx_is_empty() {
+            self.drive(conn);
+        }
+        if !self.rx_is_empty() {
+            return Err(Error::TooManyHeld {
+                max: conn.stash.capacity(),
+            });
+        }
+        match conn.shared.down() {
+            Some(d) => Err(d.to_error()),
+            None => Ok(None),
+        }
+    }
+
+    /// The next delivered message, in a stash slot when it is inline. `None` also when every
+    /// slot is held (the caller checked).
+    #[inline(always)]
     fn pop_rx<'c>(&'c self, conn: &'c Connection) -> Option<Message<'c>> {
+        let slot = conn.stash.take()?;
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
-        let desc = s.rings.rx.pop().ok()?;
+        // Read where it lies in the ring (only the payload's bytes are copied, into the slot),
+        // then popped: the 128-byte descriptor is not copied out.
+        let Ok(desc) = s.rings.rx.peek() else {
+            conn.stash.give_back(slot);
+            return None;
+        };
+        // SAFETY: the slot is ours; the poller's sink checked a pooled descriptor's buffer,
+        // offset and length, and the buffer is lent to us until released.
+        let m = unsafe { Message::from_desc(conn, desc, slot) };
+        let _ = s.rings.rx.pop();
         s.counts.received += 1;
-        Some(Message { conn, desc })
+        Some(m)
     }
 
     /// [`Connection::poll`]: at most one engine pass, only when the messages waiting do not
@@ -304,9 +338,19 @@ impl Polled {
                 desc
             };
             n += 1;
-            // Dropping the message (also on unwind) recycles its buffer.
-            let m = Message { conn, desc };
-            handler(&m);
+            if desc.buf == BUF_INLINE {
+                // SAFETY: the poller's `RxSink::push_inline` initialised `len <= INLINE_MAX`
+                // bytes of `data`.
+                handler(unsafe {
+                    std::slice::from_raw_parts(desc.data.as_ptr().cast::<u8>(), desc.len as usize)
+                });
+            } else {
+                // Dropping the message (also on unwind) recycles its buffer.
+                // SAFETY: the poller's sink checked the buffer, offset and length, and the
+                // buffer is lent to us until released.
+                let m = unsafe { Message::pooled(conn, desc.buf, desc.len, desc.offset()) };
+                handler(&m);
+            }
         }
         n
     }

@@ -1,7 +1,9 @@
 //! The direct-path dispatch: [`DirectPath`], one variant per fabric whose connections the
 //! application drives itself (see [the module docs](crate::fabric#direct-paths)), and [`Sent`].
 
-use crate::desc::{PoolView, RxDesc};
+use std::ptr::NonNull;
+
+use crate::desc::PoolView;
 use crate::error::FabricError;
 
 use super::shm;
@@ -138,12 +140,21 @@ impl DirectPath {
         }
     }
 
-    /// The next received message into `desc`, in place (a pooled one held until released);
-    /// `Ok(false)`: none.
-    #[inline]
-    pub(crate) fn recv_into(&self, desc: &mut RxDesc) -> Result<bool, FabricError> {
+    /// The next received message: an inline payload copied into `slot`, `got` its length and
+    /// buffer (`BUF_INLINE`, or a pooled one, held until released); `Ok(false)`: none.
+    ///
+    /// # Safety
+    ///
+    /// `slot` is valid for writes of `INLINE_MAX` bytes and overlaps no fabric memory.
+    #[inline(always)]
+    pub(crate) unsafe fn recv_into(
+        &self,
+        slot: NonNull<u8>,
+        got: &mut (u32, u32),
+    ) -> Result<bool, FabricError> {
         match self {
-            DirectPath::Shm(d) => d.recv_into(desc),
+            // SAFETY: the caller's contract, passed on.
+            DirectPath::Shm(d) => unsafe { d.recv_into(slot, got) },
         }
     }
 

@@ -16,7 +16,7 @@
 //! | module | behaviours |
 //! |---|---|
 //! | [`fifo`] | every size from 1 B to the limit (small, buffer, large), in one and two processes, rtc and dedicated pollers; the default limit; small and large interleaved |
-//! | [`send`] | claims and aborts, `send_batched`, `recv_into`, `Connection::poll` |
+//! | [`send`] | claims and aborts, `send_batched`, `recv_into`, `Connection::poll`, the bound on held messages |
 //! | [`flow`] | back-pressure into a slow receiver, `send_timeout` without credits |
 //! | [`connect`] | a connect made before the listener waits for it; with none, the typed timeout; different message limits settle on the smaller; a listener's connection maximum |
 //! | [`failure`] | a down connection fails every data call with its reason, and is released when dropped |
@@ -231,6 +231,8 @@ macro_rules! conformance {
                 poll_fifo_limit_and_recycling => c::send::poll_fifo_limit_and_recycling,
                 poll_handler_panic_recycles => c::send::poll_handler_panic_recycles,
                 poll_dedicated_poller => c::send::poll_dedicated_poller,
+                held_messages_are_bounded_typed_and_lose_nothing =>
+                    c::send::held_messages_are_bounded_typed_and_lose_nothing,
                 back_pressure_run_to_completion => c::flow::back_pressure_run_to_completion,
                 back_pressure_dedicated_pollers => c::flow::back_pressure_dedicated_pollers,
                 send_timeout_without_credits => c::flow::send_timeout_without_credits,

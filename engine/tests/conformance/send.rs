@@ -368,3 +368,71 @@ pub fn poll_dedicated_poller(s: &'static Scheme) {
         poll_all(&srv, &mut next, 10, 3);
     }
 }
+
+/// Receives the next message on `conn` into `held` (within `WAIT`), or returns the limit
+/// `try_recv` reports with `TooManyHeld`.
+fn hold_next<'c>(conn: &'c Connection, held: &mut Vec<spinwire::Message<'c>>) -> Option<usize> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match conn.try_recv() {
+            Ok(Some(m)) => {
+                held.push(m);
+                return None;
+            }
+            Ok(None) => {
+                assert!(Instant::now() < deadline, "message {} missing", held.len());
+                std::thread::yield_now();
+            }
+            Err(Error::TooManyHeld { max }) => return Some(max),
+            Err(e) => panic!("try_recv with {} held: {e}", held.len()),
+        }
+    }
+}
+
+/// An application may hold many received messages at once, small ones (each in a slot of its
+/// own) among pooled ones (each in its buffer), every one reading its own bytes. Past the most
+/// small ones it may hold, `try_recv` fails with the typed `TooManyHeld` while a message waits,
+/// and loses nothing: dropping one lets the waiting message through, in order.
+pub fn held_messages_are_bounded_typed_and_lose_nothing(s: &'static Scheme) {
+    let e = s.build(s.rtc());
+    let (srv, c) = pair(&e, &e, &(s.endpoint)("held"));
+    // Small messages, with a pooled one among the first (a few of the pool's buffers held).
+    let len = |seq: u32| {
+        if seq % 8 == 7 && (seq as usize) < BUFFERS * 4 {
+            INLINE_MAX + 1
+        } else {
+            8
+        }
+    };
+    let mut held = Vec::new();
+    let mut seq = 0u32;
+    let max = loop {
+        send_msg(&c, seq, len(seq));
+        c.flush().expect("flush");
+        if let Some(max) = hold_next(&srv, &mut held) {
+            break max;
+        }
+        seq += 1;
+        assert!(seq < 1 << 16, "no limit on held messages");
+    };
+    // The limit counts the small messages held (each in a slot); pooled ones hold their
+    // buffers instead.
+    let small = (0..held.len() as u32).filter(|&i| len(i) == 8).count();
+    assert_eq!(max, small, "the limit is the small messages held");
+    assert!(held.len() > small, "pooled messages held beside them");
+    assert!(max >= 256, "at least 256 messages may be held, got {max}");
+    for (i, m) in (0u32..).zip(&held) {
+        verify(m, i, len(i));
+    }
+    // Refused again while it waits; nothing is lost.
+    assert!(matches!(srv.try_recv(), Err(Error::TooManyHeld { .. })));
+    // One dropped: the waiting message arrives, then the next.
+    held.swap_remove(held.len() / 2);
+    assert!(hold_next(&srv, &mut held).is_none());
+    verify(held.last().expect("held"), seq, 8);
+    drop(held);
+    for next in seq + 1..seq + 4 {
+        send_msg(&c, next, 8);
+        recv_msg(&srv, next, 8);
+    }
+}

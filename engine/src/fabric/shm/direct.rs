@@ -31,8 +31,9 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 
-use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
+use crate::desc::{PoolView, BUF_INLINE, INLINE_MAX};
 use crate::error::{Error, FabricError};
 use crate::fabric::Sent;
 use crate::flow::{CreditReturn, Policy, SendWindow};
@@ -562,10 +563,11 @@ impl ShmDirect {
         Ok((n, bytes))
     }
 
-    /// Takes the next received message into `desc`, written in place: a `DATA` payload is
-    /// copied in (`<= INLINE_MAX` bytes: only its `len` bytes are written), a `BUF_REF` buffer
-    /// stays in place, held until [`release`](Self::release). `Ok(false)`: nothing received
-    /// (or called from inside a [`poll`](Self::poll) handler); `desc` is then unchanged.
+    /// Takes the next received message: a `DATA` payload is copied into `slot` (`<=
+    /// INLINE_MAX` bytes: only its `len` bytes are written) and `got` set to `(len,
+    /// BUF_INLINE)`; a `BUF_REF` buffer stays in place, held until [`release`](Self::release),
+    /// and `got` is `(len, buffer)`. `Ok(false)`: nothing received (or called from inside a
+    /// [`poll`](Self::poll) handler); nothing is written then.
     ///
     /// The consumer position is published once per run of messages, not per message: when
     /// the ring runs empty (nothing published after the message taken, or nothing to take;
@@ -577,15 +579,23 @@ impl ShmDirect {
     /// cores per message (the consumer's store of its position per message was the one shared
     /// write a `try_recv` loop made, besides the header reads).
     ///
-    /// The caller's descriptor is filled where it lies, so the 128-byte descriptor is not built
-    /// here and moved through `Option`/`Result` layers (`perf annotate` of `try_recv` showed
-    /// those moves as most of its cost).
+    /// The results are written where the caller keeps them (the payload into the stash slot
+    /// the message will own), so nothing is built here and moved through `Option`/`Result`
+    /// layers (`perf annotate` of `try_recv` showed those moves as most of its cost).
+    ///
+    /// # Safety
+    ///
+    /// `slot` is valid for writes of `INLINE_MAX` bytes and does not overlap the segment.
     ///
     /// # Errors
     ///
     /// [`FabricError::Protocol`]: the peer broke the protocol.
-    #[inline]
-    pub(crate) fn recv_into(&self, desc: &mut RxDesc) -> Result<bool, FabricError> {
+    #[inline(always)]
+    pub(crate) unsafe fn recv_into(
+        &self,
+        slot: NonNull<u8>,
+        got: &mut (u32, u32),
+    ) -> Result<bool, FabricError> {
         if self.polling.replace(true) {
             return Ok(false);
         }
@@ -595,54 +605,49 @@ impl ShmDirect {
         // Two plain locals rather than one `Result<bool, FabricError>`: the result was built
         // in a temporary and copied into place with a wide load over its narrow stores (a
         // store-forwarding stall, `perf annotate`); the common case now stores one flag.
-        let mut got = false;
+        let mut taken = false;
         let mut error: Option<FabricError> = None;
-        let r = rx.ring.poll_deferred(1, |m| match m {
-            RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
-                desc.len = b.len() as u32;
-                desc.buf = BUF_INLINE;
-                // SAFETY: `b.len() <= INLINE_MAX` bytes into `data`, which does not overlap
-                // the ring.
-                unsafe {
-                    copy_bytes(b.as_ptr(), desc.data.as_mut_ptr().cast::<u8>(), b.len());
+        let r = rx.ring.poll_deferred(
+            1,
+            #[inline(always)]
+            |m| match m {
+                RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
+                    *got = (b.len() as u32, BUF_INLINE);
+                    // SAFETY: `b.len() <= INLINE_MAX` bytes into `slot`, which has room for that
+                    // many and does not overlap the ring (the caller's contract).
+                    unsafe { copy_bytes(b.as_ptr(), slot.as_ptr(), b.len()) };
+                    taken = true;
                 }
-                got = true;
-            }
-            RxMsg::Inline(_) => {
-                error = Some(FabricError::Protocol(
-                    "inline message longer than the inline limit",
-                ));
-            }
-            // SAFETY: borrowed for the call only; no application code runs meanwhile.
-            RxMsg::Buffer { index, len } => match unsafe { self.rel() }.hold(index) {
-                Ok(()) => {
-                    desc.len = len;
-                    desc.buf = index;
-                    // A pooled descriptor carries its offset in the first `OFF_BYTES` of
-                    // `data` (`RxDesc::offset` reads them): the whole buffer, offset 0.
-                    for (d, b) in desc.data[..OFF_BYTES].iter_mut().zip(0u32.to_le_bytes()) {
-                        d.write(b);
+                RxMsg::Inline(_) => {
+                    error = Some(FabricError::Protocol(
+                        "inline message longer than the inline limit",
+                    ));
+                }
+                // SAFETY: borrowed for the call only; no application code runs meanwhile.
+                RxMsg::Buffer { index, len } => match unsafe { self.rel() }.hold(index) {
+                    Ok(()) => {
+                        *got = (len, index);
+                        taken = true;
                     }
-                    got = true;
-                }
-                Err(e) => error = Some(wire_err(e)),
+                    Err(e) => error = Some(wire_err(e)),
+                },
             },
-        });
-        rx.credits.on_consumed(u64::from(got));
+        );
+        rx.credits.on_consumed(u64::from(taken));
         // Published when nothing was taken, when a return batch is owed, and when the ring
         // may have run empty: the word after the message reads `0`, or is not looked at
         // because it starts the next cache line. That line is the one the producer has just
         // written (its zero-ahead), so the look was a second line transfer on the message's
         // critical path, one message in four at 8 B (`bench lat`); the position's store is
         // to this side's own line, which the producer reads only when its window is full.
-        if !got || rx.credits.due(false) || rx.ring.may_be_empty() {
+        if !taken || rx.credits.due(false) || rx.ring.may_be_empty() {
             rx.ring.publish();
             rx.credits.take();
         }
         r.map_err(wire_err)?;
         match error {
             Some(e) => Err(e),
-            None => Ok(got),
+            None => Ok(taken),
         }
     }
 

@@ -124,7 +124,7 @@ impl Consumer {
     /// # Errors
     ///
     /// As [`poll`](Self::poll).
-    #[inline]
+    #[inline(always)]
     pub fn poll_deferred<F>(&mut self, limit: usize, mut handler: F) -> Result<usize, RingError>
     where
         F: FnMut(Record<'_>),

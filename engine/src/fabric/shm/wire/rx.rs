@@ -124,7 +124,7 @@ impl RxRing {
     ///
     /// # Errors
     /// As [`poll`](Self::poll).
-    #[inline]
+    #[inline(always)]
     pub fn poll_deferred<F>(&mut self, limit: usize, mut handler: F) -> Result<usize, WireError>
     where
         F: FnMut(RxMsg<'_>),
@@ -136,28 +136,32 @@ impl RxRing {
         let mut bad = None;
         let mut n = 0;
         let start = self.ring.position();
-        let r = self.ring.poll_deferred(limit, |rec| {
-            if bad.is_some() {
-                return;
-            }
-            match rec {
-                Record::Data(b) => {
-                    n += 1;
-                    handler(RxMsg::Inline(b));
+        let r = self.ring.poll_deferred(
+            limit,
+            #[inline(always)]
+            |rec| {
+                if bad.is_some() {
+                    return;
                 }
-                Record::BufRef { buf, len } => {
-                    if pool.check(buf).is_err() {
-                        bad = Some((Field::BufRefIndex, u64::from(buf), start));
-                    } else if len > pool.size_of(buf) {
-                        bad = Some((Field::BufRefLen, u64::from(len), start));
-                    } else {
+                match rec {
+                    Record::Data(b) => {
                         n += 1;
-                        handler(RxMsg::Buffer { index: buf, len });
+                        handler(RxMsg::Inline(b));
                     }
+                    Record::BufRef { buf, len } => {
+                        if pool.check(buf).is_err() {
+                            bad = Some((Field::BufRefIndex, u64::from(buf), start));
+                        } else if len > pool.size_of(buf) {
+                            bad = Some((Field::BufRefLen, u64::from(len), start));
+                        } else {
+                            n += 1;
+                            handler(RxMsg::Buffer { index: buf, len });
+                        }
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
-        });
+            },
+        );
         if let Err(source) = r {
             return Err(WireError::Ring { source });
         }

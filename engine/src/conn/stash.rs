@@ -1,0 +1,159 @@
+//! The connection's stash: where a small received message lives while the application holds
+//! it.
+//!
+//! A [`Message`](super::Message) is a 24-byte handle (the connection, a pointer, the length
+//! and the buffer it came in), so that `try_recv` returns it through `Result<Option<_>>` and
+//! the caller's `?` without moving its bytes: the handle used to carry the inline payload
+//! itself (a 128-byte descriptor), copied whole at each layer, which was most of a receive's
+//! cost (`bench cost`, callgrind). A message that arrived inline (its bytes in the shm ring
+//! record or in the poller's descriptor) is copied once, into a free slot of this stash; one
+//! in a pool buffer or a large slot stays where the peer wrote it and takes no slot.
+//!
+//! The slots are taken and given back last in, first out, so a receive loop that drops each
+//! message before the next reuses one slot (one line, hot in the cache). There are as many
+//! slots as the connection has receive buffers and large slots, the most messages of the
+//! other kinds an application can hold; holding that many small messages at once makes
+//! `try_recv` fail with [`Error::TooManyHeld`](crate::Error::TooManyHeld) while a message is
+//! waiting (nothing is lost: it stays queued until a held message is dropped), as iceoryx2
+//! bounds the samples a subscriber may borrow.
+//!
+//! Single-threaded: the connection is `!Sync` and every handle borrowing it is `!Send`, so
+//! the free list is used by one thread, and never while another use is in progress (no
+//! application code runs inside these calls).
+
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+
+use crate::desc::INLINE_MAX;
+
+/// Bytes of a slot: an inline message's largest payload, rounded up to two cache lines (so a
+/// slot's index is a shift of its offset).
+const SLOT: usize = 128;
+const SLOT_SHIFT: u32 = SLOT.trailing_zeros();
+const _: () = assert!(SLOT.is_power_of_two() && INLINE_MAX <= SLOT);
+
+/// One slot's storage (aligned to a cache line).
+#[repr(C, align(64))]
+struct Slot(MaybeUninit<[u8; SLOT]>);
+
+/// The slots and the free list; see the [module docs](self).
+pub(super) struct Stash {
+    /// `slots` slots, from `Box::into_raw` (freed in `Drop`).
+    base: NonNull<Slot>,
+    slots: usize,
+    /// Free slot indices, the last freed on top. Its capacity is `slots` from the start and it
+    /// never holds more (each index is pushed back once, by the message that popped it), so it
+    /// never reallocates.
+    free: UnsafeCell<Vec<u32>>,
+}
+
+// SAFETY: the stash owns its slots (no other handle points into them while no message is
+// held, and held messages borrow the connection that owns the stash, so they cannot be sent
+// to another thread); `!Sync` is kept by the `UnsafeCell`.
+unsafe impl Send for Stash {}
+
+impl Stash {
+    /// A stash of `slots` free slots (at least one). Allocates the slots' address space once
+    /// (not touched here: a slot's memory is committed when a message is first copied into
+    /// it).
+    pub(super) fn new(slots: usize) -> Stash {
+        let slots = slots.clamp(1, u32::MAX as usize);
+        let mem: Box<[Slot]> = (0..slots).map(|_| Slot(MaybeUninit::uninit())).collect();
+        let base = NonNull::new(Box::into_raw(mem).cast::<Slot>()).unwrap_or(NonNull::dangling());
+        Stash {
+            base,
+            slots,
+            // Popped from the end: slot 0 first.
+            free: UnsafeCell::new((0..slots as u32).rev().collect()),
+        }
+    }
+
+    /// The most messages held at once.
+    pub(super) fn capacity(&self) -> usize {
+        self.slots
+    }
+
+    /// Whether every slot is held.
+    #[inline(always)]
+    pub(super) fn is_full(&self) -> bool {
+        // SAFETY: single-threaded and not re-entered (module docs); read for the length only.
+        unsafe { &*self.free.get() }.is_empty()
+    }
+
+    /// Takes a free slot: a pointer to its `SLOT` writable bytes, owned by the caller until it
+    /// gives it back with [`give_back`](Self::give_back). `None`: every slot is held.
+    #[inline(always)]
+    pub(super) fn take(&self) -> Option<NonNull<u8>> {
+        // SAFETY: single-threaded and not re-entered (module docs): the only reference.
+        let i = unsafe { &mut *self.free.get() }.pop()?;
+        // SAFETY: `i < slots` (only such indices are in the list), so the slot is inside the
+        // allocation.
+        Some(unsafe { self.base.add(i as usize) }.cast::<u8>())
+    }
+
+    /// Gives back the slot at `p`, a pointer [`take`](Self::take) returned and that is not
+    /// given back yet. A pointer outside the stash is ignored.
+    #[inline(always)]
+    pub(super) fn give_back(&self, p: NonNull<u8>) {
+        let off = (p.as_ptr() as usize).wrapping_sub(self.base.as_ptr() as usize);
+        let i = off >> SLOT_SHIFT;
+        // SAFETY: single-threaded and not re-entered (module docs): the only reference.
+        let free = unsafe { &mut *self.free.get() };
+        // Always true for a taken slot; checked so that a broken caller cannot reallocate.
+        if i < self.slots && free.len() < free.capacity() {
+            free.push(i as u32);
+        }
+    }
+}
+
+impl Drop for Stash {
+    fn drop(&mut self) {
+        let slice = std::ptr::slice_from_raw_parts_mut(self.base.as_ptr(), self.slots);
+        // SAFETY: `base` and `slots` are the `Box<[Slot]>` made in `new`, given back once here.
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_reused_last_in_first_out_and_bounded() {
+        let s = Stash::new(3);
+        assert_eq!(s.capacity(), 3);
+        let a = s.take().expect("a slot");
+        let b = s.take().expect("a slot");
+        let c = s.take().expect("a slot");
+        assert!(s.is_full());
+        assert!(s.take().is_none());
+        let addrs = [a, b, c].map(|p| p.as_ptr() as usize);
+        assert!(addrs.windows(2).all(|w| w[0].abs_diff(w[1]) >= SLOT));
+        s.give_back(b);
+        assert!(!s.is_full());
+        assert_eq!(s.take(), Some(b));
+        s.give_back(a);
+        s.give_back(b);
+        s.give_back(c);
+        // A pointer that is not a slot, given back, changes nothing.
+        s.give_back(NonNull::dangling());
+        assert_eq!(s.take(), Some(c));
+        assert_eq!(s.take(), Some(b));
+        assert_eq!(s.take(), Some(a));
+        assert!(s.take().is_none());
+    }
+
+    #[test]
+    fn a_slot_holds_an_inline_message() {
+        let s = Stash::new(1);
+        let p = s.take().expect("a slot");
+        let bytes = [7u8; INLINE_MAX];
+        // SAFETY: the slot is ours and has `SLOT >= INLINE_MAX` writable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.as_ptr(), INLINE_MAX) };
+        // SAFETY: just written.
+        let back = unsafe { std::slice::from_raw_parts(p.as_ptr(), INLINE_MAX) };
+        assert_eq!(back, bytes);
+        s.give_back(p);
+    }
+}
