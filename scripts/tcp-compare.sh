@@ -352,8 +352,9 @@ else:
         ok = v <= t if op == "<=" else v >= t
         print(f"{label:<42} {fmt(v):>8}  target {op} {t:<5} {'met' if ok else 'MISSED'}")
 if disturbed:
-    print(f"note: bench marked {len(set(disturbed))} spinwire/floor step(s) disturbed "
-          "(other processes took CPU on the run's cores): " + ", ".join(sorted(set(disturbed))))
+    print(f"note: bench marked {len(set(disturbed))} spinwire step(s) disturbed (other processes took "
+          "CPU on the run's cores; bench floor, sockperf and ZeroMQ steps are not checked): "
+          + ", ".join(sorted(set(disturbed))))
 EOF
 
 # --- the rounds ---------------------------------------------------------------------------
