@@ -17,6 +17,7 @@ use crate::desc::BUF_INLINE;
 use crate::error::{Error, FabricError};
 use crate::fabric::{DirectPath, Sent};
 use crate::link::Pools;
+use crate::record::copy::copy_bytes;
 use crate::stats::ConnStats;
 
 /// What [`Direct::send_parts`] did.
@@ -203,6 +204,30 @@ impl Direct {
             }
             Err(e) => Err(conn.fail(e)),
         }
+    }
+
+    /// [`Connection::send_copy`] of a message up to the inline threshold: `data` is copied
+    /// straight into a record claimed in the ring and published (one copy; no pool buffer).
+    /// `false`: not sent (above the threshold, no room, a claim open, the connection down):
+    /// the caller takes the buffer path, which reports why (it has no side effect here but
+    /// publishing a batch of sends).
+    #[inline(always)]
+    pub(super) fn try_send_copy_inline(&self, conn: &Connection, data: &[u8]) -> bool {
+        let len = data.len();
+        if len > self.fabric.inline_max()
+            || self.fabric.claim_open()
+            || conn.shared.down().is_some()
+        {
+            return false;
+        }
+        let Ok(Some(ptr)) = self.fabric.claim(len) else {
+            return false;
+        };
+        // SAFETY: the claim is `len` writable bytes in the ring, which does not overlap `data`
+        // (the application's memory).
+        unsafe { copy_bytes(data.as_ptr(), ptr.as_ptr(), len) };
+        self.send_parts(conn, RING_CLAIM, len as u32, false);
+        true
     }
 
     /// [`Connection::send`] (`batched`: [`Connection::send_batched`]).

@@ -176,7 +176,19 @@ impl Connection {
     /// [`Error::MessageTooLarge`] (stating the limit) above `max_message_size`;
     /// [`Error::WouldBlock`] when no buffer or slot is free, or the receiver has no room (retry;
     /// nothing was sent); otherwise as [`alloc`](Self::alloc) and [`send`](Self::send).
+    #[inline]
     pub fn send_copy(&self, data: &[u8]) -> Result<(), Error> {
+        // A direct path (shm) copies a small message straight into its ring record; what that
+        // cannot send goes the buffer way, which also reports why.
+        if self.send_copy_direct(data) {
+            return Ok(());
+        }
+        self.send_copy_buffered(data)
+    }
+
+    /// [`send_copy`](Self::send_copy) through a pool buffer or a large slot.
+    #[inline(never)]
+    fn send_copy_buffered(&self, data: &[u8]) -> Result<(), Error> {
         self.check_up()?;
         if data.len() > self.message_limit {
             return Err(Error::MessageTooLarge {

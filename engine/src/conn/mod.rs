@@ -548,6 +548,16 @@ impl Connection {
         }
     }
 
+    /// [`send_copy`](Self::send_copy) on a direct path, of a message up to its inline
+    /// threshold, straight into the ring; `false` when not sent that way.
+    #[inline(always)]
+    fn send_copy_direct(&self, data: &[u8]) -> bool {
+        match &self.path {
+            Path::Direct(d) => d.try_send_copy_inline(self, data),
+            Path::Polled(_) => false,
+        }
+    }
+
     /// A `SendBuf` of buffer `idx` was dropped unsent.
     fn give_back(&self, idx: u32) {
         match &self.path {

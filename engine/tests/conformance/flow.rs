@@ -129,10 +129,18 @@ pub fn send_timeout_without_credits(s: &'static Scheme) {
         assert!(sent <= 64, "credits must run out");
     }
     assert!(sent >= 8, "{sent} sent before the window closed");
+    // `send_copy` of a small message (shm: straight into a ring record) waits for the same
+    // credits: back-pressure, nothing sent.
+    assert!(matches!(c.send_copy(&[1; 8]), Err(Error::WouldBlock)));
+    assert!(matches!(
+        c.send_copy_timeout(&[1; 8], Duration::from_millis(20)),
+        Err(Error::Timeout)
+    ));
     c.flush().expect("flush");
     for _ in 0..sent {
         srv.recv_timeout(WAIT).unwrap();
     }
+    assert!(srv.try_recv().unwrap().is_none(), "the refused copies were not sent");
     // Then the window opens again.
     let b = c.alloc_timeout(WAIT).unwrap();
     c.send_timeout(b, WAIT).expect("credits came back");
