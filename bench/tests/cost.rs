@@ -70,6 +70,44 @@ fn cost_runs_and_writes_json() {
     }
 }
 
+/// The poller path's cost, in process (`mem`) and over loopback TCP (`tcp`): the same report
+/// with the fabric named, every figure measured.
+#[test]
+fn cost_measures_the_poller_path_over_mem_and_tcp() {
+    let _g = serial();
+    for fabric in ["mem", "tcp"] {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cost-{fabric}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (ok, out, err) = run(&[
+            "cost",
+            "--fabric",
+            fabric,
+            "--sizes",
+            "8",
+            "--iters",
+            "500",
+            "--warmup",
+            "50",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(
+            ok,
+            "bench cost --fabric {fabric} failed\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        assert!(out.contains(&format!("{fabric} connection")), "{out}");
+        let json: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(json["fabric"], fabric);
+        let p = &json["points"][0];
+        for k in ["stream_try_recv_ns", "stream_poll_ns", "rtt_ns"] {
+            let v = p[k].as_f64().unwrap_or(0.0);
+            assert!(v > 0.0 && v.is_finite(), "{fabric} {k} = {v}");
+        }
+    }
+}
+
 #[test]
 fn cost_refuses_bad_flags() {
     for args in [
@@ -78,6 +116,7 @@ fn cost_refuses_bad_flags() {
         &["cost", "--iters", "0"],
         &["cost", "--sizes", "0"],
         &["cost", "--core", "100000"],
+        &["cost", "--fabric", "rdma"],
     ] {
         let (ok, out, err) = run(args);
         assert!(!ok, "{args:?} accepted\n{out}");

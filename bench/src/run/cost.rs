@@ -1,6 +1,8 @@
 //! `bench cost`: the engine's own software cost, with both ends of a connection on one pinned
 //! thread (one run-to-completion engine), so no cross-core transfer is measured: shm's direct
-//! path, or with `--fabric mem` the poller path (application rings, poller, in-process rings).
+//! path, or with `--fabric mem` the poller path (application rings, poller, in-process rings),
+//! or with `--fabric tcp` the poller path over a loopback TCP connection (its syscalls
+//! included).
 //!
 //! * **stream**: send `--batch` messages (`Connection::send_batched`), flush, receive them; ns per message, once receiving
 //!   with `try_recv` in a loop and once with the batch receive `Connection::poll` (limit
@@ -43,7 +45,8 @@ pub struct CostArgs {
     /// The core to pin the thread to [default: the first allowed core].
     #[arg(long, value_name = "CORE")]
     pub core: Option<usize>,
-    /// The fabric: `shm` (the direct path) or `mem` (the poller path, in process).
+    /// The fabric: `shm` (the direct path), `mem` (the poller path, in process) or `tcp` (the
+    /// poller path over loopback TCP, its syscalls included).
     #[arg(long, value_enum, default_value_t = Fabric::Shm)]
     pub fabric: Fabric,
     /// Write summary.json here.
@@ -90,7 +93,7 @@ pub struct CostSummary {
     pub machine: Machine,
     /// The core the thread was pinned to.
     pub core: usize,
-    /// The fabric (`shm` or `mem`).
+    /// The fabric (`shm`, `mem` or `tcp`).
     pub fabric: &'static str,
     /// One entry per size.
     pub points: Vec<CostPoint>,
@@ -111,10 +114,11 @@ pub fn run(a: &CostArgs, command: Vec<String>) -> Result<bool, BenchError> {
     if a.iters == 0 {
         return Err(BenchError::invalid("--iters", "must be at least 1"));
     }
-    if !matches!(a.fabric, Fabric::Shm | Fabric::Mem) {
+    if !matches!(a.fabric, Fabric::Shm | Fabric::Mem | Fabric::Tcp) {
         return Err(BenchError::invalid(
             "--fabric",
-            "cost measures shm (the direct path) or mem (the poller path)",
+            "cost measures shm (the direct path), mem (the poller path) or tcp (the poller \
+             path over loopback TCP)",
         ));
     }
     if a.sizes.is_empty() || a.sizes.contains(&0) {
@@ -231,11 +235,11 @@ fn measure(a: &CostArgs, size: usize, k: usize) -> Result<CostPoint, BenchError>
         .batch(32)
         .build()
         .map_err(engine_err("build the engine"))?;
-    let ep = format!(
-        "{}://bench-cost-{}-{k}",
-        a.fabric.as_str(),
-        std::process::id()
-    );
+    let ep = match a.fabric {
+        // A port the kernel just handed out, on loopback.
+        Fabric::Tcp => super::group::loopback_endpoint(Fabric::Tcp),
+        f => format!("{}://bench-cost-{}-{k}", f.as_str(), std::process::id()),
+    };
     let l = engine
         .listen(&ep)
         .map_err(engine_err(format!("listen on {ep}")))?;

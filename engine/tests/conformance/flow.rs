@@ -140,7 +140,10 @@ pub fn send_timeout_without_credits(s: &'static Scheme) {
     for _ in 0..sent {
         srv.recv_timeout(WAIT).unwrap();
     }
-    assert!(srv.try_recv().unwrap().is_none(), "the refused copies were not sent");
+    assert!(
+        srv.try_recv().unwrap().is_none(),
+        "the refused copies were not sent"
+    );
     // Then the window opens again.
     let b = c.alloc_timeout(WAIT).unwrap();
     c.send_timeout(b, WAIT).expect("credits came back");
