@@ -149,12 +149,14 @@ impl Consumer {
             // before that store are visible from here on.
             let word = self.region.word(off).load(Ordering::Acquire);
             guard.end();
-            let bytes = word.to_ne_bytes();
-            if bytes[..4] == [0; 4] {
+            // The header's bytes as the little-endian word they encode (the producer stored
+            // them with `from_ne_bytes`).
+            let word = u64::from_le(word);
+            if word as u32 == 0 {
                 break Ok(());
             }
             let position = self.pos;
-            let header = match RecordHeader::parse(bytes, off, self.max_payload) {
+            let header = match RecordHeader::parse_word(word, off, self.max_payload) {
                 Ok(h) => h,
                 Err(source) => break Err(RingError::Record { position, source }),
             };
