@@ -154,7 +154,12 @@
 //!   [`Error::PoolExhausted`] when the application itself holds them all; `alloc_large` the
 //!   same for large slots.
 //! * A received pooled buffer returns to its sender when the [`Message`] is dropped, in drop
-//!   order; holding a message holds its buffer (and so one of the sender's buffers).
+//!   order; holding a message holds its buffer (and so one of the sender's buffers). A small
+//!   message (one that travelled inline) is copied once, into a slot of the connection's own,
+//!   and holds that slot: a connection lends at least 256 of them at once (as many as it has
+//!   receive buffers and large slots, where that is more), and past that `try_recv` returns
+//!   [`Error::TooManyHeld`] while a message waits (nothing is lost). A [`Message`] is a small
+//!   handle, cheap to return and move.
 //!
 //! # Failure handling
 //!

@@ -226,7 +226,7 @@ impl Connection {
     ///
     /// [`RecvIntoError::TooSmall`] hands the message back, unread, when it is longer than
     /// `buf` (nothing is lost); [`RecvIntoError::Closed`] as [`try_recv`](Self::try_recv).
-    // The error carries the message itself (136 bytes), as `SendError` carries the buffer:
+    // The error carries the message itself, as `SendError` carries the buffer:
     // boxing it would allocate on the data path.
     #[allow(clippy::result_large_err)]
     pub fn recv_into<'c>(&'c self, buf: &mut [u8]) -> Result<Option<usize>, RecvIntoError<'c>> {
