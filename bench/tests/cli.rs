@@ -295,7 +295,8 @@ fn bad_values_are_rejected_before_measuring() {
         1,
         "lat and rate points only",
     );
-    fails(&["cost", "--fabric", "tcp"], 1, "--fabric");
+    // tcp and mem are measured (`cost_measures_the_poller_path_over_mem_and_tcp`); rdma is not.
+    fails(&["cost", "--fabric", "rdma"], 1, "--fabric");
     // Sizes go up to --max-size (the engine's default, 16 MiB, without it).
     fails(
         &["lat", "--size", "32m"],
