@@ -78,6 +78,9 @@
 //! * Publication is a single `Release` store of the owner's index, paired with an `Acquire` load
 //!   on the other side. Batch operations ([`WriteChunkUninit::commit`], [`ReadChunk::release`], ...)
 //!   publish a whole batch with one store.
+//! * [`Consumer::pop`] prefetches the cache line a few slots ahead of the item it reads, but
+//!   only once the producer has published that whole line, so it never pulls a line the
+//!   producer is still filling.
 //! * Nothing blocks. `push`/`pop` return an error immediately on a full/empty ring; waiting, and
 //!   how to wait (spin, yield, park), is the caller's idle strategy.
 //! * No allocation happens after [`RingBuffer::new`].
@@ -223,6 +226,7 @@ impl<T> RingBuffer<T> {
             mask: cap - 1,
             head: 0,
             cached_tail: 0,
+            empty_polls: 0,
             _not_sync: PhantomData,
         };
         Ok((producer, consumer))
@@ -281,6 +285,27 @@ impl<T> Drop for RingBuffer<T> {
     }
 }
 
+/// The consumer's read-ahead distance for `T` (see `Consumer::prefetch_ahead`).
+struct PrefetchAhead<T>(PhantomData<T>);
+
+impl<T> PrefetchAhead<T> {
+    /// Bytes per cache line (64 on every target this crate is tuned for).
+    const LINE_BYTES: usize = 64;
+    /// Slots a cache line holds (at least 1); `0` for zero-sized `T`.
+    const LINE_SLOTS: usize = match core::mem::size_of::<T>() {
+        0 => 0,
+        size if size >= Self::LINE_BYTES => 1,
+        size => Self::LINE_BYTES / size,
+    };
+    /// How far ahead of the read position the consumer prefetches: 4 cache lines' worth of
+    /// slots (32 `u64`s), at least 1 slot; `0` (no prefetch) for zero-sized `T`.
+    const SLOTS: usize = match core::mem::size_of::<T>() {
+        0 => 0,
+        size if size >= 4 * Self::LINE_BYTES => 1,
+        size => 4 * Self::LINE_BYTES / size,
+    };
+}
+
 /// The writing end of a ring. Created by [`RingBuffer::new`].
 ///
 /// `Send` (if `T: Send`) but not `Sync`; every method that touches the ring takes `&mut self`.
@@ -334,6 +359,8 @@ pub struct Consumer<T> {
     /// `cached_tail.wrapping_sub(head)` (in range `0 ..= capacity`) is a lower bound of the
     /// fill level; the ring *looks* empty when it is zero.
     cached_tail: usize,
+    /// `pop` calls in a row that found the ring empty (saturating); see `pop`.
+    empty_polls: u8,
     /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
     _not_sync: PhantomData<*mut T>,
 }
@@ -550,6 +577,30 @@ impl<T> Consumer<T> {
         }
     }
 
+    /// Prefetches the cache line [`PrefetchAhead::SLOTS`] slots past `head`, if that whole line
+    /// is already published (according to the cached tail); a hint only, it changes no state.
+    ///
+    /// `pop` calls it. Measured on the 2-core CI VM with `RINGS_BENCH_PAIRS=21` (7 interleaved
+    /// rounds, this build against the same bench without the call): two-thread single-item
+    /// throughput went from a median 1.01x-1.03x rtrb's to 1.26x-1.87x, though single rounds
+    /// still land at 0.45x (the run settles into the consumer-catches-up regime; see
+    /// `benches/rings.rs`); RTT did not move (at most one item is in flight
+    /// in the ping-pong, so the guard never passes). The same call in `ReadChunk::new` moved
+    /// 32-item chunks by less than the noise (1.03x-1.16x vs 1.08x-1.09x), so it is not there.
+    /// Only lines the producer has finished with are touched: prefetching the slot the producer
+    /// is about to fill (the empty path) was tried before and halved single-item throughput,
+    /// because a polling consumer then keeps pulling that line away from the producer.
+    #[inline(always)]
+    fn prefetch_ahead(&self) {
+        let ahead = PrefetchAhead::<T>::SLOTS;
+        if ahead != 0 && self.cached_len() > ahead + PrefetchAhead::<T>::LINE_SLOTS {
+            primitive::prefetch_read(
+                self.buf
+                    .wrapping_add(self.head.wrapping_add(ahead) & self.mask),
+            );
+        }
+    }
+
     /// Releases the `n` oldest slots, whose items the caller has moved out or dropped.
     #[inline(always)]
     fn publish(&mut self, n: usize) {
@@ -566,13 +617,26 @@ impl<T> Consumer<T> {
     /// [`PopError::Empty`] if the ring is empty.
     #[inline]
     pub fn pop(&mut self) -> Result<T, PopError> {
-        // No prefetch of `head`'s slot on the empty path: it was tried (PREFETCHT0 before the
-        // `tail` reload). On the 2-core CI VM it cut ping-pong RTT by ~20% but cut two-thread
-        // single-item throughput by ~2x, because a polling consumer keeps pulling back the line
-        // the producer is filling.
-        if self.head == self.cached_tail && self.refresh_len() == 0 {
-            return Err(PopError::Empty);
+        // On the empty path, prefetch `head`'s slot before the `tail` reload only once the two
+        // previous calls found the ring empty: then the producer is idle (a ping-pong), and the
+        // slot miss overlaps the `tail` miss instead of following it. Prefetching on every empty
+        // call (tried before) cut RTT by ~20% but halved two-thread single-item throughput: a
+        // consumer that keeps catching up with a streaming producer then keeps pulling back the
+        // line the producer is filling, and a streaming producer rarely leaves two polls in a
+        // row empty. Measured on the 2-core CI VM (`RINGS_BENCH_PAIRS=21`, 7 interleaved rounds
+        // against the build without it): RTT 0.95x -> 1.08x rtrb's (median of rounds), single-
+        // item throughput 1.41x -> 1.30x (within its round-to-round spread of 0.45x-4.7x).
+        if self.head == self.cached_tail {
+            if self.empty_polls >= 2 {
+                primitive::prefetch_read(self.buf.wrapping_add(self.head & self.mask));
+            }
+            if self.refresh_len() == 0 {
+                self.empty_polls = self.empty_polls.saturating_add(1);
+                return Err(PopError::Empty);
+            }
+            self.empty_polls = 0;
         }
+        self.prefetch_ahead();
         let slot = self.head & self.mask;
         let access = self.ring().trackers.write(slot);
         // SAFETY: the ring is not empty, so `head`'s slot holds an initialized item that the

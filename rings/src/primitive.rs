@@ -136,3 +136,20 @@ pub(crate) mod track {
         }
     }
 }
+
+/// Hints the CPU to start loading the cache line at `ptr` into this core's cache (x86_64 only;
+/// a no-op elsewhere, under loom and under Miri). A hint has no effect on program semantics:
+/// `ptr` is never dereferenced, so any address is fine, in or out of bounds.
+#[inline(always)]
+pub(crate) fn prefetch_read<T>(ptr: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    // `_mm_prefetch` is a safe fn on newer compilers and an unsafe one on the MSRV.
+    #[allow(unused_unsafe)]
+    // SAFETY: PREFETCHT0 never faults and does not access memory in the abstract machine; SSE is
+    // part of the x86_64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ptr.cast::<i8>());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    let _ = ptr;
+}

@@ -366,3 +366,116 @@ fn single_random_drop_points() {
 fn batch_random_drop_points() {
     random_drop_rounds(true);
 }
+
+/// An element type for the size sweep below: carries its sequence number (except `()`).
+trait SizeSweep: Send + 'static {
+    fn make(seq: u64) -> Self;
+    /// The sequence number, or `None` for a type too small to carry one.
+    fn seq(&self) -> Option<u64>;
+}
+
+impl SizeSweep for () {
+    fn make(_: u64) -> Self {}
+    fn seq(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl SizeSweep for u8 {
+    fn make(seq: u64) -> Self {
+        seq as u8
+    }
+    fn seq(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl SizeSweep for u64 {
+    fn make(seq: u64) -> Self {
+        seq
+    }
+    fn seq(&self) -> Option<u64> {
+        Some(*self)
+    }
+}
+
+/// 40 bytes: a slot size that does not divide the cache line.
+impl SizeSweep for [u64; 5] {
+    fn make(seq: u64) -> Self {
+        [seq, !seq, seq, !seq, seq]
+    }
+    fn seq(&self) -> Option<u64> {
+        assert!(
+            self[1] == !self[0] && self[4] == self[0],
+            "torn item {self:?}"
+        );
+        Some(self[0])
+    }
+}
+
+/// 320 bytes: larger than the consumer's read-ahead distance.
+impl SizeSweep for [u64; 40] {
+    fn make(seq: u64) -> Self {
+        [seq; 40]
+    }
+    fn seq(&self) -> Option<u64> {
+        assert!(self.iter().all(|&x| x == self[0]), "torn item");
+        Some(self[0])
+    }
+}
+
+/// One producer pushing single items, one consumer alternating `pop` and `read_chunk_up_to`,
+/// on rings big enough for the consumer's read-ahead prefetch to run (and wrap): every item
+/// arrives once, in order, untorn.
+fn fifo_sizes<T: SizeSweep>(capacity: usize, items: u64) {
+    let deadline = Instant::now() + DEADLINE;
+    let (mut p, mut c) = RingBuffer::<T>::new(capacity);
+    let producer = thread::spawn(move || {
+        for i in 0..items {
+            let mut item = T::make(i);
+            while let Err(PushError::Full(back)) = p.push(item) {
+                item = back;
+                wait(deadline, "producer (sizes)");
+            }
+        }
+    });
+    let mut rng = XorShift(base_seed() ^ capacity as u64);
+    let mut next = 0u64;
+    let check = |item: &T, next: &mut u64| {
+        if let Some(seq) = item.seq() {
+            assert_eq!(seq, *next, "capacity {capacity}");
+        }
+        *next += 1;
+    };
+    while next < items {
+        if rng.below(2) == 0 {
+            match c.pop() {
+                Ok(item) => check(&item, &mut next),
+                Err(PopError::Empty) => wait(deadline, "consumer (sizes)"),
+            }
+        } else {
+            let chunk = c.read_chunk_up_to(rng.upto(capacity));
+            if chunk.is_empty() {
+                wait(deadline, "consumer (sizes)");
+            }
+            for item in chunk {
+                check(&item, &mut next);
+            }
+        }
+    }
+    producer.join().expect("producer thread panicked");
+    assert!(matches!(c.pop(), Err(PopError::Empty)));
+}
+
+#[test]
+fn fifo_across_element_sizes() {
+    let _serial = serial();
+    let items = long_run_items() / 10;
+    for capacity in [64, 1024] {
+        fifo_sizes::<()>(capacity, items);
+        fifo_sizes::<u8>(capacity, items);
+        fifo_sizes::<u64>(capacity, items);
+        fifo_sizes::<[u64; 5]>(capacity, items);
+        fifo_sizes::<[u64; 40]>(capacity, items);
+    }
+}
