@@ -291,7 +291,7 @@ pub struct CommonArgs {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 32,
+        default_value_t = 128,
         help_heading = "Data path"
     )]
     pub batch: usize,

@@ -177,7 +177,7 @@ fn two_processes_over_tcp_urls() {
     );
     for knob in [
         "--depth 128",
-        "--batch 32",
+        "--batch 128",
         "--inline-threshold 64",
         "--buffers 256",
         "--buffer-size 4096",

@@ -47,7 +47,7 @@ const _: () = assert!(SW_MIN_LIVENESS_TIMEOUT_NS as u128 == MIN_LIVENESS_TIMEOUT
 /// Engine configuration. Fill it with `sw_config_init`, then change what you need.
 ///
 /// The defaults are the Rust `EngineBuilder`'s: run-to-completion (no poller thread), busy spin,
-/// 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)`, batch 32,
+/// 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)`, batch 128,
 /// inline threshold 120 bytes, connect timeout 5 s, 1024 connections per poller, liveness
 /// timeout 1 s, messages up to 16 MiB through 2 large slots.
 ///
