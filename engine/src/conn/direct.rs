@@ -412,8 +412,8 @@ impl Direct {
         &'c self,
         conn: &'c Connection,
     ) -> Result<Option<Message<'c>>, Error> {
-        // The result is returned as `recv` built it, not re-wrapped: a `Message` (144 bytes)
-        // moved through each `Result<Option<_>>` layer was the largest cost of a receive.
+        // The result is returned as `recv` built it, not re-wrapped: each `Result<Option<_>>`
+        // layer a result passes through is a copy of it.
         let r = self.recv(conn);
         if matches!(r, Ok(None)) {
             return self.try_recv_empty(conn);
