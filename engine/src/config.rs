@@ -3,10 +3,12 @@
 //! [`EngineBuilder::build`] lives beside [`Engine`](crate::Engine)(crate::Engine) (it starts the engine), so
 //! this module stays below the engine.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{ConfigError, Error};
 use crate::idle::IdleStrategy;
+use crate::placement::{HugePages, NumaPolicy, Placer};
 
 /// Largest buffer size: descriptors carry lengths as `u32`.
 pub const MAX_BUFFER_SIZE: usize = 1 << 30;
@@ -53,6 +55,11 @@ pub(crate) struct Config {
     pub(crate) counters_file: bool,
     /// `depth` was set explicitly (else it follows `min(128, buffers)`).
     pub(crate) depth_set: bool,
+    pub(crate) hugepages: HugePages,
+    pub(crate) numa: NumaPolicy,
+    /// The placement resolved from `hugepages` and `numa` by [`EngineBuilder::validate`]; every
+    /// pool, segment and region of the engine is placed through it.
+    pub(crate) placer: Arc<Placer>,
 }
 
 impl Config {
@@ -163,7 +170,7 @@ pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_millis(80);
 /// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 128, inline threshold
 /// [`crate::INLINE_MAX`], signal every 16, RDMA frames up to the buffer size, connect timeout
 /// 5 s, 1024 connections per poller, liveness timeout 1 s, messages up to 16 MiB through 2 large
-/// slots per connection per direction.
+/// slots per connection per direction, [`HugePages::Try`], [`NumaPolicy::Off`].
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct EngineBuilder {
@@ -195,6 +202,9 @@ impl Default for EngineBuilder {
                 name: "spinwire".to_owned(),
                 counters_file: true,
                 depth_set: false,
+                hugepages: HugePages::default(),
+                numa: NumaPolicy::default(),
+                placer: Arc::new(Placer::off()),
             },
         }
     }
@@ -396,6 +406,27 @@ impl EngineBuilder {
         self
     }
 
+    /// Hugepages for pools, shm segments and RDMA regions (default [`HugePages::Try`]: regions
+    /// of 2 MiB or more on hugepages while the kernel's reserved pool has them, else on 4 KiB
+    /// pages with one log line per engine). [`HugePages::Require`] fails
+    /// [`build`](EngineBuilder::build) when no huge page is free, and a connection whose
+    /// regions cannot all be had with [`PlacementError::HugePagesUnavailable`](crate::PlacementError::HugePagesUnavailable)
+    /// in its error's source chain. What the regions got is in
+    /// [`EngineStats::placement`](crate::EngineStats::placement).
+    pub fn hugepages(mut self, policy: HugePages) -> Self {
+        self.cfg.hugepages = policy;
+        self
+    }
+
+    /// The NUMA node of pools, shm segments and RDMA regions (default [`NumaPolicy::Off`]):
+    /// bound with `mbind(MPOL_PREFERRED)` before their first touch. A node the machine does not
+    /// have fails [`build`](EngineBuilder::build) with
+    /// [`PlacementError::NoSuchNode`](crate::PlacementError::NoSuchNode).
+    pub fn numa(mut self, policy: NumaPolicy) -> Self {
+        self.cfg.numa = policy;
+        self
+    }
+
     /// Checks every knob and returns the configuration [`build`](EngineBuilder::build) starts
     /// the engine with.
     pub(crate) fn validate(self) -> Result<Config, Error> {
@@ -492,6 +523,7 @@ impl EngineBuilder {
             .inline_threshold
             .min(crate::desc::INLINE_MAX)
             .min(c.buffer_size);
+        c.placer = Arc::new(Placer::resolve(c.hugepages, c.numa, &c.pollers)?);
         Ok(Config {
             inline_threshold,
             ..c

@@ -371,6 +371,7 @@ impl Engine {
             connections_opened: c.connections_opened.load(Ordering::Relaxed),
             connections_closed: c.connections_closed.load(Ordering::Relaxed),
             control_wakeups: c.control_wakeups.load(Ordering::Relaxed),
+            placement: self.inner.cfg.placer.stats(),
         }
     }
 

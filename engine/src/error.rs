@@ -35,6 +35,11 @@ pub enum Error {
     /// The engine configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(ConfigError),
+    /// The memory placement asked for cannot be had
+    /// ([`EngineBuilder::hugepages`](crate::EngineBuilder::hugepages) with no free hugepages,
+    /// [`EngineBuilder::numa`](crate::EngineBuilder::numa) with a node the machine lacks).
+    #[error("memory placement")]
+    Placement(#[from] crate::placement::PlacementError),
     /// Spawning or pinning a thread failed.
     #[error("could not start the {what} thread")]
     Thread {

@@ -301,6 +301,7 @@ pub mod fabric;
 mod flow;
 mod idle;
 mod link;
+mod placement;
 mod poller;
 pub mod reconnect;
 // The record codec and shm record ring: internals, public (hidden) for the project's tests and
@@ -328,5 +329,6 @@ pub use fabric::mem::MemSetupError;
 pub use fabric::shm::{Mismatch, ShmSetupError};
 pub use fabric::tcp::TcpSetupError;
 pub use idle::IdleStrategy;
+pub use placement::{HugePages, NumaPolicy, PlacementError, PlacementStats, HUGE_PAGE_SIZE};
 pub use reconnect::{ReconnectEvent, ReconnectPolicy, ReconnectStats, Reconnecting};
 pub use stats::{ConnStats, EngineStats, PollerStats};

@@ -116,6 +116,10 @@ pub struct EngineStats {
     /// on a machine with no spare core; with established connections and nothing in flight it
     /// grows only at the liveness cadence (twelve a second at the default 1-s timeout).
     pub control_wakeups: u64,
+    /// What the engine's pools, segments and regions got: hugepages or 4 KiB pages, and the
+    /// NUMA node ([`EngineBuilder::hugepages`](crate::EngineBuilder::hugepages),
+    /// [`EngineBuilder::numa`](crate::EngineBuilder::numa)).
+    pub placement: crate::placement::PlacementStats,
 }
 
 /// Per-connection counters written by its poller.

@@ -24,6 +24,7 @@
 //! | [`peer`] | peer close, peer SIGKILL, peer SIGSTOP (liveness) |
 //! | [`reason`] | the reason of a disconnect reaches both sides: a clean close, a silent peer (the checker sees `PeerUnresponsive`, the silent side `PeerAborted(Unresponsive)` once it resumes) |
 //! | [`reconnect`] | reconnect with an exact `unconfirmed`, delivery before the loss, give-up |
+//! | [`placement`] | hugepages `Try` carries messages and reports what it got, `Require` gets them or the typed error, NUMA node 0 and the local node carry messages |
 //! | [`hostile`] | hostile bytes from a peer, and a peer silent in the middle of a record, where the fabric reads bytes |
 //!
 //! Every wait is bounded; the cases of one binary run one at a time ([`serial`]), and every
@@ -39,6 +40,7 @@ pub mod flow;
 pub mod hostile;
 pub mod idle;
 pub mod peer;
+pub mod placement;
 pub mod reason;
 pub mod reconnect;
 pub mod schemes;
@@ -262,6 +264,12 @@ macro_rules! conformance {
                 reconnect_delivers_received_before_the_loss =>
                     c::reconnect::delivers_received_before_the_loss,
                 reconnect_max_attempts_ends_in_gave_up => c::reconnect::max_attempts_ends_in_gave_up,
+                placement_try_carries_messages_and_reports =>
+                    c::placement::try_carries_messages_and_reports,
+                placement_require_gets_hugepages_or_the_typed_error =>
+                    c::placement::require_gets_hugepages_or_the_typed_error,
+                placement_numa_node_and_local_carry_messages =>
+                    c::placement::numa_node_and_local_carry_messages,
                 hostile_bytes_fail_only_their_connection =>
                     c::hostile::bytes_fail_only_their_connection,
                 peer_silent_mid_record_is_unresponsive =>

@@ -9,13 +9,11 @@
 //! the accepted end in the listener's inbox and wakes the listening engine's control thread
 //! through a socket pair (the listener's descriptor in its poll set), which installs it.
 
-use std::alloc::Layout;
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
@@ -26,6 +24,7 @@ use crate::config::Config;
 use crate::desc::PoolView;
 use crate::error::Error;
 use crate::link::Pools;
+use crate::placement::{PlacedRegion, Placer};
 
 use super::datapath::{Channel, EndParts, MemConn};
 
@@ -59,13 +58,16 @@ pub enum MemSetupError {
         /// The size asked for.
         bytes: usize,
     },
+    /// Placing a pool (hugepages, NUMA node) failed.
+    #[error("placing a mem:// pool")]
+    Placement(#[source] crate::placement::PlacementError),
     /// The listener's wake-up socket pair could not be made.
     #[error("could not create the listener's wake-up socket pair")]
     Wake(#[source] io::Error),
 }
 
 /// What one engine brings to a connection (its configuration, as the sender of one direction).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct MemParams {
     buffer_size: usize,
     buffers: u32,
@@ -75,6 +77,8 @@ pub(crate) struct MemParams {
     /// Message limit and large slots, `(limit, 0)` without large messages.
     limit: usize,
     large: u32,
+    /// The sender's engine places its direction's pools.
+    placer: Arc<Placer>,
 }
 
 impl MemParams {
@@ -88,59 +92,14 @@ impl MemParams {
             liveness: cfg.liveness_timeout,
             limit: cfg.message_limit(),
             large,
-        }
-    }
-}
-
-/// One zeroed allocation holding a pool (none for zero bytes).
-struct Region {
-    ptr: NonNull<u8>,
-    layout: Option<Layout>,
-}
-
-// SAFETY: plain memory; who may touch which buffer is governed by the engine's ownership
-// protocol (the application holds a buffer, or a poller does), not by this handle.
-unsafe impl Send for Region {}
-// SAFETY: as above; `&Region` exposes nothing but the pointer.
-unsafe impl Sync for Region {}
-
-impl Region {
-    /// `bytes` zeroed bytes, aligned to `align` (an alignment up to 16 lets a large region be
-    /// `calloc`ed, its pages taken only as messages touch them).
-    fn new(bytes: usize, align: usize) -> Result<Region, MemSetupError> {
-        if bytes == 0 {
-            return Ok(Region {
-                ptr: NonNull::dangling(),
-                layout: None,
-            });
-        }
-        let layout = Layout::from_size_align(bytes, align)
-            .ok()
-            .filter(|_| bytes <= isize::MAX as usize / 2)
-            .ok_or(MemSetupError::Alloc { bytes })?;
-        // SAFETY: `layout` has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or(MemSetupError::Alloc { bytes })?;
-        Ok(Region {
-            ptr,
-            layout: Some(layout),
-        })
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        if let Some(layout) = self.layout {
-            // SAFETY: allocated in `new` with this layout, freed once; every view of it is gone
-            // (they are held with the `Arc<MemPools>` that owns this).
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+            placer: cfg.placer.clone(),
         }
     }
 }
 
 /// Both directions' pools of one connection, kept alive by both ends and their handles.
 struct MemPools {
-    _regions: [Region; 4],
+    _regions: [PlacedRegion; 4],
 }
 
 /// One direction's pools: `(ordinary, large)` views and their regions.
@@ -148,7 +107,7 @@ fn direction(
     from: &MemParams,
     slot: usize,
     slots: u32,
-) -> Result<(PoolView, PoolView, Region, Region), MemSetupError> {
+) -> Result<(PoolView, PoolView, PlacedRegion, PlacedRegion), MemSetupError> {
     let bytes = from
         .buffer_size
         .checked_mul(from.buffers as usize)
@@ -156,16 +115,19 @@ fn direction(
     let large_bytes = slot
         .checked_mul(slots as usize)
         .ok_or(MemSetupError::Alloc { bytes: usize::MAX })?;
-    let pool = Region::new(bytes, 64)?;
-    let large = Region::new(large_bytes, 16)?;
-    // SAFETY: the regions are `buffer_size * buffers` and `slot * slots` bytes (checked to fit
-    // `isize` by `Region::new`), zeroed, and alive while the `MemPools` holding them is, which
+    let pool = from.placer.anon(bytes).map_err(MemSetupError::Placement)?;
+    let large = from
+        .placer
+        .anon(large_bytes)
+        .map_err(MemSetupError::Placement)?;
+    // SAFETY: the regions are at least `buffer_size * buffers` and `slot * slots` bytes
+    // (`Placer::anon` refuses what does not fit `isize`), page aligned, zeroed, and alive while the `MemPools` holding them is, which
     // both ends and both applications' handles keep. A view of zero slots reads nothing.
     let views = unsafe {
         (
-            PoolView::new(pool.ptr, from.buffer_size, from.buffers),
+            PoolView::new(pool.ptr(), from.buffer_size, from.buffers),
             if slots > 0 {
-                PoolView::new(large.ptr, slot, slots)
+                PoolView::new(large.ptr(), slot, slots)
             } else {
                 PoolView::empty()
             },

@@ -30,6 +30,10 @@ pub enum ShmSetupError {
         #[source]
         source: WireError,
     },
+    /// The segment could not be placed as the engine's
+    /// [`hugepages`](crate::EngineBuilder::hugepages) policy requires.
+    #[error("placing the shm segment")]
+    Placement(#[source] crate::placement::PlacementError),
     /// A rendezvous step of an accepted connection failed.
     #[error("shm accept")]
     Accept(#[source] UdsError),

@@ -4,7 +4,8 @@
 //! timeout), never on a poller.
 
 use std::any::Any;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,10 +15,11 @@ use crate::config::Config;
 use crate::desc::{PoolView, INLINE_MAX};
 use crate::error::Error;
 use crate::flow::Policy;
+use crate::placement::Placer;
 
 use super::direct::ShmDirect;
 use super::error::{Mismatch, ShmSetupError};
-use super::wire::{self, Params, Segment, WireError};
+use super::wire::{self, Layout, Params, Segment, WireError};
 
 /// How long the listening side waits for each handshake step of an accepted connection (the
 /// hello after the accept, the ready after the offer). The control thread does not wait: the
@@ -224,6 +226,30 @@ fn setup_err(step: &'static str, source: WireError) -> Error {
     ShmSetupError::Wire { step, source }.into()
 }
 
+/// Creates an accepted connection's segment, placed by the engine's `placer`: on hugepages when
+/// it asks for them for the segment's size, falling back to 4 KiB pages under
+/// `HugePages::Try`; counted in the placer's statistics.
+fn create_segment(settled: &Params, placer: &Placer) -> Result<(Segment, OwnedFd), Error> {
+    let len = Layout::new(settled)
+        .map_err(|e| setup_err("creating the shm segment", e))?
+        .total_len();
+    if placer.wants_huge(len) {
+        match Segment::create_placed(settled, true, placer) {
+            Ok(v) => {
+                placer.record(true, v.0.len());
+                return Ok(v);
+            }
+            Err(e) => placer
+                .huge_failed(len, io::Error::other(e))
+                .map_err(ShmSetupError::Placement)?,
+        }
+    }
+    let v = Segment::create_placed(settled, false, placer)
+        .map_err(|e| setup_err("creating the shm segment", e))?;
+    placer.record(false, v.0.len());
+    Ok(v)
+}
+
 /// Builds the direct data path and pool views of a segment both sides are attached to.
 fn establish(segment: Segment, stream: UdsStream, policy: Policy) -> Result<Established, Error> {
     let (tx, rx, rel) = segment
@@ -336,6 +362,7 @@ pub(crate) fn connect(
         }
     };
     drop(offer);
+    cfg.placer.record(segment.is_huge(), segment.len());
     stream.send_ready(left()).map_err(cerr)?;
     establish(segment, stream, Policy::from_config(cfg))
 }
@@ -413,11 +440,11 @@ impl ShmListener {
                     return Err(ShmSetupError::ProposalMismatch { mismatches }.into());
                 }
             };
-            let (segment, fd) = match Segment::create(&settled) {
+            let (segment, fd) = match create_segment(&settled, &cfg.placer) {
                 Ok(v) => v,
                 Err(e) => {
                     let _ = stream.send_reject(HandshakeRefusal::SegmentFailed, nowait);
-                    return Err(setup_err("creating the shm segment", e));
+                    return Err(e);
                 }
             };
             stream

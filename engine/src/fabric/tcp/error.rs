@@ -25,6 +25,9 @@ pub enum TcpSetupError {
         /// The size asked for.
         bytes: usize,
     },
+    /// Placing a connection's buffer pools (hugepages, NUMA node) failed.
+    #[error("placing tcp buffer pools")]
+    Placement(#[source] crate::placement::PlacementError),
     /// The host name did not resolve to any address.
     #[error("resolving {host:?}")]
     Resolve {

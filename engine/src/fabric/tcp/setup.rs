@@ -13,7 +13,6 @@ use std::any::Any;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,12 +20,12 @@ use crate::config::Config;
 use crate::desc::PoolView;
 use crate::error::{Error, SetupError};
 use crate::link::Pools;
+use crate::placement::{PlacedRegion, Placer};
 use crate::record;
 
 use super::datapath::{rx_chunks, ConnSizes, TcpConn};
 use super::error::TcpSetupError;
 use super::hello::{TcpParams, HELLO_LEN, STATUS_BUSY, STATUS_INVALID, STATUS_MISMATCH, STATUS_OK};
-use super::sys;
 
 /// How long an accepted connection may take to send its hello. The control thread does not
 /// wait: the pending handshake is an entry with this deadline (see [`Handshake`]).
@@ -62,45 +61,23 @@ pub(crate) fn params_for(cfg: &Config) -> Result<TcpParams, Error> {
     })
 }
 
-/// One anonymous mapping holding a pool (send buffers, receive chunks, or large slots):
-/// `MAP_NORESERVE` and zero filled by the kernel, so its pages take memory only once a message
-/// touches them (an idle connection commits none of its pools); unmapped on drop.
+/// One anonymous mapping holding a pool (send buffers, receive chunks, or large slots), placed
+/// by the engine's [`Placer`]: on 4 KiB pages `MAP_NORESERVE` and zero filled by the kernel, so
+/// its pages take memory only once a message touches them (an idle connection commits none of
+/// its pools); on hugepages rounded up to 2 MiB and reserved when mapped. Unmapped on drop.
 struct Mapped {
-    ptr: NonNull<u8>,
-    bytes: usize,
+    region: PlacedRegion,
 }
-
-// SAFETY: the mapping is plain memory; who may touch which buffer is governed by the engine's
-// ownership protocol (the application holds a buffer, or the poller does), not by this handle.
-unsafe impl Send for Mapped {}
-// SAFETY: as above.
-unsafe impl Sync for Mapped {}
 
 impl Mapped {
     /// `slot_bytes * slots` bytes, or no mapping (a dangling pointer) for zero bytes.
-    fn new(slot_bytes: usize, slots: u32) -> Result<Mapped, TcpSetupError> {
+    fn new(placer: &Placer, slot_bytes: usize, slots: u32) -> Result<Mapped, TcpSetupError> {
         let bytes = slot_bytes
             .checked_mul(slots as usize)
             .filter(|&b| b <= isize::MAX as usize / 2)
             .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
-        if bytes == 0 {
-            return Ok(Mapped {
-                ptr: NonNull::dangling(),
-                bytes: 0,
-            });
-        }
-        let ptr = sys::map_anon(bytes).map_err(|_| TcpSetupError::Alloc { bytes })?;
-        Ok(Mapped { ptr, bytes })
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        if self.bytes > 0 {
-            // SAFETY: mapped in `new` with this size, unmapped once; every view of it is gone
-            // (they are held with the `Arc<TcpPools>` that owns this).
-            unsafe { sys::unmap(self.ptr, self.bytes) }
-        }
+        let region = placer.anon(bytes).map_err(TcpSetupError::Placement)?;
+        Ok(Mapped { region })
     }
 }
 
@@ -155,10 +132,10 @@ fn establish(
         (0, 0, 0)
     };
     let pools = Arc::new(TcpPools {
-        tx: Mapped::new(buf_size, count)?,
-        rx: Mapped::new(chunk, chunks)?,
-        tx_large: Mapped::new(tx_slot, slots)?,
-        rx_large: Mapped::new(rx_slot, slots)?,
+        tx: Mapped::new(&cfg.placer, buf_size, count)?,
+        rx: Mapped::new(&cfg.placer, chunk, chunks)?,
+        tx_large: Mapped::new(&cfg.placer, tx_slot, slots)?,
+        rx_large: Mapped::new(&cfg.placer, rx_slot, slots)?,
     });
     // SAFETY: the send mapping is `buf_size * count` bytes, the receive mapping `chunk *
     // chunks`, the large mappings `tx_slot * slots` and `rx_slot * slots` (`Mapped::new` checked
@@ -166,15 +143,15 @@ fn establish(
     // connection and the application's handles hold. A view of zero slots reads nothing.
     let pool_views = unsafe {
         Pools {
-            tx: PoolView::new(pools.tx.ptr, buf_size, count),
-            rx: PoolView::new(pools.rx.ptr, chunk, chunks),
+            tx: PoolView::new(pools.tx.region.ptr(), buf_size, count),
+            rx: PoolView::new(pools.rx.region.ptr(), chunk, chunks),
             tx_large: if large {
-                PoolView::new(pools.tx_large.ptr, tx_slot, slots)
+                PoolView::new(pools.tx_large.region.ptr(), tx_slot, slots)
             } else {
                 PoolView::empty()
             },
             rx_large: if large {
-                PoolView::new(pools.rx_large.ptr, rx_slot, slots)
+                PoolView::new(pools.rx_large.region.ptr(), rx_slot, slots)
             } else {
                 PoolView::empty()
             },

@@ -1,7 +1,7 @@
 //! The system calls of the TCP fabric, its only FFI: on the data path non-blocking `recv`,
 //! `sendmsg` of an iovec list (`MSG_NOSIGNAL`: a closed peer is an `EPIPE` error, never a
-//! `SIGPIPE`) and `shutdown`; at setup the anonymous mappings of the large pools
-//! ([`map_anon`] / [`unmap`]). Errors are raw errno values (no allocation on the data path).
+//! `SIGPIPE`) and `shutdown` (the pools are mapped by `crate::placement`). Errors are raw errno values (no
+//! allocation on the data path).
 
 use core::mem::MaybeUninit;
 use std::os::fd::RawFd;
@@ -120,39 +120,5 @@ pub(crate) fn shutdown_write(fd: RawFd) {
     // SAFETY: as for `shutdown`.
     unsafe {
         libc::shutdown(fd, libc::SHUT_WR);
-    }
-}
-
-/// Maps `bytes` (nonzero) of private anonymous memory, readable and writable, without reserving
-/// swap (`MAP_NORESERVE`): pages are zero and take memory only once touched. Setup only.
-pub(crate) fn map_anon(bytes: usize) -> Result<core::ptr::NonNull<u8>, i32> {
-    // SAFETY: an anonymous mapping at an address the kernel picks: no existing memory is
-    // affected; failure is `MAP_FAILED`.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(errno());
-    }
-    core::ptr::NonNull::new(p.cast()).ok_or(libc::ENOMEM)
-}
-
-/// Unmaps a mapping of [`map_anon`].
-///
-/// # Safety
-///
-/// `ptr` and `bytes` are those of one [`map_anon`] call, unmapped once, and nothing uses the
-/// memory afterwards.
-pub(crate) unsafe fn unmap(ptr: core::ptr::NonNull<u8>, bytes: usize) {
-    // SAFETY: by the caller's contract the range is exactly one live mapping of ours.
-    unsafe {
-        libc::munmap(ptr.as_ptr().cast(), bytes);
     }
 }

@@ -109,9 +109,9 @@ pub(super) fn register(
     let ack_size = ack_scratch_size(buffer_size);
     let scratch_bytes = RNDV_SCRATCH * slots as usize + ACK_BUFS * ack_size;
     Ok(Some(LargeRegions {
-        tx: MemoryRegion::new(pd, bytes, Access::REMOTE_READ)
+        tx: MemoryRegion::placed(pd, bytes, Access::REMOTE_READ, &cfg.placer)
             .map_err(|e| setup_err("register large send slots", e))?,
-        rx: MemoryRegion::new(pd, bytes, rx_access)
+        rx: MemoryRegion::placed(pd, bytes, rx_access, &cfg.placer)
             .map_err(|e| setup_err("register large receive slots", e))?,
         scratch: MemoryRegion::new(pd, scratch_bytes, Access::NONE)
             .map_err(|e| setup_err("register rendezvous frames", e))?,

@@ -150,13 +150,13 @@ pub(super) fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Resu
     };
     let pools = Arc::new(Pools {
         // Send-only memory: no access rights beyond the HCA reading it.
-        tx: MemoryRegion::new(&res.pd, pool_bytes, Access::NONE)
+        tx: MemoryRegion::placed(&res.pd, pool_bytes, Access::NONE, &cfg.placer)
             .map_err(|e| setup_err("register send pool", e))?,
         // Receive memory: the HCA writes it.
         rx: match srq {
             Some(_) => None,
             None => Some(
-                MemoryRegion::new(&res.pd, pool_bytes, Access::LOCAL_WRITE)
+                MemoryRegion::placed(&res.pd, pool_bytes, Access::LOCAL_WRITE, &cfg.placer)
                     .map_err(|e| setup_err("register receive pool", e))?,
             ),
         },

@@ -51,6 +51,15 @@ pub enum VerbsError {
         /// Requested length in bytes.
         len: usize,
     },
+    /// Placing the memory behind a memory region (hugepages, NUMA node) failed.
+    #[error("placing {len} bytes for a memory region")]
+    Placement {
+        /// Requested length in bytes.
+        len: usize,
+        /// The placement error.
+        #[source]
+        source: crate::placement::PlacementError,
+    },
     /// `ibv_reg_mr` failed (often `ulimit -l` too small).
     #[error("ibv_reg_mr of {len} bytes failed (check `ulimit -l`)")]
     RegMr {

@@ -8,6 +8,7 @@ use rdma_sys as ffi;
 
 use super::device::ProtectionDomain;
 use super::error::{last_os_error, VerbsError};
+use crate::placement::{PlacedRegion, Placer};
 
 /// Memory access rights of a [`MemoryRegion`]. Use the least that works: receive buffers need
 /// [`Access::LOCAL_WRITE`]; send-only buffers need nothing.
@@ -33,11 +34,20 @@ impl Access {
     }
 }
 
+/// The memory behind a [`MemoryRegion`].
+enum Backing {
+    /// From the global allocator with this layout.
+    Heap(std::alloc::Layout),
+    /// A placed mapping (hugepages, NUMA node); unmapped when dropped.
+    Placed(PlacedRegion),
+}
+
 /// A registered, page-aligned, zero-initialised memory region that owns its memory.
 pub struct MemoryRegion {
     raw: NonNull<ffi::ibv_mr>,
     addr: NonNull<u8>,
-    layout: std::alloc::Layout,
+    len: usize,
+    backing: Backing,
     pd: Arc<ProtectionDomain>,
 }
 
@@ -75,7 +85,8 @@ impl MemoryRegion {
             Some(raw) => Ok(Self {
                 raw,
                 addr,
-                layout,
+                len: layout.size(),
+                backing: Backing::Heap(layout),
                 pd: Arc::clone(pd),
             }),
             None => {
@@ -87,6 +98,50 @@ impl MemoryRegion {
         }
     }
 
+    /// Maps `len` bytes placed by the engine's `placer` (on hugepages when it asks for them,
+    /// on the device's or the engine's NUMA node) and registers them with `access`. Registering
+    /// faults every page in, on the node the mapping was bound to.
+    ///
+    /// # Errors
+    /// [`VerbsError::Placement`] (e.g. `HugePages::Require` with the pool short),
+    /// [`VerbsError::RegMr`].
+    pub(crate) fn placed(
+        pd: &Arc<ProtectionDomain>,
+        len: usize,
+        access: Access,
+        placer: &Placer,
+    ) -> Result<Self, VerbsError> {
+        let len = len.max(1);
+        let node = placer.node_for_device(&pd.context().name());
+        let region = placer
+            .anon_on(len, node)
+            .map_err(|source| VerbsError::Placement { len, source })?;
+        let addr = region.ptr();
+        // SAFETY: `addr..addr+len` is a live mapping of at least `len` bytes owned by the
+        // returned object and unmapped only after ibv_dereg_mr in Drop (or here, on failure,
+        // by dropping `region`).
+        let mr =
+            unsafe { ffi::ibv_reg_mr(pd.as_ptr(), addr.as_ptr().cast(), len, access.0 as i32) };
+        match NonNull::new(mr) {
+            Some(raw) => Ok(Self {
+                raw,
+                addr,
+                len,
+                backing: Backing::Placed(region),
+                pd: Arc::clone(pd),
+            }),
+            None => Err(VerbsError::RegMr {
+                len,
+                source: last_os_error(),
+            }),
+        }
+    }
+
+    /// Whether the region's memory is on 2 MiB hugepages.
+    pub fn is_huge(&self) -> bool {
+        matches!(&self.backing, Backing::Placed(r) if r.is_huge())
+    }
+
     /// Start of the region.
     pub fn as_ptr(&self) -> *mut u8 {
         self.addr.as_ptr()
@@ -94,7 +149,7 @@ impl MemoryRegion {
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 
     /// Whether the region is empty (never: at least one byte is allocated).
@@ -123,10 +178,13 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // SAFETY: registered by ibv_reg_mr; the memory is freed only after deregistration.
+        // SAFETY: registered by ibv_reg_mr; the memory is freed (or, placed, unmapped when
+        // `backing` drops after this) only after deregistration.
         unsafe {
             ffi::ibv_dereg_mr(self.raw.as_ptr());
-            std::alloc::dealloc(self.addr.as_ptr(), self.layout);
+            if let Backing::Heap(layout) = self.backing {
+                std::alloc::dealloc(self.addr.as_ptr(), layout);
+            }
         }
     }
 }

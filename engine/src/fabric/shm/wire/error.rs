@@ -66,6 +66,9 @@ pub enum WireError {
         /// Its value.
         value: u64,
     },
+    /// Placing the segment's memory (its NUMA node) failed.
+    #[error("placing the shm segment")]
+    Placement(#[source] crate::placement::PlacementError),
     /// A system call creating the segment failed.
     #[error("creating the shm segment failed at {step}")]
     Create {

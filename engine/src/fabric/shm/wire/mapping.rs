@@ -59,12 +59,15 @@ impl Side {
 ///
 /// Built by [`Segment::create`](super::Segment::create) and
 /// [`Segment::attach`](super::Segment::attach), which own the fields' invariants: `base`/`len`
-/// are exactly what `mmap` returned, and `layout` is the locally validated layout of `len` bytes.
+/// are exactly what `mmap` returned, and `layout` is the locally validated layout of at most
+/// `len` bytes (`len` is its total length, rounded up to 2 MiB on hugepages).
 pub(crate) struct Mapping {
     pub(super) base: NonNull<u8>,
     pub(super) len: usize,
     pub(super) layout: Layout,
     pub(super) side: Side,
+    /// The file is on 2 MiB hugepages (`MFD_HUGETLB`).
+    pub(super) huge: bool,
     /// Set once by [`Segment::split`](super::Segment::split).
     pub(super) split: AtomicBool,
     /// Whether this mapping holds its side's slot in the header, so that dropping it marks the

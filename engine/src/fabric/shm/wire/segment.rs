@@ -12,6 +12,7 @@ use super::layout::{hdr, Layout, Params, SEGMENT_MAGIC, WIRE_VERSION};
 use super::mapping::{Mapping, Side};
 use super::rx::{Releaser, RxRing};
 use super::tx::TxRing;
+use crate::placement::{round_huge, Placer, HUGE_PAGE_SIZE, MFD_HUGE_2MB};
 
 /// A snapshot of the peer's state words in the segment header.
 ///
@@ -38,21 +39,18 @@ fn os_err(step: &'static str, create: bool) -> WireError {
     }
 }
 
-/// Maps the segment; its first `populate` bytes (rings, release rings, buffers) are
-/// pre-faulted so the data path takes no page faults there. The large slots after them
-/// (tens of MiB per connection) fault in on first use instead, so a connection does
-/// not pay for mapping slots it may never fill.
+/// Maps the segment (`len` bytes: the file's size); runs `prepare` on the fresh mapping (the
+/// creator binds it to its NUMA node and allocates the file's memory there), then pre-faults
+/// its first `populate` bytes (rings, release rings, buffers) so the data path takes no page
+/// faults there. The large slots after them (tens of MiB per connection) fault in on first use
+/// instead, so a connection does not pay for mapping slots it may never fill.
 fn map_shared(
     fd: BorrowedFd<'_>,
     len: usize,
     populate: usize,
     create: bool,
+    prepare: impl FnOnce(NonNull<u8>) -> Result<(), WireError>,
 ) -> Result<NonNull<u8>, WireError> {
-    let flags = if populate >= len {
-        libc::MAP_SHARED | libc::MAP_POPULATE
-    } else {
-        libc::MAP_SHARED
-    };
     // SAFETY: a fresh mapping of `len` bytes at a kernel-chosen address; no existing memory is
     // affected. The result is checked against MAP_FAILED.
     let p = unsafe {
@@ -60,7 +58,7 @@ fn map_shared(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            flags,
+            libc::MAP_SHARED,
             fd.as_raw_fd(),
             0,
         )
@@ -68,9 +66,18 @@ fn map_shared(
     if p == libc::MAP_FAILED {
         return Err(os_err("mmap", create));
     }
-    if populate > 0 && populate < len {
+    let unmap = |err: WireError| {
+        // SAFETY: unmapping the mapping made above, which nothing else uses.
+        unsafe { libc::munmap(p, len) };
+        err
+    };
+    let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| unmap(os_err("mmap", create)))?;
+    prepare(base).map_err(unmap)?;
+    let populate = populate.min(len);
+    if populate > 0 {
         // SAFETY: replaces the first `populate` bytes of the mapping just made (ours alone,
-        // not yet handed out) with the same file range, pre-faulted; `populate < len`.
+        // not yet handed out) with the same file range, pre-faulted; `populate <= len`, and a
+        // multiple of the file's page size (the caller rounds it for hugepages).
         let q = unsafe {
             libc::mmap(
                 p,
@@ -82,13 +89,25 @@ fn map_shared(
             )
         };
         if q == libc::MAP_FAILED {
-            let err = os_err("mmap", create);
-            // SAFETY: unmapping the mapping made above, which nothing else uses.
-            unsafe { libc::munmap(p, len) };
-            return Err(err);
+            return Err(unmap(os_err("mmap", create)));
         }
     }
-    NonNull::new(p.cast::<u8>()).ok_or_else(|| os_err("mmap", create))
+    Ok(base)
+}
+
+/// `HUGETLBFS_MAGIC`: the `f_type` of a memfd made with `MFD_HUGETLB`.
+const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+
+/// Whether `fd` is a file on 2 MiB hugepages (`fstatfs`).
+fn is_hugetlb(fd: BorrowedFd<'_>) -> Result<bool, WireError> {
+    // SAFETY: `statfs` is plain data; fstatfs fills it or fails (checked).
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd borrowed for the call and a valid out pointer.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(os_err("fstatfs", false));
+    }
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s type differs between libcs
+    Ok(st.f_type as i64 == HUGETLBFS_MAGIC && st.f_bsize as usize == HUGE_PAGE_SIZE)
 }
 
 /// One connection's shared segment: header, both directions' record rings, release rings and
@@ -130,15 +149,35 @@ impl Segment {
     /// [`WireError::InvalidParams`] for bad `params`; [`WireError::Create`] naming the failing
     /// system call.
     pub fn create(params: &Params) -> Result<(Segment, OwnedFd), WireError> {
+        Segment::create_placed(params, false, &Placer::off())
+    }
+
+    /// [`Segment::create`] placed by `placer`: on 2 MiB hugepages when `huge`
+    /// (`MFD_HUGETLB | MFD_HUGE_2MB`; the file and the mapping are rounded up to 2 MiB, and the
+    /// kernel reserves every huge page of the file when it is mapped, so a short pool fails
+    /// here with `ENOMEM`, never later), and bound to the placer's NUMA node before its memory
+    /// is allocated. Still a sealed, mode-0600 memfd.
+    ///
+    /// # Errors
+    /// As [`Segment::create`]; [`WireError::Placement`] when binding to the node fails.
+    pub(crate) fn create_placed(
+        params: &Params,
+        huge: bool,
+        placer: &Placer,
+    ) -> Result<(Segment, OwnedFd), WireError> {
         let layout = Layout::new(params)?;
         let len = layout.total_len();
-        // SAFETY: the name is a NUL-terminated literal; flags are valid memfd flags.
-        let raw = unsafe {
-            libc::memfd_create(
-                c"spinwire-shm".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
+        let (file_len, populate) = if huge {
+            (round_huge(len), round_huge(layout.large_start()))
+        } else {
+            (len, layout.large_start())
         };
+        let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        if huge {
+            flags |= libc::MFD_HUGETLB | MFD_HUGE_2MB;
+        }
+        // SAFETY: the name is a NUL-terminated literal; flags are valid memfd flags.
+        let raw = unsafe { libc::memfd_create(c"spinwire-shm".as_ptr(), flags) };
         if raw < 0 {
             return Err(os_err("memfd_create", true));
         }
@@ -148,30 +187,40 @@ impl Segment {
         if unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } != 0 {
             return Err(os_err("fchmod", true));
         }
-        // SAFETY: as above; `len` <= MAX_SEGMENT_LEN fits in off_t.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        // SAFETY: as above; `file_len` <= MAX_SEGMENT_LEN rounded up to 2 MiB fits in off_t.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), file_len as libc::off_t) } != 0 {
             return Err(os_err("ftruncate", true));
-        }
-        // Reserve the memory of everything but the large slots now: a later page fault can
-        // then not hit a full tmpfs or memory limit, which would raise SIGBUS on the data path.
-        // Each direction's large slots are committed by their sender before its first large
-        // message (`TxRing::reserve_large`), so an idle connection does not pay for them.
-        let reserve = layout.large_start() as libc::off_t;
-        // SAFETY: as above; `large_start() <= len`.
-        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, reserve) } != 0 {
-            return Err(os_err("fallocate", true));
-        }
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: as above.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(os_err("seal", true));
         }
         let base = map_shared(
             std::os::fd::AsFd::as_fd(&fd),
-            len,
-            layout.large_start(),
+            file_len,
+            populate,
             true,
+            |base| {
+                // The node first: the file's pages are allocated by the policy of its mapping.
+                // SAFETY: `base .. base + file_len` is the fresh mapping; nothing touched it.
+                unsafe { placer.bind(base, file_len, placer.node()) }
+                    .map_err(WireError::Placement)?;
+                // Reserve the memory of everything but the large slots now: a later page fault
+                // can then not hit a full tmpfs or memory limit, which would raise SIGBUS on
+                // the data path. Each direction's large slots are committed by their sender
+                // before its first large message (`TxRing::reserve_large`), so an idle
+                // connection does not pay for them (on hugepages the kernel reserved them at
+                // mmap already).
+                let reserve = layout.large_start() as libc::off_t;
+                // SAFETY: as above; `large_start() <= len`.
+                if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, reserve) } != 0 {
+                    return Err(os_err("fallocate", true));
+                }
+                let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+                // SAFETY: as above.
+                if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+                    return Err(os_err("seal", true));
+                }
+                Ok(())
+            },
         )?;
+        let len = file_len;
         let map = Mapping {
             base,
             len,
@@ -179,6 +228,7 @@ impl Segment {
             side: Side::A,
             split: AtomicBool::new(false),
             holds_side: true,
+            huge,
         };
         // A fresh memfd is zero filled; write the header.
         map.atomic_u32(hdr::VERSION)
@@ -242,13 +292,21 @@ impl Segment {
                 seals: seals as u32,
             });
         }
-        if st.st_size as u64 != len as u64 {
+        // On hugepages the creator rounded the file up to 2 MiB.
+        let huge = is_hugetlb(fd)?;
+        let (expected, populate) = if huge {
+            (round_huge(len), round_huge(layout.large_start()))
+        } else {
+            (len, layout.large_start())
+        };
+        if st.st_size as u64 != expected as u64 {
             return Err(WireError::SegmentSize {
-                expected: len as u64,
+                expected: expected as u64,
                 actual: st.st_size as u64,
             });
         }
-        let base = map_shared(fd, len, layout.large_start(), false)?;
+        let len = expected;
+        let base = map_shared(fd, len, populate, false, |_| Ok(()))?;
         let map = Mapping {
             base,
             len,
@@ -256,6 +314,7 @@ impl Segment {
             side: Side::B,
             split: AtomicBool::new(false),
             holds_side: false,
+            huge,
         };
         // Until the attached flag is claimed below, dropping `map` only unmaps: a failed attempt
         // must not mark side B closed for a later, valid attach.
@@ -367,10 +426,16 @@ impl Segment {
         self.map.layout.params()
     }
 
-    /// Mapped length in bytes.
+    /// Mapped length in bytes (the layout's total length; on hugepages rounded up to 2 MiB).
     #[inline]
     pub fn len(&self) -> usize {
         self.map.len
+    }
+
+    /// Whether the segment is on 2 MiB hugepages (`MFD_HUGETLB`).
+    #[inline]
+    pub fn is_huge(&self) -> bool {
+        self.map.huge
     }
 
     /// Always `false`: a segment is never empty. (For clippy's `len_without_is_empty`.)
