@@ -186,6 +186,37 @@ impl Idle {
     }
 }
 
+/// Hugepages for the engines' pools and shm segments (`EngineBuilder::hugepages`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Huge {
+    /// 4 KiB pages only.
+    Off,
+    /// Regions of 2 MiB or more on hugepages while the kernel's pool has them (the default).
+    Try,
+    /// Every region on hugepages, or the engine/connection fails.
+    Require,
+}
+
+impl Huge {
+    /// The engine's policy.
+    pub fn policy(self) -> spinwire::HugePages {
+        match self {
+            Huge::Off => spinwire::HugePages::Off,
+            Huge::Try => spinwire::HugePages::Try,
+            Huge::Require => spinwire::HugePages::Require,
+        }
+    }
+
+    /// Lower-case name, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Huge::Off => "off",
+            Huge::Try => "try",
+            Huge::Require => "require",
+        }
+    }
+}
+
 /// Knobs shared by `lat`, `rate` and `sweep`.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
@@ -337,6 +368,10 @@ pub struct CommonArgs {
     /// coalescing off (one SEND per message). Accepts k/m suffixes. Ignored by shm and tcp.
     #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Data path")]
     pub frame_size: Option<usize>,
+    /// Hugepages for pools and shm segments: off, try (regions of 2 MiB or more while the
+    /// kernel's pool has them) or require; the report's `placement:` line says what was got.
+    #[arg(long, value_enum, default_value_t = Huge::Try, help_heading = "Data path")]
+    pub hugepages: Huge,
     /// Buffers per connection per direction.
     #[arg(
         long,

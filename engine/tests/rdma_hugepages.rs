@@ -118,9 +118,15 @@ fn require_places_an_shm_segment_on_hugepages() {
     let p = e.counters().placement;
     all_huge(&p, "engine");
     assert_eq!(p.huge_regions, 2, "created and attached: {p:?}");
+    // Each side's mapping is two areas (the pre-faulted rings and pools, then the large
+    // slots): both on 2 MiB pages, the first one's pages present.
     let maps = huge_maps("memfd:spinwire-shm");
-    assert_eq!(maps.len(), 2, "both sides' mappings: {maps:?}");
-    assert!(maps.iter().all(|m| m.hugetlb_kb > 0), "{maps:?}");
+    assert!(maps.len() >= 2, "both sides' mappings: {maps:?}");
+    assert_eq!(
+        maps.iter().filter(|m| m.hugetlb_kb > 0).count(),
+        2,
+        "both sides' pre-faulted areas: {maps:?}"
+    );
     assert!(
         free_hugepages() < free,
         "the segment took pages from the pool"
@@ -158,17 +164,44 @@ fn a_default_shm_connection_uses_free_hugepages() {
     let _g = serial();
     reserved();
     // The default engine (HugePages::Try), the default pool and message limit: a segment of
-    // 68 MiB, 34 pages.
+    // 68 MiB (34 pages), of which the rings and pools take 2 pages at setup and each
+    // direction's large slots 16 more before its first large message.
     let e = Engine::builder()
         .connect_timeout(T)
         .build()
         .expect("engine");
     let p0 = e.counters().placement;
     assert_eq!(p0.hugepages, HugePages::Try);
+    let free0 = free_hugepages();
     let ep = format!("shm://hp-default-{}", std::process::id());
     let (server, client) = pair(&e, &e, &ep);
     exchange(&server, &client);
     let p = e.counters().placement;
     all_huge(&p, "engine");
-    assert_eq!(huge_maps("memfd:spinwire-shm").len(), 2);
+    assert_eq!(p.huge_bytes, 2 * (68 << 20), "created and attached: {p:?}");
+    let maps = huge_maps("memfd:spinwire-shm");
+    assert_eq!(
+        maps.iter().filter(|m| m.hugetlb_kb > 0).count(),
+        2,
+        "both sides' pre-faulted areas: {maps:?}"
+    );
+    let free1 = free_hugepages();
+    assert_eq!(
+        free0 - free1,
+        2,
+        "rings and pools only: {free0} -> {free1} free"
+    );
+    // A large message commits the sender's direction's slots, on hugepages.
+    let big: Vec<u8> = (0..(1usize << 20)).map(|i| (i * 7) as u8).collect();
+    client.send_copy_timeout(&big, T).expect("large send");
+    client.flush().expect("flush");
+    let m = server.recv_timeout(T).expect("large recv");
+    assert!(*m == big[..], "large payload");
+    drop(m);
+    let free2 = free_hugepages();
+    assert_eq!(
+        free1 - free2,
+        16,
+        "one direction's 32 MiB of slots: {free1} -> {free2}"
+    );
 }

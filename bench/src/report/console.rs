@@ -121,6 +121,21 @@ pub fn thresholds_line(p: &Point) -> String {
     s
 }
 
+/// What the client engine's pools and segments got (`--hugepages`): `None` for a point without
+/// engine counters (floors).
+pub fn placement_line(p: &Point) -> Option<String> {
+    let c = p.counters.as_ref()?;
+    Some(format!(
+        "placement: hugepages {} -> {} regions on 2 MiB pages ({} B), {} on 4 KiB pages ({} B), {} fell back",
+        p.knobs.hugepages,
+        c.huge_regions,
+        c.huge_bytes,
+        c.small_regions,
+        c.small_bytes,
+        c.hugepage_fallbacks
+    ))
+}
+
 /// The warning printed for a load point whose achieved rate fell short of the offered one.
 pub fn shortfall_warning(p: &Point) -> String {
     format!(
@@ -204,6 +219,9 @@ pub fn render(report: &Report, unit: Unit) -> String {
             }
         );
         let _ = writeln!(out, "{}", thresholds_line(p));
+        if let Some(line) = placement_line(p) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let header = |out: &mut String, title: &str| {
         let _ = writeln!(out, "\n{title}");

@@ -88,6 +88,12 @@ pub const CSV_COLUMNS: &[&str] = &[
     "disturbed",
     "others_cpu",
     "disturbed_reason",
+    "hugepages",
+    "huge_regions",
+    "huge_bytes",
+    "small_regions",
+    "small_bytes",
+    "hugepage_fallbacks",
 ];
 
 /// Renders `points` as CSV with a header row ([`CSV_COLUMNS`]); empty cells for nulls, core
@@ -198,6 +204,12 @@ pub fn csv(points: &[Point]) -> String {
             opt(p.quiet.as_ref().map(|q| q.disturbed)),
             opt(p.quiet.as_ref().map(|q| q.others_cpu)),
             opt(p.quiet.as_ref().map(|q| q.reason.clone())),
+            k.hugepages.clone(),
+            opt(c.map(|c| c.huge_regions)),
+            opt(c.map(|c| c.huge_bytes)),
+            opt(c.map(|c| c.small_regions)),
+            opt(c.map(|c| c.small_bytes)),
+            opt(c.map(|c| c.hugepage_fallbacks)),
         ]);
         debug_assert_eq!(row.len(), CSV_COLUMNS.len());
         let line: Vec<String> = row.iter().map(|s| field(s)).collect();

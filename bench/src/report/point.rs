@@ -52,6 +52,9 @@ pub struct Knobs {
     /// longer message goes through a large slot.
     #[serde(default)]
     pub large_threshold: usize,
+    /// `--hugepages`: `off`, `try` or `require` (empty for floors and older summaries).
+    #[serde(default)]
+    pub hugepages: String,
 }
 
 /// Engine counters on the client side over one point (warm-up and the point's few control
@@ -75,6 +78,22 @@ pub struct Counters {
     pub busy_cycles: u64,
     /// Poller cycles that found nothing to do.
     pub empty_cycles: u64,
+    /// The engine's regions (pools, shm segments) on 2 MiB hugepages: a total, not a
+    /// difference over the point (regions are placed when a connection is set up).
+    #[serde(default)]
+    pub huge_regions: u64,
+    /// Their bytes (total).
+    #[serde(default)]
+    pub huge_bytes: u64,
+    /// The engine's regions on 4 KiB pages (total).
+    #[serde(default)]
+    pub small_regions: u64,
+    /// Their bytes (total).
+    #[serde(default)]
+    pub small_bytes: u64,
+    /// Regions that asked for hugepages and got 4 KiB pages (total).
+    #[serde(default)]
+    pub hugepage_fallbacks: u64,
 }
 
 impl Counters {
@@ -89,6 +108,12 @@ impl Counters {
             tx_batches: self.tx_batches.saturating_sub(before.tx_batches),
             busy_cycles: self.busy_cycles.saturating_sub(before.busy_cycles),
             empty_cycles: self.empty_cycles.saturating_sub(before.empty_cycles),
+            // Totals: placement happens at setup, before the point.
+            huge_regions: self.huge_regions,
+            huge_bytes: self.huge_bytes,
+            small_regions: self.small_regions,
+            small_bytes: self.small_bytes,
+            hugepage_fallbacks: self.hugepage_fallbacks,
         }
     }
 }
@@ -231,6 +256,7 @@ fn floor_knobs(f: &FloorResult) -> Knobs {
         max_message_size: size,
         large_buffers: 0,
         large_threshold: size,
+        hugepages: String::new(),
     }
 }
 

@@ -62,6 +62,7 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
     .inline_threshold(g.inline_threshold)
     .signal_every(g.signal_every)
     .connect_timeout(g.connect_timeout)
+    .hugepages(g.hugepages.policy())
     .build()
     .map_err(|e| engine_err("building the engine", e))
 }
@@ -346,6 +347,11 @@ impl BenchConn for EngineConn {
             would_block: c.would_block,
             alloc_failures: c.alloc_failures,
             tx_stalls: c.tx_stalls,
+            huge_regions: e.placement.huge_regions,
+            huge_bytes: e.placement.huge_bytes,
+            small_regions: e.placement.small_regions,
+            small_bytes: e.placement.small_bytes,
+            hugepage_fallbacks: e.placement.fallbacks,
             ..Counters::default()
         };
         for p in &e.pollers {

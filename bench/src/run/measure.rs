@@ -181,6 +181,7 @@ impl Plan {
                 max_message_size: g.max_message_size,
                 large_buffers: g.large_buffers,
                 large_threshold: g.effective_large_threshold(),
+                hugepages: g.hugepages.as_str().into(),
             },
         };
         let before = conn.counters();

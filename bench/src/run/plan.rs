@@ -43,6 +43,8 @@ pub struct EngineCfg {
     pub large_threshold: Option<usize>,
     /// Connection setup timeout.
     pub connect_timeout: Duration,
+    /// `--hugepages`.
+    pub hugepages: crate::cli::Huge,
     /// The crossed knob and its value for this group.
     pub cross: Option<(CrossKnob, usize)>,
 }
@@ -612,6 +614,7 @@ fn base_engine_cfg(
         large_buffers: limits.large_buffers,
         large_threshold: c.large_threshold,
         connect_timeout: c.connect_timeout,
+        hugepages: c.hugepages,
         cross: None,
     }
 }

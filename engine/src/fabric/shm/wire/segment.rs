@@ -44,13 +44,26 @@ fn os_err(step: &'static str, create: bool) -> WireError {
 /// its first `populate` bytes (rings, release rings, buffers) so the data path takes no page
 /// faults there. The large slots after them (tens of MiB per connection) fault in on first use
 /// instead, so a connection does not pay for mapping slots it may never fill.
+///
+/// On hugepages (`huge`) the mapping is `MAP_NORESERVE`: the kernel would otherwise reserve
+/// every huge page of the file at `mmap`, large slots included (34 of the 2 MiB pages for a
+/// default segment, of which 2 hold the rings and pools). The rings and pools are allocated by
+/// the creator's `fallocate` and pre-faulted here, and each direction's large slots are
+/// committed by `TxRing::reserve_large` before its first large message, as on 4 KiB pages; so
+/// no page of the data path is left to a fault that could find the pool empty.
 fn map_shared(
     fd: BorrowedFd<'_>,
     len: usize,
     populate: usize,
     create: bool,
+    huge: bool,
     prepare: impl FnOnce(NonNull<u8>) -> Result<(), WireError>,
 ) -> Result<NonNull<u8>, WireError> {
+    let flags = if huge {
+        libc::MAP_SHARED | libc::MAP_NORESERVE
+    } else {
+        libc::MAP_SHARED
+    };
     // SAFETY: a fresh mapping of `len` bytes at a kernel-chosen address; no existing memory is
     // affected. The result is checked against MAP_FAILED.
     let p = unsafe {
@@ -58,7 +71,7 @@ fn map_shared(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
+            flags,
             fd.as_raw_fd(),
             0,
         )
@@ -83,7 +96,7 @@ fn map_shared(
                 p,
                 populate,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                flags | libc::MAP_FIXED | libc::MAP_POPULATE,
                 fd.as_raw_fd(),
                 0,
             )
@@ -153,10 +166,12 @@ impl Segment {
     }
 
     /// [`Segment::create`] placed by `placer`: on 2 MiB hugepages when `huge`
-    /// (`MFD_HUGETLB | MFD_HUGE_2MB`; the file and the mapping are rounded up to 2 MiB, and the
-    /// kernel reserves every huge page of the file when it is mapped, so a short pool fails
-    /// here with `ENOMEM`, never later), and bound to the placer's NUMA node before its memory
-    /// is allocated. Still a sealed, mode-0600 memfd.
+    /// (`MFD_HUGETLB | MFD_HUGE_2MB`; the file and the mapping are rounded up to 2 MiB), and
+    /// bound to the placer's NUMA node before its memory is allocated. Still a sealed,
+    /// mode-0600 memfd. On hugepages the kernel reserves no page
+    /// at `mmap` (`MAP_NORESERVE`): the rings and pools are allocated here (`fallocate`, so a
+    /// short pool fails here with `ENOSPC`), the large slots as on 4 KiB pages, by
+    /// [`TxRing::reserve_large`] before their first use.
     ///
     /// # Errors
     /// As [`Segment::create`]; [`WireError::Placement`] when binding to the node fails.
@@ -196,6 +211,7 @@ impl Segment {
             file_len,
             populate,
             true,
+            huge,
             |base| {
                 // The node first: the file's pages are allocated by the policy of its mapping.
                 // SAFETY: `base .. base + file_len` is the fresh mapping; nothing touched it.
@@ -205,8 +221,7 @@ impl Segment {
                 // can then not hit a full tmpfs or memory limit, which would raise SIGBUS on
                 // the data path. Each direction's large slots are committed by their sender
                 // before its first large message (`TxRing::reserve_large`), so an idle
-                // connection does not pay for them (on hugepages the kernel reserved them at
-                // mmap already).
+                // connection does not pay for them (on hugepages neither: see `map_shared`).
                 let reserve = layout.large_start() as libc::off_t;
                 // SAFETY: as above; `large_start() <= len`.
                 if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, reserve) } != 0 {
@@ -306,7 +321,7 @@ impl Segment {
             });
         }
         let len = expected;
-        let base = map_shared(fd, len, populate, false, |_| Ok(()))?;
+        let base = map_shared(fd, len, populate, false, huge, |_| Ok(()))?;
         let map = Mapping {
             base,
             len,
