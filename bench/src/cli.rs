@@ -186,7 +186,8 @@ impl Idle {
     }
 }
 
-/// Hugepages for the engines' pools and shm segments (`EngineBuilder::hugepages`).
+/// Hugepages for the engines' pools and shm segments (`EngineBuilder::hugepages`; its
+/// conversions are beside the engine glue, `run::engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Huge {
     /// 4 KiB pages only.
@@ -195,26 +196,6 @@ pub enum Huge {
     Try,
     /// Every region on hugepages, or the engine/connection fails.
     Require,
-}
-
-impl Huge {
-    /// The engine's policy.
-    pub fn policy(self) -> spinwire::HugePages {
-        match self {
-            Huge::Off => spinwire::HugePages::Off,
-            Huge::Try => spinwire::HugePages::Try,
-            Huge::Require => spinwire::HugePages::Require,
-        }
-    }
-
-    /// Lower-case name, as in reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Huge::Off => "off",
-            Huge::Try => "try",
-            Huge::Require => "require",
-        }
-    }
 }
 
 /// Knobs shared by `lat`, `rate` and `sweep`.

@@ -199,9 +199,9 @@ fn a_default_shm_connection_uses_free_hugepages() {
     assert!(*m == big[..], "large payload");
     drop(m);
     let free2 = free_hugepages();
-    assert_eq!(
-        free1 - free2,
-        16,
+    // 32 MiB of slots from an offset that is not 2 MiB aligned: 16 or 17 pages.
+    assert!(
+        (16..=17).contains(&(free1 - free2)),
         "one direction's 32 MiB of slots: {free1} -> {free2}"
     );
 }

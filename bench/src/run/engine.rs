@@ -9,7 +9,7 @@ use spinwire::{Connection, Engine, Error, FabricError, IdleStrategy, Listener, S
 
 use super::conn::{BenchConn, Waiter};
 use super::{proto, EngineCfg};
-use crate::cli::{Idle, Mode};
+use crate::cli::{Huge, Idle, Mode};
 use crate::error::BenchError;
 use crate::machine::pin_current;
 use crate::report::Counters;
@@ -32,6 +32,26 @@ fn send_err(step: &str, e: SendError<'_>) -> BenchError {
             step: step.into(),
             source: e.to_string().into(),
         },
+    }
+}
+
+impl Huge {
+    /// The engine's policy.
+    pub fn policy(self) -> spinwire::HugePages {
+        match self {
+            Huge::Off => spinwire::HugePages::Off,
+            Huge::Try => spinwire::HugePages::Try,
+            Huge::Require => spinwire::HugePages::Require,
+        }
+    }
+
+    /// Lower-case name, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Huge::Off => "off",
+            Huge::Try => "try",
+            Huge::Require => "require",
+        }
     }
 }
 
