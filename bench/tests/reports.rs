@@ -43,6 +43,7 @@ fn knobs() -> Knobs {
         max_message_size: 16 << 20,
         large_buffers: 2,
         large_threshold: 4096,
+        hugepages: "try".into(),
     }
 }
 
