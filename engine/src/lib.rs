@@ -160,6 +160,11 @@
 //!   receive buffers and large slots, where that is more), and past that `try_recv` returns
 //!   [`Error::TooManyHeld`] while a message waits (nothing is lost). A [`Message`] is a small
 //!   handle, cheap to return and move.
+//! * Pools, shm segments and RDMA regions are placed by the engine's [`HugePages`] and
+//!   [`NumaPolicy`] ([`EngineBuilder::hugepages`], [`EngineBuilder::numa`]): by default every
+//!   region of 2 MiB or more is on 2 MiB hugepages while the kernel's reserved pool has them,
+//!   and on 4 KiB pages otherwise (one log line per engine); what they got is
+//!   [`EngineStats::placement`]. All of it happens at setup.
 //!
 //! # Failure handling
 //!
