@@ -475,6 +475,59 @@ mod tests {
         assert!(p.wants_huge(HUGE_PAGE_SIZE));
     }
 
+    /// Counts the events logged while it is the thread's default subscriber.
+    struct CountEvents(std::sync::Arc<AtomicU64>);
+
+    impl tracing::Subscriber for CountEvents {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn try_falls_back_with_one_log_line_per_engine_and_require_fails_typed() {
+        let events = std::sync::Arc::new(AtomicU64::new(0));
+        let sub = CountEvents(events.clone());
+        tracing::subscriber::with_default(sub, || {
+            for _ in 0..2 {
+                let p = Placer::resolve(HugePages::Try, NumaPolicy::Off, &[]).unwrap();
+                let before = events.load(Ordering::Relaxed);
+                for _ in 0..3 {
+                    let e = io::Error::from_raw_os_error(libc::ENOMEM);
+                    p.huge_failed(4 << 20, e).unwrap();
+                }
+                assert_eq!(
+                    events.load(Ordering::Relaxed) - before,
+                    1,
+                    "one line per engine"
+                );
+                assert_eq!(p.stats().fallbacks, 3);
+            }
+        });
+        let mut p = Placer::off();
+        p.huge = HugePages::Require;
+        let e = p
+            .huge_failed(3 << 20, io::Error::from_raw_os_error(libc::ENOMEM))
+            .unwrap_err();
+        let PlacementError::HugePagesUnavailable { bytes, source, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(*bytes, 4 << 20, "rounded up to 2 MiB");
+        assert_eq!(source.raw_os_error(), Some(libc::ENOMEM));
+        assert!(e.to_string().contains("hugepages=N"), "{e}");
+        assert_eq!(p.stats().fallbacks, 0);
+    }
+
     #[test]
     fn an_anonymous_region_is_zeroed_writable_counted_and_bound_to_node_0() {
         let p = Placer::resolve(HugePages::Try, NumaPolicy::Node(0), &[]).unwrap();
