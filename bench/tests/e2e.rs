@@ -971,3 +971,73 @@ fn mem_with_one_app_thread_and_one_dedicated_poller() {
         }
     }
 }
+
+/// `--hugepages`: `off` reports every region on 4 KiB pages (console line and summary);
+/// `require` with no free 2 MiB page fails with the error that says how to reserve them, and
+/// with free pages reports the segment on hugepages.
+#[test]
+fn hugepages_flag_reports_what_the_engines_got() {
+    let _s = serial();
+    let dir = out_dir("hugepages-off");
+    let rate = |policy: &'static str, dir: &Path| {
+        [
+            "rate",
+            "--size",
+            "8",
+            "--iters",
+            "2000",
+            "--warmup",
+            "100",
+            "--no-floor",
+            "--idle",
+            "backoff",
+            "--hugepages",
+            policy,
+            "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([dir.to_str().unwrap().to_string()])
+        .collect::<Vec<_>>()
+    };
+    let args = rate("off", &dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_ok(&args, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("placement: hugepages off -> 0 regions on 2 MiB pages (0 B), 1 on 4 KiB"),
+        "{stdout}"
+    );
+    let p = &summary(&dir)["points"][0];
+    assert_eq!(p["hugepages"], "off", "{p}");
+    assert_eq!(p["counters"]["huge_regions"], 0, "{p}");
+    assert_eq!(p["counters"]["small_regions"], 1, "{p}");
+    let free: u64 =
+        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+    let dir = out_dir("hugepages-require");
+    let args = rate("require", &dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = wait(spawn(&args), Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if free == 0 {
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("/proc/sys/vm/nr_hugepages"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    } else if free >= 8 {
+        assert!(out.status.success(), "{stderr}");
+        let p = &summary(&dir)["points"][0];
+        assert_eq!(p["hugepages"], "require", "{p}");
+        assert_eq!(p["counters"]["huge_regions"], 1, "{p}");
+        assert_eq!(p["counters"]["small_regions"], 0, "{p}");
+    } else {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("placement: hugepages require -> 1 regions on 2 MiB pages")
+                || stderr.contains("/proc/sys/vm/nr_hugepages"),
+            "{stdout}\n{stderr}"
+        );
+    }
+}
