@@ -93,7 +93,7 @@ pub enum WireError {
     /// A system call attaching the segment failed.
     #[error("attaching the shm segment failed at {step}")]
     Attach {
-        /// The failing step (`fstat`, `get_seals`, `mmap`).
+        /// The failing step (`fstat`, `get_seals`, `fstatfs`, `mmap`).
         step: &'static str,
         /// The OS error.
         #[source]

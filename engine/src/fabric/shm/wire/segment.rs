@@ -275,8 +275,10 @@ impl Segment {
     ///
     /// `params` must be the parameters *this* side validated during the handshake: the layout is
     /// computed from them, never from the segment. Checks, in order: the file is a regular file
-    /// with mode 0600, sealed against shrinking, and exactly `Layout::total_len()` bytes
-    /// (`fstat` before `mmap`, so no access can fault); maps it with `MAP_POPULATE`; then checks
+    /// with mode 0600, sealed against shrinking, and exactly `Layout::total_len()` bytes, or
+    /// that rounded up to 2 MiB for a file on 2 MiB hugepages (`fstatfs`: a segment made with
+    /// [`HugePages`](crate::HugePages)) (`fstat` before `mmap`, so no access can fault); maps it,
+    /// its rings and pools pre-faulted (`MAP_POPULATE`); then checks
     /// that the header magic, version and params match; then marks side B attached (failing if it
     /// already was). A failed attach leaves the header's side-B words untouched.
     ///
