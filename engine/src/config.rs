@@ -469,6 +469,16 @@ impl EngineBuilder {
                 }));
             }
         }
+        if let IdleStrategy::Block { spin, max_sleep } = c.idle {
+            let limit = Duration::from_secs(1);
+            if max_sleep.is_zero() || max_sleep > limit || spin > limit {
+                return Err(Error::Config(ConfigError::BlockSleep {
+                    spin,
+                    max_sleep,
+                    limit,
+                }));
+            }
+        }
         let mut seen = Vec::new();
         for &core in &c.pollers {
             if seen.contains(&core) {
