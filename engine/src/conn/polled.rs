@@ -413,6 +413,8 @@ impl Polled {
             received: s.counts.received,
             would_block: s.counts.would_block,
             alloc_failures: s.counts.alloc_failures,
+            sleeps: s.counts.sleeps,
+            sleeps_unrung: s.counts.sleeps_unrung,
             in_flight: s.window.in_flight(),
         }
     }
