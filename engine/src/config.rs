@@ -63,6 +63,12 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// Whether this engine's threads may sleep when idle ([`IdleStrategy::Block`]): its
+    /// doorbells are armed, so its peers ring them.
+    pub(crate) fn may_sleep(&self) -> bool {
+        matches!(self.idle, IdleStrategy::Block { .. })
+    }
+
     /// True when no dedicated poller threads run (the application drives the poller).
     pub(crate) fn run_to_completion(&self) -> bool {
         self.pollers.is_empty()
@@ -497,6 +503,16 @@ impl EngineBuilder {
                     min_park,
                     max_park,
                     limit: Duration::from_secs(1),
+                }));
+            }
+        }
+        if let IdleStrategy::Block { spin, max_sleep } = c.idle {
+            let limit = Duration::from_secs(1);
+            if max_sleep.is_zero() || max_sleep > limit || spin > limit {
+                return Err(Error::Config(ConfigError::BlockSleep {
+                    spin,
+                    max_sleep,
+                    limit,
                 }));
             }
         }

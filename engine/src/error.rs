@@ -354,6 +354,19 @@ pub enum ConfigError {
         /// The largest `max_park` accepted.
         limit: Duration,
     },
+    /// The [`IdleStrategy::Block`](crate::IdleStrategy::Block) durations are out of range.
+    #[error(
+        "block idle durations must satisfy 0 < max_sleep <= {limit:?} and spin <= {limit:?} \
+         (got spin {spin:?}, max_sleep {max_sleep:?})"
+    )]
+    BlockSleep {
+        /// The spin phase given.
+        spin: Duration,
+        /// The longest sleep given.
+        max_sleep: Duration,
+        /// The largest duration accepted for either.
+        limit: Duration,
+    },
     /// A core is listed twice in [`pollers`](crate::EngineBuilder::pollers).
     #[error("core {core} listed twice in pollers")]
     DuplicateCore {

@@ -1,7 +1,7 @@
 //! Idle strategies: [`IdleStrategy`] (the choice) and `Idler` (the state of one thread applying
 //! it after each cycle that found no work).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a poller (or a waiting application thread) does when a cycle found no work.
 ///
@@ -25,6 +25,26 @@ pub enum IdleStrategy {
         /// Longest park duration (the bound on added latency once fully backed off).
         max_park: Duration,
     },
+    /// Arm-and-sleep: spin for `spin`, then announce that this thread sleeps and sleep in the
+    /// kernel until the first arrival wakes it (UCX's `ucp_worker_arm`, verbs'
+    /// `ibv_req_notify_cq`). An idle thread costs no CPU, and an arrival wakes it within the
+    /// kernel's wake-up latency (microseconds), not a park period.
+    ///
+    /// What wakes it: a shm connection's peer rings a doorbell in the shared segment, but only
+    /// once this side has announced that it sleeps, so a spinning receiver costs its sender
+    /// nothing (a sender whose peer may sleep pays one fence per publication). A wait with
+    /// nothing to sleep on (accepting, events) parks with [`IdleStrategy::backoff`]'s bounds.
+    ///
+    /// `max_sleep` bounds one sleep: a thread re-checks its connection (and its deadline)
+    /// after at most that long even if nothing rang. Wake-ups do not depend on it; it is the
+    /// safety net against a peer that dies between announcing a message and ringing.
+    Block {
+        /// How long an idle thread spins before it sleeps (a wait that finds work within this
+        /// never enters the kernel).
+        spin: Duration,
+        /// The longest single sleep, in `(0, 1 s]`.
+        max_sleep: Duration,
+    },
 }
 
 impl IdleStrategy {
@@ -37,6 +57,28 @@ impl IdleStrategy {
             max_park: Duration::from_millis(1),
         }
     }
+
+    /// Block with the defaults: spin 50 µs, then sleep for at most 100 ms at a time.
+    ///
+    /// 50 µs of spin covers a round trip whose reply comes back after the peer's own wake-up
+    /// (10-30 µs on a loaded 2-core guest), so a ping-pong at a low rate pays one kernel
+    /// wake-up per message, not two.
+    pub const fn block() -> IdleStrategy {
+        IdleStrategy::Block {
+            spin: Duration::from_micros(50),
+            max_sleep: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What an idle cycle asks of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Idled already (spun, yielded or parked): try again.
+    Again,
+    /// [`IdleStrategy::Block`]'s spin phase is over: arm and sleep for at most this long (the
+    /// caller bounds it by its own deadline), then try again.
+    Sleep(Duration),
 }
 
 /// The state of one thread's idle strategy. Any work resets it.
@@ -45,27 +87,44 @@ pub(crate) struct Idler {
     strategy: IdleStrategy,
     idle_cycles: u64,
     park: Duration,
+    /// Block: when the current idle stretch began (read on its first idle cycle).
+    since: Option<Instant>,
 }
+
+/// Block: the clock is read every this many idle cycles of the spin phase, not every cycle.
+const BLOCK_CLOCK_EVERY: u64 = 32;
 
 impl Idler {
     pub(crate) fn new(strategy: IdleStrategy) -> Idler {
         let park = match strategy {
             IdleStrategy::Backoff { min_park, .. } => min_park,
-            IdleStrategy::BusySpin => Duration::ZERO,
+            IdleStrategy::BusySpin | IdleStrategy::Block { .. } => Duration::ZERO,
         };
         Idler {
             strategy,
             idle_cycles: 0,
             park,
+            since: None,
         }
     }
 
-    /// Called after every cycle with the work it did.
+    /// Called after every cycle with the work it did, by a thread with nothing to sleep on:
+    /// [`IdleStrategy::Block`]'s sleep becomes a park bounded as [`IdleStrategy::backoff`]'s.
     #[inline]
     pub(crate) fn idle(&mut self, work: usize) {
+        if let Step::Sleep(_) = self.step(work) {
+            std::thread::park_timeout(self.park);
+            self.park = (self.park * 2).clamp(Duration::from_micros(1), Duration::from_millis(1));
+        }
+    }
+
+    /// Called after every cycle with the work it did, by a thread that can sleep until woken:
+    /// [`Step::Sleep`] once [`IdleStrategy::Block`]'s spin phase is over.
+    #[inline]
+    pub(crate) fn step(&mut self, work: usize) -> Step {
         if work > 0 {
             self.reset();
-            return;
+            return Step::Again;
         }
         match self.strategy {
             IdleStrategy::BusySpin => core::hint::spin_loop(),
@@ -85,15 +144,84 @@ impl Idler {
                     self.park = (self.park * 2).min(max_park);
                 }
             }
+            IdleStrategy::Block { spin, max_sleep } => {
+                self.idle_cycles += 1;
+                let since = match self.since {
+                    Some(t) => t,
+                    None => {
+                        let now = Instant::now();
+                        self.since = Some(now);
+                        now
+                    }
+                };
+                let sleeping = self.park > Duration::ZERO;
+                if sleeping
+                    || (self.idle_cycles % BLOCK_CLOCK_EVERY == 0 && since.elapsed() >= spin)
+                {
+                    // Past the spin phase (or asleep already once): every idle cycle sleeps.
+                    if !sleeping {
+                        self.park = Duration::from_micros(1);
+                    }
+                    return Step::Sleep(max_sleep);
+                }
+                core::hint::spin_loop();
+            }
         }
+        Step::Again
     }
 
     #[inline]
     pub(crate) fn reset(&mut self) {
         if self.idle_cycles != 0 {
             self.idle_cycles = 0;
-            if let IdleStrategy::Backoff { min_park, .. } = self.strategy {
-                self.park = min_park;
+            self.since = None;
+            match self.strategy {
+                IdleStrategy::Backoff { min_park, .. } => self.park = min_park,
+                IdleStrategy::Block { .. } => self.park = Duration::ZERO,
+                IdleStrategy::BusySpin => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_spins_first_then_asks_to_sleep_and_work_resets_it() {
+        let spin = Duration::from_millis(2);
+        let mut idler = Idler::new(IdleStrategy::Block {
+            spin,
+            max_sleep: Duration::from_millis(7),
+        });
+        let start = Instant::now();
+        let mut steps = 0u64;
+        while idler.step(0) == Step::Again {
+            steps += 1;
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "never asked to sleep"
+            );
+        }
+        assert!(
+            start.elapsed() >= spin,
+            "asked to sleep before the spin phase ended"
+        );
+        assert!(steps >= BLOCK_CLOCK_EVERY - 1);
+        // Once asleep, every idle cycle sleeps again (no second spin phase) ...
+        assert_eq!(idler.step(0), Step::Sleep(Duration::from_millis(7)));
+        // ... until work resets it.
+        assert_eq!(idler.step(1), Step::Again);
+        assert_eq!(idler.step(0), Step::Again);
+    }
+
+    #[test]
+    fn busy_spin_and_backoff_never_ask_to_sleep() {
+        for s in [IdleStrategy::BusySpin, IdleStrategy::backoff()] {
+            let mut idler = Idler::new(s);
+            for _ in 0..1200 {
+                assert_eq!(idler.step(0), Step::Again);
             }
         }
     }

@@ -11,7 +11,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ptr::NonNull;
 
-use super::spare::{Counts, Spares, Wait};
+use super::spare::{Counts, Next, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError, RING_CLAIM};
 use crate::desc::BUF_INLINE;
 use crate::error::{Error, FabricError};
@@ -464,8 +464,36 @@ impl Direct {
             if let Some(m) = self.try_recv(conn)? {
                 return Ok(m);
             }
-            if !wait.idle(0) {
-                return Err(Error::Timeout);
+            match wait.next(0) {
+                Next::Again => {}
+                Next::Sleep(max) => self.sleep(conn, max),
+                Next::Timeout => return Err(Error::Timeout),
+            }
+        }
+    }
+
+    /// `Block`'s sleep: until the peer (or the control thread, taking the connection down)
+    /// rings this side's doorbell, or `max`; counted in the stats.
+    fn sleep(&self, conn: &Connection, max: std::time::Duration) {
+        let rung = self.fabric.sleep(max, || conn.shared.down().is_some());
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.counts.slept(rung);
+    }
+
+    /// [`Connection::wait_timeout`].
+    pub(super) fn wait(&self, conn: &Connection, mut wait: Wait) -> Result<(), Error> {
+        loop {
+            if !self.rx_is_empty() {
+                return Ok(());
+            }
+            if let Some(e) = self.down(conn) {
+                // The peer's last records may have landed before its close mark.
+                return if self.rx_is_empty() { Err(e) } else { Ok(()) };
+            }
+            match wait.next(0) {
+                Next::Again => {}
+                Next::Sleep(max) => self.sleep(conn, max),
+                Next::Timeout => return Err(Error::Timeout),
             }
         }
     }
@@ -568,6 +596,8 @@ impl Direct {
             received: s.counts.received,
             would_block: s.counts.would_block,
             alloc_failures: s.counts.alloc_failures,
+            sleeps: s.counts.sleeps,
+            sleeps_unrung: s.counts.sleeps_unrung,
             in_flight,
         }
     }

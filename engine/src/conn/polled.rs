@@ -395,6 +395,29 @@ impl Polled {
         }
     }
 
+    /// [`Connection::wait_timeout`].
+    pub(super) fn wait(&self, conn: &Connection, mut wait: Wait) -> Result<(), Error> {
+        loop {
+            if !self.rx_is_empty() {
+                return Ok(());
+            }
+            let work = self.drive(conn);
+            if !self.rx_is_empty() {
+                return Ok(());
+            }
+            if let Some(d) = conn.shared.down() {
+                return if self.rx_is_empty() {
+                    Err(d.to_error())
+                } else {
+                    Ok(())
+                };
+            }
+            if !wait.idle(work) {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
     /// [`Connection::stats`]: the poller's counts of the fabric's side, the application's of
     /// its own.
     pub(super) fn stats(&self, conn: &Connection) -> ConnStats {
@@ -413,6 +436,8 @@ impl Polled {
             received: s.counts.received,
             would_block: s.counts.would_block,
             alloc_failures: s.counts.alloc_failures,
+            sleeps: s.counts.sleeps,
+            sleeps_unrung: s.counts.sleeps_unrung,
             in_flight: s.window.in_flight(),
         }
     }
