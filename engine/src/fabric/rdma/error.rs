@@ -66,6 +66,17 @@ pub enum RdmaSetupError {
         /// The device's `max_srq_wr`.
         max: u32,
     },
+    /// `rdma_srq_credits` (or the buffer count it is clamped to) below the minimum window.
+    #[error(
+        "rdma: {count} SRQ credits per connection (rdma_srq_credits, clamped to the buffer \
+         count) is below the minimum of {min}"
+    )]
+    SrqCredits {
+        /// Credits asked for (`rdma_srq_credits`; 0: the default).
+        count: usize,
+        /// The fewest credits a connection works with.
+        min: u32,
+    },
     /// `rdma_srq` does not fit a `u32`.
     #[error("rdma: {count} SRQ buffers is too many")]
     SrqCountTooLarge {
