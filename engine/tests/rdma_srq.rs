@@ -43,7 +43,7 @@ fn srq_unsupported() -> bool {
 }
 
 /// Run-to-completion, large messages off (each large slot would be pinned in the VM's 2 GiB),
-/// signalling every 4 sends (a short send queue: the CQ entries each connection reserves stay
+/// a long liveness timeout, signalling every 4 sends (a short send queue: the CQ entries each connection reserves stay
 /// few, so 1000 of them fit one poller's CQ).
 fn builder(srq_buffers: usize) -> EngineBuilder {
     kit::rtc_builder(BUF, BUFFERS)
@@ -56,6 +56,9 @@ fn builder(srq_buffers: usize) -> EngineBuilder {
         .max_connections_per_listener(2048)
         .max_connections_per_poller(2048)
         .connect_timeout(T)
+        // TCG is 10-50x slower than native and other jobs share the host: a 1 s liveness
+        // timeout was seen to expire between a connect and its first message.
+        .liveness_timeout(Duration::from_secs(10))
 }
 
 /// The RNR counters of every RDMA device port (`hw_counters` files whose name has `rnr`:
