@@ -132,14 +132,14 @@ pub enum RdmaSetupError {
     /// The poller's SRQ has too few unpromised buffers for another connection.
     #[error(
         "rdma: poller {poller}'s shared receive queue has {free} unpromised buffers, a connection \
-         needs {need}; raise rdma_srq or lower the per-connection buffer count"
+         needs {need}; raise rdma_srq or lower rdma_srq_credits"
     )]
     SrqFull {
         /// The poller index.
         poller: usize,
         /// Unpromised buffers.
         free: u32,
-        /// Credits one connection needs.
+        /// Credits one connection is granted (`rdma_srq_credits`).
         need: u32,
     },
     /// A connect request was rejected because the table of accepts waiting for ESTABLISHED is
