@@ -337,6 +337,23 @@ pub struct CommonArgs {
     /// coalescing off (one SEND per message). Accepts k/m suffixes. Ignored by shm and tcp.
     #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Data path")]
     pub frame_size: Option<usize>,
+    /// RDMA shared receive queue: one per poller with N receive buffers, each connection
+    /// granted --rdma-srq-credits of them (0: each connection its own receive pool).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Data path"
+    )]
+    pub rdma_srq: usize,
+    /// With --rdma-srq: receive buffers each connection is granted [0: min(--buffers, 16)].
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Data path"
+    )]
+    pub rdma_srq_credits: usize,
     /// Buffers per connection per direction.
     #[arg(
         long,
