@@ -46,6 +46,9 @@
 #                                perftest keeps up to 128 outstanding)
 #   RDMA_BENCH_FRAME_SIZE=       bench --frame-size BYTES for both rate runs
 #                                (unset: bench's default, the buffer size; 0: off)
+#   RDMA_BENCH_SRQ=              BUFFERS[,CREDITS]: every bench run with a shared receive
+#                                queue of BUFFERS per poller, each connection granted CREDITS
+#                                (bench --rdma-srq / --rdma-srq-credits; unset: off)
 #   RDMA_BENCH_CORES=1,2         server vCPU, client vCPU (default 1,2 with 3+
 #                                vCPUs: vCPU 0 is left to rxe's softirq work)
 #   every RXE_VM_* knob of scripts/rxe-vm; RXE_VM_SMP defaults to 3 here (two
@@ -68,6 +71,8 @@ large_slots=${RDMA_BENCH_LARGE_SLOTS:-4}
 [[ $large_iters =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_LARGE_ITERS must be a count (got $large_iters)" >&2; exit 2; }
 frame_size=${RDMA_BENCH_FRAME_SIZE:-}
 [[ -z $frame_size || $frame_size =~ ^[0-9]+$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_FRAME_SIZE must be a byte count (got $frame_size)" >&2; exit 2; }
+srq=${RDMA_BENCH_SRQ:-}
+[[ -z $srq || $srq =~ ^[0-9]+(,[0-9]+)?$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_SRQ must be BUFFERS[,CREDITS] (got $srq)" >&2; exit 2; }
 smp=${RXE_VM_SMP:-3}
 if [ -n "${RDMA_BENCH_CORES:-}" ]; then
   cores=$RDMA_BENCH_CORES
@@ -92,10 +97,10 @@ bench=$(cargo build --release -p bench --features rdma --message-format=json |
 [ -x "$bench" ] || { echo "rdma-vm-bench: FAIL: no bench executable was built" >&2; exit 1; }
 
 # The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE
-# LARGE_ITERS LARGE_SLOTS [FRAME_SIZE].
+# LARGE_ITERS LARGE_SLOTS FRAME_SIZE SRQ (the last two may be empty).
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
-bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 large_slots=$7 frame=${8:-}
+bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 large_slots=$7 frame=${8:-} srq=${9:-}
 D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
 W=$(mktemp -d)
 fails=()
@@ -140,6 +145,8 @@ pair send_bw8 ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" -- \
 pair send_bw ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" "$IP"
 common=(--fabric rdma --mode rtc --idle spin)
+[ -n "$srq" ] && common+=(--rdma-srq "${srq%%,*}")
+[[ $srq == *,* ]] && common+=(--rdma-srq-credits "${srq#*,}")
 rate_knobs=()
 [ -n "$frame" ] && rate_knobs=(--frame-size "$frame")
 pair bench_lat "$bench" lat "${common[@]}" --size 8 --server "rdma://$IP:7471" --once --app-cores "$sc" \
@@ -189,7 +196,7 @@ for v in p_lat p_mpps8 p_mpps b_lat b_mpps8 b_mpps "${bw_vars[@]}"; do
 done
 echo
 echo "rdma-vm-bench: bench vs perftest on $D, same VM boot, server vCPU $sc / client vCPU $cc (EMULATION: only ratios matter)"
-echo "rdma-vm-bench: bench rate --frame-size ${frame:-default (the buffer size)}"
+echo "rdma-vm-bench: bench rate --frame-size ${frame:-default (the buffer size)}; SRQ ${srq:-off}"
 awk -v pl="$p_lat" -v bl="$b_lat" -v pr8="$p_mpps8" -v br8="$b_mpps8" -v pr="$p_mpps" -v br="$b_mpps" \
   -v pw="$p_bw" -v bw="$b_bw" -v gi="$large_iters" -v gs="$large_slots" \
   -v li="$lat_iters" -v ri="$rate_iters" 'BEGIN {
@@ -212,7 +219,7 @@ fi
 echo "rdma-vm-bench: PASS"
 GUEST
 
-cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$large_slots" "$frame_size")"
+cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$large_slots" "$frame_size" "$srq")"
 set +e
 RXE_VM_SMP=$smp RXE_VM_TIMES=1 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} "$ROOT/scripts/rxe-vm" "$cmd"
 rc=$?

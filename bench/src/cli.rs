@@ -358,6 +358,23 @@ pub struct CommonArgs {
     /// kernel's pool has them) or require; the report's `placement:` line says what was got.
     #[arg(long, value_enum, default_value_t = Huge::Try, help_heading = "Data path")]
     pub hugepages: Huge,
+    /// RDMA shared receive queue: one per poller with N receive buffers, each connection
+    /// granted --rdma-srq-credits of them (0: each connection its own receive pool).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Data path"
+    )]
+    pub rdma_srq: usize,
+    /// With --rdma-srq: receive buffers each connection is granted [0: min(--buffers, 16)].
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Data path"
+    )]
+    pub rdma_srq_credits: usize,
     /// Buffers per connection per direction.
     #[arg(
         long,

@@ -41,6 +41,9 @@ pub(crate) struct Config {
     pub(crate) large_threshold: Option<usize>,
     pub(crate) signal_every: usize,
     pub(crate) rdma_srq_buffers: usize,
+    /// Credits (receive buffers) each connection is granted on its poller's SRQ; 0: the
+    /// default, `min(buffers, DEFAULT_RDMA_SRQ_CREDITS)`.
+    pub(crate) rdma_srq_credits: usize,
     /// RDMA source GID index override (builder, else env [`RDMA_GID_INDEX_ENV`]).
     pub(crate) rdma_gid_index: Option<u8>,
     /// RDMA frame limit in bytes; `None`: the buffer size.
@@ -199,6 +202,7 @@ impl Default for EngineBuilder {
                 large_threshold: None,
                 signal_every: 16,
                 rdma_srq_buffers: 0,
+                rdma_srq_credits: 0,
                 rdma_gid_index: None,
                 frame_size: None,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -310,12 +314,27 @@ impl EngineBuilder {
     }
 
     /// RDMA shared receive queue: `buffers > 0` gives each poller one SRQ per device with a
-    /// shared pool of `buffers` receive buffers, from which every RDMA connection on that poller
-    /// reserves its credits (`pool`'s per-connection buffer count); connections beyond the pool
-    /// are refused. 0 (the default): each connection has its own receive queue and pool.
-    /// Ignored by shm.
+    /// shared pool of `buffers` receive buffers (registered once per poller and device), from
+    /// which every RDMA connection on that poller is granted a share as its credits
+    /// ([`rdma_srq_credits`](Self::rdma_srq_credits), by default
+    /// `min(pool buffers, 16)`), not a full private window: the receive memory is the pool's,
+    /// whatever the number of connections. The grants never add up to more than the pool's
+    /// posted buffers (no RNR), and a connection that does not fit is refused with a typed
+    /// error. 0 (the default): each connection has its own receive queue and pool. Ignored
+    /// by shm.
     pub fn rdma_srq(mut self, buffers: usize) -> Self {
         self.cfg.rdma_srq_buffers = buffers;
+        self
+    }
+
+    /// RDMA with a shared receive queue ([`rdma_srq`](Self::rdma_srq)): the credits each
+    /// connection is granted on its poller's SRQ (the receive buffers its peer may fill at
+    /// once: its send window), at least 4 and at most the per-connection buffer count
+    /// ([`pool`](Self::pool); larger values are clamped to it). 0 (the default):
+    /// `min(buffers, 16)`. Smaller grants fit more connections into one SRQ; larger ones give
+    /// each connection a deeper window. Ignored without an SRQ, by shm and by TCP.
+    pub fn rdma_srq_credits(mut self, credits: usize) -> Self {
+        self.cfg.rdma_srq_credits = credits;
         self
     }
 

@@ -1,5 +1,6 @@
 //! The conformance suite over `rdma://`: the bodies of `conformance/` (see
-//! `conformance/mod.rs`) on a real RDMA device, Soft-RoCE in the VM.
+//! `conformance/mod.rs`) on a real RDMA device, Soft-RoCE in the VM, with each connection's own
+//! receive queue (`rdma::*`) and with a shared receive queue per poller (`rdma_srq::*`).
 //!
 //! `scripts/ci/rdma-vm.sh` runs it inside the VM (`RXE_VM_IP` set), one test at a time:
 //! `scripts/ci/rdma-vm.sh --no-smoke --test rdma_conformance`. Outside the VM every case prints
@@ -11,3 +12,6 @@
 mod suite;
 
 conformance!(rdma, crate::suite::schemes::RDMA);
+// The same cases with a shared receive queue per poller and overcommitted windows (each
+// connection granted 4 of its 16 buffers' worth): `rdma_srq::*`.
+conformance!(rdma_srq, crate::suite::schemes::RDMA_SRQ);

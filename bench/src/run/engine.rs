@@ -82,6 +82,8 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
     .batch(g.batch)
     .inline_threshold(g.inline_threshold)
     .signal_every(g.signal_every)
+    .rdma_srq(g.rdma_srq.0)
+    .rdma_srq_credits(g.rdma_srq.1)
     .connect_timeout(g.connect_timeout)
     .hugepages(g.hugepages.policy())
     .build()

@@ -35,6 +35,8 @@ pub struct EngineCfg {
     pub signal_every: usize,
     /// RDMA frame size in bytes (`None`: the engine's default, the buffer size; 0: off).
     pub frame_size: Option<usize>,
+    /// RDMA SRQ buffers per poller (0: off) and credits per connection (0: the default).
+    pub rdma_srq: (usize, usize),
     /// The engine's `max_message_size`, bytes (`--max-size`, else the engine's default).
     pub max_message_size: usize,
     /// Large slots per connection per direction (`--large-buffers`, else the engine's default).
@@ -610,6 +612,7 @@ fn base_engine_cfg(
         inline_threshold: c.inline_threshold,
         signal_every: c.signal_every,
         frame_size: c.frame_size,
+        rdma_srq: (c.rdma_srq, c.rdma_srq_credits),
         max_message_size: limits.max_message_size,
         large_buffers: limits.large_buffers,
         large_threshold: c.large_threshold,

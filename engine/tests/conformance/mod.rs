@@ -5,7 +5,8 @@
 //! [`conformance!`] macro instantiates every body for one scheme as `#[test] fn
 //! <scheme>::<case>()`, and every child-process role as an `#[ignore]`d `<scheme>::role_*`;
 //! `engine/tests/conformance.rs` instantiates `shm` and `tcp`, `engine/tests/rdma_conformance.rs`
-//! instantiates `rdma` (run inside the Soft-RoCE VM by `scripts/ci/rdma-vm.sh`).
+//! instantiates `rdma` and `rdma_srq` (a shared receive queue per poller, overcommitted; run
+//! inside the Soft-RoCE VM by `scripts/ci/rdma-vm.sh`).
 //!
 //! A behaviour a scheme does not support is listed in its [`Scheme::skips`] with the reason:
 //! its test prints `SKIP <scheme>/<case>: <reason>` straight to stderr (never captured) and

@@ -226,6 +226,89 @@ fn tcp_hostile(engine: &Engine, listener: &Listener, endpoint: &str, seed: u64) 
     (conn, Box::new(raw))
 }
 
+/// What `rdma://` does not support, with or without a shared receive queue.
+#[cfg(feature = "rdma")]
+const RDMA_SKIPS: &[(&str, &str)] = &[
+    RDMA_SKIP_BLOCK[0],
+    RDMA_SKIP_BLOCK[1],
+    RDMA_SKIP_BLOCK[2],
+    RDMA_SKIP_BLOCK[3],
+    RDMA_SKIP_SILENT,
+    RDMA_SKIP_HOSTILE,
+    RDMA_SKIP_WAITS,
+    RDMA_SKIP_LIMITS,
+    RDMA_SKIP_TIMES_OUT,
+];
+
+/// What `rdma://` with an overcommitted shared receive queue does not support: as [`RDMA`],
+/// and an application holding more pooled messages of one connection than its grant.
+#[cfg(feature = "rdma")]
+const RDMA_SRQ_SKIPS: &[(&str, &str)] = &[
+    RDMA_SKIP_BLOCK[0],
+    RDMA_SKIP_BLOCK[1],
+    RDMA_SKIP_BLOCK[2],
+    RDMA_SKIP_BLOCK[3],
+    RDMA_SKIP_SILENT,
+    RDMA_SKIP_HOSTILE,
+    RDMA_SKIP_WAITS,
+    RDMA_SKIP_LIMITS,
+    RDMA_SKIP_TIMES_OUT,
+    (
+        "held_messages_are_bounded_typed_and_lose_nothing",
+        "the case holds 8 pooled messages of one connection; with rdma_srq each connection is \
+         granted 4 receive buffers of the shared queue, and an application holding its grant \
+         back-pressures its own sender by design (rdma_srq.rs \
+         slow_receiver_among_100_back_pressures_only_its_sender); rdma:: runs the case",
+    ),
+];
+
+#[cfg(feature = "rdma")]
+const RDMA_SKIP_BLOCK: [(&str, &str); 4] = [
+    (
+        "block_sleeping_receiver_wakes_run_to_completion",
+        BLOCK_POLLED,
+    ),
+    (
+        "block_sleeping_receiver_wakes_dedicated_poller",
+        BLOCK_POLLED,
+    ),
+    (
+        "block_sender_never_blocks_on_a_sleeping_receiver",
+        BLOCK_POLLED,
+    ),
+    (
+        "block_no_lost_wake_up_over_bursts_and_silences",
+        BLOCK_POLLED,
+    ),
+];
+#[cfg(feature = "rdma")]
+const RDMA_SKIP_SILENT: (&str, &str) = ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS);
+#[cfg(feature = "rdma")]
+const RDMA_SKIP_HOSTILE: (&str, &str) = (
+    "hostile_bytes_fail_only_their_connection",
+    "a hostile rdma peer needs a raw verbs peer, which the testkit does not have: the \
+     validation of hostile frames and RNDV records is unit-tested \
+     (fabric::rdma::datapath::frame, ::rndv)",
+);
+#[cfg(feature = "rdma")]
+const RDMA_SKIP_WAITS: (&str, &str) = (
+    "connect_waits_for_a_listener",
+    "an rdma:// connect does not wait for a listener: it fails at once with the \
+     rdma_cm rejection (rdma_engine.rs no_listener_and_bad_addresses_are_clear_errors)",
+);
+#[cfg(feature = "rdma")]
+const RDMA_SKIP_LIMITS: (&str, &str) = (
+    "different_message_limits_settle_to_the_smaller",
+    "rdma:// does not settle message limits: both ends must agree on buffers and large \
+     slots (the request with other settings is rejected)",
+);
+#[cfg(feature = "rdma")]
+const RDMA_SKIP_TIMES_OUT: (&str, &str) = (
+    "connect_without_listener_times_out_typed",
+    "an rdma:// connect does not wait for a listener: it fails at once with the \
+     rdma_cm rejection (rdma_engine.rs no_listener_and_bad_addresses_are_clear_errors)",
+);
+
 /// `rdma://` on the Soft-RoCE VM's address (`RXE_VM_IP`); every case skips outside the VM.
 #[cfg(feature = "rdma")]
 pub const RDMA: Scheme = Scheme {
@@ -233,46 +316,7 @@ pub const RDMA: Scheme = Scheme {
     available: rdma_available,
     endpoint: rdma_endpoint,
     tweak: rdma_tweak,
-    skips: &[
-        (
-            "block_sleeping_receiver_wakes_run_to_completion",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sleeping_receiver_wakes_dedicated_poller",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sender_never_blocks_on_a_sleeping_receiver",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_no_lost_wake_up_over_bursts_and_silences",
-            BLOCK_POLLED,
-        ),
-        ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS),
-        (
-            "hostile_bytes_fail_only_their_connection",
-            "a hostile rdma peer needs a raw verbs peer, which the testkit does not have: the \
-             validation of hostile frames and RNDV records is unit-tested \
-             (fabric::rdma::datapath::frame, ::rndv)",
-        ),
-        (
-            "connect_waits_for_a_listener",
-            "an rdma:// connect does not wait for a listener: it fails at once with the \
-             rdma_cm rejection (rdma_engine.rs no_listener_and_bad_addresses_are_clear_errors)",
-        ),
-        (
-            "different_message_limits_settle_to_the_smaller",
-            "rdma:// does not settle message limits: both ends must agree on buffers and large \
-             slots (the request with other settings is rejected)",
-        ),
-        (
-            "connect_without_listener_times_out_typed",
-            "an rdma:// connect does not wait for a listener: it fails at once with the \
-             rdma_cm rejection (rdma_engine.rs no_listener_and_bad_addresses_are_clear_errors)",
-        ),
-    ],
+    skips: RDMA_SKIPS,
     size_step: 7,
     hostile: None,
     half_record: None,
@@ -285,6 +329,33 @@ pub const RDMA: Scheme = Scheme {
     // Disconnected.
     carries_abort: false,
 };
+
+/// SRQ buffers per poller of the `rdma_srq` scheme's engines (4 MiB registered with the
+/// suite's 4 KiB buffers): room for the grants of the largest burst of connections a case
+/// makes on one engine (128).
+#[cfg(feature = "rdma")]
+pub const RDMA_SRQ_BUFFERS: usize = 1024;
+/// Credits per connection of the `rdma_srq` scheme: a quarter of the suite's [`BUFFERS`], so
+/// every window is an overcommitted share of the poller's SRQ, not a private pool.
+#[cfg(feature = "rdma")]
+pub const RDMA_SRQ_CREDITS: usize = 4;
+
+/// `rdma://` with a shared receive queue per poller ([`RDMA_SRQ_BUFFERS`]) and small grants
+/// ([`RDMA_SRQ_CREDITS`]): the same cases as [`RDMA`].
+#[cfg(feature = "rdma")]
+pub const RDMA_SRQ: Scheme = Scheme {
+    name: "rdma_srq",
+    tweak: rdma_srq_tweak,
+    skips: RDMA_SRQ_SKIPS,
+    ..RDMA
+};
+
+#[cfg(feature = "rdma")]
+fn rdma_srq_tweak(b: EngineBuilder) -> EngineBuilder {
+    rdma_tweak(b)
+        .rdma_srq(RDMA_SRQ_BUFFERS)
+        .rdma_srq_credits(RDMA_SRQ_CREDITS)
+}
 
 #[cfg(feature = "rdma")]
 fn rdma_available() -> Result<(), &'static str> {

@@ -24,6 +24,10 @@ pub(super) struct RdmaCounters {
     rndv_sends: AtomicU64,
     rndv_reads: AtomicU64,
     rndv_acks: AtomicU64,
+    /// Registered bytes now (not cumulative): raised at registration, lowered at release.
+    pub(super) registered_rx_bytes: AtomicU64,
+    pub(super) registered_tx_bytes: AtomicU64,
+    pub(super) registered_large_bytes: AtomicU64,
 }
 
 /// The process-wide totals.
@@ -41,7 +45,52 @@ pub(super) static COUNTERS: RdmaCounters = RdmaCounters {
     rndv_sends: AtomicU64::new(0),
     rndv_reads: AtomicU64::new(0),
     rndv_acks: AtomicU64::new(0),
+    registered_rx_bytes: AtomicU64::new(0),
+    registered_tx_bytes: AtomicU64::new(0),
+    registered_large_bytes: AtomicU64::new(0),
 };
+
+/// What a registered region is for, in [`RdmaStats`]' registered-memory figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Registered {
+    /// Eager receive buffers: a connection's own receive pool, or a poller's SRQ pool.
+    Rx,
+    /// Eager send buffers: a connection's send pool.
+    Tx,
+    /// Large slots (rendezvous), both directions.
+    Large,
+}
+
+/// `bytes` of registered memory of one kind, counted in [`RdmaStats`] while this lives
+/// (control plane: one atomic add at registration, one subtract at release).
+#[derive(Debug)]
+pub(super) struct RegisteredBytes {
+    kind: Registered,
+    bytes: u64,
+}
+
+impl RegisteredBytes {
+    fn counter(kind: Registered) -> &'static AtomicU64 {
+        match kind {
+            Registered::Rx => &COUNTERS.registered_rx_bytes,
+            Registered::Tx => &COUNTERS.registered_tx_bytes,
+            Registered::Large => &COUNTERS.registered_large_bytes,
+        }
+    }
+
+    /// Counts `bytes` of `kind` until dropped.
+    pub(super) fn new(kind: Registered, bytes: usize) -> Self {
+        let bytes = bytes as u64;
+        Self::counter(kind).fetch_add(bytes, Ordering::Relaxed);
+        Self { kind, bytes }
+    }
+}
+
+impl Drop for RegisteredBytes {
+    fn drop(&mut self) {
+        Self::counter(self.kind).fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
 
 /// Adds `n` to `c` (a relaxed read-modify-write: for rare events only).
 #[inline]
@@ -128,6 +177,17 @@ pub struct RdmaStats {
     pub rndv_reads: u64,
     /// Rendezvous acknowledgement frames sent (each acknowledges one or more large messages).
     pub rndv_acks: u64,
+    /// Registered memory of eager receive buffers now (not cumulative): every connection's
+    /// own receive pool (`buffers x buffer_size`) or, with
+    /// [`EngineBuilder::rdma_srq`](crate::EngineBuilder::rdma_srq), each poller's SRQ pool
+    /// (`rdma_srq x buffer_size` per device), whatever the connections on it.
+    pub registered_rx_bytes: u64,
+    /// Registered memory of eager send buffers now: every connection's send pool
+    /// (`buffers x buffer_size`).
+    pub registered_tx_bytes: u64,
+    /// Registered memory of large slots now (rendezvous: `large_buffers x max_message_size`
+    /// per connection per direction).
+    pub registered_large_bytes: u64,
 }
 
 /// Snapshot of the process-wide RDMA counters. Control path (takes a lock); call it from
@@ -148,6 +208,9 @@ pub fn stats() -> RdmaStats {
         rndv_sends: c.rndv_sends.load(Ordering::Relaxed),
         rndv_reads: c.rndv_reads.load(Ordering::Relaxed),
         rndv_acks: c.rndv_acks.load(Ordering::Relaxed),
+        registered_rx_bytes: c.registered_rx_bytes.load(Ordering::Relaxed),
+        registered_tx_bytes: c.registered_tx_bytes.load(Ordering::Relaxed),
+        registered_large_bytes: c.registered_large_bytes.load(Ordering::Relaxed),
     };
     if let Ok(live) = LIVE.lock() {
         for p in live.iter().filter_map(Weak::upgrade) {

@@ -66,6 +66,17 @@ pub enum RdmaSetupError {
         /// The device's `max_srq_wr`.
         max: u32,
     },
+    /// `rdma_srq_credits` (or the buffer count it is clamped to) below the minimum window.
+    #[error(
+        "rdma: {count} SRQ credits per connection (rdma_srq_credits, clamped to the buffer \
+         count) is below the minimum of {min}"
+    )]
+    SrqCredits {
+        /// Credits asked for (`rdma_srq_credits`; 0: the default).
+        count: usize,
+        /// The fewest credits a connection works with.
+        min: u32,
+    },
     /// `rdma_srq` does not fit a `u32`.
     #[error("rdma: {count} SRQ buffers is too many")]
     SrqCountTooLarge {
@@ -121,14 +132,14 @@ pub enum RdmaSetupError {
     /// The poller's SRQ has too few unpromised buffers for another connection.
     #[error(
         "rdma: poller {poller}'s shared receive queue has {free} unpromised buffers, a connection \
-         needs {need}; raise rdma_srq or lower the per-connection buffer count"
+         needs {need}; raise rdma_srq or lower rdma_srq_credits"
     )]
     SrqFull {
         /// The poller index.
         poller: usize,
         /// Unpromised buffers.
         free: u32,
-        /// Credits one connection needs.
+        /// Credits one connection is granted (`rdma_srq_credits`).
         need: u32,
     },
     /// A connect request was rejected because the table of accepts waiting for ESTABLISHED is

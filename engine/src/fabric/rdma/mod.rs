@@ -41,10 +41,8 @@
 //! queues are not supported on iWARP (refused at connect). Both sides must use the same pool
 //! buffer size. Each connection pre-posts `pool`'s buffer count of receives
 //! and grants that many credits; [`EngineBuilder::rdma_srq`](crate::EngineBuilder::rdma_srq)
-//! switches to one shared receive queue per poller and device instead (credits are then
-//! reserved from the SRQ's pool, and a connection that does not fit is refused). Receive
-//! buffers an application still holds when its connection dies are not returned to a shared
-//! pool (they stay unpromised, so credits never over-commit it). The control thread logs
+//! switches to one shared receive queue per poller and device instead, see
+//! [below](#shared-receive-queues-overcommit). The control thread logs
 //! (`tracing`, info) the device, port, GID index, GID type and GID rdma_cm chose per connection.
 //! [`EngineBuilder::rdma_gid_index`](crate::EngineBuilder::rdma_gid_index) (or env
 //! `SPINWIRE_RDMA_GID_INDEX`) overrides the source GID index of the connections an engine
@@ -55,6 +53,42 @@
 //! Both are logged at info.
 //! [`stats`] reports RNR errors (always 0 unless something is broken), error completions and
 //! credit messages.
+//!
+//! # Shared receive queues (overcommit)
+//!
+//! With [`EngineBuilder::rdma_srq`](crate::EngineBuilder::rdma_srq)`(S)` each poller has, per
+//! device, one SRQ and one registered pool of `S` receive buffers, all posted when the first
+//! connection of that poller on that device is set up (`setup/devices`). A connection then
+//! has no receive pool of its own: it is *granted* a share of the SRQ,
+//! [`rdma_srq_credits`](crate::EngineBuilder::rdma_srq_credits) buffers (default
+//! `min(buffers, 16)`), and announces that grant as its credits in the private data, so its
+//! peer's send window is the grant, not the per-connection pool. The receive memory is `S`
+//! buffers per poller and device whatever the number of connections
+//! ([`RdmaStats::registered_rx_bytes`]); each connection still registers its own send pool.
+//!
+//! The invariant, kept by construction: **the grants of all connections on an SRQ never add
+//! up to more than the buffers posted on it.** A poller's SRQ keeps a budget of unpromised
+//! posted buffers (`S` at the start); setup takes a connection's grant out of it before the
+//! connection exists and refuses the connection with
+//! [`RdmaSetupError::SrqFull`] when it does not fit (no waiting: the caller sees the typed
+//! error at once); the grant goes back when the connection's QP is destroyed, less the shared
+//! buffers its application still held (those are not posted any more, so they are never
+//! promised again). Per connection, its grant `g` covers the credits its peer holds, the SENDs
+//! in flight towards us, the buffers received and not yet re-posted (queued, being split,
+//! lent to the application) and the buffers re-posted whose credits are not returned yet; only
+//! the third kind is missing from the SRQ, and it is the connection's own. So the buffers
+//! posted are at least the budget plus, per connection, `g` minus what it holds, which is at
+//! least every credit a peer can spend: a SEND always finds a posted receive (no RNR, and
+//! `rnr_retry = 0` would make one an error, never a stall). A slow receiver holds at most its
+//! own grant: its sender runs out of credits and sees `WouldBlock`, while every other
+//! connection's grant is untouched.
+//!
+//! Refill: a consumed buffer goes back to the SRQ when the connection re-posts it (delivered
+//! inline, a frame split, or released by the application), in chains, from the poller; the
+//! credit goes back to the peer with it. No low-water check or
+//! `IBV_EVENT_SRQ_LIMIT_REACHED` is needed: a buffer leaves the SRQ only against a credit
+//! spent, and comes back with that credit. The grant is fixed for the connection's life (no
+//! growth for busy connections out of the unpromised remainder: see the README).
 //!
 //! # Large messages (rendezvous)
 //!

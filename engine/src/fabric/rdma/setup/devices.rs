@@ -10,7 +10,9 @@ use cm::rdma::CmId;
 use super::setup_err;
 use crate::desc::PoolView;
 use crate::error::{Error, FabricError, SetupError};
-use crate::fabric::rdma::counters::{poller_counters, PollerRdmaCounters};
+use crate::fabric::rdma::counters::{
+    poller_counters, PollerRdmaCounters, Registered, RegisteredBytes,
+};
 use crate::fabric::rdma::datapath::SrqShared;
 use crate::fabric::rdma::error::RdmaSetupError;
 use crate::fabric::rdma::verbs::{
@@ -44,6 +46,8 @@ struct PollerCq {
 
 struct SrqRes {
     shared: SrqShared,
+    /// The SRQ pool's bytes, counted in `RdmaStats::registered_rx_bytes`.
+    _registered: RegisteredBytes,
     /// Posted SRQ buffers not promised to any connection as credits.
     budget: Arc<AtomicU32>,
 }
@@ -55,6 +59,24 @@ pub(super) struct SrqReservation {
     budget: Arc<AtomicU32>,
     granted: u32,
     pub(super) held: Arc<AtomicU32>,
+}
+
+impl SrqReservation {
+    /// Grants `credits` of the unpromised posted buffers `budget`, or returns how many are
+    /// left when fewer than `credits`. This is the SRQ's admission and the whole of its
+    /// invariant: every grant is taken out of `budget` before the connection exists, and
+    /// `budget` starts at the buffers posted, so the credits of all the connections on the SRQ
+    /// never add up to more than the buffers posted on it (no SEND can find it empty: no RNR).
+    pub(super) fn take(budget: &Arc<AtomicU32>, credits: u32) -> Result<SrqReservation, u32> {
+        budget.fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+            f.checked_sub(credits)
+        })?;
+        Ok(SrqReservation {
+            budget: Arc::clone(budget),
+            granted: credits,
+            held: Arc::new(AtomicU32::new(0)),
+        })
+    }
 }
 
 impl Drop for SrqReservation {
@@ -108,6 +130,7 @@ fn create_srq(
         })
     })?;
     Ok(SrqRes {
+        _registered: RegisteredBytes::new(Registered::Rx, count as usize * buffer_size as usize),
         shared,
         budget: Arc::new(AtomicU32::new(count)),
     })
@@ -295,28 +318,14 @@ impl RdmaDevices {
                     .srq
                     .as_ref()
                     .ok_or(RdmaSetupError::Missing { what: "SRQ" })?;
-                if res
-                    .budget
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
-                        f.checked_sub(credits)
-                    })
-                    .is_err()
-                {
-                    return Err(RdmaSetupError::SrqFull {
+                let reservation = SrqReservation::take(&res.budget, credits).map_err(|free| {
+                    RdmaSetupError::SrqFull {
                         poller,
-                        free: res.budget.load(Ordering::Acquire),
+                        free,
                         need: credits,
                     }
-                    .into());
-                }
-                Some((
-                    res.shared.clone(),
-                    SrqReservation {
-                        budget: Arc::clone(&res.budget),
-                        granted: credits,
-                        held: Arc::new(AtomicU32::new(0)),
-                    },
-                ))
+                })?;
+                Some((res.shared.clone(), reservation))
             }
         };
         Ok(Resources {
@@ -327,5 +336,76 @@ impl RdmaDevices {
             srq,
             iwarp,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SRQ's grant policy, pure logic: connections come and go (some dying with buffers
+    /// the application still holds), and at every step the credits granted plus the budget
+    /// never exceed the buffers posted; a connection that does not fit is refused with what is
+    /// left; buffers lost with a dead connection are never promised again.
+    #[test]
+    fn grants_never_exceed_the_posted_buffers() {
+        let posted = 64u32;
+        let budget = Arc::new(AtomicU32::new(posted));
+        let mut live: Vec<SrqReservation> = Vec::new();
+        let mut lost = 0u32; // buffers held by the application when their connection died
+        let mut seed = 11u64;
+        for step in 0..20_000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let credits = 4 + ((seed >> 40) % 13) as u32;
+            if (seed >> 33) % 3 != 0 {
+                let free = budget.load(Ordering::Acquire);
+                match SrqReservation::take(&budget, credits) {
+                    Ok(r) => {
+                        assert!(credits <= free, "step {step}: granted beyond the budget");
+                        live.push(r);
+                    }
+                    Err(left) => {
+                        assert!(credits > free, "step {step}: refused with room left");
+                        assert_eq!(left, free);
+                    }
+                }
+            } else if !live.is_empty() {
+                let r = live.swap_remove((seed >> 20) as usize % live.len());
+                let held = ((seed >> 50) % 3) as u32;
+                // Now and then the application still holds a buffer or two (never more than
+                // the connection's grant).
+                let held = if lost + held < posted / 4 {
+                    held.min(r.granted)
+                } else {
+                    0
+                };
+                r.held.store(held, Ordering::Release);
+                lost += held;
+                drop(r);
+            }
+            let granted: u32 = live.iter().map(|r| r.granted).sum();
+            assert_eq!(
+                granted + budget.load(Ordering::Acquire) + lost,
+                posted,
+                "step {step}: every posted buffer is granted, free or lost, once"
+            );
+        }
+        drop(live);
+        assert_eq!(budget.load(Ordering::Acquire) + lost, posted);
+    }
+
+    /// Small grants overcommit nothing: 1000 connections of 4 credits fit an SRQ of 4000
+    /// buffers, the 1001st is refused, and closing one lets one more in.
+    #[test]
+    fn small_grants_fit_many_connections_exactly() {
+        let budget = Arc::new(AtomicU32::new(4000));
+        let mut live: Vec<_> = (0..1000)
+            .map(|_| SrqReservation::take(&budget, 4).expect("fits"))
+            .collect();
+        assert_eq!(SrqReservation::take(&budget, 4).err(), Some(0));
+        live.pop();
+        assert!(SrqReservation::take(&budget, 4).is_ok());
     }
 }

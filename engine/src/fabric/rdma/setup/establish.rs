@@ -136,7 +136,7 @@ pub(super) fn finish(
         tx_lkey: p.pools.tx.lkey(),
         rx_pool,
         rx_lkey,
-        rx_posted: sz.buffers,
+        rx_posted: sz.rx_credits,
         srq: p.srq,
         peer_credits: peer.credits,
         peer_buffer_size: peer.buffer_size,

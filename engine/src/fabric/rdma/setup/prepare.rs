@@ -16,7 +16,7 @@ use super::setup_err;
 use crate::config::Config;
 use crate::desc::INLINE_MAX;
 use crate::error::Error;
-use crate::fabric::rdma::counters::PollerRdmaCounters;
+use crate::fabric::rdma::counters::{PollerRdmaCounters, Registered, RegisteredBytes};
 use crate::fabric::rdma::datapath::SrqShared;
 use crate::fabric::rdma::error::RdmaSetupError;
 use crate::fabric::rdma::header::HDR_LEN;
@@ -30,6 +30,12 @@ use crate::fabric::rdma::wr_id;
 /// messages and credits returned at half the window, smaller windows would make two idle peers
 /// bounce credit messages at each other.
 pub(crate) const MIN_CREDITS: u32 = 4;
+/// Default credits a connection is granted on its poller's SRQ
+/// ([`EngineBuilder::rdma_srq_credits`](crate::EngineBuilder::rdma_srq_credits) 0), at most its
+/// buffer count. 16 receive buffers carry the engine's default depth (128) of small messages in
+/// a few frames, and keep the receive memory of a connection at 1/16 of the default private
+/// pool (256 buffers).
+pub(crate) const DEFAULT_SRQ_CREDITS: u32 = 16;
 /// Inline size requested from the provider (the engine never sends more inline than
 /// [`INLINE_MAX`] bytes; the provider may grant more, and we read back what it granted).
 const REQUEST_INLINE: u32 = INLINE_MAX as u32;
@@ -46,6 +52,9 @@ pub(super) struct Pools {
     pub(super) hdr: Option<MemoryRegion>,
     /// Large messages (rendezvous): the large slots and their frames; `None` without.
     pub(super) large: Option<LargeRegions>,
+    /// The registered bytes above, counted in [`RdmaStats`](crate::fabric::rdma::RdmaStats)
+    /// while the pools live.
+    pub(super) _registered: [RegisteredBytes; 3],
 }
 
 /// Sizes derived from the engine configuration.
@@ -53,7 +62,32 @@ pub(super) struct Pools {
 pub(super) struct Sizing {
     pub(super) buffer_size: u32,
     pub(super) buffers: u32,
+    /// The receive credits this side grants the peer: its posted receives (`buffers`), or with
+    /// an SRQ its share of the poller's SRQ (see [`srq_credits`]).
+    pub(super) rx_credits: u32,
     pub(super) sq_depth: u32,
+}
+
+/// The credits a connection is granted on an SRQ: `rdma_srq_credits` (0: the default
+/// [`DEFAULT_SRQ_CREDITS`]), clamped to the buffer count.
+///
+/// # Errors
+///
+/// [`RdmaSetupError::SrqCredits`] below [`MIN_CREDITS`].
+fn srq_credits(cfg: &Config, buffers: u32) -> Result<u32, Error> {
+    let asked = match cfg.rdma_srq_credits {
+        0 => DEFAULT_SRQ_CREDITS,
+        n => u32::try_from(n).unwrap_or(u32::MAX),
+    };
+    let credits = asked.min(buffers);
+    if credits < MIN_CREDITS {
+        return Err(RdmaSetupError::SrqCredits {
+            count: cfg.rdma_srq_credits,
+            min: MIN_CREDITS,
+        }
+        .into());
+    }
+    Ok(credits)
 }
 
 fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> {
@@ -72,10 +106,17 @@ fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> 
             min: MIN_CREDITS,
             max: FlowParams::MAX_CREDITS,
         })?;
-    // Sends in flight are bounded by the peer's credits (its buffers, normally = ours), plus
-    // unsignalled sends waiting for the next signalled one, plus credit messages.
+    let rx_credits = if cfg.rdma_srq_buffers > 0 {
+        srq_credits(cfg, buffers)?
+    } else {
+        buffers
+    };
+    // Sends in flight are bounded by the peer's credits (its grant, normally = ours: its
+    // buffers, or its SRQ share), plus unsignalled sends waiting for the next signalled one,
+    // plus credit messages. A peer granting more than we do is still safe: a batch is cut to
+    // the send queue's room.
     let signal = u32::try_from(cfg.signal_every).unwrap_or(u32::MAX).max(1);
-    let mut sq_depth = buffers.saturating_add(signal).saturating_add(4);
+    let mut sq_depth = rx_credits.saturating_add(signal).saturating_add(4);
     // Rendezvous: the READ chunks in flight, an RNDV SEND per large send slot (both
     // signalled) and the acknowledgement frames.
     let (_, large_slots) = cfg.large_pool();
@@ -99,6 +140,7 @@ fn sizing(cfg: &Config, limits: Option<&DeviceLimits>) -> Result<Sizing, Error> 
     Ok(Sizing {
         buffer_size,
         buffers,
+        rx_credits,
         sq_depth,
     })
 }
@@ -131,7 +173,7 @@ pub(super) fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Resu
     let poller = devices.pick_poller()?;
     let srq_req = match u32::try_from(cfg.rdma_srq_buffers) {
         Ok(0) => None,
-        Ok(n) => Some((n, pre.buffers, pre.buffer_size)),
+        Ok(n) => Some((n, pre.rx_credits, pre.buffer_size)),
         Err(_) => {
             return Err(RdmaSetupError::SrqCountTooLarge {
                 count: cfg.rdma_srq_buffers,
@@ -139,7 +181,9 @@ pub(super) fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Resu
             .into())
         }
     };
-    let res = devices.reserve(&id, poller.index(), pre.buffers + pre.sq_depth, srq_req)?;
+    // CQ entries: the receives this side grants (its own posted ones, or its SRQ share) and
+    // the send queue.
+    let res = devices.reserve(&id, poller.index(), pre.rx_credits + pre.sq_depth, srq_req)?;
     let sz = sizing(cfg, Some(&res.limits))?;
     let pool_bytes = sz.buffer_size as usize * sz.buffers as usize;
     let (srq, srq_keep) = match res.srq {
@@ -148,6 +192,11 @@ pub(super) fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Resu
         }
         None => (None, None),
     };
+    let large = large::register(&res.pd, cfg, &res.limits, res.iwarp, sz.buffer_size)?;
+    let large_bytes = large
+        .as_ref()
+        .map_or(0, |l| 2 * l.slots as usize * l.slot_size as usize);
+    let own_rx_bytes = if srq.is_some() { 0 } else { pool_bytes };
     let pools = Arc::new(Pools {
         // Send-only memory: no access rights beyond the HCA reading it.
         tx: MemoryRegion::placed(&res.pd, pool_bytes, Access::NONE, &cfg.placer)
@@ -170,7 +219,12 @@ pub(super) fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Resu
         } else {
             None
         },
-        large: large::register(&res.pd, cfg, &res.limits, res.iwarp, sz.buffer_size)?,
+        large,
+        _registered: [
+            RegisteredBytes::new(Registered::Tx, pool_bytes),
+            RegisteredBytes::new(Registered::Rx, own_rx_bytes),
+            RegisteredBytes::new(Registered::Large, large_bytes),
+        ],
     });
     let qres = QpResources {
         pd: Arc::clone(&res.pd),
@@ -274,7 +328,7 @@ pub(super) fn prepare(mut id: CmId, devices: &RdmaDevices, cfg: &Config) -> Resu
 
 pub(super) fn our_params(p: &Pending) -> FlowParams {
     FlowParams {
-        credits: p.sizing.buffers,
+        credits: p.sizing.rx_credits,
         buffer_size: p.sizing.buffer_size,
         inline_size: p.qp.max_inline_data(),
     }
@@ -284,4 +338,47 @@ pub(super) fn our_params(p: &Pending) -> FlowParams {
 /// region ([`large`](super::large)).
 pub(super) fn our_private(p: &Pending) -> [u8; PRIVATE_LEN] {
     large::encode(&our_params(p), p.pools.large.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(buffers: usize, srq: usize, credits: usize) -> Config {
+        crate::Engine::builder()
+            .pool(4096, buffers)
+            .rdma_srq(srq)
+            .rdma_srq_credits(credits)
+            .validate()
+            .expect("a valid config")
+    }
+
+    #[test]
+    fn srq_grant_is_a_share_not_the_pool() {
+        // Default: 16, or the buffer count when smaller.
+        assert_eq!(sizing(&cfg(256, 4096, 0), None).unwrap().rx_credits, 16);
+        assert_eq!(sizing(&cfg(8, 4096, 0), None).unwrap().rx_credits, 8);
+        // Asked for: clamped to the buffer count, at least MIN_CREDITS.
+        assert_eq!(sizing(&cfg(256, 4096, 4), None).unwrap().rx_credits, 4);
+        assert_eq!(sizing(&cfg(32, 4096, 100), None).unwrap().rx_credits, 32);
+        assert!(matches!(
+            sizing(&cfg(256, 4096, 3), None),
+            Err(Error::Setup(crate::error::SetupError::Rdma(
+                RdmaSetupError::SrqCredits { count: 3, .. }
+            )))
+        ));
+        // Without an SRQ the grant is the private pool, whatever rdma_srq_credits says.
+        assert_eq!(sizing(&cfg(256, 0, 4), None).unwrap().rx_credits, 256);
+    }
+
+    #[test]
+    fn the_send_queue_follows_the_grant() {
+        let srq = sizing(&cfg(256, 4096, 4), None).unwrap();
+        let own = sizing(&cfg(256, 0, 0), None).unwrap();
+        assert!(srq.sq_depth < own.sq_depth);
+        assert!(
+            srq.sq_depth > srq.rx_credits,
+            "room for a full window of the peer's"
+        );
+    }
 }
