@@ -199,9 +199,15 @@ mod tests {
         let mut steps = 0u64;
         while idler.step(0) == Step::Again {
             steps += 1;
-            assert!(start.elapsed() < Duration::from_secs(5), "never asked to sleep");
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "never asked to sleep"
+            );
         }
-        assert!(start.elapsed() >= spin, "asked to sleep before the spin phase ended");
+        assert!(
+            start.elapsed() >= spin,
+            "asked to sleep before the spin phase ended"
+        );
         assert!(steps >= BLOCK_CLOCK_EVERY - 1);
         // Once asleep, every idle cycle sleeps again (no second spin phase) ...
         assert_eq!(idler.step(0), Step::Sleep(Duration::from_millis(7)));

@@ -308,6 +308,7 @@ pub mod reconnect;
 #[doc(hidden)]
 pub mod record;
 mod stats;
+mod wake;
 
 pub use config::{
     EngineBuilder, DEFAULT_BATCH, DEFAULT_BUFFERS, DEFAULT_BUFFER_SIZE, DEFAULT_CONNECT_TIMEOUT,

@@ -23,6 +23,7 @@ use crate::desc::{PoolView, RxDesc, TxDesc};
 use crate::error::{Error, FabricError};
 use crate::fabric::DirectPath;
 use crate::stats::{AppCounters, ConnCounters, LiveCounters};
+use crate::wake::{Bell, PollerWake};
 
 /// Freed buffers collected before one batched push into the application's free ring.
 pub(crate) const FREE_BATCH: usize = 32;
@@ -57,6 +58,13 @@ pub(crate) struct ConnShared {
     pub(crate) app: CachePadded<AppCounters>,
     /// Heartbeats and when the peer was last heard from (control thread).
     pub(crate) live: LiveCounters,
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the wake-up of the poller serving
+    /// it, set by that poller before it serves it (never for other strategies).
+    poller_wake: OnceLock<Arc<PollerWake>>,
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the application thread waiting in
+    /// `recv_timeout` sleeps on it; its poller rings it after delivering, and every change of
+    /// state rings it.
+    pub(crate) bell: Bell,
 }
 
 impl ConnShared {
@@ -70,6 +78,24 @@ impl ConnShared {
             counters: CachePadded::default(),
             app: CachePadded::default(),
             live: LiveCounters::default(),
+            poller_wake: OnceLock::new(),
+            bell: Bell::default(),
+        }
+    }
+
+    /// The poller serving it may sleep: this is its wake-up (set once, before it serves it).
+    pub(crate) fn set_poller_wake(&self, wake: &Arc<PollerWake>) {
+        let _ = self.poller_wake.set(wake.clone());
+    }
+
+    /// Wakes the connection's poller if it sleeps, after the application gave it work (a send,
+    /// a released buffer). Only for an engine whose strategy is `Block` (the caller checks):
+    /// a fence, a load of a line nobody writes, and the flag's load.
+    #[inline]
+    pub(crate) fn wake_poller(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(w) = self.poller_wake.get() {
+            w.wake_fenced();
         }
     }
 
@@ -79,6 +105,7 @@ impl ConnShared {
         let _ = self
             .state
             .compare_exchange(OPEN, FAILED, Ordering::AcqRel, Ordering::Acquire);
+        self.bell.ring();
     }
 
     /// The peer went away.
@@ -86,6 +113,7 @@ impl ConnShared {
         let _ =
             self.state
                 .compare_exchange(OPEN, DISCONNECTED, Ordering::AcqRel, Ordering::Acquire);
+        self.bell.ring();
     }
 
     /// The application closed it.
@@ -98,6 +126,7 @@ impl ConnShared {
     /// The poller retired it (after its last service pass).
     pub(crate) fn set_retired(&self) {
         self.retired.store(true, Ordering::Release);
+        self.bell.ring();
     }
 
     /// Whether its poller has let go of it.
@@ -251,6 +280,7 @@ pub(crate) fn conn_pair<C>(
         drain_reason: None,
         drained: false,
         free_scratch: [0; FREE_BATCH],
+        block: false,
     });
     let parts = ConnParts {
         id,
@@ -312,6 +342,9 @@ pub(crate) struct PollerConn<C> {
     pub(crate) drained: bool,
     /// Scratch for `fabric::TxDone`'s batched buffer returns.
     pub(crate) free_scratch: [u32; FREE_BATCH],
+    /// Its poller may sleep, and so may the application thread: ring [`ConnShared::bell`]
+    /// after delivering (set by the poller when it starts serving it).
+    pub(crate) block: bool,
 }
 
 #[cfg(test)]

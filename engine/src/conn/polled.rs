@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::desc::{is_large, TxDesc, BUF_INLINE};
 use crate::error::Error;
 use crate::flow::{Policy, SendWindow};
-use crate::idle::{IdleStrategy, Idler};
+use crate::idle::{IdleStrategy, Idler, Step};
 use crate::link::{AppRings, Pools};
 use crate::stats::ConnStats;
 
@@ -27,6 +27,10 @@ use crate::stats::ConnStats;
 /// sends ([`Polled::linger`]): past any fabric's close grace, after which the fabric tears the
 /// connection down and its poller lets go of it.
 const CLOSE_LINGER: Duration = Duration::from_millis(250);
+
+/// Longest sleep of a run-to-completion `recv_timeout` on its connection's bell while another
+/// thread drives the poller (`Block`).
+const RTC_BELL_SLEEP: Duration = Duration::from_millis(1);
 
 /// The polled path's own state (see [`Polled::state`]).
 struct PolledState {
@@ -46,6 +50,11 @@ pub(super) struct Polled {
     run_to_completion: bool,
     /// In run-to-completion mode, an engine pass posts the queued sends after this many.
     batch: u32,
+    /// The engine's strategy is `Block`: its poller may sleep, so what this side hands it
+    /// (a send, a released buffer) wakes it ([`ConnShared::wake_poller`]).
+    ///
+    /// [`ConnShared::wake_poller`]: crate::link::ConnShared::wake_poller
+    block: bool,
 }
 
 impl Polled {
@@ -60,6 +69,7 @@ impl Polled {
             }),
             run_to_completion: cfg.run_to_completion(),
             batch: cfg.batch as u32,
+            block: matches!(cfg.idle, IdleStrategy::Block { .. }),
         }
     }
 
@@ -197,6 +207,10 @@ impl Polled {
         std::mem::forget(buf);
         s.spare.sent(idx);
         s.window.on_sent(1);
+        if self.block {
+            // A fence and two loads per send, only for an engine whose poller may sleep.
+            conn.shared.wake_poller();
+        }
         if self.run_to_completion {
             s.unflushed += 1;
             if s.unflushed >= self.batch {
@@ -361,6 +375,9 @@ impl Polled {
         conn: &'c Connection,
         mut wait: Wait,
     ) -> Result<Message<'c>, Error> {
+        if self.block {
+            return self.recv_block(conn, wait);
+        }
         // Run-to-completion and busy-spinning: hold the poller for the whole wait (one
         // ownership CAS per wait, not per cycle). Other connections keep being served: by this
         // thread.
@@ -392,6 +409,48 @@ impl Polled {
             if !wait.idle(work) {
                 return Err(Error::Timeout);
             }
+        }
+    }
+
+    /// [`Connection::recv_timeout`] with [`IdleStrategy::Block`]: spins for the strategy's spin
+    /// phase, then sleeps until a message arrives. Run-to-completion: this thread is the
+    /// poller when nobody else drives it, and sleeps in the poller's `poll(2)` set (what wakes
+    /// the poller wakes it). With dedicated pollers (or while another thread drives the
+    /// run-to-completion poller) it sleeps on the connection's bell, which the poller rings
+    /// after delivering into its receive ring; in run-to-completion each such sleep is bounded
+    /// by [`RTC_BELL_SLEEP`] (the driving thread may stop driving, and nobody would ring).
+    fn recv_block<'c>(
+        &'c self,
+        conn: &'c Connection,
+        mut wait: Wait,
+    ) -> Result<Message<'c>, Error> {
+        loop {
+            if let Some(m) = self.try_recv(conn)? {
+                return Ok(m);
+            }
+            let Some(step) = wait.step() else {
+                return Err(Error::Timeout);
+            };
+            let Step::Sleep(max) = step else {
+                continue;
+            };
+            let mut t = max.min(wait.remaining());
+            if t.is_zero() {
+                continue;
+            }
+            if self.run_to_completion {
+                if let Some(mut g) = conn.engine.rtc_guard() {
+                    g.sleep(t);
+                    continue;
+                }
+                t = t.min(RTC_BELL_SLEEP);
+            }
+            let bell = &conn.shared.bell;
+            bell.announce();
+            if self.rx_is_empty() && conn.shared.down().is_none() {
+                bell.sleep(t);
+            }
+            bell.cancel();
         }
     }
 
@@ -430,6 +489,16 @@ impl Polled {
         // overflow it, in which case the buffer is simply not returned (the peer's loss).
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let _ = unsafe { self.state() }.rings.release.push(idx);
+    }
+
+    /// A received message was dropped: its buffer goes back to the poller, which is woken
+    /// if it sleeps (`Block`).
+    #[inline]
+    pub(super) fn release_wake(&self, conn: &Connection, idx: u32) {
+        self.release(idx);
+        if self.block {
+            conn.shared.wake_poller();
+        }
     }
 
     /// Whether no received message waits in the ring from the poller.

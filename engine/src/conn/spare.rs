@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::desc::{is_large, large_slot, LARGE_BIT};
-use crate::idle::{IdleStrategy, Idler};
+use crate::idle::{IdleStrategy, Idler, Step};
 use crate::link::Pools;
 
 /// The send buffers and large slots the application side owns: free ones in two lists, and
@@ -184,5 +184,29 @@ impl Wait {
         }
         self.idler.idle(work);
         true
+    }
+
+    /// After a try that found nothing, for a caller that can sleep: `None` when the deadline
+    /// has passed, else the idler's [`Step`] ([`Step::Sleep`] once `Block`'s spin phase is
+    /// over: the caller sleeps for at most that and [`remaining`](Self::remaining)).
+    #[inline]
+    pub(super) fn step(&mut self) -> Option<Step> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % 64 == 0 && Instant::now() >= self.deadline {
+            return None;
+        }
+        let step = self.idler.step(0);
+        if let Step::Sleep(_) = step {
+            // Sleeps are long: read the clock before each.
+            if Instant::now() >= self.deadline {
+                return None;
+            }
+        }
+        Some(step)
+    }
+
+    /// Time left until the deadline.
+    pub(super) fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
     }
 }

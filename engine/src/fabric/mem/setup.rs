@@ -75,6 +75,8 @@ pub(crate) struct MemParams {
     /// Message limit and large slots, `(limit, 0)` without large messages.
     limit: usize,
     large: u32,
+    /// The engine's strategy is `Block` (its pollers may sleep).
+    block: bool,
 }
 
 impl MemParams {
@@ -88,6 +90,7 @@ impl MemParams {
             liveness: cfg.liveness_timeout,
             limit: cfg.message_limit(),
             large,
+            block: matches!(cfg.idle, crate::IdleStrategy::Block { .. }),
         }
     }
 }
@@ -209,7 +212,7 @@ fn build_pair(
     let keep: Arc<dyn Any + Send + Sync> = Arc::new(MemPools {
         _regions: [r0, r1, r2, r3],
     });
-    let chan = Arc::new(Channel::default());
+    let chan = Arc::new(Channel::new([c.block, l.block]));
     // Each data ring holds its sender's depth (at most that many records are in flight); each
     // release ring every buffer and slot of its sender's pools.
     let (c2l_p, c2l_c) = RingBuffer::new(c.depth);

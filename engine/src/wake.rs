@@ -1,0 +1,318 @@
+//! Sleeping and waking on the polled path, for [`IdleStrategy::Block`](crate::IdleStrategy):
+//! a poller's wake-up ([`PollerWake`], an `eventfd` that can sit in one `poll(2)` set with
+//! sockets and completion channels), the set a sleeping poller waits on ([`WaitSet`]), and an
+//! application thread's wake-up ([`Bell`], a futex word per connection).
+//!
+//! Both wake-ups follow one protocol, free of lost wake-ups:
+//!
+//! * the **sleeper** announces that it sleeps (stores its flag), issues a `SeqCst` fence,
+//!   re-checks every source of work it serves, and only then sleeps; it clears the flag when
+//!   it wakes;
+//! * the **waker** publishes its work (a ring push, a count store), issues a `SeqCst` fence,
+//!   loads the flag and makes the system call only if it is set.
+//!
+//! Either the sleeper's re-check sees the work, or the waker sees the flag (the two fences are
+//! ordered one way or the other). A waker whose target never blocks (an engine without
+//! `Block`, known from the configuration) skips all of it: the callers gate the fence on that,
+//! so a busy-spinning engine pays nothing.
+//!
+//! This module stands below the fabrics, the pollers and the handles; it imports none of them.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+/// One poller's wake-up: the "I sleep" flag and an `eventfd` written only while it is set.
+///
+/// Made per poller thread (and for the run-to-completion poller) when the engine's idle
+/// strategy is [`Block`](crate::IdleStrategy::Block); the fabrics, the application's handles
+/// and the control thread hold it to wake that poller after they gave it work.
+#[derive(Debug)]
+pub struct PollerWake {
+    /// Set by the poller from its announcement until it woke (its own line: the wakers only
+    /// read it).
+    sleeping: CachePadded<AtomicBool>,
+    fd: OwnedFd,
+}
+
+impl PollerWake {
+    /// A new wake-up (a non-blocking, close-on-exec `eventfd`).
+    pub(crate) fn new() -> io::Result<PollerWake> {
+        // SAFETY: plain syscall; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(PollerWake {
+            sleeping: CachePadded::new(AtomicBool::new(false)),
+            // SAFETY: `fd` was just returned by `eventfd` and is owned by nobody else.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// The descriptor, readable once woken.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// The waker's side, after it published work for this poller: fence, then one load of
+    /// the flag, and the `write(2)` only when the poller announced that it sleeps.
+    #[inline]
+    pub(crate) fn wake(&self) {
+        fence(Ordering::SeqCst);
+        self.wake_fenced();
+    }
+
+    /// [`wake`](Self::wake) for a caller that issued the `SeqCst` fence itself.
+    #[inline]
+    pub(crate) fn wake_fenced(&self) {
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.ring();
+        }
+    }
+
+    /// Writes the eventfd (a syscall: only when the poller sleeps or is about to).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn ring(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to a descriptor this value owns. A full
+        // counter (EAGAIN) already means "woken".
+        let _ = unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// The sleeper's announcement; the caller re-checks every source of work after it.
+    #[inline]
+    pub(crate) fn announce(&self) {
+        self.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The sleeper is awake (or did not sleep after all).
+    #[inline]
+    pub(crate) fn cancel(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+
+    /// Consumes the eventfd's count (after a wake-up it reported).
+    pub(crate) fn drain(&self) {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into a live u64 from a non-blocking descriptor this value
+        // owns; EAGAIN (nothing to read) is fine.
+        let _ = unsafe { libc::read(self.fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+/// The descriptors a sleeping poller waits on, and how long it may sleep at most.
+///
+/// Filled by the poller (its [`PollerWake`]) and by each fabric's `arm`
+/// ([`Fabric::arm`](crate::fabric::Fabric::arm),
+/// [`FabricConn::arm`](crate::fabric::FabricConn::arm)) right before one `poll(2)`. Its room
+/// is allocated once, for the poller's connections; a descriptor that does not fit bounds
+/// the sleep to [`WaitSet::POLL_INTERVAL`] instead of growing it.
+#[derive(Debug)]
+pub struct WaitSet {
+    fds: Vec<libc::pollfd>,
+    /// The longest sleep the armed sources allow (a fabric that cannot be woken by a
+    /// descriptor bounds it).
+    limit: Option<Duration>,
+}
+
+impl WaitSet {
+    /// The bound on a sleep when a source cannot wake it (a descriptor that did not fit the
+    /// set, a fabric without a wake-up): such a source is polled this often.
+    pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
+
+    /// A set with room for `n` descriptors.
+    pub(crate) fn with_capacity(n: usize) -> WaitSet {
+        WaitSet {
+            fds: Vec::with_capacity(n),
+            limit: None,
+        }
+    }
+
+    /// Empties the set for a new sleep.
+    pub(crate) fn clear(&mut self) {
+        self.fds.clear();
+        self.limit = None;
+    }
+
+    /// Wakes the sleep when `fd` is readable (`read`) or writable (`write`).
+    pub fn add(&mut self, fd: RawFd, read: bool, write: bool) {
+        let mut events = 0;
+        if read {
+            events |= libc::POLLIN;
+        }
+        if write {
+            events |= libc::POLLOUT;
+        }
+        if self.fds.len() == self.fds.capacity() {
+            // Never grow on the poller: poll more often instead.
+            self.limit(Self::POLL_INTERVAL);
+            return;
+        }
+        self.fds.push(libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        });
+    }
+
+    /// Sleeps at most `d` (a source that no descriptor reports, or a deadline).
+    pub fn limit(&mut self, d: Duration) {
+        self.limit = Some(self.limit.map_or(d, |l| l.min(d)));
+    }
+
+    /// One `poll(2)` for at most `timeout` (and the set's limit). Returns the number of ready
+    /// descriptors (0: timed out; an interrupted wait counts as 1, a wake-up).
+    pub(crate) fn wait(&mut self, timeout: Duration) -> usize {
+        let t = self.limit.map_or(timeout, |l| l.min(timeout));
+        // Rounded up to whole milliseconds so that a sub-millisecond sleep still sleeps.
+        let ms = i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a live array of `len` pollfd structures.
+        let n = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            1
+        } else {
+            n as usize
+        }
+    }
+
+    /// Whether descriptor `i` (in the order added) was reported ready by the last wait.
+    pub(crate) fn ready(&self, i: usize) -> bool {
+        self.fds.get(i).is_some_and(|p| p.revents != 0)
+    }
+}
+
+/// An application thread's wake-up on one connection: a futex word, `1` while the thread has
+/// announced that it sleeps. The poller rings it after it delivered into that connection's
+/// receive ring, and on a change of the connection's state; only when announced.
+#[derive(Debug, Default)]
+pub(crate) struct Bell {
+    word: CachePadded<AtomicU32>,
+}
+
+impl Bell {
+    /// The sleeper's announcement; the caller re-checks its receive ring after it.
+    #[inline]
+    pub(crate) fn announce(&self) {
+        self.word.store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The sleeper did not sleep after all, or woke.
+    #[inline]
+    pub(crate) fn cancel(&self) {
+        self.word.store(0, Ordering::Relaxed);
+    }
+
+    /// Sleeps until rung or `timeout` passed (or spuriously); `false` when it timed out.
+    /// Returns at once when the bell was rung since the announcement.
+    pub(crate) fn sleep(&self, timeout: Duration) -> bool {
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT on a live, aligned u32 of this process, with a live timespec.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                1u32,
+                &ts as *const libc::timespec,
+            )
+        };
+        !(r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    }
+
+    /// The waker's side, after it published: fence, one load, and the word cleared and the
+    /// futex woken only when a sleeper announced itself (clearing it first makes a sleeper that
+    /// has not reached `FUTEX_WAIT` yet return at once).
+    #[inline]
+    pub(crate) fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.word.load(Ordering::Relaxed) != 0 {
+            self.ring_slow();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ring_slow(&self) {
+        if self.word.swap(0, Ordering::SeqCst) != 0 {
+            // SAFETY: FUTEX_WAKE on a live, aligned u32 of this process.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.word.as_ptr(),
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    1i32,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn bell_rung_before_the_sleep_returns_at_once_and_an_unrung_one_times_out() {
+        let b = Bell::default();
+        b.announce();
+        b.ring();
+        let t = Instant::now();
+        assert!(b.sleep(Duration::from_secs(5)));
+        assert!(t.elapsed() < Duration::from_secs(4));
+        b.cancel();
+        b.announce();
+        assert!(!b.sleep(Duration::from_millis(5)));
+    }
+
+    #[test]
+    fn bell_wakes_a_sleeping_thread() {
+        let b = Arc::new(Bell::default());
+        let b2 = b.clone();
+        let t = Instant::now();
+        b.announce();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            b2.ring();
+        });
+        assert!(b.sleep(Duration::from_secs(10)));
+        assert!(t.elapsed() < Duration::from_secs(9));
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn poller_wake_is_written_only_while_announced() {
+        let w = PollerWake::new().unwrap();
+        let mut set = WaitSet::with_capacity(1);
+        w.wake();
+        set.add(w.fd(), true, false);
+        assert_eq!(set.wait(Duration::ZERO), 0, "written while nobody slept");
+        w.announce();
+        w.wake();
+        assert_eq!(set.wait(Duration::from_secs(5)), 1);
+        assert!(set.ready(0));
+        w.cancel();
+        w.drain();
+        assert_eq!(set.wait(Duration::ZERO), 0, "drain consumed the count");
+    }
+
+    #[test]
+    fn a_full_wait_set_bounds_the_sleep() {
+        let mut set = WaitSet::with_capacity(0);
+        set.add(0, true, false);
+        let t = Instant::now();
+        assert_eq!(set.wait(Duration::from_secs(5)), 0);
+        assert!(t.elapsed() < Duration::from_secs(4));
+    }
+}
