@@ -334,38 +334,9 @@ pub(crate) struct Poller<F: Fabric> {
 }
 
 impl<F: Fabric> Poller<F> {
-    /// A poller with room for `max_conns` connections (allocated now, never again).
-    pub(crate) fn new(
-        fabric: F,
-        commands: Consumer<Command<F>>,
-        notices: Producer<Notice<F::Conn>>,
-        waker: Arc<Waker>,
-        counters: Arc<PollerCounters>,
-        max_conns: usize,
-        batch: usize,
-        wake: Option<Arc<PollerWake>>,
-    ) -> Poller<F> {
-        let mut slots = Vec::with_capacity(max_conns);
-        slots.resize_with(max_conns, || None);
-        Poller {
-            fabric,
-            slots,
-            active: Vec::with_capacity(max_conns),
-            free_slots: (0..max_conns as u32).rev().collect(),
-            commands,
-            notices,
-            backlog: Vec::with_capacity(max_conns),
-            waker,
-            counters,
-            batch,
-            cycle: 0,
-            next_check_ns: 0,
-            wake,
-        }
-    }
-
-    /// A poller and the control thread's end of its rings ([`COMMAND_RING`] commands, a notice
-    /// for every connection slot plus slack).
+    /// A poller with room for `max_conns` connections (allocated now, never again) and the
+    /// control thread's end of its rings ([`COMMAND_RING`] commands, a notice for every
+    /// connection slot plus slack). `wake`: its wake-up, when it may sleep (`Block`).
     pub(crate) fn with_link(
         fabric: F,
         waker: Arc<Waker>,
@@ -376,16 +347,23 @@ impl<F: Fabric> Poller<F> {
     ) -> (Poller<F>, PollerLink<F>) {
         let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
         let (note_p, note_c) = RingBuffer::new(max_conns + 64);
-        let poller = Poller::new(
+        let mut slots = Vec::with_capacity(max_conns);
+        slots.resize_with(max_conns, || None);
+        let poller = Poller {
             fabric,
-            cmd_c,
-            note_p,
+            slots,
+            active: Vec::with_capacity(max_conns),
+            free_slots: (0..max_conns as u32).rev().collect(),
+            commands: cmd_c,
+            notices: note_p,
+            backlog: Vec::with_capacity(max_conns),
             waker,
             counters,
-            max_conns,
             batch,
-            wake.clone(),
-        );
+            cycle: 0,
+            next_check_ns: 0,
+            wake: wake.clone(),
+        };
         (poller, PollerLink::new(cmd_p, note_c, wake))
     }
 
