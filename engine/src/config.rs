@@ -56,6 +56,12 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// Whether this engine's threads may sleep when idle ([`IdleStrategy::Block`]): its
+    /// doorbells are armed, so its peers ring them.
+    pub(crate) fn may_sleep(&self) -> bool {
+        matches!(self.idle, IdleStrategy::Block { .. })
+    }
+
     /// True when no dedicated poller threads run (the application drives the poller).
     pub(crate) fn run_to_completion(&self) -> bool {
         self.pollers.is_empty()

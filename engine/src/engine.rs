@@ -440,7 +440,7 @@ fn spawn_poller(
             while !thread_stop.load(Ordering::Relaxed) {
                 let work = agents.do_work(clock.now_ns());
                 if let Step::Sleep(max) = idler.step(work) {
-                    agents.sleep(max);
+                    let _ = agents.sleep(max);
                 }
             }
             agents

@@ -285,6 +285,10 @@ mod conn;
 mod control;
 pub mod counters;
 mod desc;
+// The doorbell of `IdleStrategy::Block` (futex word protocol): internal, public (hidden) for
+// its loom model.
+#[doc(hidden)]
+pub mod doorbell;
 mod endpoint;
 mod engine;
 mod error;

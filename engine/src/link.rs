@@ -12,7 +12,7 @@
 //! hand-off is typed.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
@@ -20,10 +20,11 @@ use rings::{Consumer, Producer, RingBuffer};
 
 use crate::config::Config;
 use crate::desc::{PoolView, RxDesc, TxDesc};
+use crate::doorbell::{Doorbell, Scope};
 use crate::error::{Error, FabricError};
 use crate::fabric::DirectPath;
 use crate::stats::{AppCounters, ConnCounters, LiveCounters};
-use crate::wake::{Bell, PollerWake};
+use crate::wake::PollerWake;
 
 /// Freed buffers collected before one batched push into the application's free ring.
 pub(crate) const FREE_BATCH: usize = 32;
@@ -61,10 +62,11 @@ pub(crate) struct ConnShared {
     /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the wake-up of the poller serving
     /// it, set by that poller before it serves it (never for other strategies).
     poller_wake: OnceLock<Arc<PollerWake>>,
-    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the application thread waiting in
-    /// `recv_timeout` sleeps on it; its poller rings it after delivering, and every change of
-    /// state rings it.
-    pub(crate) bell: Bell,
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the word of the doorbell
+    /// ([`ConnShared::bell`]) the application thread waiting in `recv_timeout` sleeps on;
+    /// armed by the poller before it serves the connection, rung by it after delivering, and
+    /// by every change of state.
+    bell_word: CachePadded<AtomicU32>,
 }
 
 impl ConnShared {
@@ -79,8 +81,14 @@ impl ConnShared {
             app: CachePadded::default(),
             live: LiveCounters::default(),
             poller_wake: OnceLock::new(),
-            bell: Bell::default(),
+            bell_word: CachePadded::new(AtomicU32::new(0)),
         }
+    }
+
+    /// The doorbell of an application thread waiting for a message (see `bell_word`).
+    #[inline]
+    pub(crate) fn bell(&self) -> Doorbell<'_> {
+        Doorbell::new(&self.bell_word, Scope::Process)
     }
 
     /// The poller serving it may sleep: this is its wake-up (set once, before it serves it).
@@ -105,7 +113,7 @@ impl ConnShared {
         let _ = self
             .state
             .compare_exchange(OPEN, FAILED, Ordering::AcqRel, Ordering::Acquire);
-        self.bell.ring();
+        self.bell().ring();
     }
 
     /// The peer went away.
@@ -113,7 +121,7 @@ impl ConnShared {
         let _ =
             self.state
                 .compare_exchange(OPEN, DISCONNECTED, Ordering::AcqRel, Ordering::Acquire);
-        self.bell.ring();
+        self.bell().ring();
     }
 
     /// The application closed it.
@@ -126,7 +134,7 @@ impl ConnShared {
     /// The poller retired it (after its last service pass).
     pub(crate) fn set_retired(&self) {
         self.retired.store(true, Ordering::Release);
-        self.bell.ring();
+        self.bell().ring();
     }
 
     /// Whether its poller has let go of it.

@@ -38,7 +38,7 @@ use crate::stats::PollerCounters;
 use crate::wake::PollerWake;
 
 pub(crate) use rtc::{RtcGuard, RunToCompletion};
-pub(crate) use sleep::Sleeper;
+pub(crate) use sleep::{Sleeper, Slept};
 
 /// Capacity of each control -> poller command ring.
 pub(crate) const COMMAND_RING: usize = 1024;
@@ -221,7 +221,7 @@ impl<C: FabricConn> PollerConn<C> {
                 if n > 0 {
                     if *block {
                         // An application thread may sleep in `recv_timeout`.
-                        shared.bell.ring();
+                        shared.bell().ring();
                     }
                     work += n;
                     counters.rx_msgs.add(n as u64);
@@ -473,6 +473,7 @@ impl<F: Fabric> Poller<F> {
                     if let Some(w) = &self.wake {
                         // Before the first service pass, so before it can ever sleep.
                         conn.block = true;
+                        conn.shared.bell().arm();
                         conn.shared.set_poller_wake(w);
                         conn.fabric.attach_wake(w);
                     }
@@ -662,9 +663,9 @@ macro_rules! agent_set {
             /// `Block`, after the spin phase: arms every source of work of every agent and
             /// sleeps until one wakes it, for at most `max` (and the liveness tick). Returns at
             /// once when work is pending already, or without a wake-up (other strategies).
-            pub(crate) fn sleep(&mut self, max: std::time::Duration) {
+            pub(crate) fn sleep(&mut self, max: std::time::Duration) -> Slept {
                 let Some(sleeper) = self.sleeper.as_mut() else {
-                    return;
+                    return Slept::No;
                 };
                 let slept = sleeper.sleep(max, |set| {
                     let mut armed = true;
@@ -673,11 +674,12 @@ macro_rules! agent_set {
                     })*
                     armed
                 });
-                if slept {
+                if slept != Slept::No {
                     $($(#[$attr])* {
                         self.$name.woke();
                     })*
                 }
+                slept
             }
 
             /// One cycle of every agent.

@@ -163,6 +163,13 @@ pub struct ConnStats {
     /// Messages in flight now (sent, credit not yet returned). Credits are collected lazily
     /// (shm: once half the window is out), so an idle connection may show a small remainder.
     pub in_flight: u64,
+    /// Times a receive on this connection slept in the kernel
+    /// ([`IdleStrategy::Block`](crate::IdleStrategy::Block)) after its spin phase.
+    pub sleeps: u64,
+    /// Of [`sleeps`](Self::sleeps), those that ended without being rung: at their time limit
+    /// (`max_sleep`, or the call's own deadline) or spuriously. With messages flowing these
+    /// stay near zero; a count that rises with the traffic would be lost wake-ups.
+    pub sleeps_unrung: u64,
 }
 
 /// Engine-wide counters written by the control thread.

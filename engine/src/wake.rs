@@ -1,9 +1,10 @@
 //! Sleeping and waking on the polled path, for [`IdleStrategy::Block`](crate::IdleStrategy):
 //! a poller's wake-up ([`PollerWake`], an `eventfd` that can sit in one `poll(2)` set with
-//! sockets and completion channels), the set a sleeping poller waits on ([`WaitSet`]), and an
-//! application thread's wake-up ([`Bell`], a futex word per connection).
+//! sockets and completion channels) and the set a sleeping poller waits on ([`WaitSet`]). An
+//! application thread waiting on a polled connection sleeps on the connection's doorbell
+//! ([`crate::doorbell`], a futex word), which its poller rings after delivering.
 //!
-//! Both wake-ups follow one protocol, free of lost wake-ups:
+//! The poller's wake-up follows this protocol, free of lost wake-ups:
 //!
 //! * the **sleeper** announces that it sleeps (stores its flag), issues a `SeqCst` fence,
 //!   re-checks every source of work it serves, and only then sleeps; it clears the flag when
@@ -20,7 +21,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -166,6 +167,12 @@ impl WaitSet {
         self.limit = Some(self.limit.map_or(d, |l| l.min(d)));
     }
 
+    /// Whether the set's limit is shorter than `timeout` (a sleep for `timeout` would end at
+    /// the limit).
+    pub(crate) fn limited(&self, timeout: Duration) -> bool {
+        self.limit.is_some_and(|l| l < timeout)
+    }
+
     /// One `poll(2)` for at most `timeout` (and the set's limit). Returns the number of ready
     /// descriptors (0: timed out; an interrupted wait counts as 1, a wake-up).
     pub(crate) fn wait(&mut self, timeout: Duration) -> usize {
@@ -187,109 +194,10 @@ impl WaitSet {
     }
 }
 
-/// An application thread's wake-up on one connection: a futex word, `1` while the thread has
-/// announced that it sleeps. The poller rings it after it delivered into that connection's
-/// receive ring, and on a change of the connection's state; only when announced.
-#[derive(Debug, Default)]
-pub(crate) struct Bell {
-    word: CachePadded<AtomicU32>,
-}
-
-impl Bell {
-    /// The sleeper's announcement; the caller re-checks its receive ring after it.
-    #[inline]
-    pub(crate) fn announce(&self) {
-        self.word.store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-    }
-
-    /// The sleeper did not sleep after all, or woke.
-    #[inline]
-    pub(crate) fn cancel(&self) {
-        self.word.store(0, Ordering::Relaxed);
-    }
-
-    /// Sleeps until rung or `timeout` passed (or spuriously); `false` when it timed out.
-    /// Returns at once when the bell was rung since the announcement.
-    pub(crate) fn sleep(&self, timeout: Duration) -> bool {
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: FUTEX_WAIT on a live, aligned u32 of this process, with a live timespec.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                1u32,
-                &ts as *const libc::timespec,
-            )
-        };
-        !(r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
-    }
-
-    /// The waker's side, after it published: fence, one load, and the word cleared and the
-    /// futex woken only when a sleeper announced itself (clearing it first makes a sleeper that
-    /// has not reached `FUTEX_WAIT` yet return at once).
-    #[inline]
-    pub(crate) fn ring(&self) {
-        fence(Ordering::SeqCst);
-        if self.word.load(Ordering::Relaxed) != 0 {
-            self.ring_slow();
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn ring_slow(&self) {
-        if self.word.swap(0, Ordering::SeqCst) != 0 {
-            // SAFETY: FUTEX_WAKE on a live, aligned u32 of this process.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.word.as_ptr(),
-                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                    1i32,
-                );
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::time::Instant;
-
-    #[test]
-    fn bell_rung_before_the_sleep_returns_at_once_and_an_unrung_one_times_out() {
-        let b = Bell::default();
-        b.announce();
-        b.ring();
-        let t = Instant::now();
-        assert!(b.sleep(Duration::from_secs(5)));
-        assert!(t.elapsed() < Duration::from_secs(4));
-        b.cancel();
-        b.announce();
-        assert!(!b.sleep(Duration::from_millis(5)));
-    }
-
-    #[test]
-    fn bell_wakes_a_sleeping_thread() {
-        let b = Arc::new(Bell::default());
-        let b2 = b.clone();
-        let t = Instant::now();
-        b.announce();
-        let h = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            b2.ring();
-        });
-        assert!(b.sleep(Duration::from_secs(10)));
-        assert!(t.elapsed() < Duration::from_secs(9));
-        h.join().unwrap();
-    }
 
     #[test]
     fn poller_wake_is_written_only_while_announced() {

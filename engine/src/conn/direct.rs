@@ -11,7 +11,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ptr::NonNull;
 
-use super::spare::{Counts, Spares, Wait};
+use super::spare::{Counts, Next, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError, RING_CLAIM};
 use crate::desc::BUF_INLINE;
 use crate::error::{Error, FabricError};
@@ -464,8 +464,17 @@ impl Direct {
             if let Some(m) = self.try_recv(conn)? {
                 return Ok(m);
             }
-            if !wait.idle(0) {
-                return Err(Error::Timeout);
+            match wait.next(0) {
+                Next::Again => {}
+                // Block: the peer rings when it publishes or closes; so does the control
+                // thread when it takes the connection down.
+                Next::Sleep(max) => {
+                    let rung = self.fabric.sleep(max, || conn.shared.down().is_some());
+                    // SAFETY: no other reference to the state is live; none is taken while
+                    // this one is used.
+                    unsafe { self.state() }.counts.slept(rung);
+                }
+                Next::Timeout => return Err(Error::Timeout),
             }
         }
     }
@@ -568,6 +577,8 @@ impl Direct {
             received: s.counts.received,
             would_block: s.counts.would_block,
             alloc_failures: s.counts.alloc_failures,
+            sleeps: s.counts.sleeps,
+            sleeps_unrung: s.counts.sleeps_unrung,
             in_flight,
         }
     }

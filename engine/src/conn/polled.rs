@@ -13,14 +13,15 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::spare::{Counts, Spares, Wait};
+use super::spare::{Counts, Next, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
 use crate::desc::{is_large, TxDesc, BUF_INLINE};
 use crate::error::Error;
 use crate::flow::{Policy, SendWindow};
-use crate::idle::{IdleStrategy, Idler, Step};
+use crate::idle::{IdleStrategy, Idler};
 use crate::link::{AppRings, Pools};
+use crate::poller::Slept;
 use crate::stats::ConnStats;
 
 /// Longest a run-to-completion close drives the engine's poller for the connection's last
@@ -419,6 +420,11 @@ impl Polled {
     /// run-to-completion poller) it sleeps on the connection's bell, which the poller rings
     /// after delivering into its receive ring; in run-to-completion each such sleep is bounded
     /// by [`RTC_BELL_SLEEP`] (the driving thread may stop driving, and nobody would ring).
+    ///
+    /// Counted in [`ConnStats::sleeps`](crate::ConnStats): a sleep that a wake-up ended is
+    /// rung, one that ran to `max` (or the deadline) unrung; a sleep that ended at a bound of
+    /// the poller's own (its liveness tick, a source it polls) or at [`RTC_BELL_SLEEP`] is a
+    /// turn of the wait, not counted.
     fn recv_block<'c>(
         &'c self,
         conn: &'c Connection,
@@ -428,29 +434,38 @@ impl Polled {
             if let Some(m) = self.try_recv(conn)? {
                 return Ok(m);
             }
-            let Some(step) = wait.step() else {
-                return Err(Error::Timeout);
+            let max = match wait.next(0) {
+                Next::Again => continue,
+                Next::Sleep(max) => max,
+                Next::Timeout => return Err(Error::Timeout),
             };
-            let Step::Sleep(max) = step else {
-                continue;
-            };
-            let mut t = max.min(wait.remaining());
-            if t.is_zero() {
-                continue;
-            }
+            let mut t = max;
             if self.run_to_completion {
                 if let Some(mut g) = conn.engine.rtc_guard() {
-                    g.sleep(t);
+                    let rung = match g.sleep(t) {
+                        Slept::No | Slept::Tick => None,
+                        Slept::Woken => Some(true),
+                        Slept::Timeout => Some(false),
+                    };
+                    drop(g);
+                    // SAFETY: no other reference to the state is live; none is taken while
+                    // this one is used.
+                    unsafe { self.state() }.counts.slept(rung);
                     continue;
                 }
                 t = t.min(RTC_BELL_SLEEP);
             }
-            let bell = &conn.shared.bell;
-            bell.announce();
-            if self.rx_is_empty() && conn.shared.down().is_none() {
-                bell.sleep(t);
+            let bell = conn.shared.bell();
+            let announced = bell.announce();
+            if !self.rx_is_empty() || conn.shared.down().is_some() {
+                bell.cancel();
+                continue;
             }
-            bell.cancel();
+            let rung = bell.sleep(announced, t);
+            if rung || t == max {
+                // SAFETY: as above.
+                unsafe { self.state() }.counts.slept(Some(rung));
+            }
         }
     }
 
@@ -472,6 +487,8 @@ impl Polled {
             received: s.counts.received,
             would_block: s.counts.would_block,
             alloc_failures: s.counts.alloc_failures,
+            sleeps: s.counts.sleeps,
+            sleeps_unrung: s.counts.sleeps_unrung,
             in_flight: s.window.in_flight(),
         }
     }

@@ -154,14 +154,40 @@ pub(super) struct Counts {
     pub(super) received: u64,
     pub(super) would_block: u64,
     pub(super) alloc_failures: u64,
+    /// Sleeps of a `Block` receive, and those that ended without a ring.
+    pub(super) sleeps: u64,
+    pub(super) sleeps_unrung: u64,
+}
+
+impl Counts {
+    /// Counts a `Block` receive's sleep: `rung` whether a ring ended it; `None`: it found
+    /// work on its re-check and did not sleep.
+    #[inline]
+    pub(super) fn slept(&mut self, rung: Option<bool>) {
+        if let Some(rung) = rung {
+            self.sleeps += 1;
+            self.sleeps_unrung += u64::from(!rung);
+        }
+    }
 }
 
 /// The bounded wait of the `*_timeout` calls: idles per the engine's strategy between tries
-/// and ends at the deadline (read every 64 tries, not per try).
+/// and ends at the deadline (read every 64 tries, not per try, while spinning).
 pub(super) struct Wait {
     deadline: Instant,
     idler: Idler,
     spins: u32,
+}
+
+/// What a [`Wait`] asks of its caller after a try that found nothing.
+pub(super) enum Next {
+    /// Try again (the wait has idled per its strategy).
+    Again,
+    /// [`IdleStrategy::Block`]: sleep on the connection's doorbell for at most this long (the
+    /// strategy's `max_sleep`, cut to the deadline), then try again.
+    Sleep(Duration),
+    /// The deadline has passed.
+    Timeout,
 }
 
 impl Wait {
@@ -175,7 +201,8 @@ impl Wait {
     }
 
     /// After a try that did `work` units of work: `false` when the deadline has passed, else
-    /// idles (per the strategy, for `work == 0`) and gives `true` to try again.
+    /// idles (per the strategy, for `work == 0`; a `Block` wait parks as backoff does, for a
+    /// caller with nothing to sleep on) and gives `true` to try again.
     #[inline]
     pub(super) fn idle(&mut self, work: usize) -> bool {
         self.spins = self.spins.wrapping_add(1);
@@ -186,27 +213,20 @@ impl Wait {
         true
     }
 
-    /// After a try that found nothing, for a caller that can sleep: `None` when the deadline
-    /// has passed, else the idler's [`Step`] ([`Step::Sleep`] once `Block`'s spin phase is
-    /// over: the caller sleeps for at most that and [`remaining`](Self::remaining)).
+    /// As [`idle`](Self::idle), for a caller that can sleep until woken: once a `Block`
+    /// strategy's spin phase is over, [`Next::Sleep`] instead of parking.
     #[inline]
-    pub(super) fn step(&mut self) -> Option<Step> {
+    pub(super) fn next(&mut self, work: usize) -> Next {
         self.spins = self.spins.wrapping_add(1);
         if self.spins % 64 == 0 && Instant::now() >= self.deadline {
-            return None;
+            return Next::Timeout;
         }
-        let step = self.idler.step(0);
-        if let Step::Sleep(_) = step {
-            // Sleeps are long: read the clock before each.
-            if Instant::now() >= self.deadline {
-                return None;
-            }
+        match self.idler.step(work) {
+            Step::Again => Next::Again,
+            Step::Sleep(max) => match self.deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Next::Sleep(left.min(max)),
+                _ => Next::Timeout,
+            },
         }
-        Some(step)
-    }
-
-    /// Time left until the deadline.
-    pub(super) fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
     }
 }

@@ -57,6 +57,22 @@ impl DirectPath {
         }
     }
 
+    /// Sleeps until the peer publishes to this side or closes (it rings this side's
+    /// doorbell), or for at most `max`; returns at once when records are pending already or
+    /// `down()` (re-checked after announcing the sleep) says the connection is down.
+    /// ([`IdleStrategy::Block`](crate::IdleStrategy::Block)'s wait.)
+    #[inline]
+    /// Whether a ring ended the sleep (`None`: it did not sleep).
+    pub(crate) fn sleep(
+        &self,
+        max: std::time::Duration,
+        down: impl FnOnce() -> bool,
+    ) -> Option<bool> {
+        match self {
+            DirectPath::Shm(d) => d.sleep(max, down),
+        }
+    }
+
     /// Publishes what batched sends wrote.
     #[inline]
     pub(crate) fn flush(&self) {

@@ -113,7 +113,7 @@ impl RtcGuard<'_> {
     }
 
     /// `Block`: arms and sleeps for at most `max` (see [`Agents::sleep`]).
-    pub(crate) fn sleep(&mut self, max: std::time::Duration) {
+    pub(crate) fn sleep(&mut self, max: std::time::Duration) -> super::Slept {
         // SAFETY: as in `poll`.
         unsafe { (*self.owner.agents.get()).sleep(max) }
     }

@@ -17,6 +17,20 @@ use crate::fabric::{Fabric, FabricConn};
 use crate::stats::PollerCounters;
 use crate::wake::{PollerWake, WaitSet};
 
+/// How a [`Sleeper::sleep`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slept {
+    /// It did not sleep: work was pending when it armed.
+    No,
+    /// A wake-up or a descriptor ended it.
+    Woken,
+    /// It ran to the caller's `max`.
+    Timeout,
+    /// It ran to a shorter bound of its own: the liveness tick, or a source polled every
+    /// [`WaitSet::POLL_INTERVAL`].
+    Tick,
+}
+
 /// One agent set's sleep: its wake-up and the set it waits on (room allocated once).
 pub(crate) struct Sleeper {
     wake: Arc<PollerWake>,
@@ -52,25 +66,33 @@ impl Sleeper {
     }
 
     /// Announces, arms (`arm`: `false` when work is pending) and sleeps at most `max` (and
-    /// the tick). `true` when it slept: the caller lets the fabrics consume what woke them.
-    pub(crate) fn sleep(&mut self, max: Duration, arm: impl FnOnce(&mut WaitSet) -> bool) -> bool {
+    /// the tick). Unless [`Slept::No`], the caller lets the fabrics consume what woke them.
+    pub(crate) fn sleep(&mut self, max: Duration, arm: impl FnOnce(&mut WaitSet) -> bool) -> Slept {
         self.set.clear();
         self.set.add(self.wake.fd(), true, false);
         self.wake.announce();
         if !arm(&mut self.set) {
             self.wake.cancel();
-            return false;
+            return Slept::No;
         }
         self.counters.sleeps.add(1);
+        let limited = self.tick < max || self.set.limited(max);
         let ready = self.set.wait(max.min(self.tick));
         self.wake.cancel();
-        if ready == 0 {
-            self.counters.sleep_timeouts.add(1);
-        }
         if self.set.ready(0) {
             self.wake.drain();
         }
-        true
+        match (ready, limited) {
+            (0, false) => {
+                self.counters.sleep_timeouts.add(1);
+                Slept::Timeout
+            }
+            (0, true) => {
+                self.counters.sleep_timeouts.add(1);
+                Slept::Tick
+            }
+            _ => Slept::Woken,
+        }
     }
 }
 

@@ -21,6 +21,7 @@
 //! | [`connect`] | a connect made before the listener waits for it; with none, the typed timeout; different message limits settle on the smaller; a listener's connection maximum |
 //! | [`failure`] | a down connection fails every data call with its reason, and is released when dropped |
 //! | [`idle`] | an application that makes no call for several liveness timeouts keeps its connection |
+//! | [`block`] | `IdleStrategy::Block`: a sleeping receiver is woken by one message (rung, little CPU while asleep), a sender never waits on it, no lost wake-up over 10 000 bursts and silences |
 //! | [`peer`] | peer close, peer SIGKILL, peer SIGSTOP (liveness) |
 //! | [`reason`] | the reason of a disconnect reaches both sides: a clean close, a silent peer (the checker sees `PeerUnresponsive`, the silent side `PeerAborted(Unresponsive)` once it resumes) |
 //! | [`reconnect`] | reconnect with an exact `unconfirmed`, delivery before the loss, give-up |
@@ -32,6 +33,7 @@
 // Each test binary instantiates some schemes and uses a part of the helpers.
 #![allow(dead_code)]
 
+pub mod block;
 pub mod connect;
 pub mod failure;
 pub mod fifo;
@@ -248,6 +250,14 @@ macro_rules! conformance {
                     c::idle::idle_application_keeps_its_connection,
                 idle_application_keeps_a_burst_of_connections =>
                     c::idle::idle_application_keeps_a_burst_of_connections,
+                block_sleeping_receiver_wakes_run_to_completion =>
+                    c::block::sleeping_receiver_wakes_for_one_message_run_to_completion,
+                block_sleeping_receiver_wakes_dedicated_poller =>
+                    c::block::sleeping_receiver_wakes_for_one_message_dedicated_poller,
+                block_sender_never_blocks_on_a_sleeping_receiver =>
+                    c::block::sender_never_blocks_on_a_sleeping_receiver,
+                block_no_lost_wake_up_over_bursts_and_silences =>
+                    c::block::no_lost_wake_up_over_bursts_and_silences,
                 peer_close_delivers_queued_then_disconnects =>
                     c::peer::close_delivers_queued_then_disconnects,
                 peer_close_surfaces_after_pending_in_poll =>

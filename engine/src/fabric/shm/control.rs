@@ -153,7 +153,12 @@ impl ShmControl {
             // Finishing the setup side (at once: no poller holds the connection) marks the
             // segment closed, sends the bye and closes the socket: a peer that resumes sees its
             // connection gone.
+            let segment = reg.conns.get(&id).map(|c| c.setup.segment.clone());
             reg.fail_unresponsive(ctx, id, silent_for, CLOSE_NOW);
+            // An application asleep in a receive (`IdleStrategy::Block`) wakes to see it.
+            if let Some(segment) = segment {
+                segment.bell().ring();
+            }
         }
     }
 }
@@ -332,6 +337,8 @@ impl Accepting for ShmControl {
                 e @ FabricError::PeerAborted(_) => c.shared.fail(e),
                 _ => c.shared.disconnect(),
             }
+            // An application asleep in a receive (`IdleStrategy::Block`) wakes to see it.
+            c.setup.segment.bell().ring();
             match c.shared.down() {
                 Some(Down::Failed(e)) => {
                     tracing::debug!(conn = id, error = %e, "peer aborted");

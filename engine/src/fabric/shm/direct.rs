@@ -32,8 +32,11 @@
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
 
 use crate::desc::{PoolView, BUF_INLINE, INLINE_MAX};
+use crate::doorbell::{Doorbell, Scope};
 use crate::error::{Error, FabricError};
 use crate::fabric::Sent;
 use crate::flow::{CreditReturn, Policy, SendWindow};
@@ -55,6 +58,10 @@ struct TxSide {
     ends: Box<[u64]>,
     /// The messages in flight, at most the policy's window.
     window: SendWindow,
+    /// The peer's doorbell word in the segment, when the peer may sleep (it armed the bell
+    /// before the handshake ended, so this is known at setup and final): rung after every
+    /// publication. `None` (a spinning peer): a publication costs nothing more.
+    peer_bell: Option<NonNull<AtomicU32>>,
 }
 
 impl TxSide {
@@ -79,7 +86,18 @@ impl TxSide {
     #[inline(never)]
     fn full(&mut self) -> Sent {
         self.ring.producer().publish();
+        self.published();
         Sent::Full
+    }
+
+    /// After a publication: rings the peer's doorbell if it may sleep.
+    #[inline(always)]
+    fn published(&self) {
+        if let Some(word) = self.peer_bell {
+            // SAFETY: the word is in the segment, which `self.ring` keeps mapped (it holds the
+            // mapping); it is only accessed atomically.
+            Doorbell::new(unsafe { word.as_ref() }, Scope::Shared).ring();
+        }
     }
 
     #[inline(always)]
@@ -192,10 +210,15 @@ impl ShmDirect {
         // reads when its window is full, not a message, so it can be frequent.
         let policy = policy.return_every((policy.window / 4).clamp(1, 32));
         ShmDirect {
+            // Set by the peer before the handshake ended: final now (`hdr::ST_BELL`).
             tx: UnsafeCell::new(TxSide {
                 ring: tx,
                 ends: vec![0u64; (policy.window as usize).next_power_of_two()].into_boxed_slice(),
                 window: policy.send_window(),
+                peer_bell: seg
+                    .peer_bell()
+                    .is_armed()
+                    .then(|| NonNull::from(seg.peer_bell_word())),
             }),
             rx: UnsafeCell::new(RxSide {
                 ring: rx,
@@ -326,6 +349,7 @@ impl ShmDirect {
         if !side.ring.try_send_buf(idx, len).map_err(wire_err)? {
             return Ok(side.full());
         }
+        side.published();
         side.push_end();
         Ok(Sent::Referenced)
     }
@@ -373,9 +397,11 @@ impl ShmDirect {
                 c.commit_batched();
             } else {
                 c.commit();
+                side.published();
             }
             Sent::Copied
         } else if tx.try_send_buf(idx, len).map_err(wire_err)? {
+            side.published();
             Sent::Referenced
         } else {
             return Ok(side.full());
@@ -389,7 +415,9 @@ impl ShmDirect {
     #[inline]
     pub(crate) fn flush(&self) {
         // SAFETY: no application code runs while `tx` is borrowed here.
-        unsafe { self.tx() }.ring.producer().publish();
+        let side = unsafe { self.tx() };
+        side.ring.producer().publish();
+        side.published();
     }
 
     /// Publishes the consumer position that [`recv_into`](Self::recv_into) left unpublished,
@@ -473,6 +501,7 @@ impl ShmDirect {
             // SAFETY: no application code runs while `tx` is borrowed here.
             let side = unsafe { self.tx() };
             if side.ring.producer().commit_raw(len) {
+                side.published();
                 side.push_end();
             }
         }
@@ -674,6 +703,26 @@ impl ShmDirect {
     fn publish_releases(&self) {
         // SAFETY: borrowed for the call only; no application code runs meanwhile.
         unsafe { self.rel() }.publish_releases();
+    }
+
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block)'s wait: announces on this side's
+    /// doorbell that it sleeps, re-checks the ring, the peer's close mark and `down()` (the
+    /// connection's state, which the control thread changes before it rings), and sleeps
+    /// until the peer (or the control thread) rings or `max` passes. The consumer position
+    /// is published first, so a sender waiting for credits is not held up by the sleep.
+    /// Whether a ring ended the sleep (`None`: it found work and did not sleep).
+    pub(crate) fn sleep(&self, max: Duration, down: impl FnOnce() -> bool) -> Option<bool> {
+        if self.polling.get() {
+            return None;
+        }
+        self.settle_rx();
+        let bell = self.seg.bell();
+        let announced = bell.announce();
+        if self.rx_pending() || self.seg.peer_close_code() != 0 || down() {
+            bell.cancel();
+            return None;
+        }
+        Some(bell.sleep(announced, max))
     }
 
     /// Whether the peer published records not yet consumed (a hint: the producer's position

@@ -336,6 +336,10 @@ pub(crate) fn connect(
         }
     };
     drop(offer);
+    // Before the ready: the listener rings from its first publication on (doorbell docs).
+    if cfg.may_sleep() {
+        segment.bell().arm();
+    }
     stream.send_ready(left()).map_err(cerr)?;
     establish(segment, stream, Policy::from_config(cfg))
 }
@@ -420,6 +424,10 @@ impl ShmListener {
                     return Err(setup_err("creating the shm segment", e));
                 }
             };
+            // Before the accept: the connector rings from its first publication on.
+            if cfg.may_sleep() {
+                segment.bell().arm();
+            }
             stream
                 .send_accept(&to_conn_params(&settled), fd.as_fd(), nowait)
                 .map_err(accept_err)?;

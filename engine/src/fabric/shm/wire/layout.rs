@@ -7,8 +7,8 @@
 //!
 //! ```text
 //! offset 0      header line     magic, version, params, total length        (128 B)
-//! offset 128    side A state    attached, closed, heartbeat, pid             (128 B)
-//! offset 256    side B state    attached, closed, heartbeat, pid             (128 B)
+//! offset 128    side A state    attached, closed, heartbeat, pid | doorbell  (128 B)
+//! offset 256    side B state    attached, closed, heartbeat, pid | doorbell  (128 B)
 //! then, for dir in [A->B, B->A]:
 //!   ring        record ring region (crate::record::ring): producer position line,
 //!               consumer position line, ring_capacity bytes of records      (region_size)
@@ -55,8 +55,9 @@ pub const PAGE_SIZE: usize = 4096;
 
 /// Magic number at offset 0 of every segment: `b"SPWIRE\0"` followed by a format byte.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"SPWIRE\x00\x01");
-/// Version of the segment format. Bumped on any incompatible layout change.
-pub const WIRE_VERSION: u32 = 2;
+/// Version of the segment format. Bumped on any incompatible layout change (3: the side-state
+/// doorbell word, [`hdr::ST_BELL`], which a sender must ring).
+pub const WIRE_VERSION: u32 = 3;
 
 /// Smallest allowed [`Params::buffer_size`].
 pub const MIN_BUFFER_SIZE: u32 = 64;
@@ -112,6 +113,12 @@ pub mod hdr {
     pub const ST_HEARTBEAT: usize = 8;
     /// `u32` in a side-state block: pid of the side.
     pub const ST_PID: usize = 16;
+    /// `u32` in a side-state block, in its second 64-byte line (the first holds the heartbeat
+    /// the control thread bumps): the side's doorbell as a *receiver* (`crate::doorbell`). The
+    /// side sets `MAY_SLEEP` before it completes the handshake if it may sleep
+    /// ([`IdleStrategy::Block`](crate::IdleStrategy::Block)) and `SLEEPING` around each sleep;
+    /// its peer, after publishing records, rings it (a futex wake) when `SLEEPING` is set.
+    pub const ST_BELL: usize = 64;
     /// End of the fixed header.
     pub const END: usize = 384;
 }

@@ -5,6 +5,7 @@
 //! Below the rings and the segment: the rings read the mapping, the segment creates it, and this
 //! module knows neither.
 
+use crate::doorbell::{Doorbell, Scope};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -128,6 +129,9 @@ impl Drop for Mapping {
             let _ = self
                 .atomic_u32(self.state_off(self.side, hdr::ST_CLOSED))
                 .compare_exchange(0, hdr::CLOSED, Ordering::Release, Ordering::Relaxed);
+            // A peer asleep in a receive wakes to see the close.
+            let bell = self.atomic_u32(self.state_off(self.side.peer(), hdr::ST_BELL));
+            Doorbell::new(bell, Scope::Shared).ring();
         }
         // SAFETY: `base`/`len` are exactly what mmap returned; no reference into the mapping
         // outlives `self` (every handle holds an `Arc<Mapping>`).

@@ -4,10 +4,12 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::error::WireError;
+use crate::doorbell::{Doorbell, Scope};
+
 use super::layout::{hdr, Layout, Params, SEGMENT_MAGIC, WIRE_VERSION};
 use super::mapping::{Mapping, Side};
 use super::rx::{Releaser, RxRing};
@@ -403,6 +405,8 @@ impl Segment {
             .map
             .atomic_u32(self.map.state_off(self.map.side, hdr::ST_CLOSED))
             .compare_exchange(0, code.max(1), Ordering::Release, Ordering::Relaxed);
+        // A peer asleep in a receive wakes to see the mark.
+        self.peer_bell().ring();
     }
 
     /// The peer's close mark: 0 while it is open, else what it closed with (see
@@ -446,6 +450,28 @@ impl Segment {
             .atomic_u32(self.map.state_off(peer, hdr::ST_CLOSED))
             .load(Ordering::Acquire)
             != 0
+    }
+
+    /// This side's doorbell as a receiver (`hdr::ST_BELL`): it arms and sleeps on it; the
+    /// peer rings it.
+    #[inline]
+    pub fn bell(&self) -> Doorbell<'_> {
+        let off = self.map.state_off(self.map.side, hdr::ST_BELL);
+        Doorbell::new(self.map.atomic_u32(off), Scope::Shared)
+    }
+
+    /// The peer's doorbell: rung after publishing to it (and on this side's close).
+    #[inline]
+    pub fn peer_bell(&self) -> Doorbell<'_> {
+        Doorbell::new(self.peer_bell_word(), Scope::Shared)
+    }
+
+    /// The peer's doorbell word (valid while the mapping is: any handle of this segment or of
+    /// its rings keeps it).
+    #[inline]
+    pub fn peer_bell_word(&self) -> &AtomicU32 {
+        let off = self.map.state_off(self.map.side.peer(), hdr::ST_BELL);
+        self.map.atomic_u32(off)
     }
 
     /// Base address of the mapping. For tests and diagnostics (e.g. fuzzing the peer's rings);
