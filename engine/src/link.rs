@@ -101,7 +101,7 @@ impl ConnShared {
     /// a fence, a load of a line nobody writes, and the flag's load.
     #[inline]
     pub(crate) fn wake_poller(&self) {
-        std::sync::atomic::fence(Ordering::SeqCst);
+        crate::wake::seq_cst_fence();
         if let Some(w) = self.poller_wake.get() {
             w.wake_fenced();
         }

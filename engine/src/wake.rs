@@ -21,10 +21,64 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+
+pub use flag::SleepFlag;
+
+/// The flag half of the protocol, over std's atomics, or loom's under `cfg(loom)` so that
+/// `engine/tests/poller_wake_loom.rs` model-checks this very code.
+mod flag {
+    #[cfg(loom)]
+    use loom::sync::atomic::{fence, AtomicBool};
+    use std::sync::atomic::Ordering;
+    #[cfg(not(loom))]
+    use std::sync::atomic::{fence, AtomicBool};
+
+    /// A sleeper's "I sleep" flag (see the [module docs](super)).
+    #[derive(Debug, Default)]
+    pub struct SleepFlag(AtomicBool);
+
+    impl SleepFlag {
+        /// Sleeper: announces that it sleeps (store, then a `SeqCst` fence); re-check every
+        /// source of work after this.
+        #[inline]
+        pub fn announce(&self) {
+            self.0.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
+
+        /// Sleeper: awake again (or the re-check found work).
+        #[inline]
+        pub fn cancel(&self) {
+            self.0.store(false, Ordering::Relaxed);
+        }
+
+        /// Waker, after publishing: whether the sleeper must be woken (a `SeqCst` fence, then
+        /// the flag's load).
+        #[inline]
+        pub fn must_wake(&self) -> bool {
+            fence(Ordering::SeqCst);
+            self.must_wake_fenced()
+        }
+
+        /// [`must_wake`](Self::must_wake) for a waker that issued the fence itself.
+        #[inline]
+        pub fn must_wake_fenced(&self) -> bool {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// The waker's `SeqCst` fence, for a caller that checks its gate first (see
+    /// [`SleepFlag::must_wake_fenced`]).
+    #[inline]
+    pub(crate) fn seq_cst_fence() {
+        fence(Ordering::SeqCst);
+    }
+}
+
+pub(crate) use flag::seq_cst_fence;
 
 /// One poller's wake-up: the "I sleep" flag and an `eventfd` written only while it is set.
 ///
@@ -35,7 +89,7 @@ use crossbeam_utils::CachePadded;
 pub struct PollerWake {
     /// Set by the poller from its announcement until it woke (its own line: the wakers only
     /// read it).
-    sleeping: CachePadded<AtomicBool>,
+    sleeping: CachePadded<SleepFlag>,
     fd: OwnedFd,
 }
 
@@ -48,7 +102,7 @@ impl PollerWake {
             return Err(io::Error::last_os_error());
         }
         Ok(PollerWake {
-            sleeping: CachePadded::new(AtomicBool::new(false)),
+            sleeping: CachePadded::new(SleepFlag::default()),
             // SAFETY: `fd` was just returned by `eventfd` and is owned by nobody else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
@@ -63,14 +117,15 @@ impl PollerWake {
     /// the flag, and the `write(2)` only when the poller announced that it sleeps.
     #[inline]
     pub(crate) fn wake(&self) {
-        fence(Ordering::SeqCst);
-        self.wake_fenced();
+        if self.sleeping.must_wake() {
+            self.ring();
+        }
     }
 
     /// [`wake`](Self::wake) for a caller that issued the `SeqCst` fence itself.
     #[inline]
     pub(crate) fn wake_fenced(&self) {
-        if self.sleeping.load(Ordering::Relaxed) {
+        if self.sleeping.must_wake_fenced() {
             self.ring();
         }
     }
@@ -88,14 +143,13 @@ impl PollerWake {
     /// The sleeper's announcement; the caller re-checks every source of work after it.
     #[inline]
     pub(crate) fn announce(&self) {
-        self.sleeping.store(true, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        self.sleeping.announce();
     }
 
     /// The sleeper is awake (or did not sleep after all).
     #[inline]
     pub(crate) fn cancel(&self) {
-        self.sleeping.store(false, Ordering::Relaxed);
+        self.sleeping.cancel();
     }
 
     /// Consumes the eventfd's count (after a wake-up it reported).

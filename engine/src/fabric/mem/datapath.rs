@@ -40,7 +40,7 @@
 
 use std::any::Any;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ impl EndState {
     #[inline]
     fn wake(&self) {
         if self.may_sleep {
-            fence(Ordering::SeqCst);
+            crate::wake::seq_cst_fence();
             if let Some(w) = self.wake.get() {
                 w.wake_fenced();
             }
