@@ -174,6 +174,9 @@ pub enum Idle {
     Spin,
     /// Spin, then yield, then park briefly: kinder to shared machines, higher tail latency.
     Backoff,
+    /// Spin 50 µs, then sleep in the kernel until an arrival wakes it (`IdleStrategy::block`):
+    /// no CPU while idle; a message after a silence pays the kernel's wake-up latency.
+    Block,
 }
 
 impl Idle {
@@ -182,6 +185,7 @@ impl Idle {
         match self {
             Idle::Spin => "spin",
             Idle::Backoff => "backoff",
+            Idle::Block => "block",
         }
     }
 }
@@ -256,7 +260,8 @@ pub struct CommonArgs {
         help_heading = "Threads"
     )]
     pub app_cores: Vec<usize>,
-    /// What idle threads do: `spin` (lowest latency) or `backoff` (spin, yield, park).
+    /// What idle threads do: `spin` (lowest latency), `backoff` (spin, yield, park) or `block`
+    /// (spin 50 µs, then sleep in the kernel until an arrival wakes the thread).
     #[arg(long, value_enum, default_value_t = Idle::Spin, help_heading = "Threads")]
     pub idle: Idle,
     /// Loopback with ONE app thread (on the first --app-cores entry) owning both ends: the

@@ -252,6 +252,53 @@ fn dedicated_mode_with_paced_load() {
     assert_eq!(p["poller_cores"][0].as_u64().unwrap().to_string(), poller);
 }
 
+/// `--idle block`: both sides sleep between the messages of a slow open-loop load (their
+/// busy threads use a small share of their cores, where spinning would use all of it) and
+/// every message is echoed.
+#[test]
+fn block_idle_load_sleeps_between_messages() {
+    let _s = serial();
+    let dir = out_dir("e2e-block");
+    run_ok(
+        &[
+            "load",
+            "--idle",
+            "block",
+            "--rate",
+            "200",
+            "--duration",
+            "1s",
+            "--warmup",
+            "20",
+            "--latency",
+            "round-trip",
+            "--size",
+            "32",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let s = summary(&dir);
+    let p = &s["points"][0];
+    assert_eq!(p["test"], "load");
+    assert_eq!(p["idle"], "block");
+    assert!(p["latency_ns"]["p50"].as_f64().unwrap() > 0.0, "{p}");
+    // Each side's share of its core over the measured window: a spinning side is near 1.
+    for (side, share) in p["quiet"]["spinners"]
+        .as_array()
+        .expect("quiet.spinners")
+        .iter()
+        .map(|v| (v[0].as_str().unwrap(), v[1].as_f64().unwrap()))
+    {
+        assert!(
+            share < 0.5,
+            "{side} used {:.0} % of its core at 200 msgs/s with --idle block",
+            share * 100.0
+        );
+    }
+}
+
 #[test]
 fn server_and_client_as_two_processes() {
     let _s = serial();

@@ -87,6 +87,13 @@
 #define SW_IDLE_BACKOFF 1
 
 /**
+ * Idle strategy: spin 50 us, then sleep in the kernel until an arrival wakes the thread
+ * (`IdleStrategy::block`): no CPU while idle, a wake-up's latency after a silence. Receives
+ * on shm connections sleep on the segment's doorbell.
+ */
+#define SW_IDLE_BLOCK 2
+
+/**
  * Largest `sw_config.inline_threshold`, in bytes.
  */
 #define SW_INLINE_MAX 120
@@ -412,7 +419,8 @@ typedef struct sw_config {
    */
   size_t inline_threshold;
   /**
-   * `SW_IDLE_BUSY_SPIN` or `SW_IDLE_BACKOFF`: what pollers and waiting calls do when idle.
+   * `SW_IDLE_BUSY_SPIN`, `SW_IDLE_BACKOFF` or `SW_IDLE_BLOCK`: what pollers and waiting
+   * calls do when idle.
    */
   uint32_t idle;
   /**
@@ -837,6 +845,20 @@ int64_t sw_poll(const struct sw_conn *conn,
                 sw_handler handler,
                 void *clientd,
                 size_t limit);
+
+/**
+ * Waits up to `timeout_ns` until a message is ready for `sw_poll` / `sw_hold`, without taking
+ * it, idling per `sw_config.idle` (`SW_IDLE_BLOCK`: spins 50 us, then sleeps in the kernel
+ * until the arrival wakes the thread). Returns `SW_OK` (at least one message is ready),
+ * `SW_TIMEOUT`, `SW_BAD_ARG`, or `SW_CLOSED` / `SW_CONN_FAILED` once the connection is down
+ * and nothing received before is left. In run-to-completion mode it drives the engine while
+ * it waits.
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught) used by no other thread now.
+ */
+SW_NODISCARD int32_t sw_wait(const struct sw_conn *conn, uint64_t timeout_ns);
 
 /**
  * Posts queued sends now (run-to-completion: runs a poller cycle; with dedicated pollers it

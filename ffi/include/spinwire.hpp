@@ -255,6 +255,8 @@ class Connection {
         msg.live_ = r == 1;
         return detail::check(r);
     }
+    /// sw_wait: SW_OK once a message is ready for poll() / hold(), or SW_TIMEOUT.
+    SW_NODISCARD int wait(uint64_t timeout_ns) { return detail::check(sw_wait(h_, timeout_ns)); }
     SW_NODISCARD int flush() { return detail::check(sw_flush(h_)); }
     SW_NODISCARD int64_t max_message_size() const {
         return detail::check(sw_conn_max_message_size(h_));

@@ -16,6 +16,10 @@ use crate::handle::{c_str, timeout};
 pub const SW_IDLE_BUSY_SPIN: u32 = 0;
 /// Idle strategy: spin, then yield, then park for 1 us doubling up to 1 ms (for shared cores).
 pub const SW_IDLE_BACKOFF: u32 = 1;
+/// Idle strategy: spin 50 us, then sleep in the kernel until an arrival wakes the thread
+/// (`IdleStrategy::block`): no CPU while idle, a wake-up's latency after a silence. Receives
+/// on shm connections sleep on the segment's doorbell.
+pub const SW_IDLE_BLOCK: u32 = 2;
 
 /// Largest `sw_config.inline_threshold`, in bytes.
 pub const SW_INLINE_MAX: usize = 120;
@@ -71,7 +75,8 @@ pub struct sw_config {
     /// Messages up to this many bytes travel inside the descriptor (on shm, in the ring record):
     /// 0 to `SW_INLINE_MAX`; the engine also caps it at `buffer_size`.
     pub inline_threshold: usize,
-    /// `SW_IDLE_BUSY_SPIN` or `SW_IDLE_BACKOFF`: what pollers and waiting calls do when idle.
+    /// `SW_IDLE_BUSY_SPIN`, `SW_IDLE_BACKOFF` or `SW_IDLE_BLOCK`: what pollers and waiting
+    /// calls do when idle.
     pub idle: u32,
     /// Default timeout of `sw_connect` (used when its `timeout_ns` is 0): at least 1.
     pub connect_timeout_ns: u64,
@@ -150,11 +155,12 @@ pub(crate) unsafe fn builder(what: &str, cfg: &sw_config) -> Result<EngineBuilde
     let idle = match cfg.idle {
         SW_IDLE_BUSY_SPIN => IdleStrategy::BusySpin,
         SW_IDLE_BACKOFF => IdleStrategy::backoff(),
+        SW_IDLE_BLOCK => IdleStrategy::block(),
         other => {
             return Err(fail_msg(
                 what,
                 SW_BAD_CONFIG,
-                &format!("sw_config.idle = {other} is out of range: must be SW_IDLE_BUSY_SPIN (0) or SW_IDLE_BACKOFF (1)"),
+                &format!("sw_config.idle = {other} is out of range: must be SW_IDLE_BUSY_SPIN (0), SW_IDLE_BACKOFF (1) or SW_IDLE_BLOCK (2)"),
             ))
         }
     };

@@ -466,6 +466,33 @@ pub unsafe extern "C" fn sw_poll(
     })
 }
 
+/// Waits up to `timeout_ns` until a message is ready for `sw_poll` / `sw_hold`, without taking
+/// it, idling per `sw_config.idle` (`SW_IDLE_BLOCK`: spins 50 us, then sleeps in the kernel
+/// until the arrival wakes the thread). Returns `SW_OK` (at least one message is ready),
+/// `SW_TIMEOUT`, `SW_BAD_ARG`, or `SW_CLOSED` / `SW_CONN_FAILED` once the connection is down
+/// and nothing received before is left. In run-to-completion mode it drives the engine while
+/// it waits.
+///
+/// # Safety
+///
+/// `conn` is a live connection handle (NULL is caught) used by no other thread now.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn sw_wait(conn: *const sw_conn, timeout_ns: u64) -> i32 {
+    const WHAT: &str = "sw_wait";
+    guard(WHAT, || {
+        // SAFETY: per the contract.
+        let h = match unsafe { check(WHAT, conn) } {
+            Ok(h) => h,
+            Err(c) => return c,
+        };
+        match h.conn.wait_timeout(timeout(timeout_ns)) {
+            Ok(()) => SW_OK,
+            Err(e) => fail(WHAT, &e),
+        }
+    })
+}
+
 /// Posts queued sends now (run-to-completion: runs a poller cycle; with dedicated pollers it
 /// does nothing). Returns `SW_OK`, `SW_BAD_ARG`, or `SW_CLOSED` / `SW_CONN_FAILED` once the
 /// connection is down (what was queued may not reach the peer). Allocates nothing; never

@@ -23,6 +23,10 @@ struct Pair {
 }
 
 fn pair(tag: &str, buffers: usize) -> Pair {
+    pair_idle(tag, buffers, SW_IDLE_BACKOFF)
+}
+
+fn pair_idle(tag: &str, buffers: usize, idle: u32) -> Pair {
     let mut cfg = sw_config::default();
     // SAFETY: a valid out pointer.
     assert_eq!(unsafe { sw_config_init(&mut cfg) }, SW_OK);
@@ -30,7 +34,7 @@ fn pair(tag: &str, buffers: usize) -> Pair {
     cfg.buffer_size = 512;
     // Pool buffers only: the limit is the buffer size (large messages: tests/c/errors.c).
     cfg.large_buffers = 0;
-    cfg.idle = SW_IDLE_BACKOFF;
+    cfg.idle = idle;
     let name =
         std::ffi::CString::new(format!("shm://ffi-api-{tag}-{}", std::process::id())).unwrap();
     let mut p = Pair {
@@ -157,6 +161,25 @@ fn offer_claim_poll_round_trip() {
         // counts are the connections' own, checked above); the engine saw both ends open.
         assert_eq!(es.rx_msgs, 0);
         assert!(es.connections_opened >= 2);
+    }
+}
+
+/// `sw_wait` on an `SW_IDLE_BLOCK` engine: `SW_TIMEOUT` when nothing comes (after sleeping
+/// for about the timeout), `SW_OK` at once when a message is ready, which `sw_poll` then takes.
+#[test]
+fn wait_times_out_or_reports_a_ready_message() {
+    let p = pair_idle("wait", 16, SW_IDLE_BLOCK);
+    // SAFETY: live handles and valid buffers throughout.
+    unsafe {
+        let t = Instant::now();
+        assert_eq!(sw_wait(p.server, 30_000_000), SW_TIMEOUT);
+        let waited = t.elapsed();
+        assert!(waited >= Duration::from_millis(29), "{waited:?}");
+        assert_eq!(sw_offer(p.client, b"tick".as_ptr().cast(), 4), 1);
+        assert_eq!(sw_wait(p.server, 5_000_000_000), SW_OK, "{}", errmsg());
+        let got = recv(p.server, 1);
+        assert_eq!(got[0], b"tick");
+        assert_eq!(sw_wait(ptr::null(), 0), SW_BAD_ARG);
     }
 }
 

@@ -62,6 +62,19 @@ pub trait BenchConn {
         Ok(n)
     }
 
+    /// Waits up to `timeout` until a message is ready to receive, sleeping per the engine's
+    /// idle strategy (`--idle block`: in the kernel until the arrival wakes it); `Ok(false)`
+    /// when none came. The default has nothing to wait on and returns `Ok(false)` at once
+    /// (the caller then idles as its [`Waiter`] says).
+    ///
+    /// # Errors
+    /// Never in the default; a fabric connection reports a down connection at its next
+    /// receive instead.
+    fn wait_readable(&mut self, timeout: Duration) -> Result<bool, BenchError> {
+        let _ = timeout;
+        Ok(false)
+    }
+
     /// Pushes out a partially filled send batch.
     ///
     /// # Errors
@@ -152,20 +165,13 @@ impl Waiter {
     pub fn idle(&mut self) -> Result<(), BenchError> {
         self.spins = self.spins.wrapping_add(1);
         if self.spins % 1024 == 0 {
-            if super::stop_requested() {
-                return Err(BenchError::Interrupted);
-            }
-            let start = *self.since.get_or_insert_with(Instant::now);
-            if start.elapsed() > self.limit {
-                return Err(BenchError::Timeout {
-                    what: self.what,
-                    secs: self.limit.as_secs_f64(),
-                });
-            }
+            self.check()?;
         }
         match self.idle {
             Idle::Spin => std::hint::spin_loop(),
-            Idle::Backoff => {
+            // Waits with nothing to sleep on (a send without credit, a pacer with no
+            // connection) back off; receive waits sleep in the engine (`idle_recv`).
+            Idle::Backoff | Idle::Block => {
                 if self.spins < 64 {
                     std::hint::spin_loop();
                 } else if self.spins < 256 {
@@ -175,6 +181,64 @@ impl Waiter {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Ctrl-C and this waiter's deadline.
+    fn check(&mut self) -> Result<(), BenchError> {
+        if super::stop_requested() {
+            return Err(BenchError::Interrupted);
+        }
+        let start = *self.since.get_or_insert_with(Instant::now);
+        if start.elapsed() > self.limit {
+            return Err(BenchError::Timeout {
+                what: self.what,
+                secs: self.limit.as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Call when a receive found nothing: with `--idle block` waits in the engine (spin, then
+    /// sleep until the arrival rings) for at most 10 ms at a time, so that this waiter's own
+    /// deadline and Ctrl-C are still checked; otherwise [`idle`](Self::idle).
+    ///
+    /// # Errors
+    /// As [`idle`](Self::idle).
+    #[inline]
+    pub fn idle_recv<C: BenchConn>(&mut self, conn: &mut C) -> Result<(), BenchError> {
+        self.idle_recv_until(conn, None)
+    }
+
+    /// As [`idle_recv`](Self::idle_recv), but a `--idle block` wait ends 100 µs before
+    /// `until_ns` (the host's monotonic clock, [`crate::sys::mono_ns`]'s): a pacer that must
+    /// send then wakes from the kernel early and spins the rest (a futex timeout has tens of
+    /// µs of timer slack).
+    ///
+    /// # Errors
+    /// As [`idle`](Self::idle).
+    pub fn idle_recv_until<C: BenchConn>(
+        &mut self,
+        conn: &mut C,
+        until_ns: Option<u64>,
+    ) -> Result<(), BenchError> {
+        if self.idle != Idle::Block {
+            return self.idle();
+        }
+        let mut max = Duration::from_millis(10);
+        if let Some(until) = until_ns {
+            let left = until.saturating_sub(crate::sys::mono_ns());
+            match left.checked_sub(100_000) {
+                Some(ns) if ns > 0 => max = max.min(Duration::from_nanos(ns)),
+                _ => {
+                    std::hint::spin_loop();
+                    return Ok(());
+                }
+            }
+        }
+        // Every turn here (each may have slept), not every 1024th as in `idle`.
+        self.check()?;
+        conn.wait_readable(max)?;
         Ok(())
     }
 }

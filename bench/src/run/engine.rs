@@ -53,6 +53,7 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
     b.idle(match g.idle {
         Idle::Spin => IdleStrategy::BusySpin,
         Idle::Backoff => IdleStrategy::backoff(),
+        Idle::Block => IdleStrategy::block(),
     })
     .pool(g.buffer_size, g.buffers)
     .max_message_size(g.max_message_size)
@@ -318,6 +319,15 @@ impl BenchConn for EngineConn {
             Ok(Some(m)) => Ok(Some(f(&m))),
             Ok(None) => Ok(None),
             Err(e) => Err(engine_err("receiving", e)),
+        }
+    }
+
+    fn wait_readable(&mut self, timeout: Duration) -> Result<bool, BenchError> {
+        match self.conn.wait_timeout(timeout) {
+            Ok(()) => Ok(true),
+            Err(spinwire::Error::Timeout) => Ok(false),
+            // The next receive reports it, with what is left to take first.
+            Err(_) => Ok(true),
         }
     }
 

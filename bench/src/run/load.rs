@@ -157,7 +157,8 @@ pub fn client_load<C: BenchConn>(
         // Wait for the intended time (draining echoes meanwhile); late: send at once.
         while mono_ns() < intended {
             if !(round_trip && drain(conn, spec, &mut echoes, &mut intervals)?) {
-                pacer.idle()?;
+                // `--idle block`: asleep until an echo or (nearly) the intended time.
+                pacer.idle_recv_until(conn, Some(intended))?;
             }
         }
         pacer.reset();
@@ -189,7 +190,7 @@ pub fn client_load<C: BenchConn>(
             if drain(conn, spec, &mut echoes, &mut intervals)? {
                 w.reset();
             } else {
-                w.idle()?;
+                w.idle_recv(conn)?;
             }
         }
     }
@@ -274,7 +275,7 @@ pub(super) fn serve_one_way<C: BenchConn>(
             }
             Some(((1, TAG_END), None)) => break,
             Some(((len, tag), None)) => return Err(bad_data(size, len, tag)),
-            None => w.idle()?,
+            None => w.idle_recv(conn)?,
         }
     }
     let measured = count.saturating_sub(hello.warmup);

@@ -148,7 +148,7 @@ pub fn client_lat<C: BenchConn>(
                         tag.unwrap_or(0)
                     )))
                 }
-                None => w.idle()?,
+                None => w.idle_recv(conn)?,
             }
         }
         w.reset();
@@ -398,7 +398,7 @@ fn serve_lat<C: BenchConn>(
             }
             Some((1, TAG_END)) => break,
             Some((len, tag)) => return Err(bad_data(size, len, tag)),
-            None => w.idle()?,
+            None => w.idle_recv(conn)?,
         }
     }
     Ok(RateSummary {
@@ -443,7 +443,7 @@ fn serve_rate<C: BenchConn>(
                 break;
             }
             Some((len, tag, _)) => return Err(bad_data(size, len, tag)),
-            None => w.idle()?,
+            None => w.idle_recv(conn)?,
         }
     }
     let msgs = count.saturating_sub(reference + 1);

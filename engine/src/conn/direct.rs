@@ -466,14 +466,33 @@ impl Direct {
             }
             match wait.next(0) {
                 Next::Again => {}
-                // Block: the peer rings when it publishes or closes; so does the control
-                // thread when it takes the connection down.
-                Next::Sleep(max) => {
-                    let rung = self.fabric.sleep(max, || conn.shared.down().is_some());
-                    // SAFETY: no other reference to the state is live; none is taken while
-                    // this one is used.
-                    unsafe { self.state() }.counts.slept(rung);
-                }
+                Next::Sleep(max) => self.sleep(conn, max),
+                Next::Timeout => return Err(Error::Timeout),
+            }
+        }
+    }
+
+    /// `Block`'s sleep: until the peer (or the control thread, taking the connection down)
+    /// rings this side's doorbell, or `max`; counted in the stats.
+    fn sleep(&self, conn: &Connection, max: std::time::Duration) {
+        let rung = self.fabric.sleep(max, || conn.shared.down().is_some());
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.counts.slept(rung);
+    }
+
+    /// [`Connection::wait_timeout`].
+    pub(super) fn wait(&self, conn: &Connection, mut wait: Wait) -> Result<(), Error> {
+        loop {
+            if !self.rx_is_empty() {
+                return Ok(());
+            }
+            if let Some(e) = self.down(conn) {
+                // The peer's last records may have landed before its close mark.
+                return if self.rx_is_empty() { Err(e) } else { Ok(()) };
+            }
+            match wait.next(0) {
+                Next::Again => {}
+                Next::Sleep(max) => self.sleep(conn, max),
                 Next::Timeout => return Err(Error::Timeout),
             }
         }

@@ -543,6 +543,48 @@ impl Connection {
         }
     }
 
+    /// Waits up to `timeout` until a message is ready to receive, without taking it: then
+    /// [`try_recv`](Self::try_recv) or [`poll`](Self::poll) finds at least one. It idles per
+    /// the engine's [`IdleStrategy`] (with [`IdleStrategy::Block`] it sleeps until the
+    /// arrival wakes it), so a batch receiver waits as cheaply as
+    /// [`recv_timeout`](Self::recv_timeout) does (UCX's `ucp_worker_wait`, `epoll` over a
+    /// socket).
+    ///
+    /// In run-to-completion mode it drives the engine while it waits (a polled connection's
+    /// poller runs inside it, as inside `recv_timeout`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use spinwire::{Engine, IdleStrategy};
+    /// # fn main() -> Result<(), spinwire::Error> {
+    /// let engine = Engine::builder().idle(IdleStrategy::block()).build()?;
+    /// # let name = format!("shm://doc-wait-{}", std::process::id());
+    /// let listener = engine.listen(&name)?;
+    /// let client = engine.connect(&name)?;
+    /// let server = listener.accept_timeout(Duration::from_secs(5))?;
+    /// client.send_copy(b"tick").map_err(spinwire::Error::from)?;
+    /// // Sleeps (after a short spin) until something arrives, then takes it all in place.
+    /// server.wait_timeout(Duration::from_secs(5))?;
+    /// let n = server.poll(|m| assert_eq!(m, b"tick"), 32)?;
+    /// assert_eq!(n, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`]; [`Error::Disconnected`] / [`Error::Fabric`] once the connection is
+    /// down and nothing received before it is left to take.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<(), Error> {
+        let wait = Wait::new(self.idle, timeout);
+        match &self.path {
+            Path::Direct(d) => d.wait(self, wait),
+            Path::Polled(p) => p.wait(self, wait),
+        }
+    }
+
     /// A snapshot of this connection's counters.
     pub fn stats(&self) -> ConnStats {
         match &self.path {

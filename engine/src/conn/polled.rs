@@ -414,17 +414,7 @@ impl Polled {
     }
 
     /// [`Connection::recv_timeout`] with [`IdleStrategy::Block`]: spins for the strategy's spin
-    /// phase, then sleeps until a message arrives. Run-to-completion: this thread is the
-    /// poller when nobody else drives it, and sleeps in the poller's `poll(2)` set (what wakes
-    /// the poller wakes it). With dedicated pollers (or while another thread drives the
-    /// run-to-completion poller) it sleeps on the connection's bell, which the poller rings
-    /// after delivering into its receive ring; in run-to-completion each such sleep is bounded
-    /// by [`RTC_BELL_SLEEP`] (the driving thread may stop driving, and nobody would ring).
-    ///
-    /// Counted in [`ConnStats::sleeps`](crate::ConnStats): a sleep that a wake-up ended is
-    /// rung, one that ran to `max` (or the deadline) unrung; a sleep that ended at a bound of
-    /// the poller's own (its liveness tick, a source it polls) or at [`RTC_BELL_SLEEP`] is a
-    /// turn of the wait, not counted.
+    /// phase, then sleeps until a message arrives ([`sleep`](Self::sleep)).
     fn recv_block<'c>(
         &'c self,
         conn: &'c Connection,
@@ -434,37 +424,78 @@ impl Polled {
             if let Some(m) = self.try_recv(conn)? {
                 return Ok(m);
             }
-            let max = match wait.next(0) {
-                Next::Again => continue,
-                Next::Sleep(max) => max,
+            match wait.next(0) {
+                Next::Again => {}
+                Next::Sleep(max) => self.sleep(conn, max),
                 Next::Timeout => return Err(Error::Timeout),
-            };
-            let mut t = max;
-            if self.run_to_completion {
-                if let Some(mut g) = conn.engine.rtc_guard() {
-                    let rung = match g.sleep(t) {
-                        Slept::No | Slept::Tick => None,
-                        Slept::Woken => Some(true),
-                        Slept::Timeout => Some(false),
-                    };
-                    drop(g);
-                    // SAFETY: no other reference to the state is live; none is taken while
-                    // this one is used.
-                    unsafe { self.state() }.counts.slept(rung);
-                    continue;
-                }
-                t = t.min(RTC_BELL_SLEEP);
             }
-            let bell = conn.shared.bell();
-            let announced = bell.announce();
-            if !self.rx_is_empty() || conn.shared.down().is_some() {
-                bell.cancel();
-                continue;
+        }
+    }
+
+    /// One sleep of a `Block` wait for a message, for at most `max`. Run-to-completion: this
+    /// thread is the poller when nobody else drives it, and sleeps in the poller's `poll(2)`
+    /// set (what wakes the poller wakes it). With dedicated pollers (or while another thread
+    /// drives the run-to-completion poller) it sleeps on the connection's doorbell, which the
+    /// poller rings after delivering into its receive ring; in run-to-completion each such
+    /// sleep is bounded by [`RTC_BELL_SLEEP`] (the driving thread may stop driving, and nobody
+    /// would ring).
+    ///
+    /// Counted in [`ConnStats::sleeps`](crate::ConnStats): a sleep that a wake-up ended is
+    /// rung, one that ran to `max` unrung; a sleep that ended at a bound of the poller's own
+    /// (its liveness tick, a source it polls) or at [`RTC_BELL_SLEEP`] is a turn of the wait,
+    /// not counted.
+    fn sleep(&self, conn: &Connection, max: Duration) {
+        let mut t = max;
+        if self.run_to_completion {
+            if let Some(mut g) = conn.engine.rtc_guard() {
+                let rung = match g.sleep(t) {
+                    Slept::No | Slept::Tick => None,
+                    Slept::Woken => Some(true),
+                    Slept::Timeout => Some(false),
+                };
+                drop(g);
+                // SAFETY: no other reference to the state is live; none is taken while this
+                // one is used.
+                unsafe { self.state() }.counts.slept(rung);
+                return;
             }
-            let rung = bell.sleep(announced, t);
-            if rung || t == max {
-                // SAFETY: as above.
-                unsafe { self.state() }.counts.slept(Some(rung));
+            t = t.min(RTC_BELL_SLEEP);
+        }
+        let bell = conn.shared.bell();
+        let announced = bell.announce();
+        if !self.rx_is_empty() || conn.shared.down().is_some() {
+            bell.cancel();
+            return;
+        }
+        let rung = bell.sleep(announced, t);
+        if rung || t == max {
+            // SAFETY: as above.
+            unsafe { self.state() }.counts.slept(Some(rung));
+        }
+    }
+
+    /// [`Connection::wait_timeout`].
+    pub(super) fn wait(&self, conn: &Connection, mut wait: Wait) -> Result<(), Error> {
+        loop {
+            if !self.rx_is_empty() {
+                return Ok(());
+            }
+            let work = self.drive(conn);
+            if !self.rx_is_empty() {
+                return Ok(());
+            }
+            if let Some(d) = conn.shared.down() {
+                return if self.rx_is_empty() {
+                    Err(d.to_error())
+                } else {
+                    Ok(())
+                };
+            }
+            match wait.next(work) {
+                Next::Again => {}
+                // Block: as `recv_timeout` sleeps.
+                Next::Sleep(max) => self.sleep(conn, max),
+                Next::Timeout => return Err(Error::Timeout),
             }
         }
     }

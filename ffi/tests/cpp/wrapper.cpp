@@ -122,6 +122,7 @@ void held_messages() {
     expect(a.offer(text, sizeof text) > 0, "offer(char buffer)");
     std::string big(300, 'x');
     expect(a.offer(big.data(), big.size()) > 0, "offer(300 B)");
+    expect(b.wait(5000000000ull) == SW_OK, "wait: a message is ready");
     Message m1, m2;
     expect(hold_one(b, m1) == 1 && m1.size() == sizeof text &&
                std::memcmp(m1.data(), text, sizeof text) == 0,
