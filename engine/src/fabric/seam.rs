@@ -49,12 +49,13 @@ pub trait Fabric: Send + Sized + 'static {
     /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the poller announced that it
     /// sleeps and asks the fabric to arm its shared sources (RDMA: request a completion
     /// notification, add the completion channel's descriptor to `set`) and to re-check them
-    /// after arming; `false` when work is pending already (the poller does not sleep). Not on
+    /// after arming (RDMA: poll the CQ once more, filing what it finds with `conns`); `false`
+    /// when work is pending or was done (the poller does not sleep). Not on
     /// the data path (an idle poller about to sleep): system calls are fine. The default: `true`
     /// (no shared source).
     #[inline]
-    fn arm(&mut self, set: &mut WaitSet) -> bool {
-        let _ = set;
+    fn arm(&mut self, conns: &mut ConnTable<'_, Self::Conn>, set: &mut WaitSet) -> bool {
+        let _ = (conns, set);
         true
     }
 

@@ -104,7 +104,10 @@ impl<F: Fabric> Poller<F> {
         if !self.commands.is_empty() || !self.backlog.is_empty() {
             return false;
         }
-        if !self.fabric.arm(set) {
+        let mut table = crate::fabric::ConnTable {
+            slots: &mut self.slots,
+        };
+        if !self.fabric.arm(&mut table, set) {
             return false;
         }
         for &slot in &self.active {
