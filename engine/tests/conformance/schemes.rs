@@ -65,11 +65,6 @@ pub const TCP: Scheme = Scheme {
     carries_abort: true,
 };
 
-/// Why the Block idle cases skip on the polled path (mem, tcp, rdma) for now.
-pub const BLOCK_POLLED: &str = "IdleStrategy::Block sleeps on the direct path (shm) only so \
-     far: a poller's sleep on its fabric (eventfd, sockets, completion channel) is not built \
-     yet, and a Block poller parks as backoff does";
-
 /// Why the mid-record case skips where records are published whole.
 const WHOLE_RECORDS: &str = "records are published whole (the header is written after the \
      payload, or a work request carries the whole message): no record can be half-sent; a \
@@ -201,22 +196,6 @@ pub const RDMA: Scheme = Scheme {
     endpoint: rdma_endpoint,
     tweak: rdma_tweak,
     skips: &[
-        (
-            "block_sleeping_receiver_wakes_run_to_completion",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sleeping_receiver_wakes_dedicated_poller",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sender_never_blocks_on_a_sleeping_receiver",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_no_lost_wake_up_over_bursts_and_silences",
-            BLOCK_POLLED,
-        ),
         ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS),
         (
             "hostile_bytes_fail_only_their_connection",
