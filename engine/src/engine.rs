@@ -16,7 +16,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Chain, ConfigError, Error};
 use crate::event::Event;
 use crate::fabric::control::FabricConnect;
-use crate::idle::{IdleStrategy, Idler};
+use crate::idle::{IdleStrategy, Idler, Step};
 use crate::poller::{Agents, RtcGuard, RunToCompletion};
 use crate::stats::{EngineCounters, EngineStats, PollerCounters};
 
@@ -26,6 +26,8 @@ const EVENT_RING: usize = 4096;
 struct PollerThread {
     core: usize,
     stop: Arc<AtomicBool>,
+    /// `Block`: the poller's wake-up (written to stop a sleeping poller).
+    wake: Option<Arc<crate::wake::PollerWake>>,
     join: Option<JoinHandle<Agents>>,
     counters: Arc<PollerCounters>,
 }
@@ -94,12 +96,24 @@ impl Engine {
         };
         // Made first: the pollers wake the control thread when they leave it a notice.
         let waker = Arc::new(cm::control::Waker::new().map_err(control_error)?);
+        // Block: each agent set gets a wake-up, and sleeps at most a quarter of the liveness
+        // timeout (heartbeats go out, and peers are judged, from the pollers' checks).
+        let sleep = matches!(cfg.idle, IdleStrategy::Block { .. }).then(|| {
+            cfg.liveness().map_or(Duration::from_secs(1), |l| {
+                (l / 4).max(Duration::from_millis(1))
+            })
+        });
         let (mut agents, links) = Agents::build(
             &poller_counters,
             &waker,
             cfg.max_connections_per_poller,
             cfg.batch,
-        );
+            sleep,
+        )
+        .map_err(|source| Error::Thread {
+            what: "poller wake-up",
+            source,
+        })?;
         let publisher = if cfg.counters_file {
             let cores: Vec<Option<usize>> = if cfg.run_to_completion() {
                 vec![None]
@@ -413,6 +427,7 @@ fn spawn_poller(
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = stop.clone();
     let idle = cfg.idle;
+    let wake = agents.wake();
     let (ready_tx, ready_rx) = mpsc::sync_channel::<bool>(1);
     let join = std::thread::Builder::new()
         .name(format!("{}-poller-{core}", cfg.name))
@@ -425,7 +440,9 @@ fn spawn_poller(
             let mut idler = Idler::new(idle);
             while !thread_stop.load(Ordering::Relaxed) {
                 let work = agents.do_work(clock.now_ns());
-                idler.idle(work);
+                if let Step::Sleep(max) = idler.step(work) {
+                    let _ = agents.sleep(max);
+                }
             }
             agents
         })
@@ -436,6 +453,7 @@ fn spawn_poller(
     let mut t = PollerThread {
         core,
         stop,
+        wake,
         join: Some(join),
         counters,
     };
@@ -460,6 +478,9 @@ impl PollerThread {
         self.stop.store(true, Ordering::Relaxed);
         let join = self.join.take()?;
         join.thread().unpark();
+        if let Some(w) = &self.wake {
+            w.ring();
+        }
         join.join().ok()
     }
 }

@@ -318,6 +318,9 @@ pub mod reconnect;
 #[doc(hidden)]
 pub mod record;
 mod stats;
+// The pollers' wake-up of `IdleStrategy::Block`: internal, public (hidden) for its loom model.
+#[doc(hidden)]
+pub mod wake;
 
 pub use config::{
     EngineBuilder, DEFAULT_BATCH, DEFAULT_BUFFERS, DEFAULT_BUFFER_SIZE, DEFAULT_CONNECT_TIMEOUT,

@@ -12,7 +12,7 @@
 //! hand-off is typed.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
@@ -20,9 +20,11 @@ use rings::{Consumer, Producer, RingBuffer};
 
 use crate::config::Config;
 use crate::desc::{PoolView, RxDesc, TxDesc};
+use crate::doorbell::{Doorbell, Scope};
 use crate::error::{Error, FabricError};
 use crate::fabric::DirectPath;
 use crate::stats::{AppCounters, ConnCounters, LiveCounters};
+use crate::wake::PollerWake;
 
 /// Freed buffers collected before one batched push into the application's free ring.
 pub(crate) const FREE_BATCH: usize = 32;
@@ -57,6 +59,14 @@ pub(crate) struct ConnShared {
     pub(crate) app: CachePadded<AppCounters>,
     /// Heartbeats and when the peer was last heard from (control thread).
     pub(crate) live: LiveCounters,
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the wake-up of the poller serving
+    /// it, set by that poller before it serves it (never for other strategies).
+    poller_wake: OnceLock<Arc<PollerWake>>,
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the word of the doorbell
+    /// ([`ConnShared::bell`]) the application thread waiting in `recv_timeout` sleeps on;
+    /// armed by the poller before it serves the connection, rung by it after delivering, and
+    /// by every change of state.
+    bell_word: CachePadded<AtomicU32>,
 }
 
 impl ConnShared {
@@ -70,6 +80,30 @@ impl ConnShared {
             counters: CachePadded::default(),
             app: CachePadded::default(),
             live: LiveCounters::default(),
+            poller_wake: OnceLock::new(),
+            bell_word: CachePadded::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// The doorbell of an application thread waiting for a message (see `bell_word`).
+    #[inline]
+    pub(crate) fn bell(&self) -> Doorbell<'_> {
+        Doorbell::new(&self.bell_word, Scope::Process)
+    }
+
+    /// The poller serving it may sleep: this is its wake-up (set once, before it serves it).
+    pub(crate) fn set_poller_wake(&self, wake: &Arc<PollerWake>) {
+        let _ = self.poller_wake.set(wake.clone());
+    }
+
+    /// Wakes the connection's poller if it sleeps, after the application gave it work (a send,
+    /// a released buffer). Only for an engine whose strategy is `Block` (the caller checks):
+    /// a fence, a load of a line nobody writes, and the flag's load.
+    #[inline]
+    pub(crate) fn wake_poller(&self) {
+        crate::wake::seq_cst_fence();
+        if let Some(w) = self.poller_wake.get() {
+            w.wake_fenced();
         }
     }
 
@@ -79,6 +113,7 @@ impl ConnShared {
         let _ = self
             .state
             .compare_exchange(OPEN, FAILED, Ordering::AcqRel, Ordering::Acquire);
+        self.bell().ring();
     }
 
     /// The peer went away.
@@ -86,6 +121,7 @@ impl ConnShared {
         let _ =
             self.state
                 .compare_exchange(OPEN, DISCONNECTED, Ordering::AcqRel, Ordering::Acquire);
+        self.bell().ring();
     }
 
     /// The application closed it.
@@ -98,6 +134,7 @@ impl ConnShared {
     /// The poller retired it (after its last service pass).
     pub(crate) fn set_retired(&self) {
         self.retired.store(true, Ordering::Release);
+        self.bell().ring();
     }
 
     /// Whether its poller has let go of it.
@@ -251,6 +288,7 @@ pub(crate) fn conn_pair<C>(
         drain_reason: None,
         drained: false,
         free_scratch: [0; FREE_BATCH],
+        block: false,
     });
     let parts = ConnParts {
         id,
@@ -312,6 +350,9 @@ pub(crate) struct PollerConn<C> {
     pub(crate) drained: bool,
     /// Scratch for `fabric::TxDone`'s batched buffer returns.
     pub(crate) free_scratch: [u32; FREE_BATCH],
+    /// Its poller may sleep, and so may the application thread: ring [`ConnShared::bell`]
+    /// after delivering (set by the poller when it starts serving it).
+    pub(crate) block: bool,
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@
 //! poller thread drives.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cm::control::Waker;
@@ -35,6 +35,10 @@ use crate::error::FabricError;
 use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
 use crate::link::PollerConn;
 use crate::stats::PollerCounters;
+use crate::wake::PollerWake;
+
+pub(crate) use rtc::{RtcGuard, RunToCompletion};
+pub(crate) use sleep::{Sleeper, Slept};
 
 /// Capacity of each control -> poller command ring.
 pub(crate) const COMMAND_RING: usize = 1024;
@@ -86,15 +90,29 @@ pub(crate) struct PollerLink<F: Fabric> {
     pending: VecDeque<Command<F>>,
     /// Connections this poller owns (used to pick the least-loaded poller).
     pub(crate) load: usize,
+    /// The poller's wake-up when it may sleep (`Block`): written after a command is pushed.
+    wake: Option<Arc<PollerWake>>,
 }
 
 impl<F: Fabric> PollerLink<F> {
-    pub(crate) fn new(commands: Producer<Command<F>>, notices: Consumer<Notice<F::Conn>>) -> Self {
+    pub(crate) fn new(
+        commands: Producer<Command<F>>,
+        notices: Consumer<Notice<F::Conn>>,
+        wake: Option<Arc<PollerWake>>,
+    ) -> Self {
         PollerLink {
             commands,
             notices,
             pending: VecDeque::new(),
             load: 0,
+            wake,
+        }
+    }
+
+    /// Wakes the poller if it sleeps (after a command was pushed).
+    fn wake(&self) {
+        if let Some(w) = &self.wake {
+            w.wake();
         }
     }
 
@@ -108,6 +126,7 @@ impl<F: Fabric> PollerLink<F> {
         if let Err(PushError::Full(cmd)) = self.commands.push(cmd) {
             self.pending.push_back(cmd);
         }
+        self.wake();
     }
 
     /// Commands wait for room in the ring (the control thread retries them soon).
@@ -123,6 +142,7 @@ impl<F: Fabric> PollerLink<F> {
                 break;
             }
         }
+        self.wake();
     }
 }
 
@@ -176,6 +196,7 @@ impl<C: FabricConn> PollerConn<C> {
             shared,
             drained,
             free_scratch,
+            block,
             ..
         } = self;
 
@@ -198,6 +219,10 @@ impl<C: FabricConn> PollerConn<C> {
                 unsafe { chunk.commit(n) };
                 res?;
                 if n > 0 {
+                    if *block {
+                        // An application thread may sleep in `recv_timeout`.
+                        shared.bell().ring();
+                    }
                     work += n;
                     counters.rx_msgs.add(n as u64);
                     shared.counters.rx_msgs.add(n as u64);
@@ -304,50 +329,42 @@ pub(crate) struct Poller<F: Fabric> {
     cycle: u64,
     /// Coarse time at which the liveness check is due at the latest.
     next_check_ns: u64,
+    /// This poller's wake-up when it may sleep (`Block`), given to every connection it serves.
+    wake: Option<Arc<PollerWake>>,
 }
 
 impl<F: Fabric> Poller<F> {
-    /// A poller with room for `max_conns` connections (allocated now, never again).
-    pub(crate) fn new(
-        fabric: F,
-        commands: Consumer<Command<F>>,
-        notices: Producer<Notice<F::Conn>>,
-        waker: Arc<Waker>,
-        counters: Arc<PollerCounters>,
-        max_conns: usize,
-        batch: usize,
-    ) -> Poller<F> {
-        let mut slots = Vec::with_capacity(max_conns);
-        slots.resize_with(max_conns, || None);
-        Poller {
-            fabric,
-            slots,
-            active: Vec::with_capacity(max_conns),
-            free_slots: (0..max_conns as u32).rev().collect(),
-            commands,
-            notices,
-            backlog: Vec::with_capacity(max_conns),
-            waker,
-            counters,
-            batch,
-            cycle: 0,
-            next_check_ns: 0,
-        }
-    }
-
-    /// A poller and the control thread's end of its rings ([`COMMAND_RING`] commands, a notice
-    /// for every connection slot plus slack).
+    /// A poller with room for `max_conns` connections (allocated now, never again) and the
+    /// control thread's end of its rings ([`COMMAND_RING`] commands, a notice for every
+    /// connection slot plus slack). `wake`: its wake-up, when it may sleep (`Block`).
     pub(crate) fn with_link(
         fabric: F,
         waker: Arc<Waker>,
         counters: Arc<PollerCounters>,
         max_conns: usize,
         batch: usize,
+        wake: Option<Arc<PollerWake>>,
     ) -> (Poller<F>, PollerLink<F>) {
         let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
         let (note_p, note_c) = RingBuffer::new(max_conns + 64);
-        let poller = Poller::new(fabric, cmd_c, note_p, waker, counters, max_conns, batch);
-        (poller, PollerLink::new(cmd_p, note_c))
+        let mut slots = Vec::with_capacity(max_conns);
+        slots.resize_with(max_conns, || None);
+        let poller = Poller {
+            fabric,
+            slots,
+            active: Vec::with_capacity(max_conns),
+            free_slots: (0..max_conns as u32).rev().collect(),
+            commands: cmd_c,
+            notices: note_p,
+            backlog: Vec::with_capacity(max_conns),
+            waker,
+            counters,
+            batch,
+            cycle: 0,
+            next_check_ns: 0,
+            wake: wake.clone(),
+        };
+        (poller, PollerLink::new(cmd_p, note_c, wake))
     }
 
     /// One cycle; returns the work done (0: idle). `now_ns` is the engine's coarse clock.
@@ -453,6 +470,13 @@ impl<F: Fabric> Poller<F> {
             Command::Add(mut conn) => match self.free_slots.pop() {
                 Some(slot) => {
                     conn.fabric.attached(slot);
+                    if let Some(w) = &self.wake {
+                        // Before the first service pass, so before it can ever sleep.
+                        conn.block = true;
+                        conn.shared.bell().arm();
+                        conn.shared.set_poller_wake(w);
+                        conn.fabric.attach_wake(w);
+                    }
                     self.slots[slot as usize] = Some(conn);
                     self.active.push(slot);
                     self.counters.connections.set(self.active.len() as u64);
@@ -575,6 +599,8 @@ macro_rules! agent_set {
         /// Everything one poller thread drives: one [`Poller`] per compiled-in fabric.
         pub(crate) struct Agents {
             $($(#[$attr])* $name: Poller<$fabric>,)*
+            /// `Block`: the set's wake-up and its `poll(2)` set.
+            sleeper: Option<Sleeper>,
         }
 
         /// The control thread's ends of every poller's rings, one `Vec` per fabric (index =
@@ -586,18 +612,31 @@ macro_rules! agent_set {
         impl Agents {
             /// One agent set per entry of `counters` (the pollers' counters, shared by the
             /// fabrics of one poller), and the control thread's ends of their rings.
+            ///
+            /// `sleep`: the engine's strategy is `Block`, with `tick` the longest sleep its
+            /// liveness checks allow; each set gets a wake-up (an eventfd).
+            ///
+            /// # Errors
+            ///
+            /// The eventfd of a wake-up could not be made.
             pub(crate) fn build(
                 counters: &[Arc<PollerCounters>],
                 waker: &Arc<Waker>,
                 max_conns: usize,
                 batch: usize,
-            ) -> (Vec<Agents>, AgentLinks) {
+                sleep: Option<std::time::Duration>,
+            ) -> std::io::Result<(Vec<Agents>, AgentLinks)> {
                 let mut links = AgentLinks {
                     $($(#[$attr])* $name: Vec::with_capacity(counters.len()),)*
                 };
-                let agents = counters
-                    .iter()
-                    .map(|pc| Agents {
+                let mut agents = Vec::with_capacity(counters.len());
+                for pc in counters {
+                    let sleeper = match sleep {
+                        Some(tick) => Some(Sleeper::new(pc.clone(), max_conns, tick)?),
+                        None => None,
+                    };
+                    let wake = sleeper.as_ref().map(Sleeper::wake);
+                    agents.push(Agents {
                         $($(#[$attr])* $name: {
                             let (poller, link) = Poller::with_link(
                                 $make,
@@ -605,13 +644,42 @@ macro_rules! agent_set {
                                 pc.clone(),
                                 max_conns,
                                 batch,
+                                wake.clone(),
                             );
                             links.$name.push(link);
                             poller
                         },)*
-                    })
-                    .collect();
-                (agents, links)
+                        sleeper,
+                    });
+                }
+                Ok((agents, links))
+            }
+
+            /// `Block`: the set's wake-up (`None` for other strategies).
+            pub(crate) fn wake(&self) -> Option<Arc<PollerWake>> {
+                self.sleeper.as_ref().map(Sleeper::wake)
+            }
+
+            /// `Block`, after the spin phase: arms every source of work of every agent and
+            /// sleeps until one wakes it, for at most `max` (and the liveness tick). Returns at
+            /// once when work is pending already, or without a wake-up (other strategies).
+            pub(crate) fn sleep(&mut self, max: std::time::Duration) -> Slept {
+                let Some(sleeper) = self.sleeper.as_mut() else {
+                    return Slept::No;
+                };
+                let slept = sleeper.sleep(max, |set| {
+                    let mut armed = true;
+                    $($(#[$attr])* {
+                        armed = armed && self.$name.arm(set);
+                    })*
+                    armed
+                });
+                if slept != Slept::No {
+                    $($(#[$attr])* {
+                        self.$name.woke();
+                    })*
+                }
+                slept
             }
 
             /// One cycle of every agent.
@@ -643,125 +711,10 @@ agent_set! {
     rdma: crate::fabric::rdma::RdmaFabric = crate::fabric::rdma::RdmaFabric::new(),
 }
 
-/// The run-to-completion poller: the same [`Agents`], driven by whichever application thread
-/// calls [`Engine::poll`](crate::Engine::poll) (explicitly or inside `send`/`recv`). A
-/// non-blocking ownership flag keeps it single-threaded: a thread that finds it taken does not
-/// wait (the owner is doing the work for everyone).
-///
-/// The control thread runs a cycle itself ([`RunToCompletion::poll_if_idle`]) on its liveness
-/// beats when no thread has run one since its last look, so that heartbeats go out and peers
-/// are checked while the application makes no call.
-pub(crate) struct RunToCompletion {
-    busy: AtomicBool,
-    /// Cycles run (by any thread), advanced by the owner only.
-    cycles: AtomicU64,
-    agents: std::cell::UnsafeCell<Agents>,
-}
-
-// SAFETY: `agents` is only accessed while `busy` is held (acquired with an Acquire CAS, released
-// with a Release store), so at most one thread touches it at a time; `Agents` is `Send`.
-unsafe impl Sync for RunToCompletion {}
-
-impl RunToCompletion {
-    pub(crate) fn new(agents: Agents) -> RunToCompletion {
-        RunToCompletion {
-            busy: AtomicBool::new(false),
-            cycles: AtomicU64::new(0),
-            agents: std::cell::UnsafeCell::new(agents),
-        }
-    }
-
-    /// Runs one cycle if no other thread is running one; returns the work done.
-    #[inline]
-    pub(crate) fn try_poll(&self, now_ns: u64) -> usize {
-        match self.try_lock() {
-            Some(mut g) => g.poll(now_ns),
-            None => 0,
-        }
-    }
-
-    /// Takes ownership of the poller, unless another thread has it. One atomic
-    /// compare-and-swap; a waiting loop holds the guard across many cycles so it pays that (a full
-    /// barrier on x86: measured at a large share of a run-to-completion cycle) once per wait.
-    #[inline]
-    pub(crate) fn try_lock(&self) -> Option<RtcGuard<'_>> {
-        if self.busy.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.busy
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| RtcGuard {
-                owner: self,
-                _not_send: std::marker::PhantomData,
-            })
-    }
-
-    /// When no thread has run a cycle since the cycle count was `seen` (and no thread is
-    /// running one now), runs cycles until one finds no work, at most [`IDLE_CYCLES`]; returns
-    /// the cycle count to pass next time. Never waits.
-    ///
-    /// More than one: a cycle takes at most [`COMMAND_BUDGET`] commands, so one cycle per beat
-    /// would attach a burst of accepted connections a few per beat, and those still queued
-    /// would send no heartbeat (200 connections took 25 beats, two seconds, and the peers of
-    /// most declared them unresponsive).
-    pub(crate) fn poll_if_idle(&self, seen: u64, now_ns: u64) -> u64 {
-        let cycles = self.cycles.load(Ordering::Relaxed);
-        if cycles == seen {
-            if let Some(mut g) = self.try_lock() {
-                for _ in 0..IDLE_CYCLES {
-                    if g.poll(now_ns) == 0 {
-                        break;
-                    }
-                }
-            }
-        }
-        self.cycles.load(Ordering::Relaxed)
-    }
-
-    /// Takes ownership of the poller, waiting (yielding) while another thread runs a cycle
-    /// (engine shutdown: only the control thread may still hold it, for one cycle).
-    pub(crate) fn lock(&self) -> RtcGuard<'_> {
-        loop {
-            if let Some(g) = self.try_lock() {
-                return g;
-            }
-            std::thread::yield_now();
-        }
-    }
-}
-
-/// Exclusive use of the run-to-completion poller; released on drop.
-pub(crate) struct RtcGuard<'a> {
-    owner: &'a RunToCompletion,
-    _not_send: std::marker::PhantomData<*const ()>,
-}
-
-impl RtcGuard<'_> {
-    /// One cycle.
-    #[inline]
-    pub(crate) fn poll(&mut self, now_ns: u64) -> usize {
-        // Only the owner writes `cycles`: a load and a store, no read-modify-write.
-        let c = &self.owner.cycles;
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-        // SAFETY: the guard holds `busy`, so no other thread accesses `agents` until it drops.
-        unsafe { (*self.owner.agents.get()).do_work(now_ns) }
-    }
-
-    /// Retires every connection (engine shutdown).
-    pub(crate) fn retire_all(&mut self) {
-        // SAFETY: as in `poll`.
-        unsafe { (*self.owner.agents.get()).retire_all() }
-    }
-}
-
-impl Drop for RtcGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.owner.busy.store(false, Ordering::Release);
-    }
-}
-
+#[path = "poller/rtc.rs"]
+mod rtc;
+#[path = "poller/sleep.rs"]
+mod sleep;
 #[cfg(test)]
 #[path = "poller/tests.rs"]
 mod tests;

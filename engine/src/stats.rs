@@ -48,6 +48,8 @@ pub(crate) struct PollerCounters {
     pub(crate) rx_ring_full: Counter,
     pub(crate) conn_errors: Counter,
     pub(crate) connections: Counter,
+    pub(crate) sleeps: Counter,
+    pub(crate) sleep_timeouts: Counter,
 }
 
 impl PollerCounters {
@@ -65,6 +67,8 @@ impl PollerCounters {
             rx_ring_full: self.rx_ring_full.get(),
             conn_errors: self.conn_errors.get(),
             connections: self.connections.get(),
+            sleeps: self.sleeps.get(),
+            sleep_timeouts: self.sleep_timeouts.get(),
         }
     }
 }
@@ -97,6 +101,12 @@ pub struct PollerStats {
     pub conn_errors: u64,
     /// Connections served now.
     pub connections: u64,
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): times the poller slept in the
+    /// kernel (armed every source and called `poll(2)`).
+    pub sleeps: u64,
+    /// Sleeps that ended by their timeout (`max_sleep`, the liveness tick, a source polled
+    /// every millisecond) rather than by a wake-up.
+    pub sleep_timeouts: u64,
 }
 
 /// Engine-wide counters: [`Engine::counters`](crate::Engine::counters).

@@ -1,4 +1,4 @@
-//! shm wire format (version 2): segment creation/attachment checks, record-ring and release-ring
+//! shm wire format (version 3): segment creation/attachment checks, record-ring and release-ring
 //! semantics, hostile-peer validation (targeted values and a seeded fuzz), and two-thread and
 //! two-process stress with verified payloads.
 
@@ -318,10 +318,10 @@ fn split_twice_and_peer_state() {
 // Ring semantics
 
 #[test]
-fn segment_has_version_2_and_the_ring_capacity_of_the_params() {
+fn segment_has_version_3_and_the_ring_capacity_of_the_params() {
     let p = params();
     let (a, _fd) = Segment::create(&p).unwrap();
-    assert_eq!(peek_u64(&a, hdr::VERSION) as u32, 2);
+    assert_eq!(peek_u64(&a, hdr::VERSION) as u32, 3);
     let cap = a.layout().ring_capacity();
     assert!(cap.is_power_of_two());
     // At least `ring_depth` records of `inline_max` payload.

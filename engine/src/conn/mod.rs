@@ -428,7 +428,10 @@ impl Connection {
     }
 
     /// [`send`](Self::send), waiting up to `timeout` for credits (spinning or backing off per the
-    /// engine's idle strategy; it never parks longer than the strategy's bound).
+    /// engine's idle strategy; it never parks longer than the strategy's bound). With
+    /// [`IdleStrategy::Block`] it spins for the spin phase, then parks with
+    /// [`IdleStrategy::backoff`]'s bounds (1 µs doubling up to 1 ms): a credit coming back wakes
+    /// nobody, so a sender waiting for one re-checks at least every millisecond.
     ///
     /// # Errors
     ///
@@ -617,7 +620,7 @@ impl Connection {
         }
         match &self.path {
             Path::Direct(d) => d.release(self, idx),
-            Path::Polled(p) => p.release(idx),
+            Path::Polled(p) => p.release_wake(self, idx),
         }
     }
 }

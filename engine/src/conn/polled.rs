@@ -13,7 +13,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::spare::{Counts, Spares, Wait};
+use super::spare::{Counts, Next, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
 use crate::desc::{is_large, TxDesc, BUF_INLINE};
@@ -21,12 +21,17 @@ use crate::error::Error;
 use crate::flow::{Policy, SendWindow};
 use crate::idle::{IdleStrategy, Idler};
 use crate::link::{AppRings, Pools};
+use crate::poller::Slept;
 use crate::stats::ConnStats;
 
 /// Longest a run-to-completion close drives the engine's poller for the connection's last
 /// sends ([`Polled::linger`]): past any fabric's close grace, after which the fabric tears the
 /// connection down and its poller lets go of it.
 const CLOSE_LINGER: Duration = Duration::from_millis(250);
+
+/// Longest sleep of a run-to-completion `recv_timeout` on its connection's bell while another
+/// thread drives the poller (`Block`).
+const RTC_BELL_SLEEP: Duration = Duration::from_millis(1);
 
 /// The polled path's own state (see [`Polled::state`]).
 struct PolledState {
@@ -46,6 +51,11 @@ pub(super) struct Polled {
     run_to_completion: bool,
     /// In run-to-completion mode, an engine pass posts the queued sends after this many.
     batch: u32,
+    /// The engine's strategy is `Block`: its poller may sleep, so what this side hands it
+    /// (a send, a released buffer) wakes it ([`ConnShared::wake_poller`]).
+    ///
+    /// [`ConnShared::wake_poller`]: crate::link::ConnShared::wake_poller
+    block: bool,
 }
 
 impl Polled {
@@ -60,6 +70,7 @@ impl Polled {
             }),
             run_to_completion: cfg.run_to_completion(),
             batch: cfg.batch as u32,
+            block: matches!(cfg.idle, IdleStrategy::Block { .. }),
         }
     }
 
@@ -197,6 +208,10 @@ impl Polled {
         std::mem::forget(buf);
         s.spare.sent(idx);
         s.window.on_sent(1);
+        if self.block {
+            // A fence and two loads per send, only for an engine whose poller may sleep.
+            conn.shared.wake_poller();
+        }
         if self.run_to_completion {
             s.unflushed += 1;
             if s.unflushed >= self.batch {
@@ -361,6 +376,9 @@ impl Polled {
         conn: &'c Connection,
         mut wait: Wait,
     ) -> Result<Message<'c>, Error> {
+        if self.block {
+            return self.recv_block(conn, wait);
+        }
         // Run-to-completion and busy-spinning: hold the poller for the whole wait (one
         // ownership CAS per wait, not per cycle). Other connections keep being served: by this
         // thread.
@@ -395,6 +413,67 @@ impl Polled {
         }
     }
 
+    /// [`Connection::recv_timeout`] with [`IdleStrategy::Block`]: spins for the strategy's spin
+    /// phase, then sleeps until a message arrives ([`sleep`](Self::sleep)).
+    fn recv_block<'c>(
+        &'c self,
+        conn: &'c Connection,
+        mut wait: Wait,
+    ) -> Result<Message<'c>, Error> {
+        loop {
+            if let Some(m) = self.try_recv(conn)? {
+                return Ok(m);
+            }
+            match wait.next(0) {
+                Next::Again => {}
+                Next::Sleep(max) => self.sleep(conn, max),
+                Next::Timeout => return Err(Error::Timeout),
+            }
+        }
+    }
+
+    /// One sleep of a `Block` wait for a message, for at most `max`. Run-to-completion: this
+    /// thread is the poller when nobody else drives it, and sleeps in the poller's `poll(2)`
+    /// set (what wakes the poller wakes it). With dedicated pollers (or while another thread
+    /// drives the run-to-completion poller) it sleeps on the connection's doorbell, which the
+    /// poller rings after delivering into its receive ring; in run-to-completion each such
+    /// sleep is bounded by [`RTC_BELL_SLEEP`] (the driving thread may stop driving, and nobody
+    /// would ring).
+    ///
+    /// Counted in [`ConnStats::sleeps`](crate::ConnStats): a sleep that a wake-up ended is
+    /// rung, one that ran to `max` unrung; a sleep that ended at a bound of the poller's own
+    /// (its liveness tick, a source it polls) or at [`RTC_BELL_SLEEP`] is a turn of the wait,
+    /// not counted.
+    fn sleep(&self, conn: &Connection, max: Duration) {
+        let mut t = max;
+        if self.run_to_completion {
+            if let Some(mut g) = conn.engine.rtc_guard() {
+                let rung = match g.sleep(t) {
+                    Slept::No | Slept::Tick => None,
+                    Slept::Woken => Some(true),
+                    Slept::Timeout => Some(false),
+                };
+                drop(g);
+                // SAFETY: no other reference to the state is live; none is taken while this
+                // one is used.
+                unsafe { self.state() }.counts.slept(rung);
+                return;
+            }
+            t = t.min(RTC_BELL_SLEEP);
+        }
+        let bell = conn.shared.bell();
+        let announced = bell.announce();
+        if !self.rx_is_empty() || conn.shared.down().is_some() {
+            bell.cancel();
+            return;
+        }
+        let rung = bell.sleep(announced, t);
+        if rung || t == max {
+            // SAFETY: as above.
+            unsafe { self.state() }.counts.slept(Some(rung));
+        }
+    }
+
     /// [`Connection::wait_timeout`].
     pub(super) fn wait(&self, conn: &Connection, mut wait: Wait) -> Result<(), Error> {
         loop {
@@ -412,8 +491,11 @@ impl Polled {
                     Ok(())
                 };
             }
-            if !wait.idle(work) {
-                return Err(Error::Timeout);
+            match wait.next(work) {
+                Next::Again => {}
+                // Block: as `recv_timeout` sleeps.
+                Next::Sleep(max) => self.sleep(conn, max),
+                Next::Timeout => return Err(Error::Timeout),
             }
         }
     }
@@ -455,6 +537,16 @@ impl Polled {
         // overflow it, in which case the buffer is simply not returned (the peer's loss).
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let _ = unsafe { self.state() }.rings.release.push(idx);
+    }
+
+    /// A received message was dropped: its buffer goes back to the poller, which is woken
+    /// if it sleeps (`Block`).
+    #[inline]
+    pub(super) fn release_wake(&self, conn: &Connection, idx: u32) {
+        self.release(idx);
+        if self.block {
+            conn.shared.wake_poller();
+        }
     }
 
     /// Whether no received message waits in the ring from the poller.

@@ -155,6 +155,7 @@ pub mod tcp;
 
 pub use crate::desc::PoolView;
 
+pub use crate::wake::{PollerWake, WaitSet};
 pub(crate) use direct::{DirectPath, Sent};
 pub use seam::{ConnTable, Fabric, FabricConn};
 pub use sink::{RxSink, TxDone};

@@ -2,9 +2,12 @@
 //! and [`ConnTable`] (a poller's connections, as [`Fabric::poll_shared`] sees them). See
 //! [the module docs](crate::fabric) for the cycle.
 
+use std::sync::Arc;
+
 use crate::desc::TxDesc;
 use crate::error::{AbortReason, FabricError};
 use crate::link::PollerConn;
+use crate::wake::{PollerWake, WaitSet};
 
 use super::{RxSink, TxDone};
 
@@ -42,6 +45,24 @@ pub trait Fabric: Send + Sized + 'static {
     fn backlog(&self) -> bool {
         false
     }
+
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the poller announced that it
+    /// sleeps and asks the fabric to arm its shared sources (RDMA: request a completion
+    /// notification, add the completion channel's descriptor to `set`) and to re-check them
+    /// after arming (RDMA: poll the CQ once more, filing what it finds with `conns`); `false`
+    /// when work is pending or was done (the poller does not sleep). Not on
+    /// the data path (an idle poller about to sleep): system calls are fine. The default: `true`
+    /// (no shared source).
+    #[inline]
+    fn arm(&mut self, conns: &mut ConnTable<'_, Self::Conn>, set: &mut WaitSet) -> bool {
+        let _ = (conns, set);
+        true
+    }
+
+    /// After a sleep that [`arm`](Fabric::arm) prepared: consume what woke it (RDMA: take and
+    /// acknowledge the channel's events). The default: nothing.
+    #[inline]
+    fn woke(&mut self) {}
 }
 
 /// The data-path half of one connection, driven by its poller. See the [module docs](crate::fabric).
@@ -53,6 +74,28 @@ pub trait FabricConn: Send + 'static {
     #[inline]
     fn attached(&mut self, slot: u32) {
         let _ = slot;
+    }
+
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the connection's poller, which may
+    /// sleep, gives the connection its wake-up once, when it starts serving it (before it ever
+    /// sleeps). A fabric whose peer side can hand this poller work without a descriptor
+    /// (`mem://`: the peer's poller) registers it where that side finds it. The default:
+    /// nothing.
+    #[inline]
+    fn attach_wake(&mut self, wake: &Arc<PollerWake>) {
+        let _ = wake;
+    }
+
+    /// [`IdleStrategy::Block`](crate::IdleStrategy::Block): the poller announced that it
+    /// sleeps; add what wakes this connection to `set` (TCP: the socket, readable, and writable
+    /// while a write is pending) and re-check it after arming: `false` when work is pending
+    /// already (the poller does not sleep). Not on the data path: system calls are fine. The
+    /// default polls: it bounds the sleep to [`WaitSet::POLL_INTERVAL`] (a fabric that cannot be
+    /// woken still makes progress, at that latency).
+    #[inline]
+    fn arm(&mut self, set: &mut WaitSet) -> bool {
+        set.limit(WaitSet::POLL_INTERVAL);
+        true
     }
 
     /// Cheap hint: `false` when there is certainly nothing to receive, so the poller can skip

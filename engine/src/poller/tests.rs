@@ -20,7 +20,7 @@ fn cfg() -> Config {
 
 fn poller() -> (Poller<MemFabric>, PollerLink<MemFabric>) {
     let waker = Arc::new(Waker::new().expect("eventfd"));
-    Poller::with_link(MemFabric, waker, Arc::default(), 4, 8)
+    Poller::with_link(MemFabric, waker, Arc::default(), 4, 8, None)
 }
 
 /// Both ends registered with `poller` (ids 1 and 2): their application parts.

@@ -54,24 +54,7 @@ pub const TCP: Scheme = Scheme {
     available: always,
     endpoint: tcp_endpoint,
     tweak: same,
-    skips: &[
-        (
-            "block_sleeping_receiver_wakes_run_to_completion",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sleeping_receiver_wakes_dedicated_poller",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sender_never_blocks_on_a_sleeping_receiver",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_no_lost_wake_up_over_bursts_and_silences",
-            BLOCK_POLLED,
-        ),
-    ],
+    skips: &[],
     size_step: 1,
     hostile: Some(tcp_hostile),
     half_record: Some(tcp_half_record),
@@ -81,11 +64,6 @@ pub const TCP: Scheme = Scheme {
     stall: None,
     carries_abort: true,
 };
-
-/// Why the Block idle cases skip on the polled path (mem, tcp, rdma) for now.
-pub const BLOCK_POLLED: &str = "IdleStrategy::Block sleeps on the direct path (shm) only so \
-     far: a poller's sleep on its fabric (eventfd, sockets, completion channel) is not built \
-     yet, and a Block poller parks as backoff does";
 
 /// Why the mid-record case skips where records are published whole.
 const WHOLE_RECORDS: &str = "records are published whole (the header is written after the \
@@ -104,22 +82,6 @@ pub const MEM: Scheme = Scheme {
     endpoint: mem_endpoint,
     tweak: same,
     skips: &[
-        (
-            "block_sleeping_receiver_wakes_run_to_completion",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sleeping_receiver_wakes_dedicated_poller",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_sender_never_blocks_on_a_sleeping_receiver",
-            BLOCK_POLLED,
-        ),
-        (
-            "block_no_lost_wake_up_over_bursts_and_silences",
-            BLOCK_POLLED,
-        ),
         ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS),
         ("fifo_every_size_two_processes", MEM_IN_PROCESS),
         ("peer_sigkill_run_to_completion", MEM_IN_PROCESS),
@@ -229,10 +191,6 @@ fn tcp_hostile(engine: &Engine, listener: &Listener, endpoint: &str, seed: u64) 
 /// What `rdma://` does not support, with or without a shared receive queue.
 #[cfg(feature = "rdma")]
 const RDMA_SKIPS: &[(&str, &str)] = &[
-    RDMA_SKIP_BLOCK[0],
-    RDMA_SKIP_BLOCK[1],
-    RDMA_SKIP_BLOCK[2],
-    RDMA_SKIP_BLOCK[3],
     RDMA_SKIP_SILENT,
     RDMA_SKIP_HOSTILE,
     RDMA_SKIP_WAITS,
@@ -244,10 +202,6 @@ const RDMA_SKIPS: &[(&str, &str)] = &[
 /// and an application holding more pooled messages of one connection than its grant.
 #[cfg(feature = "rdma")]
 const RDMA_SRQ_SKIPS: &[(&str, &str)] = &[
-    RDMA_SKIP_BLOCK[0],
-    RDMA_SKIP_BLOCK[1],
-    RDMA_SKIP_BLOCK[2],
-    RDMA_SKIP_BLOCK[3],
     RDMA_SKIP_SILENT,
     RDMA_SKIP_HOSTILE,
     RDMA_SKIP_WAITS,
@@ -262,25 +216,6 @@ const RDMA_SRQ_SKIPS: &[(&str, &str)] = &[
     ),
 ];
 
-#[cfg(feature = "rdma")]
-const RDMA_SKIP_BLOCK: [(&str, &str); 4] = [
-    (
-        "block_sleeping_receiver_wakes_run_to_completion",
-        BLOCK_POLLED,
-    ),
-    (
-        "block_sleeping_receiver_wakes_dedicated_poller",
-        BLOCK_POLLED,
-    ),
-    (
-        "block_sender_never_blocks_on_a_sleeping_receiver",
-        BLOCK_POLLED,
-    ),
-    (
-        "block_no_lost_wake_up_over_bursts_and_silences",
-        BLOCK_POLLED,
-    ),
-];
 #[cfg(feature = "rdma")]
 const RDMA_SKIP_SILENT: (&str, &str) = ("peer_silent_mid_record_is_unresponsive", WHOLE_RECORDS);
 #[cfg(feature = "rdma")]

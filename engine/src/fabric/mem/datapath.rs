@@ -41,7 +41,7 @@
 use std::any::Any;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -50,6 +50,7 @@ use rings::{Consumer, Producer};
 use crate::desc::{is_large, large_slot, PoolView, TxDesc, BUF_INLINE};
 use crate::error::{AbortReason, FabricError};
 use crate::fabric::{Fabric, FabricConn, RxSink, TxDone};
+use crate::wake::{PollerWake, WaitSet};
 
 /// Payload bytes a record carries inline (the record is two cache lines).
 pub const RECORD_INLINE: usize = 116;
@@ -89,12 +90,43 @@ pub(crate) struct EndState {
     pub(crate) closed: AtomicU32,
     /// `FAULT_*` bits (tests).
     pub(crate) faults: AtomicU8,
+    /// This end's engine uses [`IdleStrategy::Block`](crate::IdleStrategy::Block): its poller
+    /// may sleep, so the peer wakes it after handing it work (set at setup, never written).
+    pub(crate) may_sleep: bool,
+    /// This end's poller's wake-up (`may_sleep` only), registered once by that poller before
+    /// it serves the end.
+    wake: OnceLock<Arc<PollerWake>>,
+}
+
+impl EndState {
+    /// Wakes this end's poller if it may sleep and sleeps, after the peer published work for it
+    /// (a record, a delivered count, a released buffer, a close). An end that never sleeps
+    /// costs one load of a word nobody writes.
+    #[inline]
+    fn wake(&self) {
+        if self.may_sleep {
+            crate::wake::seq_cst_fence();
+            if let Some(w) = self.wake.get() {
+                w.wake_fenced();
+            }
+        }
+    }
 }
 
 /// What both ends of one connection share: end 0 connected, end 1 accepted.
 #[derive(Debug, Default)]
 pub(crate) struct Channel {
     pub(crate) ends: [EndState; 2],
+}
+
+impl Channel {
+    /// A channel whose end `i` may sleep when `may_sleep[i]` (its engine uses `Block`).
+    pub(crate) fn new(may_sleep: [bool; 2]) -> Channel {
+        let mut c = Channel::default();
+        c.ends[0].may_sleep = may_sleep[0];
+        c.ends[1].may_sleep = may_sleep[1];
+        c
+    }
 }
 
 /// [`EndState::closed`]: the end closed without blaming its peer.
@@ -116,6 +148,7 @@ impl Channel {
             self.ends[me]
                 .closed
                 .compare_exchange(0, code, Ordering::Release, Ordering::Relaxed);
+        self.ends[1 - me].wake();
     }
 }
 
@@ -289,6 +322,16 @@ fn deliver(r: &Record, expect: u32, sink: &mut RxSink<'_>) -> Result<(), FabricE
 }
 
 impl FabricConn for MemConn {
+    fn attach_wake(&mut self, wake: &Arc<PollerWake>) {
+        let _ = self.mine().wake.set(wake.clone());
+    }
+
+    fn arm(&mut self, _set: &mut WaitSet) -> bool {
+        // The peer's poller wakes this one (`EndState::wake`) once it sees the announcement;
+        // after it, what it published before is here to see.
+        !self.rx_pending() && self.quiescent()
+    }
+
     #[inline]
     fn rx_pending(&mut self) -> bool {
         if self.halted() {
@@ -339,6 +382,8 @@ impl FabricConn for MemConn {
             self.chan.ends[self.me]
                 .delivered
                 .store(self.delivered, Ordering::Release);
+            // Credits for the peer.
+            self.peer().wake();
         }
         res?;
         if n == 0 && closed && !self.gone && self.rx.is_empty() {
@@ -410,6 +455,9 @@ impl FabricConn for MemConn {
         // SAFETY: the first `n` slots of the chunk were initialised above, in order.
         unsafe { chunk.commit(n) };
         self.credits.sent += n as u64;
+        if n > 0 {
+            self.peer().wake();
+        }
         res.map(|()| n)
     }
 
@@ -419,6 +467,7 @@ impl FabricConn for MemConn {
         if self.release_out.push_slice(bufs) != bufs.len() {
             return Err(FabricError::Protocol("mem release ring overflow"));
         }
+        self.peer().wake();
         Ok(())
     }
 

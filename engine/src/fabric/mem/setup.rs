@@ -79,6 +79,8 @@ pub(crate) struct MemParams {
     large: u32,
     /// The sender's engine places its direction's pools.
     placer: Arc<Placer>,
+    /// The engine's strategy is `Block` (its pollers may sleep).
+    block: bool,
 }
 
 impl MemParams {
@@ -93,6 +95,7 @@ impl MemParams {
             limit: cfg.message_limit(),
             large,
             placer: cfg.placer.clone(),
+            block: matches!(cfg.idle, crate::IdleStrategy::Block { .. }),
         }
     }
 }
@@ -171,7 +174,7 @@ fn build_pair(
     let keep: Arc<dyn Any + Send + Sync> = Arc::new(MemPools {
         _regions: [r0, r1, r2, r3],
     });
-    let chan = Arc::new(Channel::default());
+    let chan = Arc::new(Channel::new([c.block, l.block]));
     // Each data ring holds its sender's depth (at most that many records are in flight); each
     // release ring every buffer and slot of its sender's pools.
     let (c2l_p, c2l_c) = RingBuffer::new(c.depth);

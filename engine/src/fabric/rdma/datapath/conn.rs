@@ -17,7 +17,7 @@ use crate::fabric::rdma::counters::PollerRdmaCounters;
 use crate::fabric::rdma::header::HdrParts;
 use crate::fabric::rdma::verbs::{self, QueuePair, SendWr, Sge};
 use crate::fabric::rdma::wr_id::{WR_GEN_SHIFT, WR_SRQ, WR_VALUE_MASK};
-use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::fabric::{FabricConn, RxSink, TxDone, WaitSet};
 use crate::flow::{CreditReturn, SendWindow};
 
 mod credit;
@@ -354,6 +354,14 @@ impl RdmaConn {
 }
 
 impl FabricConn for RdmaConn {
+    /// Nothing of its own to arm: everything that gives it work (a receive, a send's or a
+    /// read's completion, the credits in an immediate) comes through the poller's CQ, which
+    /// [`RdmaFabric`](super::RdmaFabric)'s `arm` arms and re-polls; heartbeats and the
+    /// liveness check come with the poller's liveness tick.
+    fn arm(&mut self, _set: &mut WaitSet) -> bool {
+        true
+    }
+
     #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         self.deliver(sink)

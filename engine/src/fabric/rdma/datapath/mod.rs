@@ -115,7 +115,7 @@ use std::sync::Arc;
 use crate::fabric::rdma::counters::{bump, COUNTERS};
 use crate::fabric::rdma::verbs::{CompletionQueue, WcSlot};
 use crate::fabric::rdma::wr_id::{WR_SRQ, WR_VALUE_MASK};
-use crate::fabric::{ConnTable, Fabric};
+use crate::fabric::{ConnTable, Fabric, WaitSet};
 
 mod chain;
 mod conn;
@@ -273,5 +273,26 @@ impl Fabric for RdmaFabric {
     #[inline]
     fn backlog(&self) -> bool {
         self.backlog
+    }
+
+    /// Arms every CQ's completion channel and adds its descriptor, then polls the CQs once
+    /// more (a completion that came before the arming raises no event): anything found is
+    /// filed and the poller does not sleep. A CQ without a channel bounds the sleep to
+    /// [`WaitSet::POLL_INTERVAL`].
+    fn arm(&mut self, conns: &mut ConnTable<'_, RdmaConn>, set: &mut WaitSet) -> bool {
+        for (cq, _) in &self.cqs {
+            match (cq.channel_fd(), cq.req_notify()) {
+                (Some(fd), Ok(())) => set.add(fd, true, false),
+                _ => set.limit(WaitSet::POLL_INTERVAL),
+            }
+        }
+        self.poll_shared(conns) == 0 && !self.backlog
+    }
+
+    /// Takes and acknowledges the channels' events.
+    fn woke(&mut self) {
+        for (cq, _) in &self.cqs {
+            cq.take_events();
+        }
     }
 }

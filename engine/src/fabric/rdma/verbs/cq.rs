@@ -3,6 +3,7 @@
 use std::ffi::CStr;
 use std::fmt;
 use std::mem::MaybeUninit;
+use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
@@ -103,10 +104,50 @@ pub fn status_str(status: WcStatus) -> &'static str {
 /// An uninitialised slot for [`CompletionQueue::poll`]; keep arrays of these on the stack.
 pub type WcSlot = MaybeUninit<WorkCompletion>;
 
-/// A completion queue.
+/// A completion channel (`ibv_comp_channel`): a descriptor that becomes readable when a CQ
+/// armed with [`CompletionQueue::req_notify`] gets a completion. Non-blocking.
+struct CompletionChannel {
+    raw: NonNull<ffi::ibv_comp_channel>,
+}
+
+impl CompletionChannel {
+    /// A channel on `ctx` with its descriptor set non-blocking; `None` if either step fails
+    /// (the CQ is then polled only).
+    fn new(ctx: &Context) -> Option<CompletionChannel> {
+        // SAFETY: valid context.
+        let raw = NonNull::new(unsafe { ffi::ibv_create_comp_channel(ctx.as_ptr()) })?;
+        let ch = CompletionChannel { raw };
+        let fd = ch.fd();
+        // SAFETY: fcntl on the channel's own descriptor.
+        let ok = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        };
+        ok.then_some(ch)
+    }
+
+    fn fd(&self) -> RawFd {
+        // SAFETY: `raw` is a live channel.
+        unsafe { (*self.raw.as_ptr()).fd }
+    }
+}
+
+impl Drop for CompletionChannel {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_comp_channel; its CQ was destroyed first (the CQ owns
+        // it and destroys itself in its own `drop`, before its fields drop).
+        unsafe { ffi::ibv_destroy_comp_channel(self.raw.as_ptr()) };
+    }
+}
+
+/// A completion queue, with a completion channel when the device gave one (for
+/// [`IdleStrategy::Block`](crate::IdleStrategy::Block): a poller arms it and sleeps on the
+/// channel's descriptor).
 pub struct CompletionQueue {
     raw: NonNull<ffi::ibv_cq>,
     ctx: Arc<Context>,
+    // Dropped after the CQ is destroyed (`Drop::drop` runs before the fields drop).
+    channel: Option<CompletionChannel>,
 }
 
 // SAFETY: verbs objects are thread safe.
@@ -121,21 +162,20 @@ impl fmt::Debug for CompletionQueue {
 }
 
 impl CompletionQueue {
-    /// Creates a CQ with at least `entries` entries (no completion channel: it is polled).
+    /// Creates a CQ with at least `entries` entries and, if the device gives one, a
+    /// completion channel. A CQ is polled; the channel only matters once
+    /// [`req_notify`](Self::req_notify) arms it (an engine that never sleeps never does, and
+    /// pays nothing for it).
     ///
     /// # Errors
     /// [`VerbsError::CreateCq`].
     pub fn new(ctx: &Arc<Context>, entries: u32) -> Result<Arc<Self>, VerbsError> {
-        // SAFETY: valid context; no channel, no cq_context.
-        let raw = unsafe {
-            ffi::ibv_create_cq(
-                ctx.as_ptr(),
-                entries as i32,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                0,
-            )
-        };
+        let channel = CompletionChannel::new(ctx);
+        let ch_ptr = channel.as_ref().map_or(ptr::null_mut(), |c| c.raw.as_ptr());
+        // SAFETY: valid context; the channel (if any) is live and outlives the CQ (the CQ owns
+        // it); no cq_context.
+        let raw =
+            unsafe { ffi::ibv_create_cq(ctx.as_ptr(), entries as i32, ptr::null_mut(), ch_ptr, 0) };
         let raw = NonNull::new(raw).ok_or_else(|| VerbsError::CreateCq {
             entries,
             source: last_os_error(),
@@ -143,7 +183,55 @@ impl CompletionQueue {
         Ok(Arc::new(Self {
             raw,
             ctx: Arc::clone(ctx),
+            channel,
         }))
+    }
+
+    /// The completion channel's descriptor (non-blocking), if the CQ has one.
+    pub fn channel_fd(&self) -> Option<RawFd> {
+        self.channel.as_ref().map(CompletionChannel::fd)
+    }
+
+    /// Arms the CQ: the channel's descriptor becomes readable at its next completion
+    /// (`ibv_req_notify_cq`, every completion, not only solicited ones). Poll the CQ once more
+    /// after this before sleeping: a completion that came before it raises no event.
+    ///
+    /// # Errors
+    /// `Err(rc)` when the CQ has no channel or the provider refuses.
+    pub fn req_notify(&self) -> Result<(), i32> {
+        if self.channel.is_none() {
+            return Err(-1);
+        }
+        // SAFETY: valid CQ with a channel.
+        let rc = unsafe { ffi::ibv_req_notify_cq(self.as_ptr(), 0) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(rc)
+        }
+    }
+
+    /// Takes every event waiting on the channel and acknowledges it (`ibv_get_cq_event`,
+    /// `ibv_ack_cq_events`: a CQ with unacknowledged events cannot be destroyed). Returns how
+    /// many. Never blocks (the descriptor is non-blocking).
+    pub fn take_events(&self) -> u32 {
+        let Some(ch) = &self.channel else {
+            return 0;
+        };
+        let mut n = 0;
+        loop {
+            let mut cq: *mut ffi::ibv_cq = ptr::null_mut();
+            let mut cq_ctx: *mut std::ffi::c_void = ptr::null_mut();
+            // SAFETY: live channel; out-pointers to locals. Non-blocking: EAGAIN when empty.
+            let rc = unsafe { ffi::ibv_get_cq_event(ch.raw.as_ptr(), &mut cq, &mut cq_ctx) };
+            if rc != 0 || cq.is_null() {
+                return n;
+            }
+            // SAFETY: `cq` is the CQ the event came for (this one: the channel is its own);
+            // one event taken, one acknowledged.
+            unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+            n += 1;
+        }
     }
 
     /// The raw CQ pointer (for `rdma_create_qp`).

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::desc::{is_large, large_slot, TxDesc, INLINE_MAX};
 use crate::error::{AbortReason, FabricError};
-use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::fabric::{FabricConn, RxSink, TxDone, WaitSet};
 use crate::link::Pools;
 use crate::record::{self, RecordType, RECORD_HEADER};
 
@@ -130,6 +130,24 @@ impl TcpConn {
 }
 
 impl FabricConn for TcpConn {
+    fn arm(&mut self, set: &mut WaitSet) -> bool {
+        // Something to reclaim or report now: not idle. Bytes still to write (the socket's
+        // buffer was full) wait for it to drain: writable wakes it.
+        if self.free_head != self.wr
+            || self.flow.unreported != 0
+            || self.heartbeat_due
+            || self.flow.recv.due(false)
+        {
+            return false;
+        }
+        let write = !self.tx_dead && self.unwritten();
+        // Buffered bytes hold at most a partial record here (complete ones were parsed, or
+        // wait for ring room or a released chunk, which the poller looks after): more come
+        // with the socket readable. After the end of stream it always is: not watched.
+        set.add(self.fd, !self.eof, write);
+        true
+    }
+
     #[inline]
     fn rx_pending(&mut self) -> bool {
         // A socket can only be asked (a syscall); after its end only buffered bytes remain.
