@@ -45,7 +45,10 @@ fn block_pair(
     tag: &str,
     dedicated: bool,
 ) -> (Engine, Engine, Connection, Connection) {
-    let block = |b: EngineBuilder| b.idle(BLOCK);
+    // Liveness off: nothing but a ring (or `max_sleep`, 1 s) ends a sleeping poller's sleep,
+    // so a lost wake-up of a poller shows as a late message, not as one the liveness beat
+    // (a quarter of the timeout) happened to pick up.
+    let block = |b: EngineBuilder| b.idle(BLOCK).liveness_timeout(Duration::ZERO);
     let server_b = if dedicated {
         let core = *spinwire_testkit::cores().last().expect("a core");
         block(s.poller(core))
@@ -53,18 +56,22 @@ fn block_pair(
         block(s.rtc())
     };
     let server = s.build(server_b);
-    let client = s.build(s.rtc());
+    // Off on both ends: an end that checks liveness fails a peer that sends it no heartbeat.
+    let client = s.build(s.rtc().liveness_timeout(Duration::ZERO));
     let (srv, cli) = pair(&server, &client, &(s.endpoint)(tag));
     (server, client, srv, cli)
 }
 
 /// The receiving thread of the wake-up cases: receives `n` verified messages (sequence
-/// numbers from 0, `len` bytes) with `recv_timeout`, reports its CPU time while it waits for
+/// numbers from 0, `len` bytes) with `recv_timeout(per_recv)`, fails when one receive took
+/// more than half of `per_recv` (a receive whose sleep missed its ring sleeps until the call's
+/// deadline and may still find the message then), reports its CPU time while it waits for
 /// the first and when each arrived, and hands the connection back.
 fn spawn_receiver(
     conn: Connection,
     n: u32,
     len: usize,
+    per_recv: Duration,
     ready: mpsc::Sender<()>,
 ) -> thread::JoinHandle<(Connection, Duration, Vec<Instant>)> {
     thread::spawn(move || {
@@ -73,10 +80,17 @@ fn spawn_receiver(
         let mut arrivals = Vec::with_capacity(n as usize);
         let mut first_cpu = Duration::ZERO;
         for seq in 0..n {
+            let t = Instant::now();
             let m = conn
-                .recv_timeout(WAIT)
-                .unwrap_or_else(|e| panic!("recv {seq}: {e}"));
-            arrivals.push(Instant::now());
+                .recv_timeout(per_recv)
+                .unwrap_or_else(|e| panic!("recv {seq} (within {per_recv:?}): {e}"));
+            let now = Instant::now();
+            assert!(
+                now - t < per_recv / 2,
+                "recv {seq} took {:?}: a lost wake-up (the sender sends without pausing)",
+                now - t
+            );
+            arrivals.push(now);
             if seq == 0 {
                 first_cpu = thread_cpu() - cpu0;
             }
@@ -96,7 +110,7 @@ fn sleeps_rung(st: &ConnStats) -> u64 {
 fn sleeping_receiver_wakes_for_one_message(s: &'static Scheme, dedicated: bool) {
     let (_server, _client, srv, cli) = block_pair(s, "block-wake", dedicated);
     let (ready_tx, ready_rx) = mpsc::channel();
-    let receiver = spawn_receiver(srv, 1, 64, ready_tx);
+    let receiver = spawn_receiver(srv, 1, 64, WAIT, ready_tx);
     ready_rx.recv_timeout(WAIT).expect("receiver started");
     let silence = Duration::from_millis(300);
     thread::sleep(silence);
@@ -141,7 +155,7 @@ pub fn sender_never_blocks_on_a_sleeping_receiver(s: &'static Scheme) {
     let (_server, _client, srv, cli) = block_pair(s, "block-sender", false);
     let n = super::BUFFERS as u32;
     let (ready_tx, ready_rx) = mpsc::channel();
-    let receiver = spawn_receiver(srv, 3 * n, 32, ready_tx);
+    let receiver = spawn_receiver(srv, 3 * n, 32, WAIT, ready_tx);
     ready_rx.recv_timeout(WAIT).expect("receiver started");
     let mut slowest = Duration::ZERO;
     let mut seq = 0;
@@ -174,8 +188,9 @@ pub fn sender_never_blocks_on_a_sleeping_receiver(s: &'static Scheme) {
 }
 
 /// 10 000 cycles (fewer on a slow scheme) of a burst of 1-4 messages and a silence of up to
-/// 200 µs, against a receiver that sleeps after 20 µs of spin: every message arrives, and no
-/// sleep ends unrung (a lost wake-up would end at `max_sleep`, 1 s, and show there).
+/// 200 µs, against a receiver that sleeps after 20 µs of spin: every message arrives within
+/// half of `max_sleep` of its send, and no sleep of the receiving thread ends unrung (a lost
+/// wake-up would end at `max_sleep`, 1 s, and show in either).
 pub fn no_lost_wake_up_over_bursts_and_silences(s: &'static Scheme) {
     let cycles = s.slow_div(10_000).max(500);
     let (_server, _client, srv, cli) = block_pair(s, "block-stress", false);
@@ -190,12 +205,17 @@ pub fn no_lost_wake_up_over_bursts_and_silences(s: &'static Scheme) {
         .collect();
     let total: u32 = plan.iter().map(|(b, _)| b).sum();
     let (ready_tx, ready_rx) = mpsc::channel();
-    let receiver = spawn_receiver(srv, total, 16, ready_tx);
+    // Each message comes within 200 us of the last (plus a send): a receive that takes 250 ms
+    // (a quarter of max_sleep) missed its wake-up, and fails the case at once rather than
+    // after 10 000 cycles of long sleeps.
+    let receiver = spawn_receiver(srv, total, 16, Duration::from_millis(500), ready_tx);
     ready_rx.recv_timeout(WAIT).expect("receiver started");
     let start = Instant::now();
     let mut seq = 0;
+    let mut sent_at = Vec::with_capacity(total as usize);
     for (burst, silence_us) in plan {
         for _ in 0..burst {
+            sent_at.push(Instant::now());
             send_msg(&cli, seq, 16);
             seq += 1;
         }
@@ -206,12 +226,24 @@ pub fn no_lost_wake_up_over_bursts_and_silences(s: &'static Scheme) {
         // Keep the sender's own engine serviced (credits back) between bursts.
         let _ = cli.try_recv();
     }
-    let (srv, _cpu, _arrivals) = receiver.join().expect("receiver");
+    let (srv, _cpu, arrivals) = receiver.join().expect("receiver");
     let st = srv.stats();
+    let (worst_seq, worst) = arrivals
+        .iter()
+        .zip(&sent_at)
+        .map(|(a, s)| a.saturating_duration_since(*s))
+        .enumerate()
+        .max_by_key(|&(_, d)| d)
+        .expect("messages");
     eprintln!(
-        "{}: {cycles} cycles, {total} messages in {:?}; receiver {st:?}",
+        "{}: {cycles} cycles, {total} messages in {:?}, slowest {worst:?} (message {worst_seq}); \
+         receiver {st:?}",
         s.name,
         start.elapsed()
+    );
+    assert!(
+        worst < Duration::from_millis(500),
+        "message {worst_seq} arrived {worst:?} after its send (max_sleep 1 s): a lost wake-up"
     );
     assert!(
         st.sleeps > u64::from(cycles) / 20,
