@@ -14,6 +14,9 @@ pub(super) struct RdmaCounters {
     pub(super) rnr_errors: AtomicU64,
     pub(super) completion_errors: AtomicU64,
     pub(super) stale_completions: AtomicU64,
+    pub(super) parked_completions: AtomicU64,
+    pub(super) replayed_completions: AtomicU64,
+    pub(super) park_overflows: AtomicU64,
     credit_messages: AtomicU64,
     credit_stalls: AtomicU64,
     heartbeats: AtomicU64,
@@ -35,6 +38,9 @@ pub(super) static COUNTERS: RdmaCounters = RdmaCounters {
     rnr_errors: AtomicU64::new(0),
     completion_errors: AtomicU64::new(0),
     stale_completions: AtomicU64::new(0),
+    parked_completions: AtomicU64::new(0),
+    replayed_completions: AtomicU64::new(0),
+    park_overflows: AtomicU64::new(0),
     credit_messages: AtomicU64::new(0),
     credit_stalls: AtomicU64::new(0),
     heartbeats: AtomicU64::new(0),
@@ -162,6 +168,16 @@ pub struct RdmaStats {
     /// Completions of connections no longer attached to their poller (ignored; shared receive
     /// buffers among them are re-posted).
     pub stale_completions: u64,
+    /// Successful receive completions of a QP not attached to its poller yet (the peer sent
+    /// right after its connect returned, before this side's poller attached the connection),
+    /// parked to be replayed once it is. Those never attached within the parking age are
+    /// dropped and counted in `stale_completions` too.
+    pub parked_completions: u64,
+    /// Parked receive completions delivered to their connection once it was attached.
+    pub replayed_completions: u64,
+    /// Receive completions that found the poller's parking buffer full (dropped and counted in
+    /// `stale_completions` too: their message is lost). Must stay 0.
+    pub park_overflows: u64,
     /// SENDs (messages or frames) posted with `IBV_SEND_INLINE`.
     pub inline_sends: u64,
     /// SENDs (messages or frames) posted from the registered pool (not inline).
@@ -201,6 +217,9 @@ pub fn stats() -> RdmaStats {
         credit_stalls: c.credit_stalls.load(Ordering::Relaxed),
         heartbeats: c.heartbeats.load(Ordering::Relaxed),
         stale_completions: c.stale_completions.load(Ordering::Relaxed),
+        parked_completions: c.parked_completions.load(Ordering::Relaxed),
+        replayed_completions: c.replayed_completions.load(Ordering::Relaxed),
+        park_overflows: c.park_overflows.load(Ordering::Relaxed),
         inline_sends: c.inline_sends.load(Ordering::Relaxed),
         pooled_sends: c.pooled_sends.load(Ordering::Relaxed),
         frames: c.frames.load(Ordering::Relaxed),

@@ -89,6 +89,19 @@
 //!   for the timeout while the peer had credits fails with
 //!   [`FabricError::PeerUnresponsive`]. The receive completion count is a plain field; nothing
 //!   is added per message beyond that increment.
+//! * Completions of QPs not attached: the accepting side's QP can receive before its poller
+//!   attached the connection (the peer got ESTABLISHED first and sent at once, while this
+//!   side's control thread had not handled its ESTABLISHED or the poller not yet taken the
+//!   attach command). A successful receive completion whose QP no attached connection owns is
+//!   therefore *parked* in a preallocated per-poller FIFO (`park`, 4096 entries) and offered
+//!   again at the start of every later `poll_shared`, oldest first and before the CQ is
+//!   polled, so it reaches its connection once attached, ahead of anything newer of that QP.
+//!   One that waits longer than `PARK_MAX_AGE` (its connection never came), or whose QP now
+//!   belongs to a connection that does not own its `wr_id`, is dropped as stale (a shared
+//!   receive buffer goes back to the SRQ); one that finds the FIFO full is dropped and counted
+//!   ([`RdmaStats`]: `parked_completions`, `replayed_completions`, `park_overflows`). Other
+//!   completions of unknown QPs (sends, errors, flushes of connections already detached) are
+//!   stale at once. With nothing parked the hot path pays one `is_empty` check per cycle.
 //! * A completion error fails only its connection ([`FabricError::Io`] with the `ibv_wc_status`
 //!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
 //!   the other connections keep running.
@@ -111,16 +124,20 @@
 //! [`FabricError::PeerClosed`]: crate::FabricError::PeerClosed
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::fabric::rdma::counters::{bump, COUNTERS};
-use crate::fabric::rdma::verbs::{CompletionQueue, WcSlot};
+use crate::fabric::rdma::verbs::{CompletionQueue, WcSlot, WorkCompletion};
 use crate::fabric::rdma::wr_id::{WR_SRQ, WR_VALUE_MASK};
 use crate::fabric::{ConnTable, Fabric, WaitSet};
 
 mod chain;
 mod conn;
 mod frame;
+mod park;
 mod rndv;
+
+use park::Parking;
 
 pub use chain::SrqShared;
 pub use conn::RdmaConn;
@@ -137,6 +154,23 @@ pub const CQ_BURST: usize = 32;
 const BURSTS_PER_CYCLE: usize = 4;
 /// Entries of a poller's QP-number -> slot cache (direct mapped).
 const QPN_CACHE: usize = 4096;
+/// Receive completions of not-yet-attached QPs one poller can park (preallocated, about 72
+/// bytes each; a burst of connections each receiving a few SENDs before their attach fits).
+const PARK_CAPACITY: usize = 4096;
+/// How long a parked completion waits for its QP's connection before it is dropped as stale
+/// (a QP that never gets attached: its connection failed or closed first). Generous: on a
+/// loaded control thread (TCG VM, hundreds of connects) the attach can trail ESTABLISHED by
+/// seconds.
+const PARK_MAX_AGE: Duration = Duration::from_secs(10);
+
+/// A receive completion parked until its QP's connection is attached.
+struct Parked {
+    wc: WorkCompletion,
+    /// Index of its CQ in [`RdmaFabric::cqs`] (for the SRQ to give a dropped buffer back to).
+    dev: u8,
+    /// When it was polled.
+    at: Instant,
+}
 
 /// A command from the control thread to a poller's RDMA state.
 #[derive(Debug)]
@@ -155,12 +189,15 @@ pub struct RdmaFabric {
     qpn_cache: Box<[(u32, u32)]>,
     /// The last `poll_shared` left completions in a CQ (it stopped at its bound).
     backlog: bool,
+    /// Receive completions of QPs not attached yet, in arrival order.
+    parked: Parking<Parked>,
 }
 
 impl std::fmt::Debug for RdmaFabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaFabric")
             .field("cqs", &self.cqs.len())
+            .field("parked", &!self.parked.is_empty())
             .finish()
     }
 }
@@ -181,6 +218,7 @@ impl RdmaFabric {
             cqs: Vec::with_capacity(Self::MAX_DEVICES),
             qpn_cache: vec![(u32::MAX, u32::MAX); QPN_CACHE].into_boxed_slice(),
             backlog: false,
+            parked: Parking::new(PARK_CAPACITY),
         }
     }
 
@@ -208,6 +246,65 @@ impl RdmaFabric {
         };
         conns.get_mut(slot)
     }
+
+    /// Drops a completion no attached connection owns: counted; a shared receive buffer it
+    /// consumed goes back to the SRQ.
+    #[cold]
+    fn stale(srq: Option<&SrqShared>, wc: &WorkCompletion) {
+        bump(&COUNTERS.stale_completions, 1);
+        if let Some(srq) = srq {
+            let id = wc.wr_id();
+            if id & WR_SRQ != 0 {
+                let buf = (id & WR_VALUE_MASK) as u32;
+                if srq.post(&[buf]).is_err() {
+                    bump(&COUNTERS.completion_errors, 1);
+                }
+            }
+        }
+    }
+
+    /// Offers every parked completion, oldest first, to the connection now owning its QP:
+    /// delivered if there is one, dropped as stale if a connection has the QP but not that
+    /// `wr_id` (an older connection's) or if it waited longer than [`PARK_MAX_AGE`], kept
+    /// otherwise. Returns the completions handled.
+    #[cold]
+    #[inline(never)]
+    fn replay(&mut self, conns: &mut ConnTable<'_, RdmaConn>) -> usize {
+        // One clock read per cycle, only while something is parked (connection setup): a vDSO
+        // read, no syscall with the usual TSC clocksource.
+        let now = Instant::now();
+        let cache = &mut self.qpn_cache;
+        let cqs = &self.cqs;
+        // A QP found unattached in this pass: its later entries skip the table scan.
+        let mut missing = None;
+        let mut replayed = 0;
+        let handled = self.parked.drain_in_order(|p| {
+            let qpn = p.wc.qp_num();
+            if missing != Some(qpn) {
+                match Self::lookup(cache, conns, qpn) {
+                    Some(c) if c.owns(p.wc.wr_id()) => {
+                        c.on_completion(&p.wc);
+                        replayed += 1;
+                        return true;
+                    }
+                    Some(_) => {
+                        Self::stale(cqs[usize::from(p.dev)].1.as_ref(), &p.wc);
+                        return true;
+                    }
+                    None => missing = Some(qpn),
+                }
+            }
+            if now.saturating_duration_since(p.at) > PARK_MAX_AGE {
+                Self::stale(cqs[usize::from(p.dev)].1.as_ref(), &p.wc);
+                return true;
+            }
+            false
+        });
+        if replayed > 0 {
+            bump(&COUNTERS.replayed_completions, replayed);
+        }
+        handled
+    }
 }
 
 impl Fabric for RdmaFabric {
@@ -230,9 +327,14 @@ impl Fabric for RdmaFabric {
     #[inline]
     fn poll_shared(&mut self, conns: &mut ConnTable<'_, RdmaConn>) -> usize {
         let mut work = 0;
+        // Completions parked last cycles go first, before anything newer of their QP.
+        if !self.parked.is_empty() {
+            work += self.replay(conns);
+        }
         let mut slots = [const { WcSlot::uninit() }; CQ_BURST];
         let mut backlog = false;
-        for (cq, srq) in &self.cqs {
+        let mut now = None;
+        for (dev, (cq, srq)) in self.cqs.iter().enumerate() {
             for burst in 0..BURSTS_PER_CYCLE {
                 let Ok(wcs) = cq.poll(&mut slots) else {
                     bump(&COUNTERS.completion_errors, 1);
@@ -242,20 +344,24 @@ impl Fabric for RdmaFabric {
                 for wc in wcs {
                     match Self::lookup(&mut self.qpn_cache, conns, wc.qp_num()) {
                         Some(c) if c.owns(wc.wr_id()) => c.on_completion(wc),
-                        _ => {
-                            bump(&COUNTERS.stale_completions, 1);
-                            // A receive of a connection already gone consumed a shared
-                            // buffer: give it back to the SRQ.
-                            if let Some(srq) = srq {
-                                let id = wc.wr_id();
-                                if id & WR_SRQ != 0 {
-                                    let buf = (id & WR_VALUE_MASK) as u32;
-                                    if srq.post(&[buf]).is_err() {
-                                        bump(&COUNTERS.completion_errors, 1);
-                                    }
+                        None if wc.is_ok() && wc.is_recv() => {
+                            // A receive of a QP not attached yet: park it (rare: only in the
+                            // window between the peer's ESTABLISHED and this side's attach).
+                            let at = *now.get_or_insert_with(Instant::now);
+                            let p = Parked {
+                                wc: wc.clone(),
+                                dev: dev as u8,
+                                at,
+                            };
+                            match self.parked.push(p) {
+                                Ok(()) => bump(&COUNTERS.parked_completions, 1),
+                                Err(p) => {
+                                    bump(&COUNTERS.park_overflows, 1);
+                                    Self::stale(srq.as_ref(), &p.wc);
                                 }
                             }
                         }
+                        _ => Self::stale(srq.as_ref(), wc),
                     }
                 }
                 work += n;

@@ -81,6 +81,18 @@ impl WorkCompletion {
     }
 }
 
+impl Clone for WorkCompletion {
+    /// A bitwise copy (`struct ibv_wc` is plain data: integers and a union of integers; bindgen
+    /// derives no `Clone` for it because of the union). The poller keeps such copies of
+    /// receive completions that arrive before their QP is attached.
+    #[inline]
+    fn clone(&self) -> Self {
+        // SAFETY: `ibv_wc` holds only integers (and a union of two u32s), no pointers or
+        // owned resources: any bit pattern copied from a valid value is a valid value.
+        Self(unsafe { ptr::read(&self.0) })
+    }
+}
+
 impl fmt::Debug for WorkCompletion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkCompletion")
