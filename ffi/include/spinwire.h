@@ -87,9 +87,9 @@
 #define SW_IDLE_BACKOFF 1
 
 /**
- * Idle strategy: spin 50 us, then sleep in the kernel until an arrival wakes the thread
- * (`IdleStrategy::block`): no CPU while idle, a wake-up's latency after a silence. Receives
- * on shm connections sleep on the segment's doorbell.
+ * Idle strategy: spin 50 us, then sleep in the kernel (for at most 100 ms at a time) until an
+ * arrival wakes the thread: no CPU while idle, a kernel wake-up's latency after a silence.
+ * `sw_wait` and the waits inside the calls sleep this way.
  */
 #define SW_IDLE_BLOCK 2
 

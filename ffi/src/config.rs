@@ -16,9 +16,9 @@ use crate::handle::{c_str, timeout};
 pub const SW_IDLE_BUSY_SPIN: u32 = 0;
 /// Idle strategy: spin, then yield, then park for 1 us doubling up to 1 ms (for shared cores).
 pub const SW_IDLE_BACKOFF: u32 = 1;
-/// Idle strategy: spin 50 us, then sleep in the kernel until an arrival wakes the thread
-/// (`IdleStrategy::block`): no CPU while idle, a wake-up's latency after a silence. Receives
-/// on shm connections sleep on the segment's doorbell.
+/// Idle strategy: spin 50 us, then sleep in the kernel (for at most 100 ms at a time) until an
+/// arrival wakes the thread: no CPU while idle, a kernel wake-up's latency after a silence.
+/// `sw_wait` and the waits inside the calls sleep this way.
 pub const SW_IDLE_BLOCK: u32 = 2;
 
 /// Largest `sw_config.inline_threshold`, in bytes.
