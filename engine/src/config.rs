@@ -528,11 +528,7 @@ impl EngineBuilder {
         if let IdleStrategy::Block { spin, max_sleep } = c.idle {
             let limit = Duration::from_secs(1);
             if max_sleep.is_zero() || max_sleep > limit || spin > limit {
-                return Err(Error::Config(ConfigError::BlockSleep {
-                    spin,
-                    max_sleep,
-                    limit,
-                }));
+                return Err(Error::Config(ConfigError::BlockSleep { spin, max_sleep }));
             }
         }
         let mut seen = Vec::new();

@@ -1,9 +1,42 @@
 //! Typed configuration errors: each invalid knob names its value and its limit (issue #15).
 
-use spinwire::{ConfigError, Engine, Error, MAX_BATCH, MAX_BUFFER_SIZE};
+use std::time::Duration;
+
+use spinwire::{ConfigError, Engine, Error, IdleStrategy, MAX_BATCH, MAX_BUFFER_SIZE};
 
 #[test]
 fn config_errors_carry_the_value_and_the_limit() {
+    // IdleStrategy::Block: max_sleep in (0, 1 s], spin at most 1 s; each bound refused typed.
+    for (spin, max_sleep) in [
+        (Duration::from_micros(50), Duration::ZERO),
+        (Duration::from_micros(50), Duration::from_millis(1001)),
+        (Duration::from_millis(1001), Duration::from_millis(100)),
+    ] {
+        match Engine::builder()
+            .idle(IdleStrategy::Block { spin, max_sleep })
+            .build()
+        {
+            Err(e @ Error::Config(ConfigError::BlockSleep { .. })) => {
+                assert!(e.to_string().contains("max_sleep"), "{e}");
+                let Error::Config(ConfigError::BlockSleep {
+                    spin: s,
+                    max_sleep: m,
+                }) = e
+                else {
+                    unreachable!()
+                };
+                assert_eq!((s, m), (spin, max_sleep));
+            }
+            other => panic!("Block {{ {spin:?}, {max_sleep:?} }}: got {other:?}"),
+        }
+    }
+    assert!(Engine::builder()
+        .idle(IdleStrategy::Block {
+            spin: Duration::ZERO,
+            max_sleep: Duration::from_secs(1),
+        })
+        .build()
+        .is_ok());
     match Engine::builder().pool(MAX_BUFFER_SIZE + 1, 4).build() {
         Err(Error::Config(ConfigError::BufferSize { value, max })) => {
             assert_eq!((value, max), (MAX_BUFFER_SIZE + 1, MAX_BUFFER_SIZE));
