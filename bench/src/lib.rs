@@ -21,7 +21,8 @@
 //!
 //! * [`cli`]: the clap definitions of every subcommand and knob.
 //! * [`floor`]: the machine's own floor (cache-line ping-pong, SPSC streaming, single-core
-//!   memcpy bandwidth per size).
+//!   memcpy bandwidth per size); [`floor_tcp`]: the raw busy-polled TCP one; [`floor_wake`]: the
+//!   kernel wake-up reference of `--idle block` (a futex ping-pong with the server asleep).
 //! * [`run`]: validation of the flags into a [`run::Plan`], the benchmark protocol
 //!   ([`run::proto`], written once over the [`run::conn::BenchConn`] trait; the open-loop load
 //!   test in `run/load.rs`, message layouts in `run/wire.rs`), and the runs: loopback in one
@@ -30,7 +31,7 @@
 //!   `summary.json`, `summary.csv`, SVG plots).
 //! * [`stats`]: histograms (all sized up front: recording never allocates) and figures.
 //! * [`sys`]: the only `unsafe` (libc): the host-wide monotonic clock that timestamps load
-//!   messages, and per-thread CPU use (`getrusage(RUSAGE_THREAD)`).
+//!   messages, per-thread CPU use (`getrusage(RUSAGE_THREAD)`), and the wake-up reference's futex.
 //! * [`report::compare`]: `bench compare A B`.
 //! * [`quiet`]: the quiet-machine guard (other processes' CPU on the run's cores, each
 //!   spinner's achieved CPU; disturbed points are marked).
@@ -57,6 +58,7 @@ pub mod cli;
 pub mod error;
 pub mod floor;
 pub mod floor_tcp;
+pub mod floor_wake;
 pub mod machine;
 pub mod quiet;
 pub mod report;

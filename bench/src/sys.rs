@@ -156,6 +156,51 @@ pub struct CpuUse {
     pub server: Option<ThreadCpu>,
 }
 
+/// Sleeps while `word` holds `expected`, at most `timeout` (`FUTEX_WAIT_PRIVATE`): returns when
+/// woken by [`futex_wake`], when `word` no longer holds `expected` (at once), on a signal or at
+/// the timeout. The caller re-reads `word`; every return may be spurious.
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: std::time::Duration,
+) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit atomic for the whole call (a borrow), the kernel
+    // only reads it; `ts` is a valid relative timeout; the unused arguments are ignored by
+    // FUTEX_WAIT. The result (0, EAGAIN, ETIMEDOUT, EINTR) needs no handling: callers re-check.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes one thread asleep in [`futex_wait`] on `word` (`FUTEX_WAKE_PRIVATE`).
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: `word` is a live, aligned 32-bit atomic (a borrow); FUTEX_WAKE only uses its
+    // address as a key and reads nothing else through the pointers.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1i32,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

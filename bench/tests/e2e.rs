@@ -135,6 +135,41 @@ fn floor_measures_two_pinned_threads() {
 }
 
 #[test]
+fn floor_wake_measures_a_futex_round_trip_with_the_server_asleep() {
+    let _s = serial();
+    let dir = out_dir("e2e-floor-wake");
+    let out = run_ok(
+        &[
+            "floor",
+            "--wake",
+            "--wake-rate",
+            "2k",
+            "--iters",
+            "400",
+            "--warmup",
+            "20",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("wake-up reference"), "{stdout}");
+    let s = summary(&dir);
+    assert_eq!(s["floor"]["kind"], "futex-wake");
+    // A kernel wake-up takes microseconds: most round trips are far above a cache line's.
+    assert!(
+        s["floor"]["rtt_ns"]["p50"].as_f64().unwrap() > 1000.0,
+        "{}",
+        s["floor"]
+    );
+    // Paced: the achieved rate is near the asked 2 k/s, never a spinning ping-pong's millions.
+    let rate = s["floor"]["msgs_per_sec"].as_f64().unwrap();
+    assert!(rate > 100.0 && rate < 2500.0, "{rate}");
+    assert_eq!(s["points"][0]["test"], "floor");
+}
+
+#[test]
 fn loopback_sweep_on_shm_writes_every_report() {
     let _s = serial();
     let dir = out_dir("e2e-sweep");
@@ -274,6 +309,7 @@ fn block_idle_load_sleeps_between_messages() {
             "round-trip",
             "--size",
             "32",
+            "--floor",
             "--out",
             dir.to_str().unwrap(),
         ],
@@ -283,7 +319,18 @@ fn block_idle_load_sleeps_between_messages() {
     let p = &s["points"][0];
     assert_eq!(p["test"], "load");
     assert_eq!(p["idle"], "block");
-    assert!(p["latency_ns"]["p50"].as_f64().unwrap() > 0.0, "{p}");
+    let p50 = p["latency_ns"]["p50"].as_f64().unwrap();
+    assert!(p50 > 0.0, "{p}");
+    // `--floor` under `--idle block`: the futex wake-up reference at the same rate, and the
+    // load's round trip as a ratio to it.
+    assert_eq!(s["floor"]["kind"], "futex-wake", "{}", s["floor"]);
+    let reference = s["floor"]["rtt_ns"]["p50"].as_f64().unwrap();
+    assert!(reference > 0.0);
+    let x = p["latency_x_floor"]["p50"].as_f64().unwrap();
+    assert!(
+        (x - p50 / reference).abs() <= 1e-6 * x.max(1.0),
+        "{x} vs {p50}/{reference}"
+    );
     // Each side's share of its core over the measured window: a spinning side is near 1.
     for (side, share) in p["quiet"]["spinners"]
         .as_array()

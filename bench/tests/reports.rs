@@ -77,6 +77,7 @@ fn point(test: &str, size: u64) -> Point {
         counters: None,
         latency_ns: None,
         latency_kind: None,
+        latency_x_floor: None,
         burst: None,
         achieved_rate: None,
         rate_shortfall: None,

@@ -529,6 +529,11 @@ pub struct LoadArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub open_loop: OpenLoopArgs,
+    /// Measure the floor on the app cores first and print each latency's ratio to it: with
+    /// `--idle block` the wake-up reference (`floor --wake` at this --rate and block's spin), else the
+    /// cache-line (or, for tcp, raw tcp) ping-pong.
+    #[arg(long, help_heading = "Output")]
+    pub floor: bool,
     /// Message size in bytes (at least 24: tag, sequence number, intended send time).
     #[arg(long, value_name = "BYTES", default_value_t = 64, value_parser = parse_size,
           help_heading = "Run length")]
@@ -668,9 +673,9 @@ pub struct FloorArgs {
     #[arg(long, value_name = "CORES", value_delimiter = ',')]
     pub app_cores: Vec<usize>,
     /// Measured round trips (and 16x as many streamed messages; `tcp`: `iters / 16`, at least
-    /// 64, streamed chunks).
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    pub iters: u64,
+    /// 64, streamed chunks) [default: 1000000; with --wake: 3000].
+    #[arg(long, value_name = "N")]
+    pub iters: Option<u64>,
     /// Unmeasured round trips first.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub warmup: u64,
@@ -679,6 +684,18 @@ pub struct FloorArgs {
     /// [default: the --server / --client endpoint's scheme, else shm].
     #[arg(long, value_enum)]
     pub fabric: Option<Fabric>,
+    /// The wake-up reference instead (the bare protocol of `--idle block`): a futex ping-pong at
+    /// --wake-rate in which the server sleeps in the kernel between pings and each side spins
+    /// --wake-spin before it sleeps, so each round trip pays one kernel wake-up.
+    #[arg(long, conflicts_with_all = ["fabric", "server", "client"])]
+    pub wake: bool,
+    /// `--wake`: pings per second (k/m suffixes, decimal).
+    #[arg(long, value_name = "N", default_value = "1k", value_parser = parse_rate)]
+    pub wake_rate: u64,
+    /// `--wake`: how long each side spins before it sleeps [default: `IdleStrategy::block()`'s
+    /// spin, as `--idle block` uses].
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub wake_spin: Option<Duration>,
     /// Bytes per copy of the single-core `memcpy` bandwidth (the bandwidth floor of shm for
     /// messages of this size; source and destination of this size, warm); `tcp`: also bytes per
     /// ping-pong message and per streamed chunk (one `send` / `recv` each, at most 8 MiB). k/m

@@ -173,7 +173,22 @@ pub fn render(report: &Report, unit: Unit) -> String {
     for n in &report.notes {
         let _ = writeln!(out, "note: {n}");
     }
-    if let Some(f) = &floor {
+    let wake = report
+        .floor
+        .as_ref()
+        .filter(|f| f.kind == crate::floor_wake::KIND);
+    if let (Some(f), Some(w)) = (&floor, wake) {
+        let _ = writeln!(
+            out,
+            "wake-up reference (cores {} <-> {}): bare futex ping-pong at {:.0} msgs/s, the server asleep between pings: RTT p50 {} {u}, p99 {} {u}",
+            f.cores[0],
+            f.cores[1],
+            w.rate.msgs_per_sec(),
+            lat_cell(f.rtt_ns.p50, unit),
+            lat_cell(f.rtt_ns.p99, unit),
+            u = unit_name(unit),
+        );
+    } else if let Some(f) = &floor {
         let tcp = report.floor.as_ref().is_some_and(|f| f.kind == "tcp-raw");
         let _ = writeln!(
             out,
@@ -255,6 +270,8 @@ pub fn render(report: &Report, unit: Unit) -> String {
             }
         }
     }
+    // The wake-up reference has no rate to compare with.
+    let floor = floor.filter(|_| wake.is_none());
     if !rate.is_empty() || floor.is_some() {
         let _ = writeln!(
             out,
@@ -336,14 +353,27 @@ pub fn render(report: &Report, unit: Unit) -> String {
         );
         let _ = writeln!(
             out,
-            "{:<16} {:<10} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10} {:>10}",
-            "point", "latency", "offered/s", "achieved/s", "short", "p50", "p99", "p99.9", "max"
+            "{:<16} {:<10} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10} {:>10}{}",
+            "point",
+            "latency",
+            "offered/s",
+            "achieved/s",
+            "short",
+            "p50",
+            "p99",
+            "p99.9",
+            "max",
+            if wake.is_some() {
+                "   p50 x futex ref"
+            } else {
+                ""
+            }
         );
         for p in &load {
             let Some(l) = p.latency_ns else { continue };
             let _ = writeln!(
                 out,
-                "{:<16} {:<10} {:>12} {:>12.0} {:>7.2}% {:>10} {:>10} {:>10} {:>10}",
+                "{:<16} {:<10} {:>12} {:>12.0} {:>7.2}% {:>10} {:>10} {:>10} {:>10}{}",
                 format!("{} @{}", point_name(p), p.knobs.offered_rate),
                 p.latency_kind.as_deref().unwrap_or(""),
                 p.knobs.offered_rate,
@@ -353,6 +383,11 @@ pub fn render(report: &Report, unit: Unit) -> String {
                 lat_cell(l.p99, unit),
                 lat_cell(l.p99_9, unit),
                 lat_cell(l.max, unit),
+                match (&p.latency_x_floor, wake) {
+                    (Some(x), _) => format!("   {:.2}x", x.p50),
+                    (None, Some(_)) => "   - (one-way; the reference is a round trip)".to_string(),
+                    (None, None) => String::new(),
+                },
             );
         }
         for p in load.iter().filter(|p| p.rate_warning) {

@@ -85,6 +85,7 @@ impl Report {
             msgs_per_sec: f.rate.msgs_per_sec(),
             mb_per_sec: f.rate.mb_per_sec(),
             memcpy: self.memcpy.iter().map(MemcpyFigures::from).collect(),
+            kind: f.kind.to_string(),
         })
     }
 
@@ -95,7 +96,17 @@ impl Report {
 
     /// Adds a point, filling its ratios to the floor when one was measured.
     pub fn push(&mut self, mut m: Measured) {
-        if let Some(f) = self.floor_figures() {
+        let wake = self
+            .floor
+            .as_ref()
+            .is_some_and(|f| f.kind == crate::floor_wake::KIND);
+        if let Some(f) = self.floor_figures().filter(|_| wake) {
+            // The wake-up reference is a round trip with one kernel wake-up: it compares with a round-trip
+            // load latency, and says nothing of rates.
+            if m.point.latency_kind.as_deref() == Some("round-trip") {
+                m.point.latency_x_floor = m.point.latency_ns.map(|l| l.ratio_to(&f.rtt_ns));
+            }
+        } else if let Some(f) = self.floor_figures() {
             m.point.rtt_x_floor = m.point.rtt_ns.map(|r| r.ratio_to(&f.rtt_ns));
             m.point.msgs_per_sec_x_floor = m
                 .point

@@ -191,6 +191,10 @@ pub struct Point {
     /// Load: `one-way` (receiver's clock) or `round-trip` (echo, client's clock).
     #[serde(default)]
     pub latency_kind: Option<String>,
+    /// Load, round-trip, with the wake-up reference measured (`load --idle block --floor`): each
+    /// percentile of `latency_ns` over the floor's RTT percentile (null otherwise).
+    #[serde(default)]
+    pub latency_x_floor: Option<LatencySummary>,
     /// Load: messages sharing one intended send time (`--burst`).
     #[serde(default)]
     pub burst: Option<u64>,
@@ -294,6 +298,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             counters: None,
             latency_ns: None,
             latency_kind: None,
+            latency_x_floor: None,
             burst: None,
             achieved_rate: None,
             rate_shortfall: None,

@@ -25,6 +25,11 @@ pub struct FloorFigures {
     /// Single-core `memcpy` bandwidth per size (empty when not measured).
     #[serde(default)]
     pub memcpy: Vec<MemcpyFigures>,
+    /// What the floor is: `cache-line` (RTT and SPSC rate above), `tcp-raw` (raw busy-polled
+    /// TCP), or `futex-wake` (the wake-up reference of `--idle block`: `rtt_ns` is a round trip
+    /// with the server asleep, `msgs_per_sec` its paced rate). Empty in files written before it.
+    #[serde(default)]
+    pub kind: String,
 }
 
 /// The single-core `memcpy` floor for one size, as recorded in `summary.json`.

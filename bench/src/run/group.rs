@@ -13,6 +13,9 @@ use crate::floor;
 use crate::machine::pin_current;
 use crate::report::{console, Measured, Point, Report};
 
+/// The most round trips of the wake-up reference before a load run (3 s at 1 k msgs/s).
+const WAKE_FLOOR_ITERS: u64 = 3_000;
+
 impl Plan {
     ///
     /// # Errors
@@ -52,6 +55,16 @@ impl Plan {
                 .unwrap_or(8)
                 .clamp(1, crate::floor_tcp::MAX_CHUNK);
             let measured = match self.fabric {
+                _ if self.wake_floor() => crate::floor_wake::measure(
+                    self.floor_cores,
+                    crate::floor_wake::WakeFloorRun {
+                        rate: self.load_rates.iter().copied().min().unwrap_or(1).max(1),
+                        spin: crate::floor_wake::block_spin(),
+                        iters: iters.min(WAKE_FLOOR_ITERS),
+                        warmup: warmup.min(WAKE_FLOOR_ITERS / 10),
+                    },
+                    &STOP,
+                ),
                 Fabric::Tcp => crate::floor_tcp::measure_with(
                     self.floor_cores,
                     crate::floor_tcp::TcpFloorRun {
@@ -119,6 +132,16 @@ impl Plan {
     }
 
     /// The single-core `memcpy` floor of every size a rate point has, on the client's core.
+    /// True when the floor to measure is the kernel wake-up one: a load-only run whose every
+    /// group sleeps between messages (`--idle block`), which is what that floor bounds.
+    fn wake_floor(&self) -> bool {
+        self.tests == [TestKind::Load]
+            && self
+                .groups
+                .iter()
+                .all(|g| g.idle == crate::cli::Idle::Block)
+    }
+
     fn measure_memcpy(&self, out: &mut Vec<floor::MemcpyFloor>) -> Result<(), BenchError> {
         if !self.tests.contains(&TestKind::Rate) {
             return Ok(());

@@ -159,6 +159,7 @@ impl Plan {
             counters: None,
             latency_ns: None,
             latency_kind: None,
+            latency_x_floor: None,
             burst: None,
             achieved_rate: None,
             rate_shortfall: None,

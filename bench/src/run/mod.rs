@@ -141,7 +141,7 @@ fn run(cmd: Command, command: Vec<String>) -> Result<bool, BenchError> {
                 vec![a.size],
                 None,
                 None,
-                false,
+                a.floor,
                 false,
             )?;
             plan.execute(command)
@@ -228,6 +228,9 @@ fn floor_addr(flag: &'static str, ep: &str) -> Result<String, BenchError> {
     }
 }
 
+/// `floor --wake`'s round trips when --iters is not given: 3 s at its default 1 k/s.
+const WAKE_ITERS: u64 = 3_000;
+
 fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
     let cores = if a.app_cores.is_empty() {
         default_app_cores()
@@ -273,7 +276,10 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
             ),
         ));
     }
-    if a.iters == 0 {
+    let iters = a
+        .iters
+        .unwrap_or(if a.wake { WAKE_ITERS } else { 1_000_000 });
+    if iters == 0 {
         return Err(BenchError::invalid("--iters", "must be at least 1"));
     }
     if let Some(addr) = &server {
@@ -290,8 +296,23 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
         return Ok(stop_requested());
     }
     let mut report = Report::new(command);
+    if a.wake {
+        let run = crate::floor_wake::WakeFloorRun {
+            rate: a.wake_rate,
+            spin: a.wake_spin.unwrap_or_else(crate::floor_wake::block_spin),
+            iters,
+            warmup: a.warmup.min(iters),
+        };
+        let f = crate::floor_wake::measure([cores[0], cores[1]], run, &STOP)?;
+        report
+            .measured
+            .push(report::floor_point(&f, iters, run.warmup));
+        report.floor = Some(f);
+        finish(&report, a.unit, a.out.as_deref())?;
+        return Ok(false);
+    }
     let tcp = crate::floor_tcp::TcpFloorRun {
-        iters: a.iters,
+        iters,
         warmup: a.warmup,
         chunk: a.size,
         ping: a.size,
@@ -303,9 +324,9 @@ fn run_floor(a: FloorArgs, command: Vec<String>) -> Result<bool, BenchError> {
         (crate::cli::Fabric::Tcp, None) => {
             crate::floor_tcp::measure_with([cores[0], cores[1]], tcp, &STOP)?
         }
-        _ => floor::measure([cores[0], cores[1]], a.iters, a.warmup, &STOP)?,
+        _ => floor::measure([cores[0], cores[1]], iters, a.warmup, &STOP)?,
     };
-    let mut point = report::floor_point(&f, a.iters, a.warmup);
+    let mut point = report::floor_point(&f, iters, a.warmup);
     if a.client.is_some() {
         point.point.role = Role::Client(String::new()).as_str().into();
     }
