@@ -323,6 +323,12 @@ fn block_idle_load_sleeps_between_messages() {
     assert!(p50 > 0.0, "{p}");
     // `--floor` under `--idle block`: the futex wake-up reference at the same rate, and the
     // load's round trip as a ratio to it.
+    // The client's engine counted its connection's sleeps (one per silence at least).
+    assert!(
+        p["counters"]["sleeps"].as_u64().unwrap() > 0,
+        "{}",
+        p["counters"]
+    );
     assert_eq!(s["floor"]["kind"], "futex-wake", "{}", s["floor"]);
     let reference = s["floor"]["rtt_ns"]["p50"].as_f64().unwrap();
     assert!(reference > 0.0);

@@ -148,6 +148,35 @@ fn a_polled_connection_is_published_too() {
 }
 
 #[test]
+fn a_sleeping_pollers_sleeps_are_published() {
+    let engine = rtc_builder(256, 16)
+        .idle(spinwire::IdleStrategy::block())
+        .name("ctest-sleeps")
+        .build()
+        .unwrap();
+    let path = engine.counters_path().unwrap();
+    let ep = format!("mem://ctest-sleeps-{}", std::process::id());
+    let l = engine.listen(&ep).unwrap();
+    let _client = engine.connect(&ep).unwrap();
+    let server = l.accept_timeout(T).unwrap();
+    // Nothing comes: the run-to-completion poller sleeps in this thread until the timeout.
+    assert!(server.recv_timeout(Duration::from_millis(50)).is_err());
+    let slept = engine.counters().pollers[0].sleeps;
+    assert!(slept >= 1, "{:?}", engine.counters().pollers);
+    let s = read_until(&path, |s| {
+        s.pollers
+            .first()
+            .and_then(|p| p.get("sleeps"))
+            .is_some_and(|n| n >= slept)
+    });
+    assert!(
+        s.pollers[0].get("sleep_timeouts").is_some(),
+        "{:?}",
+        s.pollers
+    );
+}
+
+#[test]
 fn a_busy_direct_path_publishes_every_256_messages() {
     let engine = rtc_builder(256, 16).name("ctest-busy").build().unwrap();
     let path = engine.counters_path().unwrap();

@@ -94,6 +94,18 @@ pub struct Counters {
     /// Regions that asked for hugepages and got 4 KiB pages (total).
     #[serde(default)]
     pub hugepage_fallbacks: u64,
+    /// `--idle block`: the connection's sleeps in the kernel (`ConnStats::sleeps`) ...
+    #[serde(default)]
+    pub sleeps: u64,
+    /// ... and of those, the ones that ended at their bound, not rung (`sleeps_unrung`).
+    #[serde(default)]
+    pub sleeps_unrung: u64,
+    /// `--idle block`: the pollers' sleeps (`PollerStats::sleeps`) ...
+    #[serde(default)]
+    pub poller_sleeps: u64,
+    /// ... and of those, the ones that ended at their bound (`sleep_timeouts`).
+    #[serde(default)]
+    pub poller_sleep_timeouts: u64,
 }
 
 impl Counters {
@@ -114,6 +126,12 @@ impl Counters {
             small_regions: self.small_regions,
             small_bytes: self.small_bytes,
             hugepage_fallbacks: self.hugepage_fallbacks,
+            sleeps: self.sleeps.saturating_sub(before.sleeps),
+            sleeps_unrung: self.sleeps_unrung.saturating_sub(before.sleeps_unrung),
+            poller_sleeps: self.poller_sleeps.saturating_sub(before.poller_sleeps),
+            poller_sleep_timeouts: self
+                .poller_sleep_timeouts
+                .saturating_sub(before.poller_sleep_timeouts),
         }
     }
 }

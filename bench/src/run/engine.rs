@@ -384,12 +384,16 @@ impl BenchConn for EngineConn {
             small_regions: e.placement.small_regions,
             small_bytes: e.placement.small_bytes,
             hugepage_fallbacks: e.placement.fallbacks,
+            sleeps: c.sleeps,
+            sleeps_unrung: c.sleeps_unrung,
             ..Counters::default()
         };
         for p in &e.pollers {
             out.tx_batches += p.tx_batches;
             out.busy_cycles += p.busy_cycles;
             out.empty_cycles += p.empty_cycles;
+            out.poller_sleeps += p.sleeps;
+            out.poller_sleep_timeouts += p.sleep_timeouts;
         }
         Some(out)
     }

@@ -73,7 +73,10 @@ pub const ENGINE_FIELDS: [&str; 6] = [
 
 /// Poller counters, one word each from the slot's word 1 on (word 0 is the core, `u64::MAX`
 /// for the run-to-completion poller).
-pub const POLLER_FIELDS: [&str; 11] = [
+///
+/// `sleeps` and `sleep_timeouts` (an `IdleStrategy::Block` poller's sleeps, and those that
+/// ended at their bound) took words 12 and 13, zero in a file written before them.
+pub const POLLER_FIELDS: [&str; 13] = [
     "cycles",
     "busy_cycles",
     "empty_cycles",
@@ -85,6 +88,8 @@ pub const POLLER_FIELDS: [&str; 11] = [
     "rx_ring_full",
     "conn_errors",
     "connections",
+    "sleeps",
+    "sleep_timeouts",
 ];
 
 /// Word 0 of a connection slot: the connection's id plus one (0: a free slot).

@@ -197,6 +197,8 @@ impl Publisher {
                 s.rx_ring_full,
                 s.conn_errors,
                 s.connections,
+                s.sleeps,
+                s.sleep_timeouts,
             ];
             st.file.set_poller(i, *core, &v);
         }
