@@ -22,7 +22,7 @@ use spinwire::fabric::rdma;
 use spinwire::{Connection, EngineBuilder, SendError};
 use spinwire_testkit::data::payload;
 use spinwire_testkit::engine as kit;
-use spinwire_testkit::rdma::vm_ip;
+use spinwire_testkit::rdma::{srq_unsupported, vm_ip};
 
 const T: Duration = Duration::from_secs(30);
 const CONNS: usize = 64;
@@ -138,15 +138,8 @@ fn first_messages_before_attach_arrive_in_order() {
 #[test]
 fn first_messages_before_attach_arrive_in_order_srq() {
     let Some(_) = vm_ip() else { return };
-    let name = std::env::var("RXE_VM_DEV").ok();
-    let ctx = rdma::verbs::Context::open(name.as_deref()).expect("open the RDMA device");
-    if ctx.is_iwarp() {
-        eprintln!(
-            "skipped: device {} is iWARP, where rdma_srq is refused",
-            ctx.name()
-        );
+    if srq_unsupported() {
         return;
     }
-    drop(ctx);
     first_messages_before_attach(20710, CONNS * 8);
 }

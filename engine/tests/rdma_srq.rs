@@ -19,7 +19,7 @@ use spinwire::fabric::rdma;
 use spinwire::{Connection, Engine, EngineBuilder, SendError};
 use spinwire_testkit::data::payload;
 use spinwire_testkit::engine as kit;
-use spinwire_testkit::rdma::vm_ip;
+use spinwire_testkit::rdma::{srq_unsupported, vm_ip};
 
 const T: Duration = Duration::from_secs(30);
 /// Small buffers: these tests are about counts of connections and buffers, not bytes.
@@ -28,19 +28,6 @@ const BUF: usize = 256;
 const BUFFERS: usize = 64;
 /// Credits per connection on the SRQ: 1/16 of `BUFFERS`.
 const CREDITS: usize = 4;
-
-/// iWARP devices refuse SRQ: the tests print why they skip there.
-fn srq_unsupported() -> bool {
-    let name = std::env::var("RXE_VM_DEV").ok();
-    let ctx = rdma::verbs::Context::open(name.as_deref()).expect("open the RDMA device");
-    if ctx.is_iwarp() {
-        eprintln!(
-            "skipped: device {} is iWARP, where rdma_srq is refused",
-            ctx.name()
-        );
-    }
-    ctx.is_iwarp()
-}
 
 /// Run-to-completion, large messages off (each large slot would be pinned in the VM's 2 GiB),
 /// a long liveness timeout, signalling every 4 sends (a short send queue: the CQ entries each connection reserves stay

@@ -34,12 +34,27 @@ impl Access {
     }
 }
 
-/// The memory behind a [`MemoryRegion`].
+/// The memory behind a [`MemoryRegion`]; freed (or unmapped) when dropped, which a region does
+/// only after deregistering it.
 enum Backing {
     /// From the global allocator with this layout.
-    Heap(std::alloc::Layout),
+    Heap {
+        addr: NonNull<u8>,
+        layout: std::alloc::Layout,
+    },
     /// A placed mapping (hugepages, NUMA node); unmapped when dropped.
     Placed(PlacedRegion),
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if let Backing::Heap { addr, layout } = *self {
+            // SAFETY: allocated by `MemoryRegion::new` with this layout, freed only here; no
+            // registration refers to it any more (a region drops its backing after
+            // `ibv_dereg_mr`, and a failed registration never made one).
+            unsafe { std::alloc::dealloc(addr.as_ptr(), layout) };
+        }
+    }
 }
 
 /// A registered, page-aligned, zero-initialised memory region that owns its memory.
@@ -77,25 +92,13 @@ impl MemoryRegion {
         // SAFETY: layout has non-zero size.
         let addr = unsafe { std::alloc::alloc_zeroed(layout) };
         let addr = NonNull::new(addr).ok_or(VerbsError::AllocMemory { len })?;
-        // SAFETY: `addr..addr+len` is a live allocation owned by the returned object and
-        // freed only after ibv_dereg_mr in Drop.
-        let mr =
-            unsafe { ffi::ibv_reg_mr(pd.as_ptr(), addr.as_ptr().cast(), len, access.0 as i32) };
-        match NonNull::new(mr) {
-            Some(raw) => Ok(Self {
-                raw,
-                addr,
-                len: layout.size(),
-                backing: Backing::Heap(layout),
-                pd: Arc::clone(pd),
-            }),
-            None => {
-                let source = last_os_error();
-                // SAFETY: allocated above with `layout`, never registered.
-                unsafe { std::alloc::dealloc(addr.as_ptr(), layout) };
-                Err(VerbsError::RegMr { len, source })
-            }
-        }
+        Self::register(
+            pd,
+            addr,
+            layout.size(),
+            Backing::Heap { addr, layout },
+            access,
+        )
     }
 
     /// Maps `len` bytes placed by the engine's `placer` (on hugepages when it asks for them,
@@ -117,24 +120,35 @@ impl MemoryRegion {
             .anon_on(len, node)
             .map_err(|source| VerbsError::Placement { len, source })?;
         let addr = region.ptr();
-        // SAFETY: `addr..addr+len` is a live mapping of at least `len` bytes owned by the
-        // returned object and unmapped only after ibv_dereg_mr in Drop (or here, on failure,
-        // by dropping `region`).
+        Self::register(pd, addr, len, Backing::Placed(region), access)
+    }
+
+    /// Registers `addr..addr+len`, memory that `backing` owns, with `access`; on failure the
+    /// backing is dropped (freed or unmapped) with the error.
+    fn register(
+        pd: &Arc<ProtectionDomain>,
+        addr: NonNull<u8>,
+        len: usize,
+        backing: Backing,
+        access: Access,
+    ) -> Result<Self, VerbsError> {
+        // SAFETY: `addr..addr+len` is live memory owned by `backing`, which the returned
+        // object keeps until after ibv_dereg_mr in Drop (on failure no registration exists
+        // when it drops here).
         let mr =
             unsafe { ffi::ibv_reg_mr(pd.as_ptr(), addr.as_ptr().cast(), len, access.0 as i32) };
-        match NonNull::new(mr) {
-            Some(raw) => Ok(Self {
-                raw,
-                addr,
-                len,
-                backing: Backing::Placed(region),
-                pd: Arc::clone(pd),
-            }),
-            None => Err(VerbsError::RegMr {
-                len,
-                source: last_os_error(),
-            }),
-        }
+        // The error is read before `backing` drops.
+        let raw = NonNull::new(mr).ok_or_else(|| VerbsError::RegMr {
+            len,
+            source: last_os_error(),
+        })?;
+        Ok(Self {
+            raw,
+            addr,
+            len,
+            backing,
+            pd: Arc::clone(pd),
+        })
     }
 
     /// Whether the region's memory is on 2 MiB hugepages.
@@ -178,13 +192,10 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // SAFETY: registered by ibv_reg_mr; the memory is freed (or, placed, unmapped when
-        // `backing` drops after this) only after deregistration.
+        // SAFETY: registered by ibv_reg_mr and deregistered once, here; the memory is freed
+        // (or unmapped) when `backing` drops, after this body.
         unsafe {
             ffi::ibv_dereg_mr(self.raw.as_ptr());
-            if let Backing::Heap(layout) = self.backing {
-                std::alloc::dealloc(self.addr.as_ptr(), layout);
-            }
         }
     }
 }
