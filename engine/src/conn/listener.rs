@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use super::Connection;
-use crate::engine::Engine;
+use crate::engine::handle::Engine;
 use crate::error::Error;
 use crate::link::ConnParts;
 

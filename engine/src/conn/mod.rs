@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::desc::PoolView;
-use crate::engine::Engine;
+use crate::engine::handle::Engine;
 use crate::error::Error;
 use crate::error::FabricError;
 use crate::flow::Policy;

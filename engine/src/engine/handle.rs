@@ -1,4 +1,6 @@
-//! [`Engine`]: the handle that owns the control thread and the pollers.
+//! [`Engine`]: the handle that owns the control thread and the pollers, and everything it does
+//! that needs no connection type (the connection modules hold an `Engine`, so they import this
+//! file, never the one above it that makes connections).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -9,11 +11,9 @@ use rings::{Consumer, RingBuffer};
 
 use crate::clock::Clock;
 use crate::config::{Config, EngineBuilder};
-use crate::conn::{Connection, Listener};
 use crate::control::{self, Request};
 use crate::counters::publish::Publisher;
-use crate::endpoint::Endpoint;
-use crate::error::{Chain, ConfigError, Error};
+use crate::error::{ConfigError, Error};
 use crate::event::Event;
 use crate::fabric::control::FabricConnect;
 use crate::idle::{IdleStrategy, Idler, Step};
@@ -54,7 +54,7 @@ struct Inner {
 ///
 /// Cheap to clone (an `Arc` inside), `Send + Sync`. Connections and listeners hold a clone, so the
 /// engine shuts down — pollers stopped and joined, control thread stopped, every fabric resource
-/// released — when the last `Engine`, [`Connection`] and [`Listener`] is dropped.
+/// released — when the last `Engine`, [`Connection`](crate::Connection) and [`Listener`](crate::Listener) is dropped.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
@@ -187,112 +187,25 @@ impl Engine {
         &self.inner.cfg
     }
 
+    /// Each compiled-in fabric's connecting side.
+    pub(super) fn connectors(&self) -> &[Arc<dyn FabricConnect>] {
+        &self.inner.connectors
+    }
+
     /// True in run-to-completion mode (no poller threads).
     pub fn is_run_to_completion(&self) -> bool {
         self.inner.cfg.run_to_completion()
     }
 
-    /// Listens on `endpoint` (`shm://name`). Connections are set up by the control thread and
-    /// taken with [`Listener::accept_timeout`] / [`Listener::try_accept`].
-    ///
-    /// # Errors
-    ///
-    /// [`Error::BadEndpoint`], [`Error::FabricNotCompiled`], [`Error::Listen`] (name in use,
-    /// socket errors), [`Error::Shutdown`].
-    pub fn listen(&self, endpoint: &str) -> Result<Listener, Error> {
-        let ep = Endpoint::parse(endpoint)?;
-        let (reply, rx) = mpsc::sync_channel(1);
-        self.request(Request::Listen {
-            endpoint: ep,
-            raw: endpoint.to_owned(),
-            reply,
-        })?;
-        let (id, accepts) = self
-            .wait_reply(&rx, Duration::from_secs(30))?
-            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "listen failed"))?;
-        tracing::info!(endpoint, listener = id, "listening");
-        Ok(Listener::new(
-            self.clone(),
-            id,
-            endpoint.to_owned(),
-            accepts,
-        ))
-    }
-
-    /// Connects to `endpoint` with the configured connect timeout.
-    ///
-    /// # Errors
-    ///
-    /// As [`connect_timeout`](Self::connect_timeout).
-    pub fn connect(&self, endpoint: &str) -> Result<Connection, Error> {
-        self.connect_timeout(endpoint, self.inner.cfg.connect_timeout)
-    }
-
-    /// Connects to `endpoint`, giving up after `timeout`. While nobody listens on it (no
-    /// listener, the connection refused) it waits for one to appear, retrying every 1 ms at
-    /// first and every 50 ms at most, so that the two sides may start in either order (`rdma://`
-    /// does not wait: it fails at once). Any other failure ends it at once.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::BadEndpoint`], [`Error::FabricNotCompiled`], [`Error::NoListener`] (nobody
-    /// listened until the deadline), [`Error::Connect`] (refused by the listener, handshake
-    /// failed), [`Error::Setup`], [`Error::Timeout`], [`Error::Shutdown`].
-    pub fn connect_timeout(&self, endpoint: &str, timeout: Duration) -> Result<Connection, Error> {
-        self.connect_with(endpoint, timeout, true)
-    }
-
-    /// One connect attempt, bounded by `timeout`, that fails at once when nobody listens (for
-    /// [`Reconnecting`](crate::Reconnecting), whose policy paces its own attempts).
-    ///
-    /// # Errors
-    ///
-    /// As [`connect_timeout`](Self::connect_timeout), with [`Error::Connect`] instead of
-    /// [`Error::NoListener`].
-    pub(crate) fn connect_once(
-        &self,
-        endpoint: &str,
-        timeout: Duration,
-    ) -> Result<Connection, Error> {
-        self.connect_with(endpoint, timeout, false)
-    }
-
-    fn connect_with(
-        &self,
-        endpoint: &str,
-        timeout: Duration,
-        wait: bool,
-    ) -> Result<Connection, Error> {
-        let ep = Endpoint::parse(endpoint)?;
-        let Some(connector) = self
-            .inner
-            .connectors
-            .iter()
-            .find(|c| c.scheme() == ep.scheme())
-        else {
-            return Err(Error::FabricNotCompiled {
-                fabric: ep.scheme(),
-            });
-        };
-        // The rendezvous runs on this (the calling) thread, bounded by `timeout`; the control
-        // thread then registers the connection with a poller.
-        tracing::info!(endpoint, ?timeout, "connecting");
-        let (reply, rx) = mpsc::sync_channel(1);
-        connector
-            .connect(&ep, endpoint, &self.inner.cfg, timeout, wait, reply)
-            .inspect_err(|e| tracing::warn!(endpoint, error = %Chain(e), "connect failed"))?;
-        self.request(Request::Register {
-            scheme: ep.scheme(),
-        })?;
-        let parts = self.wait_reply(&rx, Duration::from_secs(10))??;
-        Ok(Connection::new(self.clone(), parts))
-    }
-
-    fn request(&self, r: Request) -> Result<(), Error> {
+    pub(super) fn request(&self, r: Request) -> Result<(), Error> {
         self.inner.ctl.request(r).map_err(|_| Error::Shutdown)
     }
 
-    fn wait_reply<T>(&self, rx: &mpsc::Receiver<T>, timeout: Duration) -> Result<T, Error> {
+    pub(super) fn wait_reply<T>(
+        &self,
+        rx: &mpsc::Receiver<T>,
+        timeout: Duration,
+    ) -> Result<T, Error> {
         if !self.is_run_to_completion() {
             return match rx.recv_timeout(timeout) {
                 Ok(v) => Ok(v),
