@@ -3,11 +3,14 @@
 # spinwire's `bench lat --floor` back to back on the same two cores, ROUNDS times, then each
 # round's p50 and p99.9 RTT and the ratios spinwire/Aeron and spinwire/floor.
 #
-# Building Aeron is up to the user: AERON_BIN names a directory that already holds the
-# binaries aeronmd, cping and cpong (Aeron's C media driver and C samples, built from
-# github.com/real-logic/aeron). This script builds and fetches nothing.
+# Aeron's binaries: AERON_BIN names a directory that holds aeronmd, cping and cpong (Aeron's C
+# media driver and C samples); or AERON_SRC names an Aeron source tree or git directory (a clone
+# of github.com/real-logic/aeron) and scripts/build-aeron.sh builds them from it first, outside
+# this repository (AERON_BUILD, default /tmp/aeron-build; about a minute, once per commit).
+# This script fetches nothing.
 #
 # Usage: AERON_BIN=DIR scripts/aeron-compare.sh [BENCH]
+#        AERON_SRC=DIR scripts/aeron-compare.sh [BENCH]
 #   BENCH    the bench binary (default target/release/bench)
 #   CORES    "PING,PONG": cping and the bench client on the first, cpong and the bench server
 #            on the second (default 0,1); aeronmd's shared conductor may use both
@@ -16,7 +19,10 @@
 #   OUT      where the runs' output goes (default target/aeron-compare)
 set -euo pipefail
 
-: "${AERON_BIN:?set AERON_BIN to a directory with built aeronmd, cping and cpong}"
+if [[ -z "${AERON_BIN:-}" ]]; then
+    : "${AERON_SRC:?set AERON_BIN to a directory with built aeronmd, cping and cpong, or AERON_SRC to an Aeron source tree or git directory to build them from}"
+    AERON_BIN=$("$(dirname "$0")/build-aeron.sh" "$AERON_SRC") || exit 2
+fi
 BENCH=${1:-target/release/bench}
 CORES=${CORES:-0,1}
 SIZE=${SIZE:-8}
