@@ -1110,6 +1110,9 @@ fn hugepages_flag_reports_what_the_engines_got() {
     );
     let p = &summary(&dir)["points"][0];
     assert_eq!(p["hugepages"], "off", "{p}");
+    // No shared receive queue asked for: the SRQ knobs are recorded as off.
+    assert_eq!(p["rdma_srq"], 0, "{p}");
+    assert_eq!(p["rdma_srq_credits"], 0, "{p}");
     assert_eq!(p["counters"]["huge_regions"], 0, "{p}");
     assert_eq!(p["counters"]["small_regions"], 1, "{p}");
     let free: u64 =

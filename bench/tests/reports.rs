@@ -44,6 +44,8 @@ fn knobs() -> Knobs {
         large_buffers: 2,
         large_threshold: 4096,
         hugepages: "try".into(),
+        rdma_srq: 0,
+        rdma_srq_credits: 0,
     }
 }
 

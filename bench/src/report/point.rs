@@ -55,6 +55,13 @@ pub struct Knobs {
     /// `--hugepages`: `off`, `try` or `require` (empty for floors and older summaries).
     #[serde(default)]
     pub hugepages: String,
+    /// `--rdma-srq`: receive buffers in each poller's shared receive queue (0: none, each
+    /// connection its own receive pool).
+    #[serde(default)]
+    pub rdma_srq: usize,
+    /// `--rdma-srq-credits` as given (0: the engine's default grant, min(buffers, 16)).
+    #[serde(default)]
+    pub rdma_srq_credits: usize,
 }
 
 /// Engine counters on the client side over one point (warm-up and the point's few control
@@ -279,6 +286,8 @@ fn floor_knobs(f: &FloorResult) -> Knobs {
         large_buffers: 0,
         large_threshold: size,
         hugepages: String::new(),
+        rdma_srq: 0,
+        rdma_srq_credits: 0,
     }
 }
 
