@@ -16,15 +16,22 @@
 #   5. bench rate --fabric rdma --size 8  --iters RATE_ITERS (server + client)
 #   6. bench rate --fabric rdma --size 64 --iters RATE_ITERS (server + client)
 #   7. perftest ib_read_bw  -F -s 1048576 -n LARGE_ITERS   (1 MiB RDMA READ bandwidth)
+#   (and, unless RDMA_BENCH_UCX=0, UCX's ucx_perftest over RC verbs beside them:
+#    tag_lat -s 8 -n LAT_ITERS, tag_bw -s 8 and -s 64 -n RATE_ITERS, with UCX_TLS=rc_v (RC
+#    verbs for data, UD verbs for wire-up only: rc_verbs alone fails with "no auxiliary
+#    transport"), UCX_NET_DEVICES=DEV:1, UCX_IB_GID_INDEX=the RoCEv2 GID, and
+#    UCX_UD_ETH_DGID_CHECK=n, which newer UCX needs on rxe (its UD wire-up otherwise drops rxe's
+#    packets and aborts after about 30 s) and Debian 12's 1.13 ignores)
 #   8. bench rate --fabric rdma --size 1m --max-size 1m --large-buffers LARGE_SLOTS
 #      --iters LARGE_ITERS (large messages: rendezvous, the receiver pulls each
 #      with one RDMA READ, up to LARGE_SLOTS in flight; issue #12)
 # and prints a table:
-#   latency  bench RTT/2 p50 vs ib_send_lat t_typical (one-way, us; lower is better)
+#   latency  bench RTT/2 p50 vs ib_send_lat t_typical and ucx_perftest's p50 (one-way, us;
+#            lower is better)
 #   rate     bench msgs/s at the receiver vs ib_send_bw MsgRate (Mpps; higher is better),
 #            8 B and 64 B
 #   bw 1 MiB bench bytes/s at the receiver vs ib_read_bw (MsgRate x 1 MiB; higher is better)
-#   ratio    bench / perftest
+#   ratio    bench / perftest, and bench / UCX (tag_bw's overall message rate)
 # bench coalesces small messages into frames (one SEND per frame of records,
 # --frame-size, default the buffer size); perftest posts one SEND per message.
 # Issue #10's targets: rate 8 B ratio >= 4, latency ratio <= 1.1. Issue #12's:
@@ -49,6 +56,8 @@
 #   RDMA_BENCH_SRQ=              BUFFERS[,CREDITS]: every bench run with a shared receive
 #                                queue of BUFFERS per poller, each connection granted CREDITS
 #                                (bench --rdma-srq / --rdma-srq-credits; unset: off)
+#   RDMA_BENCH_UCX=1             0: skip the UCX steps (ucx-utils is installed with apt
+#                                when missing)
 #   RDMA_BENCH_CORES=1,2         server vCPU, client vCPU (default 1,2 with 3+
 #                                vCPUs: vCPU 0 is left to rxe's softirq work)
 #   every RXE_VM_* knob of scripts/rxe-vm; RXE_VM_SMP defaults to 3 here (two
@@ -88,7 +97,16 @@ if [[ " ${RUSTFLAGS:-} ${CARGO_BUILD_RUSTFLAGS:-} ${CARGO_ENCODED_RUSTFLAGS:-} "
   exit 1
 fi
 
+ucx=${RDMA_BENCH_UCX:-1}
+[[ $ucx == 0 || $ucx == 1 ]] || { echo "rdma-vm-bench: RDMA_BENCH_UCX must be 0 or 1 (got $ucx)" >&2; exit 2; }
+
 scripts/setup-rdma
+# The VM sees the host's file system, so UCX's perftest is installed here.
+if [ "$ucx" = 1 ] && ! command -v ucx_perftest >/dev/null; then
+  echo "rdma-vm-bench: installing ucx-utils (ucx_perftest)"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends ucx-utils >&2 ||
+    { echo "rdma-vm-bench: FAIL: apt-get install ucx-utils failed (RDMA_BENCH_UCX=0 skips UCX)" >&2; exit 2; }
+fi
 echo "rdma-vm-bench: building bench (cargo build --release -p bench --features rdma)"
 bench=$(cargo build --release -p bench --features rdma --message-format=json |
   jq -r 'select(.reason == "compiler-artifact" and .executable != null
@@ -97,10 +115,10 @@ bench=$(cargo build --release -p bench --features rdma --message-format=json |
 [ -x "$bench" ] || { echo "rdma-vm-bench: FAIL: no bench executable was built" >&2; exit 1; }
 
 # The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE
-# LARGE_ITERS LARGE_SLOTS FRAME_SIZE SRQ (the last two may be empty).
+# LARGE_ITERS LARGE_SLOTS UCX FRAME_SIZE SRQ (the last two may be empty).
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
-bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 large_slots=$7 frame=${8:-} srq=${9:-}
+bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 large_slots=$7 ucx=$8 frame=${9:-} srq=${10:-}
 D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
 W=$(mktemp -d)
 fails=()
@@ -144,6 +162,14 @@ pair send_bw8 ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" "$IP"
 pair send_bw ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" "$IP"
+if [ "$ucx" = 1 ]; then
+  # UCX over RC verbs on the same device and GID; its own TCP side channel exchanges addresses.
+  u=(env UCX_TLS=rc_v UCX_NET_DEVICES="$D:1" UCX_IB_GID_INDEX="$X" UCX_UD_ETH_DGID_CHECK=n
+    UCX_WARN_UNUSED_ENV_VARS=n ucx_perftest)
+  pair ucx_lat "${u[@]}" -t tag_lat -s 8 -n "$lat_iters" -- "${u[@]}" "$IP" -t tag_lat -s 8 -n "$lat_iters"
+  pair ucx_bw8 "${u[@]}" -t tag_bw -s 8 -n "$rate_iters" -- "${u[@]}" "$IP" -t tag_bw -s 8 -n "$rate_iters"
+  pair ucx_bw "${u[@]}" -t tag_bw -s 64 -n "$rate_iters" -- "${u[@]}" "$IP" -t tag_bw -s 64 -n "$rate_iters"
+fi
 common=(--fabric rdma --mode rtc --idle spin)
 [ -n "$srq" ] && common+=(--rdma-srq "${srq%%,*}")
 [[ $srq == *,* ]] && common+=(--rdma-srq-credits "${srq#*,}")
@@ -190,8 +216,17 @@ if [ "$large_iters" -gt 0 ]; then
   b_bw=$(jq -r '.points[0].msgs_per_sec // empty | . * 1048576' "$W/rate1m/summary.json" 2>/dev/null)
   bw_vars=(p_bw b_bw)
 fi
+# ucx_perftest's "Final:" row: iterations, latency p50 / average / overall (us, one-way for
+# tag_lat), bandwidth average / overall (MB/s), message rate average / overall (msg/s).
+u_lat=0 u_mpps8=0 u_mpps=0 ucx_vars=()
+if [ "$ucx" = 1 ]; then
+  u_lat=$(awk '$1 == "Final:" { print $3; exit }' "$W/ucx_lat.client")
+  u_mpps8=$(awk '$1 == "Final:" { print $9 / 1e6; exit }' "$W/ucx_bw8.client")
+  u_mpps=$(awk '$1 == "Final:" { print $9 / 1e6; exit }' "$W/ucx_bw.client")
+  ucx_vars=(u_lat u_mpps8 u_mpps)
+fi
 num='^[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$'
-for v in p_lat p_mpps8 p_mpps b_lat b_mpps8 b_mpps "${bw_vars[@]}"; do
+for v in p_lat p_mpps8 p_mpps b_lat b_mpps8 b_mpps "${bw_vars[@]}" "${ucx_vars[@]}"; do
   [[ ${!v} =~ $num ]] || { echo "rdma-vm-bench: FAIL: could not parse $v (got '${!v}')"; fails+=("parse $v"); }
 done
 echo
@@ -199,15 +234,19 @@ echo "rdma-vm-bench: bench vs perftest on $D, same VM boot, server vCPU $sc / cl
 echo "rdma-vm-bench: bench rate --frame-size ${frame:-default (the buffer size)}; SRQ ${srq:-off}"
 awk -v pl="$p_lat" -v bl="$b_lat" -v pr8="$p_mpps8" -v br8="$b_mpps8" -v pr="$p_mpps" -v br="$b_mpps" \
   -v pw="$p_bw" -v bw="$b_bw" -v gi="$large_iters" -v gs="$large_slots" \
-  -v li="$lat_iters" -v ri="$rate_iters" 'BEGIN {
-  r = "%-34s %12s %12s %14s\n"
-  printf r, "figure", "perftest", "bench", "bench/perftest"
-  printf "%-34s %12.3f %12.3f %14.2f\n", "latency 8 B one-way, us (lower)", pl, bl, (pl > 0 ? bl / pl : 0)
-  printf "%-34s %12.4f %12.4f %14.2f\n", "rate 8 B, Mmsg/s (higher)", pr8, br8, (pr8 > 0 ? br8 / pr8 : 0)
-  printf "%-34s %12.4f %12.4f %14.2f\n", "rate 64 B, Mmsg/s (higher)", pr, br, (pr > 0 ? br / pr : 0)
+  -v li="$lat_iters" -v ri="$rate_iters" -v ux="$ucx" -v ul="$u_lat" -v ur8="$u_mpps8" -v ur="$u_mpps" 'BEGIN {
+  r = "%-34s %12s %12s %14s %10s %10s\n"
+  printf r, "figure", "perftest", "bench", "bench/perftest", "ucx", "bench/ucx"
+  q = "%-34s %12.4f %12.4f %14.2f %10s %10s\n"
+  u = ux ? sprintf("%.4f", ul) : "-"; x = (ux && ul > 0) ? sprintf("%.2f", bl / ul) : "-"
+  printf q, "latency 8 B one-way, us (lower)", pl, bl, (pl > 0 ? bl / pl : 0), u, x
+  u = ux ? sprintf("%.4f", ur8) : "-"; x = (ux && ur8 > 0) ? sprintf("%.2f", br8 / ur8) : "-"
+  printf q, "rate 8 B, Mmsg/s (higher)", pr8, br8, (pr8 > 0 ? br8 / pr8 : 0), u, x
+  u = ux ? sprintf("%.4f", ur) : "-"; x = (ux && ur > 0) ? sprintf("%.2f", br / ur) : "-"
+  printf q, "rate 64 B, Mmsg/s (higher)", pr, br, (pr > 0 ? br / pr : 0), u, x
   if (gi > 0)
     printf "%-34s %12.4g %12.4g %14.2f\n", "bw 1 MiB, bytes/s (higher)", pw, bw, (pw > 0 ? bw / pw : 0)
-  printf "latency: ib_send_lat t_typical vs bench RTT/2 p50, %d round trips\n", li
+  printf "latency: ib_send_lat t_typical (and ucx_perftest tag_lat p50) vs bench RTT/2 p50, %d round trips\n", li
   printf "rate:    ib_send_bw MsgRate vs bench msgs/s at the receiver, %d messages\n", ri
   if (gi > 0)
     printf "bw:      ib_read_bw vs bench rate --size 1m (rendezvous, %d large slots) at the receiver, %d messages\n", gs, gi
@@ -219,7 +258,7 @@ fi
 echo "rdma-vm-bench: PASS"
 GUEST
 
-cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$large_slots" "$frame_size" "$srq")"
+cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$large_slots" "$ucx" "$frame_size" "$srq")"
 set +e
 RXE_VM_SMP=$smp RXE_VM_TIMES=1 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} "$ROOT/scripts/rxe-vm" "$cmd"
 rc=$?
