@@ -56,4 +56,4 @@ mod sys;
 
 pub use datapath::{TcpConn, TcpFabric};
 pub use error::TcpSetupError;
-pub use hello::{HelloError, TcpParams};
+pub use hello::{HelloError, TcpParams, MAX_RX_WINDOW, WIRE_VERSION};

@@ -104,6 +104,8 @@ mod tests;
 
 pub(crate) use recv::rx_chunks;
 
+use super::MAX_RX_WINDOW;
+
 /// Zero bytes for record padding after a pooled payload.
 static ZEROS: [u8; 8] = [0; 8];
 
@@ -142,11 +144,17 @@ struct Entry {
 pub(crate) struct ConnSizes {
     /// Messages up to this many bytes are copied (sent through the stage, received inline).
     pub(crate) copy_max: usize,
-    /// The engine's credit depth (this side's sends in flight; the peer's too).
+    /// This side's message window (the application's, which the engine holds: `depth`, or
+    /// tcp's own default, [`depth_for`]).
     pub(crate) depth: usize,
-    /// The peer's credit depth (from its hello): how many of its messages may be in flight to
-    /// us, so credits go back at the latest when half of those are owed.
+    /// The peer's message window (from its hello): how many of its messages may be in flight
+    /// to us, so credits go back at the latest when half of those are owed.
     pub(crate) peer_depth: usize,
+    /// This side's byte window ([`rx_window`]), announced in its hello: bytes of the peer's
+    /// records that may be in flight to us.
+    pub(crate) rx_window: usize,
+    /// The peer's byte window (from its hello): bytes of our records that may be in flight.
+    pub(crate) peer_window: usize,
     /// The liveness timeout (zero: off).
     pub(crate) liveness: Duration,
     /// The connection's message limit (from the handshake): the largest DATA payload either
@@ -154,36 +162,85 @@ pub(crate) struct ConnSizes {
     pub(crate) max_payload: usize,
 }
 
+/// Receive chunks a connection's byte window spans ([`rx_window`]).
+const WINDOW_CHUNKS: usize = 4;
+
+/// A receiver's byte window with receive chunks of `chunk` bytes: [`WINDOW_CHUNKS`] chunks
+/// (256 KiB at the default 64-KiB chunks), at most [`MAX_RX_WINDOW`].
+/// The receiver reads into one chunk at a time and stops reading while that chunk holds
+/// records its application has no ring room for; the rest of a window waits in the two
+/// kernels' socket buffers, which TCP bounds. Four chunks keep a one-way stream of small
+/// messages going while credits travel back (one `CREDIT` record per half window, 128 KiB:
+/// 8192 records of 8-byte messages) and leave room for a few records of the largest message
+/// that is lent from the chunks.
+pub(crate) fn rx_window(chunk: usize) -> usize {
+    chunk
+        .saturating_mul(WINDOW_CHUNKS)
+        .min(MAX_RX_WINDOW as usize)
+}
+
+/// The application's message window of a tcp connection: the engine's `depth` when it was set
+/// ([`EngineBuilder::depth`](crate::EngineBuilder::depth)), else as many messages as the byte
+/// window holds records of the smallest kind (16 bytes: a header and up to 8 payload bytes),
+/// so that the byte window, not a message count, bounds a stream of small messages (16384 at
+/// the defaults). At most [`MAX_BUFFERS`](crate::config::MAX_BUFFERS) (the hello's bound).
+pub(crate) fn depth_for(depth: usize, depth_set: bool, rx_window: usize) -> usize {
+    if depth_set {
+        depth
+    } else {
+        (rx_window / (2 * RECORD_HEADER)).clamp(depth, crate::config::MAX_BUFFERS)
+    }
+}
+
 impl ConnSizes {
     /// The connection's window policies, `(this side's sends, the peer's sends)`: the one place
-    /// the tcp window is chosen. Both windows count messages, `depth` of ours and `peer_depth`
-    /// of the peer's; the peer's credits go back on their own once half of its window is owed.
+    /// the tcp windows are chosen. Both count bytes of records, the peer's `rx_window` for ours
+    /// and ours for the peer's; credits go back on their own once half a window is owed. The
+    /// message windows (`depth`, `peer_depth`) are the engine's; see [`Flow`].
     fn policies(&self) -> (Policy, Policy) {
         (
-            Policy::messages(self.depth),
-            Policy::messages(self.peer_depth),
+            Policy::bytes(self.peer_window),
+            Policy::bytes(self.rx_window),
         )
     }
 }
 
-/// A connection's flow control, one [`crate::flow`] half per direction.
+/// The stream bytes of a `DATA` record of `len` payload bytes: header, payload and padding.
+#[inline(always)]
+fn record_units(len: usize) -> u64 {
+    (RECORD_HEADER + len + pad_of(len)) as u64
+}
+
+/// A connection's flow control, one [`crate::flow`] half per direction, in bytes, beside the
+/// engine's message count.
 ///
 /// What counts as in flight, either way: a `DATA` record queued by the sender and not yet
 /// credited back, whether it is still in the sender's stage, in either kernel, in the
-/// receiver's chunks or waiting for ring room. A credit stands for one message delivered to
-/// the receiving application (copied, or lent in place: the lent message's chunk is not
-/// returned by the credit, the receive pool bounds lending on its own).
+/// receiver's chunks or waiting for ring room. A credit stands for a record delivered to the
+/// receiving application (copied, or lent in place: the lent message's chunk is not returned
+/// by the credit, the receive pool bounds lending on its own), counted twice: as one message
+/// (the engine's window, which the application's `send` checks) and as the record's bytes (the
+/// byte window, which `post_send` checks). A `CREDIT` record carries both cumulative counts,
+/// each mod 2^32: messages in its low half, bytes in its high half. Both windows are below
+/// 2^31 ([`MAX_RX_WINDOW`], `MAX_BUFFERS`), so the sender recovers the
+/// full counts from its own; a report that goes backwards reads as one far beyond what was
+/// sent and is refused.
 #[derive(Debug)]
 struct Flow {
-    /// This side's sends: `DATA` records queued, and the peer's cumulative `CREDIT` count, which
-    /// [`SendWindow::credit_to`] validates. The engine holds the window itself (it lets at most
-    /// `depth` messages be in flight), so the fabric never waits on this one.
+    /// This side's sends in bytes of records, against the peer's byte window.
     send: SendWindow,
+    /// This side's `DATA` records queued, and those the peer credited (cumulative): the
+    /// engine's message window, which the engine holds itself (it lets at most `depth`
+    /// messages be in flight), so the fabric only validates the peer's count.
+    sent_msgs: u64,
+    credited_msgs: u64,
     /// Credits the peer returned that the engine has not been told of yet (`reclaim`).
     unreported: u64,
-    /// The peer's sends: `DATA` records delivered to the application (consumed), and the count
-    /// last put in a `CREDIT` record (returned).
+    /// The peer's sends: bytes of `DATA` records delivered to the application (consumed), and
+    /// those not yet put in a `CREDIT` record.
     recv: CreditReturn,
+    /// The same records counted as messages, with the peer's message window's return batch.
+    recv_msgs: CreditReturn,
 }
 
 impl Flow {
@@ -191,22 +248,67 @@ impl Flow {
         let (send, recv) = sizes.policies();
         Flow {
             send: send.send_window(),
+            sent_msgs: 0,
+            credited_msgs: 0,
             unreported: 0,
             recv: recv.credit_return(),
+            recv_msgs: Policy::messages(sizes.peer_depth).credit_return(),
         }
     }
 
-    /// The peer's `CREDIT` record carried the cumulative count `total`.
+    /// Whether a `DATA` record of `len` payload bytes fits the byte window now.
+    #[inline(always)]
+    fn has_room(&self, len: usize) -> bool {
+        self.send.has_room(record_units(len))
+    }
+
+    /// A `DATA` record of `len` payload bytes was queued.
+    #[inline(always)]
+    fn on_sent(&mut self, len: usize) {
+        self.send.on_sent(record_units(len));
+        self.sent_msgs += 1;
+    }
+
+    /// A `DATA` record of `len` payload bytes was delivered to the application.
+    #[inline(always)]
+    fn on_consumed(&mut self, len: usize) {
+        self.recv.on_consumed(record_units(len));
+        self.recv_msgs.on_consumed(1);
+    }
+
+    /// Whether a `CREDIT` record should go out now: half of either window is owed, or some
+    /// are owed and `piggyback` (something is written anyway).
+    #[inline(always)]
+    fn credit_due(&self, piggyback: bool) -> bool {
+        self.recv.due(piggyback) || self.recv_msgs.due(false)
+    }
+
+    /// Marks everything owed as returned and gives the `CREDIT` record's payload.
+    #[inline(always)]
+    fn take_credit(&mut self) -> u64 {
+        let bytes = self.recv.take() as u32;
+        let msgs = self.recv_msgs.take() as u32;
+        (u64::from(bytes) << 32) | u64::from(msgs)
+    }
+
+    /// The peer's `CREDIT` record carried `c` (see [`Flow`]).
     ///
     /// # Errors
     ///
-    /// [`FabricError::Protocol`] when the count goes backwards or exceeds the messages sent.
+    /// [`FabricError::Protocol`] when either count goes backwards or exceeds what was sent,
+    /// or one moves without the other.
     #[inline]
-    fn on_credit(&mut self, total: u64) -> Result<(), FabricError> {
-        let new = self.send.credit_to(total).map_err(|_| {
-            FabricError::Protocol("tcp credit count goes backwards or exceeds the messages sent")
-        })?;
-        self.unreported += new;
+    fn on_credit(&mut self, c: u64) -> Result<(), FabricError> {
+        const BAD: FabricError =
+            FabricError::Protocol("tcp credit count goes backwards or exceeds what was sent");
+        let msgs = u64::from((c as u32).wrapping_sub(self.credited_msgs as u32));
+        let bytes = u64::from(((c >> 32) as u32).wrapping_sub(self.send.credited() as u32));
+        if msgs > self.sent_msgs - self.credited_msgs || (msgs == 0) != (bytes == 0) {
+            return Err(BAD);
+        }
+        self.send.credit(bytes).map_err(|_| BAD)?;
+        self.credited_msgs += msgs;
+        self.unreported += msgs;
         Ok(())
     }
 }
@@ -279,6 +381,8 @@ pub struct TcpConn {
     rx: Delivery,
 
     // ---- flow control, both directions ----
+    /// The application's message window ([`depth_for`]).
+    depth: usize,
     flow: Flow,
 
     // ---- liveness ----

@@ -33,10 +33,10 @@ impl TcpConn {
     /// enough are owed) and a heartbeat.
     #[inline]
     pub(super) fn queue_control(&mut self) {
-        if self.flow.recv.due(self.unwritten()) && self.stage.len() - self.stage_len >= 16 {
+        if self.flow.credit_due(self.unwritten()) && self.stage.len() - self.stage_len >= 16 {
             let h = header(RecordType::Credit, 8);
             self.stage_put(&h);
-            let c = self.flow.recv.take().to_le_bytes();
+            let c = self.flow.take_credit().to_le_bytes();
             self.stage_put(&c);
         }
         if self.heartbeat_due && self.stage.len() - self.stage_len >= 16 {
