@@ -1,7 +1,8 @@
 //! The TCP fabric's data path: what a poller runs for each `tcp://` connection.
 //!
 //! The byte stream is a sequence of [records](crate::record): `DATA` (a message), `CREDIT`
-//! (cumulative messages delivered to the receiver's application), `HEARTBEAT` (liveness) and,
+//! (cumulative messages and record bytes delivered to the receiver's application, see
+//! [`Flow`]), `HEARTBEAT` (liveness) and,
 //! last, `CLOSE` when the sender failed the connection because of the receiver (its reason:
 //! the receiver fails with [`FabricError::PeerAborted`] after what came before).
 //!
@@ -64,13 +65,23 @@
 //! faster than copying them (64 B: 80-82 k msgs/s lent vs 124-151 k copied); to be re-measured on a
 //! quiet machine.
 //!
-//! **Credits** ([`crate::flow`], sized in one place: `ConnSizes::policies`). The sender may have
-//! `depth` messages in flight (the engine counts them). The receiver consumes a `DATA` record
-//! only when its application's ring has a slot (and, for a lent message, a chunk to lend from;
-//! for a large one, a free large slot) and then owes one credit; it returns the cumulative count
-//! in a `CREDIT` record, piggybacked on its next write or alone once half the peer's depth is
-//! owed. So at most `depth` messages sit in the kernel buffers and the receive buffer: a slow
-//! receiver back-pressures the sender, and the kernel never queues without bound.
+//! **Credits** ([`crate::flow`], sized in one place: `ConnSizes::policies`). Each direction has
+//! a *byte window*: the receiver announces in its hello how many bytes of records (headers,
+//! payloads, padding) may be in flight to it ([`rx_window`]: four receive chunks, 256 KiB at
+//! the defaults), and `post_send` takes a `DATA` record only while the peer's window has room
+//! for it (a larger one while less than half the window is in flight, so records of any size
+//! never deadlock); the rest waits in the application's send ring. The engine's message
+//! window (`depth` messages, which `send` checks) stays beside it: set, it bounds messages
+//! as on every fabric; unset, tcp makes it as many messages as the byte window holds 16-byte
+//! records ([`depth_for`]), so the bytes bound a stream of small messages. The receiver
+//! consumes a `DATA` record only when its application's ring has a slot (and, for a lent
+//! message, a chunk to lend from; for a large one, a free large slot) and then owes its bytes
+//! and one message; it returns both cumulative counts in one `CREDIT` record, piggybacked on
+//! its next write or alone once half of either window is owed: one record per 128 KiB of a
+//! one-way stream at the defaults, where a window of 128 messages returned one per 64. So at
+//! most a window of bytes sits in the kernel buffers and the receiver's chunks: a slow receiver
+//! back-pressures the sender (`WouldBlock` once its send pool or message window is used up),
+//! and the kernel never queues without bound.
 //!
 //! **Untrusted peer.** Every header is validated: an unknown, reserved or unexpected type
 //! (`BUF_REF`, `PAD`), a `DATA` payload above the connection's limit (the buffer size without
