@@ -252,8 +252,8 @@ impl EngineBuilder {
 
     /// Credits: the most messages one connection may have in flight (sent, not yet taken by the
     /// receiver). At most the number of buffers. Default: `min(128, buffers)`; on `tcp://`,
-    /// whose byte window (four receive chunks, 256 KiB at the defaults) bounds what is in
-    /// flight, as many messages as that window holds 16-byte records (16384 at the defaults).
+    /// whose byte window (sixteen receive chunks, 1 MiB at the defaults) bounds what is in
+    /// flight, as many messages as that window holds 16-byte records (65536 at the defaults).
     /// Set, it is every fabric's message window, tcp's too (beside its byte window).
     pub fn depth(mut self, depth: usize) -> Self {
         self.cfg.depth = depth;

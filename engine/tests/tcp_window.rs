@@ -14,8 +14,8 @@ use spinwire_testkit::{serial, WAIT};
 
 const BUF: usize = 4096;
 const BUFFERS: usize = 256;
-/// The defaults' byte window: four 64-KiB receive chunks.
-const WINDOW: usize = 256 << 10;
+/// The defaults' byte window: sixteen 64-KiB receive chunks.
+const WINDOW: usize = 1 << 20;
 const LEN: usize = 64;
 /// A 64-byte message's record: an 8-byte header and the payload (a multiple of 8).
 const RECORD: usize = 8 + LEN;

@@ -335,7 +335,7 @@ pub struct CommonArgs {
     pub verify: bool,
     /// Credits: max messages in flight per connection (the rate window); at most --buffers.
     /// 0 (the default): the engine's own, `min(128, --buffers)`, and on tcp the message window
-    /// of its byte window (16384 at the defaults: the 256-KiB byte window bounds what is in
+    /// of its byte window (65536 at the defaults: the 1-MiB byte window bounds what is in
     /// flight).
     #[arg(
         long,

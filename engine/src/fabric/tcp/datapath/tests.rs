@@ -185,9 +185,9 @@ fn credit_counts_survive_the_wrap() {
 #[test]
 fn the_byte_window_bounds_small_messages_and_defaults_follow_it() {
     let w = rx_window(MIN_CHUNK);
-    assert_eq!(w, 256 << 10);
+    assert_eq!(w, 1 << 20);
     let depth = depth_for(128, false, w);
-    assert_eq!(depth, 16384, "one message per 16-byte record of the window");
+    assert_eq!(depth, 65536, "one message per 16-byte record of the window");
     assert_eq!(depth_for(64, true, w), 64, "a depth set is kept");
     let mut f = Flow::new(&sizes(depth, depth, w, w));
     let mut n = 0;
