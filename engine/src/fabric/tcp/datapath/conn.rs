@@ -14,7 +14,10 @@ use crate::link::Pools;
 use crate::record::{self, RecordType, RECORD_HEADER};
 
 use super::super::sys::{self, IovList};
-use super::{header, pad_of, sock_err, ConnSizes, Delivery, Entry, Flow, TcpConn, CTL_ROOM, ZEROS};
+use super::{
+    header, pad_of, sock_err, ConnSizes, Delivery, Entry, Flow, TcpConn, CTL_ROOM, STREAM_WRITE,
+    ZEROS,
+};
 
 impl TcpConn {
     pub(crate) fn new(
@@ -91,6 +94,8 @@ impl TcpConn {
             wr: 0,
             tail: 0,
             payload_written: 0,
+            batch: sizes.batch.max(1),
+            streaming: false,
             tx_dead: false,
             chunk_size,
             head: 0,
@@ -244,6 +249,7 @@ impl FabricConn for TcpConn {
             self.flow.on_sent(len);
             n += 1;
         }
+        self.streaming = n == descs.len() && n >= self.batch;
         Ok(n)
     }
 
@@ -294,8 +300,13 @@ impl FabricConn for TcpConn {
             self.stage_len = 0;
             self.stage_written = 0;
         }
+        let streaming = std::mem::take(&mut self.streaming);
         self.queue_control();
         if !self.unwritten() {
+            return Ok(());
+        }
+        if streaming && self.unwritten_bytes() < STREAM_WRITE {
+            // More is queued behind this batch: write it with the next one (`STREAM_WRITE`).
             return Ok(());
         }
         let mut iov = IovList::new();
@@ -376,7 +387,9 @@ impl FabricConn for TcpConn {
     }
 
     fn close(&mut self) {
-        // The last queued bytes, best effort, then our end of stream.
+        // The last queued bytes, best effort (none left for a later cycle), then our end of
+        // stream.
+        self.streaming = false;
         let _ = self.flush();
         sys::shutdown_write(self.fd);
     }

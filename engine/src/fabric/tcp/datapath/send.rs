@@ -21,6 +21,20 @@ impl TcpConn {
         self.stage_written < self.stage_len || self.wr != self.tail
     }
 
+    /// About how many bytes are queued and not written: the stage's and the payloads of
+    /// the pooled messages not yet started (a partial one's counts whole). Cheap: one pass
+    /// only when pooled messages are queued.
+    #[inline]
+    pub(super) fn unwritten_bytes(&self) -> usize {
+        let mut n = self.stage_len - self.stage_written;
+        let mut pos = self.wr;
+        while pos != self.tail && n < super::STREAM_WRITE {
+            n += self.entry(pos).len as usize;
+            pos = pos.wrapping_add(1);
+        }
+        n
+    }
+
     /// Appends `bytes` to the stage (the caller checked the room).
     #[inline]
     pub(super) fn stage_put(&mut self, bytes: &[u8]) {
