@@ -176,7 +176,8 @@ pub const MIN_LIVENESS_TIMEOUT: Duration = Duration::from_millis(80);
 /// Builds an [`Engine`](crate::Engine). Start with [`Engine::builder`](crate::Engine::builder).
 ///
 /// Defaults: run-to-completion (no poller threads), [`IdleStrategy::BusySpin`], 4096-byte buffers,
-/// 256 buffers per connection per direction, depth `min(128, buffers)`, batch 128, inline threshold
+/// 256 buffers per connection per direction, depth `min(128, buffers)` (tcp: its byte window's
+/// worth, see [`EngineBuilder::depth`]), batch 128, inline threshold
 /// [`crate::INLINE_MAX`], signal every 16, RDMA frames up to the buffer size, connect timeout
 /// 5 s, 1024 connections per poller, liveness timeout 1 s, messages up to 16 MiB through 2 large
 /// slots per connection per direction, [`HugePages::Try`], [`NumaPolicy::Off`].
@@ -250,7 +251,10 @@ impl EngineBuilder {
     }
 
     /// Credits: the most messages one connection may have in flight (sent, not yet taken by the
-    /// receiver). At most the number of buffers. Default: `min(128, buffers)`.
+    /// receiver). At most the number of buffers. Default: `min(128, buffers)`; on `tcp://`,
+    /// whose byte window (sixteen receive chunks, 1 MiB at the defaults) bounds what is in
+    /// flight, as many messages as that window holds 16-byte records (65536 at the defaults).
+    /// Set, it is every fabric's message window, tcp's too (beside its byte window).
     pub fn depth(mut self, depth: usize) -> Self {
         self.cfg.depth = depth;
         self.cfg.depth_set = true;

@@ -23,6 +23,12 @@
 //!
 //! The invariant the pair keeps: `sent - credited <= window`, and the receiver returns a unit
 //! only once it can take one more, so a receiver with `window` units of room is never overrun.
+//! One exception, for byte windows, where messages differ in size: a message larger than the
+//! room left is still admitted while less than a return batch is in flight
+//! ([`SendWindow::has_room`]), so then `sent - credited < return_batch + units` of that message.
+//! Without it the pair could deadlock: a sender stalled with less than a return batch in flight
+//! waits for credits a receiver returns only once a batch is owed. (A message window, one unit
+//! per message, never takes the exception: `in_flight < return_batch <= window` already fits.)
 
 use core::fmt;
 
@@ -74,6 +80,16 @@ impl Policy {
         Policy::messages(cfg.depth)
     }
 
+    /// A connection's window: `depth` messages when its fabric sizes it
+    /// ([`FabricConn::app_depth`](crate::fabric::FabricConn::app_depth): tcp, whose byte window
+    /// bounds what is in flight), else [`from_config`](Self::from_config)'s.
+    pub(crate) fn for_connection(cfg: &Config, depth: Option<usize>) -> Policy {
+        match depth {
+            Some(d) => Policy::messages(d),
+            None => Policy::from_config(cfg),
+        }
+    }
+
     fn new(unit: Unit, window: u64) -> Policy {
         let window = window.max(1);
         Policy {
@@ -106,6 +122,7 @@ impl Policy {
     pub(crate) fn send_window(&self) -> SendWindow {
         SendWindow {
             window: self.window,
+            batch: self.return_batch,
             sent: 0,
             credited: 0,
         }
@@ -172,6 +189,8 @@ impl std::error::Error for FlowError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SendWindow {
     window: u64,
+    /// The receiver's return batch (see [`has_room`](Self::has_room)).
+    batch: u64,
     sent: u64,
     credited: u64,
 }
@@ -189,12 +208,15 @@ impl SendWindow {
         self.window.saturating_sub(self.in_flight())
     }
 
-    /// Whether `units` more fit. A message larger than the whole window fits an empty one
-    /// (a byte window never stalls a message forever).
+    /// Whether `units` more fit: they fit the room left, or less than the receiver's return
+    /// batch is in flight. The second case is for messages larger than the room (a byte window;
+    /// larger than the whole window too): the receiver returns credits only once a batch is
+    /// owed, so a sender stalled with less in flight would wait forever. A message window never
+    /// needs it (one unit fits while `in_flight < window`, and the batch is at most the window).
     #[inline(always)]
     pub(crate) fn has_room(&self, units: u64) -> bool {
         let in_flight = self.in_flight();
-        in_flight + units <= self.window || in_flight == 0
+        in_flight + units <= self.window || in_flight < self.batch
     }
 
     /// No room for one more unit: `window` units are in flight. The one-unit check of a
@@ -434,8 +456,8 @@ mod tests {
     }
 
     #[test]
-    fn byte_window_admits_an_oversized_message_only_when_empty() {
-        let p = Policy::bytes(1000);
+    fn byte_window_admits_an_oversized_message_below_a_return_batch() {
+        let p = Policy::bytes(1000); // return batch 500
         let mut w = p.send_window();
         assert!(w.has_room(p.units(5000)), "an empty window takes anything");
         w.on_sent(p.units(5000));
@@ -443,7 +465,60 @@ mod tests {
         assert_eq!(w.credit_to(5000), Ok(5000));
         w.on_sent(p.units(600));
         assert!(w.has_room(400));
-        assert!(!w.has_room(401));
+        assert!(
+            !w.has_room(401),
+            "a return batch is in flight: credits will come"
+        );
+        assert_eq!(w.credit_to(5200), Ok(200));
+        assert!(
+            w.has_room(900),
+            "less than a batch in flight: the receiver may never return it, so it goes"
+        );
+    }
+
+    /// A byte window with messages of any size, up to several windows, never deadlocks: with
+    /// everything sent delivered and nothing due at the receiver, the sender can always send.
+    /// And what is in flight stays within the window, or under a return batch plus the one
+    /// oversized message.
+    #[test]
+    fn byte_window_never_deadlocks_on_mixed_sizes() {
+        for window in [1u64, 7, 64, 1000] {
+            let p = Policy::bytes(window as usize);
+            let mut w = p.send_window();
+            let mut r = p.credit_return();
+            let mut queued: Vec<u64> = Vec::new(); // at the receiver, not consumed
+            let mut seed = window;
+            for _ in 0..5000 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let units = 1 + (seed >> 33) % (3 * window);
+                if w.has_room(units) {
+                    let before = w.in_flight();
+                    w.on_sent(units);
+                    assert!(
+                        w.in_flight() <= window || before < p.return_batch,
+                        "{window}: {before} + {units}"
+                    );
+                    queued.push(units);
+                    continue;
+                }
+                // The sender is stalled: the receiver consumes everything; credits must come.
+                for u in queued.drain(..) {
+                    r.on_consumed(u);
+                }
+                assert!(
+                    r.due(false),
+                    "{window}: stalled with nothing due (deadlock)"
+                );
+                let total = r.take();
+                w.credit_to(total).expect("honest");
+                assert!(
+                    w.has_room(units),
+                    "{window}: everything credited, still no room"
+                );
+            }
+        }
     }
 
     #[test]

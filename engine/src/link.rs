@@ -193,6 +193,10 @@ pub(crate) struct ConnParts {
     pub(crate) pools: Pools,
     pub(crate) keep: Arc<dyn Any + Send + Sync>,
     pub(crate) shared: Arc<ConnShared>,
+    /// The application's send window in messages when the fabric sizes it
+    /// ([`FabricConn::app_depth`](crate::fabric::FabricConn::app_depth)); `None`: the engine's
+    /// `depth`.
+    pub(crate) depth: Option<usize>,
 }
 
 /// The four pools of a connection, as its fabric's setup made them: `tx`/`rx` ordinary
@@ -242,7 +246,7 @@ pub(crate) fn owned_bit(idx: u32, count: u32, large: u32) -> Option<(usize, u64)
 ///
 /// `pools.tx` (and `tx_large`) is where this side writes messages; `rx` (and `rx_large`) is
 /// where received pooled messages are read; `keep` keeps the memory of all of them alive.
-pub(crate) fn conn_pair<C>(
+pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
     id: u64,
     peer: String,
     fabric: C,
@@ -269,6 +273,7 @@ pub(crate) fn conn_pair<C>(
     let (rel_p, rel_c) =
         RingBuffer::<u32>::new((rx_pool.count() as usize + rx_large.count() as usize).max(1));
     let shared = Arc::new(ConnShared::new(id));
+    let depth = fabric.app_depth();
     let poller = Box::new(PollerConn {
         id,
         fabric,
@@ -302,6 +307,7 @@ pub(crate) fn conn_pair<C>(
         pools,
         keep,
         shared,
+        depth,
     };
     (parts, poller)
 }
@@ -321,6 +327,7 @@ pub(crate) fn direct_parts(
         pools,
         keep,
         shared: Arc::new(ConnShared::new(id)),
+        depth: None,
     }
 }
 

@@ -108,7 +108,9 @@ fn size(rng: &mut Rng) -> usize {
 fn hello(buffer_size: u32, depth: u32) -> [u8; 32] {
     let mut b = [0u8; 32];
     b[0..4].copy_from_slice(b"SPWT");
-    b[4] = spinwire::record::VERSION;
+    b[4] = spinwire::fabric::tcp::WIRE_VERSION;
+    // The byte window (version 2): 64 KiB.
+    b[24..28].copy_from_slice(&(64u32 << 10).to_le_bytes());
     b[8..12].copy_from_slice(&buffer_size.to_le_bytes());
     b[12..16].copy_from_slice(&depth.to_le_bytes());
     b

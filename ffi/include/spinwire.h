@@ -386,7 +386,8 @@ typedef struct sw_claim {
  * Engine configuration. Fill it with `sw_config_init`, then change what you need.
  *
  * The defaults are the Rust `EngineBuilder`'s: run-to-completion (no poller thread), busy spin,
- * 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)`, batch 128,
+ * 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)` (tcp: what
+ * its 1-MiB byte window holds, 65536), batch 128,
  * inline threshold 120 bytes, connect timeout 5 s, 1024 connections per poller, liveness
  * timeout 1 s, messages up to 16 MiB through 2 large slots.
  *
@@ -405,7 +406,8 @@ typedef struct sw_config {
   size_t buffers;
   /**
    * Credits: most messages in flight per connection, 1 to `buffers`; 0 means
-   * `min(128, buffers)`.
+   * `min(128, buffers)`, and on tcp what its byte window holds of 16-byte records (65536
+   * at the defaults).
    */
   size_t depth;
   /**

@@ -51,7 +51,8 @@ const _: () = assert!(SW_MIN_LIVENESS_TIMEOUT_NS as u128 == MIN_LIVENESS_TIMEOUT
 /// Engine configuration. Fill it with `sw_config_init`, then change what you need.
 ///
 /// The defaults are the Rust `EngineBuilder`'s: run-to-completion (no poller thread), busy spin,
-/// 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)`, batch 128,
+/// 256 buffers of 4096 bytes per connection and direction, depth `min(128, buffers)` (tcp: what
+/// its 1-MiB byte window holds, 65536), batch 128,
 /// inline threshold 120 bytes, connect timeout 5 s, 1024 connections per poller, liveness
 /// timeout 1 s, messages up to 16 MiB through 2 large slots.
 ///
@@ -67,7 +68,8 @@ pub struct sw_config {
     /// Buffers per connection and direction, 1 to `SW_MAX_BUFFERS`.
     pub buffers: usize,
     /// Credits: most messages in flight per connection, 1 to `buffers`; 0 means
-    /// `min(128, buffers)`.
+    /// `min(128, buffers)`, and on tcp what its byte window holds of 16-byte records (65536
+    /// at the defaults).
     pub depth: usize,
     /// Most sends queued before a send runs a poller cycle itself (run-to-completion), and most
     /// work items a poller moves per connection per step: 1 to `SW_MAX_BATCH`.

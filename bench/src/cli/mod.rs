@@ -334,10 +334,13 @@ pub struct CommonArgs {
     #[arg(long, help_heading = "Data path")]
     pub verify: bool,
     /// Credits: max messages in flight per connection (the rate window); at most --buffers.
+    /// 0 (the default): the engine's own, `min(128, --buffers)`, and on tcp the message window
+    /// of its byte window (65536 at the defaults: the 1-MiB byte window bounds what is in
+    /// flight).
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 128,
+        default_value_t = 0,
         help_heading = "Data path"
     )]
     pub depth: usize,

@@ -222,7 +222,10 @@ pub fn render(report: &Report, unit: Unit) -> String {
             p.role,
             p.knobs.idle,
             p.knobs.batch,
-            p.knobs.depth,
+            match p.knobs.depth {
+                0 => "default".to_owned(),
+                d => d.to_string(),
+            },
             p.knobs.buffers,
             p.knobs.buffer_size,
             p.knobs.app_cores,

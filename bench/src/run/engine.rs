@@ -70,6 +70,8 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
         Some(bytes) => b.large_threshold(bytes),
         None => b,
     };
+    // 0: the engine's own depth (tcp sizes its message window from its byte window).
+    let b = if g.depth > 0 { b.depth(g.depth) } else { b };
     b.idle(match g.idle {
         Idle::Spin => IdleStrategy::BusySpin,
         Idle::Backoff => IdleStrategy::backoff(),
@@ -78,7 +80,6 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
     .pool(g.buffer_size, g.buffers)
     .max_message_size(g.max_message_size)
     .large_buffers(g.large_buffers)
-    .depth(g.depth)
     .batch(g.batch)
     .inline_threshold(g.inline_threshold)
     .signal_every(g.signal_every)

@@ -356,7 +356,6 @@ fn check_buffer_flags(c: &CommonArgs) -> Result<(), BenchError> {
     }
     for (flag, v) in [
         ("--buffers", c.buffers),
-        ("--depth", c.depth),
         ("--batch", c.batch),
         ("--signal-every", c.signal_every),
     ] {

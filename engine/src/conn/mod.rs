@@ -130,9 +130,12 @@ impl Connection {
         let pools = parts.pools;
         let path = match parts.path {
             // The polled path's window: the connection's policy, built once here.
-            AppPath::Rings(rings) => {
-                Path::Polled(Polled::new(rings, &pools, Policy::from_config(cfg), cfg))
-            }
+            AppPath::Rings(rings) => Path::Polled(Polled::new(
+                rings,
+                &pools,
+                Policy::for_connection(cfg, parts.depth),
+                cfg,
+            )),
             // The fabric's setup sized its window (from the same configuration).
             AppPath::Direct(fabric) => Path::Direct(Direct::new(fabric, &pools, cfg.batch as u32)),
         };

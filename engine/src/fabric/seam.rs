@@ -116,6 +116,15 @@ pub trait FabricConn: Send + 'static {
         false
     }
 
+    /// The application's send window of this connection in messages, when the fabric sizes it
+    /// itself (tcp: its own default when `depth` was not set, its byte window bounding what is
+    /// in flight). Asked once, when the connection is built. The default, `None`, is the
+    /// engine's [`depth`](crate::EngineBuilder::depth).
+    #[inline]
+    fn app_depth(&self) -> Option<usize> {
+        None
+    }
+
     /// Cheap hint: `true` when [`post_send`](FabricConn::post_send) copies a `len`-byte message
     /// (inline in the fabric's own records) and frees its buffer right there with
     /// [`TxDone::free_copied`]. The engine then does not track that buffer in its ownership bitmap

@@ -138,9 +138,11 @@ fn tcp_endpoint(_tag: &str) -> String {
 fn tcp_hello() -> [u8; 32] {
     let mut b = [0u8; 32];
     b[0..4].copy_from_slice(b"SPWT");
-    b[4] = spinwire::record::VERSION;
+    b[4] = spinwire::fabric::tcp::WIRE_VERSION;
     b[8..12].copy_from_slice(&(BUF as u32).to_le_bytes());
     b[12..16].copy_from_slice(&(BUFFERS as u32).to_le_bytes());
+    // The byte window: 64 KiB.
+    b[24..28].copy_from_slice(&(64u32 << 10).to_le_bytes());
     b
 }
 

@@ -7,14 +7,15 @@
 //! | bytes  | field         | meaning |
 //! |--------|---------------|---------|
 //! | 0..4   | `magic`       | `b"SPWT"` |
-//! | 4      | `version`     | the record format version ([`record::VERSION`]) |
+//! | 4      | `version`     | the tcp wire version ([`WIRE_VERSION`]): the record format plus the credit encoding |
 //! | 5      | `status`      | reply only: 0 accepted, 1 parameters differ, 2 busy, 3 invalid hello |
 //! | 6..8   | reserved      | 0 |
 //! | 8..12  | `buffer_size` | bytes per pool buffer (the largest message without large slots) |
-//! | 12..16 | `depth`       | messages the sender may have in flight (the credit grant) |
+//! | 12..16 | `depth`       | messages this side may have in flight (its message window) |
 //! | 16..20 | `max_message_size` | the largest message with large slots; 0 or `buffer_size` without |
 //! | 20..24 | `large_buffers` | large slots per direction; 0: no large messages |
-//! | 24..32 | reserved      | 0 |
+//! | 24..28 | `rx_window`   | bytes of records the peer may have in flight to this side (its byte window), `1 ..= MAX_RX_WINDOW` |
+//! | 28..32 | reserved      | 0 |
 //!
 //! Both sides must use the same buffer size. Large messages are on when both sides announce
 //! large slots; the connection's limit is then the smaller `max_message_size` of the two (the
@@ -22,10 +23,22 @@
 //!
 //! Compatibility: a hello from before large messages has zeros at 16..24, which reads as "no
 //! large slots", so such a peer still connects (without large messages). An older listener
-//! rejects a hello that announces large slots (reserved bytes set) with status 3.
+//! rejects a hello that announces large slots (reserved bytes set) with status 3. Version 2
+//! added the byte window (`rx_window`) and the two-count `CREDIT` record (see `datapath`); a
+//! version-1 peer's hello is refused ([`HelloError::Version`]), as a version-1 side refuses
+//! ours: the two would read each other's credits wrong.
 
 use crate::config::{MAX_BUFFERS, MAX_BUFFER_SIZE, MAX_LARGE_BUFFERS, MAX_MESSAGE_SIZE};
 use crate::record;
+
+/// The tcp wire version a hello carries: 2 since the byte window (`rx_window`) and the
+/// `CREDIT` record's two counts (messages and bytes, each mod 2^32); 1 was the record format
+/// alone, with credits in messages.
+pub const WIRE_VERSION: u8 = 2;
+
+/// The largest byte window a hello may announce: 1 GiB, so that a window's worth of bytes is
+/// below 2^31 and a `CREDIT` record's byte count, kept mod 2^32, is never ambiguous.
+pub const MAX_RX_WINDOW: u32 = 1 << 30;
 
 /// Why a hello is refused: the field that is wrong, with its value and the bound it broke
 /// (the engine's own configuration bounds).
@@ -43,12 +56,12 @@ pub enum HelloError {
         /// Its value.
         value: u8,
     },
-    /// Another record format version.
-    #[error("record format version {got}, this build speaks {want}")]
+    /// Another tcp wire version.
+    #[error("tcp wire version {got}, this build speaks {want}")]
     Version {
         /// The peer's.
         got: u8,
-        /// Ours ([`record::VERSION`]).
+        /// Ours ([`WIRE_VERSION`]).
         want: u8,
     },
     /// An unknown status byte.
@@ -82,7 +95,7 @@ pub(crate) const STATUS_INVALID: u8 = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TcpParams {
-    /// Record format version.
+    /// The tcp wire version ([`WIRE_VERSION`]).
     pub version: u8,
     /// Bytes per pool buffer (the largest message without large slots).
     pub buffer_size: u32,
@@ -93,6 +106,9 @@ pub struct TcpParams {
     pub max_message_size: u32,
     /// Large slots per direction this side has (0: no large messages).
     pub large_buffers: u32,
+    /// Bytes of records (headers, payloads and padding) the peer may have in flight to this
+    /// side: this side's byte window, `1 ..= MAX_RX_WINDOW`.
+    pub rx_window: u32,
 }
 
 impl TcpParams {
@@ -105,6 +121,7 @@ impl TcpParams {
         b[12..16].copy_from_slice(&self.depth.to_le_bytes());
         b[16..20].copy_from_slice(&self.max_message_size.to_le_bytes());
         b[20..24].copy_from_slice(&self.large_buffers.to_le_bytes());
+        b[24..28].copy_from_slice(&self.rx_window.to_le_bytes());
         b
     }
 
@@ -114,7 +131,7 @@ impl TcpParams {
         if b[0..4] != MAGIC {
             return Err(HelloError::Magic([b[0], b[1], b[2], b[3]]));
         }
-        if let Some(at) = (6..8).chain(24..HELLO_LEN).find(|&i| b[i] != 0) {
+        if let Some(at) = (6..8).chain(28..HELLO_LEN).find(|&i| b[i] != 0) {
             return Err(HelloError::Reserved { at, value: b[at] });
         }
         if b[5] > STATUS_INVALID {
@@ -127,11 +144,12 @@ impl TcpParams {
             depth: u32_at(12),
             max_message_size: u32_at(16),
             large_buffers: u32_at(20),
+            rx_window: u32_at(24),
         };
-        if p.version != record::VERSION {
+        if p.version != WIRE_VERSION {
             return Err(HelloError::Version {
                 got: p.version,
-                want: record::VERSION,
+                want: WIRE_VERSION,
             });
         }
         let range = |field, value: u32, min: u64, max: usize| {
@@ -155,6 +173,7 @@ impl TcpParams {
         // The credit depth is at most the buffers per connection.
         range("depth", p.depth, 1, MAX_BUFFERS)?;
         range("large_buffers", p.large_buffers, 0, MAX_LARGE_BUFFERS)?;
+        range("rx_window", p.rx_window, 1, MAX_RX_WINDOW as usize)?;
         if p.large_buffers == 0 {
             // 0 (a hello from before large messages) or the buffer size.
             if p.max_message_size != 0 {
@@ -197,11 +216,12 @@ mod tests {
 
     fn params(max_message_size: u32, large_buffers: u32) -> TcpParams {
         TcpParams {
-            version: record::VERSION,
+            version: WIRE_VERSION,
             buffer_size: 4096,
             depth: 16,
             max_message_size,
             large_buffers,
+            rx_window: 64 << 10,
         }
     }
 
@@ -226,17 +246,18 @@ mod tests {
             );
         }
         let mut b = p.encode(STATUS_OK);
-        b[24] = 1;
+        b[28] = 1;
         assert!(TcpParams::decode(&b).is_err(), "reserved byte");
     }
 
     /// Every value a hello that decodes may carry is within the engine's bounds.
     fn in_range(p: &TcpParams, status: u8) -> bool {
-        p.version == record::VERSION
+        p.version == WIRE_VERSION
             && status <= STATUS_INVALID
             && (1..=MAX_BUFFER_SIZE.min(record::MAX_PAYLOAD)).contains(&(p.buffer_size as usize))
             && (1..=MAX_BUFFERS).contains(&(p.depth as usize))
             && p.large_buffers as usize <= MAX_LARGE_BUFFERS
+            && (1..=MAX_RX_WINDOW).contains(&p.rx_window)
             && p.max_message_size as usize <= MAX_MESSAGE_SIZE
             && (p.large_buffers == 0 || p.max_message_size > p.buffer_size)
     }
@@ -307,6 +328,40 @@ mod tests {
         let mut b = params(0, 0).encode(STATUS_OK);
         b[5] = 9;
         assert_eq!(TcpParams::decode(&b), Err(HelloError::Status(9)));
+    }
+
+    /// Version 2 carries the byte window: a version-1 hello (the record format version alone,
+    /// zeros where the window goes) is refused typed, and so are a zero window and one above
+    /// [`MAX_RX_WINDOW`].
+    #[test]
+    fn the_wire_version_and_the_byte_window_are_checked() {
+        let p = params(1 << 20, 2);
+        let mut v1 = p.encode(STATUS_OK);
+        v1[4] = 1;
+        v1[24..28].fill(0);
+        assert_eq!(
+            TcpParams::decode(&v1),
+            Err(HelloError::Version { got: 1, want: 2 })
+        );
+        for (w, ok) in [
+            (0, false),
+            (1, true),
+            (MAX_RX_WINDOW, true),
+            (MAX_RX_WINDOW + 1, false),
+        ] {
+            let q = TcpParams { rx_window: w, ..p };
+            let got = TcpParams::decode(&q.encode(STATUS_OK));
+            assert_eq!(got.is_ok(), ok, "{w}: {got:?}");
+            if !ok {
+                assert!(matches!(
+                    got,
+                    Err(HelloError::OutOfRange {
+                        field: "rx_window",
+                        ..
+                    })
+                ));
+            }
+        }
     }
 
     #[test]

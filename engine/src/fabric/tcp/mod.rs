@@ -3,7 +3,8 @@
 //!
 //! One connection = one TCP socket (`TCP_NODELAY`, non-blocking) carrying the
 //! [record format](crate::record) in both directions: `DATA` records are messages, `CREDIT`
-//! records return credits, `HEARTBEAT` records prove liveness on an idle connection. The poller
+//! records return credits (of a byte window each side announces in its hello, and of the
+//! engine's message window), `HEARTBEAT` records prove liveness on an idle connection. The poller
 //! busy-polls the socket with `recv` and writes everything queued in one cycle with one
 //! `sendmsg` (coalesced; no epoll on the data path). Each side has its own send and receive
 //! buffer pools in process memory; see `datapath` for the buffer flow (small messages are copied
@@ -29,8 +30,8 @@
 //! touched only as messages use them (a connection that only ever carries 1 MiB messages
 //! commits at most 1 MiB per slot), so the resident cost follows the traffic, not the limit.
 //!
-//! * `hello`: the 32-byte parameter handshake message (buffer size, depth, message limit,
-//!   large slots).
+//! * `hello`: the 32-byte parameter handshake message (wire version, buffer size, depth,
+//!   message limit, large slots, byte window).
 //! * `setup` (control thread / connecting thread): the handshake steps, the pools (the large
 //!   pools' mappings too), listening and connecting (non-blocking connect bounded by the connect timeout).
 //! * `datapath` (poller): [`TcpFabric`] / [`TcpConn`], the [`Fabric`](super::Fabric)
@@ -56,4 +57,4 @@ mod sys;
 
 pub use datapath::{TcpConn, TcpFabric};
 pub use error::TcpSetupError;
-pub use hello::{HelloError, TcpParams};
+pub use hello::{HelloError, TcpParams, MAX_RX_WINDOW, WIRE_VERSION};

@@ -23,9 +23,12 @@ use crate::link::Pools;
 use crate::placement::{PlacedRegion, Placer};
 use crate::record;
 
-use super::datapath::{rx_chunks, ConnSizes, TcpConn};
+use super::datapath::{depth_for, rx_chunks, rx_window, ConnSizes, TcpConn};
 use super::error::TcpSetupError;
-use super::hello::{TcpParams, HELLO_LEN, STATUS_BUSY, STATUS_INVALID, STATUS_MISMATCH, STATUS_OK};
+use super::hello::{
+    TcpParams, HELLO_LEN, MAX_RX_WINDOW, STATUS_BUSY, STATUS_INVALID, STATUS_MISMATCH, STATUS_OK,
+    WIRE_VERSION,
+};
 
 /// How long an accepted connection may take to send its hello. The control thread does not
 /// wait: the pending handshake is an entry with this deadline (see [`Handshake`]).
@@ -52,12 +55,17 @@ pub(crate) fn params_for(cfg: &Config) -> Result<TcpParams, Error> {
         (0, _) | (_, 0) => (buffer_size, 0),
         (size, slots) => (u32::try_from(size).unwrap_or(u32::MAX), slots),
     };
+    let (chunk, _) = rx_chunks(cfg.buffer_size, cfg.buffers)
+        .ok_or(TcpSetupError::Alloc { bytes: usize::MAX })?;
+    let window = rx_window(chunk);
     Ok(TcpParams {
-        version: record::VERSION,
+        version: WIRE_VERSION,
         buffer_size,
-        depth: u32::try_from(cfg.depth).unwrap_or(u32::MAX),
+        depth: u32::try_from(depth_for(cfg.depth, cfg.depth_set, window)).unwrap_or(u32::MAX),
         max_message_size,
         large_buffers,
+        // At most `MAX_RX_WINDOW` (`rx_window`).
+        rx_window: u32::try_from(window).unwrap_or(MAX_RX_WINDOW),
     })
 }
 
@@ -163,8 +171,11 @@ fn establish(
         pool_views,
         ConnSizes {
             copy_max: cfg.inline_threshold,
-            depth: cfg.depth,
+            depth: ours.depth as usize,
             peer_depth: theirs.depth as usize,
+            rx_window: ours.rx_window as usize,
+            peer_window: theirs.rx_window as usize,
+            batch: cfg.batch,
             liveness: cfg.liveness_timeout,
             max_payload: limit,
         },

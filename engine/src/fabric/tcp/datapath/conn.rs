@@ -14,7 +14,10 @@ use crate::link::Pools;
 use crate::record::{self, RecordType, RECORD_HEADER};
 
 use super::super::sys::{self, IovList};
-use super::{header, pad_of, sock_err, ConnSizes, Delivery, Entry, Flow, TcpConn, CTL_ROOM, ZEROS};
+use super::{
+    header, pad_of, sock_err, ConnSizes, Delivery, Entry, Flow, TcpConn, CTL_ROOM, STREAM_WRITE,
+    ZEROS,
+};
 
 impl TcpConn {
     pub(crate) fn new(
@@ -32,10 +35,14 @@ impl TcpConn {
         let buf_size = tx_pool.buf_size();
         let copy_max = sizes.copy_max.min(INLINE_MAX).min(buf_size);
         let depth = sizes.depth.max(1);
-        // The stage holds at most `depth` queued messages (credits bound them): each a copied
-        // record or a header plus padding, and the control records.
+        // The stage holds the queued records (the windows bound them: at most `depth`
+        // messages and about the peer's byte window, each a copied record or a header), and
+        // the control records. Copied records beyond the stage wait for the next flush.
         let small = record::record_size(copy_max).unwrap_or(INLINE_MAX + 16);
-        let stage = (depth * small.max(16) + CTL_ROOM).max(64 << 10);
+        let stage = (depth.saturating_mul(small.max(16)))
+            .min(sizes.peer_window)
+            .saturating_add(CTL_ROOM)
+            .max(64 << 10);
         let max_record = record::record_size(buf_size).unwrap_or(buf_size + 16);
         // `rx_pool` comes from `rx_chunks` (setup): at least 2 chunks of two whole records.
         let count = rx_pool.count();
@@ -87,6 +94,8 @@ impl TcpConn {
             wr: 0,
             tail: 0,
             payload_written: 0,
+            batch: sizes.batch.max(1),
+            streaming: false,
             tx_dead: false,
             chunk_size,
             head: 0,
@@ -109,6 +118,7 @@ impl TcpConn {
                 large_free: (0..large_count).rev().collect(),
                 large_free_len: large_count as usize,
             },
+            depth,
             flow: Flow::new(&sizes),
             liveness_ns: u64::try_from(sizes.liveness.as_nanos()).unwrap_or(u64::MAX),
             heard: 0,
@@ -130,13 +140,18 @@ impl TcpConn {
 }
 
 impl FabricConn for TcpConn {
+    #[inline]
+    fn app_depth(&self) -> Option<usize> {
+        Some(self.depth)
+    }
+
     fn arm(&mut self, set: &mut WaitSet) -> bool {
         // Something to reclaim or report now: not idle. Bytes still to write (the socket's
         // buffer was full) wait for it to drain: writable wakes it.
         if self.free_head != self.wr
             || self.flow.unreported != 0
             || self.heartbeat_due
-            || self.flow.recv.due(false)
+            || self.flow.credit_due(false)
         {
             return false;
         }
@@ -160,7 +175,7 @@ impl FabricConn for TcpConn {
             && self.free_head == self.wr
             && self.flow.unreported == 0
             && !self.heartbeat_due
-            && !self.flow.recv.due(false)
+            && !self.flow.credit_due(false)
     }
 
     #[inline]
@@ -191,6 +206,10 @@ impl FabricConn for TcpConn {
         let cap = self.entries.len() as u64;
         for d in descs {
             let len = d.len as usize;
+            if !self.flow.has_room(len) {
+                // The peer's byte window is full: the rest waits in the send ring for credits.
+                break;
+            }
             let room = self.stage.len() - self.stage_len;
             // A large slot is always written from the slot (the engine marked it held).
             if !is_large(d.buf) && self.copies(d.len) {
@@ -227,9 +246,10 @@ impl FabricConn for TcpConn {
                 };
                 self.tail = self.tail.wrapping_add(1);
             }
-            self.flow.send.on_sent(1);
+            self.flow.on_sent(len);
             n += 1;
         }
+        self.streaming = n == descs.len() && n >= self.batch;
         Ok(n)
     }
 
@@ -280,8 +300,13 @@ impl FabricConn for TcpConn {
             self.stage_len = 0;
             self.stage_written = 0;
         }
+        let streaming = std::mem::take(&mut self.streaming);
         self.queue_control();
         if !self.unwritten() {
+            return Ok(());
+        }
+        if streaming && self.unwritten_bytes() < STREAM_WRITE {
+            // More is queued behind this batch: write it with the next one (`STREAM_WRITE`).
             return Ok(());
         }
         let mut iov = IovList::new();
@@ -362,7 +387,9 @@ impl FabricConn for TcpConn {
     }
 
     fn close(&mut self) {
-        // The last queued bytes, best effort, then our end of stream.
+        // The last queued bytes, best effort (none left for a later cycle), then our end of
+        // stream.
+        self.streaming = false;
         let _ = self.flush();
         sys::shutdown_write(self.fd);
     }

@@ -111,7 +111,7 @@ impl Delivery {
                     self.refs[self.cur as usize] += 1;
                     self.lent += 1;
                 }
-                flow.recv.on_consumed(1);
+                flow.on_consumed(payload.len());
             }
             Record::Credit(c) => flow.on_credit(c)?,
             Record::Heartbeat(_) => {}
@@ -195,7 +195,7 @@ impl TcpConn {
                 }
                 sink.push_large(l.slot, l.len)?;
                 self.large_rx = None;
-                self.flow.recv.on_consumed(1);
+                self.flow.on_consumed(l.len as usize);
             }
             let head = self.head;
             if head == self.tail_rx {

@@ -21,6 +21,20 @@ impl TcpConn {
         self.stage_written < self.stage_len || self.wr != self.tail
     }
 
+    /// About how many bytes are queued and not written: the stage's and the payloads of
+    /// the pooled messages not yet started (a partial one's counts whole). Cheap: one pass
+    /// only when pooled messages are queued.
+    #[inline]
+    pub(super) fn unwritten_bytes(&self) -> usize {
+        let mut n = self.stage_len - self.stage_written;
+        let mut pos = self.wr;
+        while pos != self.tail && n < super::STREAM_WRITE {
+            n += self.entry(pos).len as usize;
+            pos = pos.wrapping_add(1);
+        }
+        n
+    }
+
     /// Appends `bytes` to the stage (the caller checked the room).
     #[inline]
     pub(super) fn stage_put(&mut self, bytes: &[u8]) {
@@ -33,10 +47,10 @@ impl TcpConn {
     /// enough are owed) and a heartbeat.
     #[inline]
     pub(super) fn queue_control(&mut self) {
-        if self.flow.recv.due(self.unwritten()) && self.stage.len() - self.stage_len >= 16 {
+        if self.flow.credit_due(self.unwritten()) && self.stage.len() - self.stage_len >= 16 {
             let h = header(RecordType::Credit, 8);
             self.stage_put(&h);
-            let c = self.flow.recv.take().to_le_bytes();
+            let c = self.flow.take_credit().to_le_bytes();
             self.stage_put(&c);
         }
         if self.heartbeat_due && self.stage.len() - self.stage_len >= 16 {

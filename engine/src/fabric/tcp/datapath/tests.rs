@@ -91,37 +91,110 @@ fn pooled_descriptors_carry_their_offset_and_the_sink_checks_the_bounds() {
     assert_eq!((b.buf(), b.offset(), b.len()), (Some(1), 0, 256));
 }
 
-#[test]
-fn credits_are_validated_counted_for_the_engine_and_returned_by_the_peers_depth() {
-    let sizes = ConnSizes {
+fn sizes(depth: usize, peer_depth: usize, rx_window: usize, peer_window: usize) -> ConnSizes {
+    ConnSizes {
         copy_max: 64,
-        depth: 8,
-        peer_depth: 4,
+        depth,
+        peer_depth,
+        rx_window,
+        peer_window,
+        batch: 128,
         liveness: Duration::ZERO,
         max_payload: 4096,
-    };
-    let mut f = Flow::new(&sizes);
-    f.send.on_sent(3);
-    f.on_credit(2).unwrap();
-    f.on_credit(2).unwrap();
+    }
+}
+
+/// A `CREDIT` record's payload: cumulative messages (low half) and bytes (high half).
+fn credit(msgs: u64, bytes: u64) -> u64 {
+    ((bytes as u32 as u64) << 32) | msgs as u32 as u64
+}
+
+const BAD_CREDIT: FabricError =
+    FabricError::Protocol("tcp credit count goes backwards or exceeds what was sent");
+
+#[test]
+fn credits_are_validated_counted_for_the_engine_and_returned_by_either_window() {
+    let mut f = Flow::new(&sizes(8, 4, 1 << 10, 1 << 10));
+    // Three 8-byte messages: 16-byte records.
+    for _ in 0..3 {
+        assert!(f.has_room(8));
+        f.on_sent(8);
+    }
+    f.on_credit(credit(2, 32)).unwrap();
+    f.on_credit(credit(2, 32)).unwrap();
     assert_eq!(
         f.unreported, 2,
         "a repeated cumulative count credits nothing"
     );
+    assert_eq!(f.send.in_flight(), 16);
+    assert_eq!(f.on_credit(credit(1, 16)), Err(BAD_CREDIT), "backwards");
     assert_eq!(
-        f.on_credit(1),
-        Err(FabricError::Protocol(
-            "tcp credit count goes backwards or exceeds the messages sent"
-        ))
+        f.on_credit(credit(4, 64)),
+        Err(BAD_CREDIT),
+        "more than sent"
     );
-    assert!(f.on_credit(4).is_err(), "more than was sent");
+    assert_eq!(f.on_credit(credit(3, 56)), Err(BAD_CREDIT), "bytes beyond");
+    assert_eq!(
+        f.on_credit(credit(3, 32)),
+        Err(BAD_CREDIT),
+        "a message without bytes"
+    );
+    assert_eq!(
+        f.on_credit(credit(2, 48)),
+        Err(BAD_CREDIT),
+        "bytes without a message"
+    );
     assert_eq!(f.unreported, 2);
-    // The peer's depth 4: credits go back alone once 2 are owed, sooner with data.
-    f.recv.on_consumed(1);
-    assert!(!f.recv.due(false));
-    assert!(f.recv.due(true));
-    f.recv.on_consumed(1);
-    assert!(f.recv.due(false));
-    assert_eq!(f.recv.take(), 2);
-    assert!(!f.recv.due(true));
+    f.on_credit(credit(3, 48)).unwrap();
+    assert_eq!((f.unreported, f.send.in_flight()), (3, 0));
+    // Receiving: the peer's depth 4 returns after 2 messages, our 1-KiB window after 512
+    // bytes, whichever comes first; sooner with data going out.
+    f.on_consumed(8);
+    assert!(!f.credit_due(false));
+    assert!(f.credit_due(true));
+    f.on_consumed(8);
+    assert!(f.credit_due(false), "half the peer's message window");
+    assert_eq!(f.take_credit(), credit(2, 32));
+    assert!(!f.credit_due(true));
+    f.on_consumed(600);
+    assert!(f.credit_due(false), "half our byte window");
+    assert_eq!(f.take_credit(), credit(3, 32 + 608));
+}
+
+/// The counts wrap at 2^32 in the record and the sender recovers them from its own.
+#[test]
+fn credit_counts_survive_the_wrap() {
+    let mut tx = Flow::new(&sizes(1 << 16, 1 << 16, 1 << 20, 1 << 20));
+    let mut rx = Flow::new(&sizes(1 << 16, 1 << 16, 1 << 20, 1 << 20));
+    let len = 4000; // 4008-byte records: past 2^32 bytes after about 1.07 M of them
+    for round in 0..5000u64 {
+        for _ in 0..256 {
+            assert!(tx.has_room(len), "round {round}");
+            tx.on_sent(len);
+            rx.on_consumed(len);
+        }
+        let c = rx.take_credit();
+        tx.on_credit(c).expect("an honest count, wrapped or not");
+        assert_eq!(tx.send.in_flight(), 0);
+    }
+    assert!(tx.send.credited() > 1 << 32, "the byte count wrapped");
+    assert_eq!(tx.unreported, 5000 * 256);
+}
+
+/// The byte window, not the message count, stops a stream of small messages: a sender with
+/// the default window and depth stops after the window's worth of records.
+#[test]
+fn the_byte_window_bounds_small_messages_and_defaults_follow_it() {
+    let w = rx_window(MIN_CHUNK);
+    assert_eq!(w, 1 << 20);
+    let depth = depth_for(128, false, w);
+    assert_eq!(depth, 65536, "one message per 16-byte record of the window");
+    assert_eq!(depth_for(64, true, w), 64, "a depth set is kept");
+    let mut f = Flow::new(&sizes(depth, depth, w, w));
+    let mut n = 0;
+    while f.has_room(64) {
+        f.on_sent(64);
+        n += 1;
+    }
+    assert_eq!(n, w / 72, "64-byte messages: 72-byte records");
 }

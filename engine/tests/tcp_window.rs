@@ -1,0 +1,97 @@
+//! tcp's byte window at the engine's defaults (no `depth` set): a receiver that takes nothing
+//! stops a stream of small messages after the byte window's worth of records (far more than
+//! the 128 messages of the engine's default depth, and bounded), the sender sees
+//! `WouldBlock`, and once the receiver takes everything the stream resumes in order.
+//! (Back-pressure with `depth` set, on every scheme, is the conformance suite's
+//! `back_pressure_*` and `send_timeout_without_credits`.)
+
+use std::time::{Duration, Instant};
+
+use spinwire::{Error, SendError};
+use spinwire_testkit::data::fill;
+use spinwire_testkit::engine::*;
+use spinwire_testkit::{serial, WAIT};
+
+const BUF: usize = 4096;
+const BUFFERS: usize = 256;
+/// The defaults' byte window: sixteen 64-KiB receive chunks.
+const WINDOW: usize = 1 << 20;
+const LEN: usize = 64;
+/// A 64-byte message's record: an 8-byte header and the payload (a multiple of 8).
+const RECORD: usize = 8 + LEN;
+
+fn ep() -> String {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a free loopback port");
+    format!("tcp://127.0.0.1:{}", l.local_addr().unwrap().port())
+}
+
+#[test]
+fn a_stopped_receiver_stops_a_default_sender_at_the_byte_window() {
+    let _g = serial();
+    let se = rtc_builder(BUF, BUFFERS).build().unwrap();
+    let ce = rtc_builder(BUF, BUFFERS).build().unwrap();
+    let (srv, c) = pair(&se, &ce, &ep());
+    // Send until the sender has seen `WouldBlock` for a while with both engines running: the
+    // receiver's engine reads and delivers what its ring holds, its application takes nothing.
+    let mut sent = 0u32;
+    let mut blocked_since: Option<Instant> = None;
+    let end = Instant::now() + WAIT;
+    while blocked_since.is_none_or(|t| t.elapsed() < Duration::from_millis(200)) {
+        assert!(
+            Instant::now() < end,
+            "the sender was never stopped ({sent} sent)"
+        );
+        let ok = match c.alloc() {
+            Ok(mut b) => {
+                b.set_len(LEN).unwrap();
+                fill(&mut b, sent);
+                match c.send(b) {
+                    Ok(()) => true,
+                    Err(SendError::WouldBlock(_)) => false,
+                    Err(e) => panic!("send {sent}: {e:?}"),
+                }
+            }
+            Err(Error::WouldBlock) => false,
+            Err(e) => panic!("alloc {sent}: {e:?}"),
+        };
+        if ok {
+            sent += 1;
+            blocked_since = None;
+        } else {
+            blocked_since.get_or_insert_with(Instant::now);
+            c.flush().expect("flush");
+            ce.poll();
+            se.poll();
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    let by_bytes = (WINDOW / RECORD) as u32;
+    assert!(
+        sent >= by_bytes,
+        "{sent} sent: the byte window holds {by_bytes} records of {LEN}-byte messages"
+    );
+    assert!(
+        sent <= by_bytes + BUFFERS as u32,
+        "{sent} sent: beyond the byte window only the send pool's buffers queue"
+    );
+    assert!(c.stats().in_flight <= u64::from(sent));
+    // The receiver takes everything, in order; the sender's engine runs meanwhile.
+    let receiver = std::thread::spawn(move || {
+        for seq in 0..sent {
+            recv_msg(&srv, seq, LEN);
+        }
+        srv
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while !receiver.is_finished() {
+        assert!(Instant::now() < end, "the stream did not resume");
+        c.flush().expect("flush");
+        ce.poll();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let srv = receiver.join().expect("receiver");
+    // The window is open again.
+    send_msg(&c, sent, LEN);
+    recv_msg(&srv, sent, LEN);
+    assert_eq!(srv.stats().received, u64::from(sent) + 1);
+}
