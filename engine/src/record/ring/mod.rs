@@ -113,7 +113,7 @@ mod consumer;
 mod error;
 mod producer;
 
-pub use consumer::Consumer;
+pub use consumer::{Consumer, Take};
 pub use error::RingError;
 pub use producer::{Claim, Producer};
 
