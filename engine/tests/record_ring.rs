@@ -162,6 +162,18 @@ fn produce(tx: &mut Producer, max: usize, seed: u64) {
         while k < batch && seq < RECORDS {
             assert!(t0.elapsed() < DEADLINE, "producer stuck at record {seq}");
             let ok = match pending {
+                // Half the time the one-step `try_put_data` first (the engine's send), `claim`
+                // for what it leaves (a PAD to write, the consumer's position to re-read).
+                Some(len)
+                    if rng.below(2) == 0
+                        && tx.try_put_data(len, true, |p| {
+                            for (i, b) in p.iter_mut().enumerate() {
+                                *b = byte(seq, i);
+                            }
+                        }) =>
+                {
+                    true
+                }
                 Some(len) => match tx.claim(len).expect("claim") {
                     Some(mut c) => {
                         for (i, b) in c.payload_mut().iter_mut().enumerate() {
@@ -424,6 +436,57 @@ fn take_data_sees_what_poll_sees_on_hostile_input() {
         }
     }
     assert!(taken > 0, "the generator reaches take_data's fast case");
+}
+
+#[test]
+fn try_put_data_refuses_what_claim_must_handle() {
+    let cap = 64;
+    let max = max_payload_for(cap);
+    let mem = Arc::new(HeapRegion::new(region_size(cap)));
+    let mut tx = Producer::attach(mem.clone(), max).expect("producer");
+    let mut rx = Consumer::attach(mem.clone(), max).expect("consumer");
+    let fill = |p: &mut [u8]| p.fill(7);
+    // Over the maximum.
+    assert!(!tx.try_put_data(max + 1, false, fill));
+    // An open raw claim blocks it until committed or aborted.
+    tx.claim_raw(8).expect("claim_raw").expect("room");
+    assert!(!tx.try_put_data(8, false, fill));
+    tx.abort_raw();
+    assert!(tx.try_put_data(8, false, fill));
+    tx.claim_raw(0).expect("claim_raw").expect("room");
+    assert!(!tx.try_put_data(0, false, fill));
+    assert!(tx.commit_raw(0));
+    // 16 + 8 bytes written; an 8-byte payload (16) fits with the zero-ahead word, a
+    // 16-byte one (24) after it does not.
+    assert!(tx.try_put_data(8, false, fill));
+    assert!(
+        !tx.try_put_data(16, false, fill),
+        "full by the cached position"
+    );
+    assert_eq!(rx.poll(8, |_| {}), Ok(3));
+    assert!(
+        !tx.try_put_data(16, false, fill),
+        "room seen only after a re-read"
+    );
+    // `claim` re-reads the position (the claim dropped writes nothing); then it fits.
+    assert_eq!(tx.claim(16).map(|c| c.is_some()), Ok(true));
+    assert!(tx.try_put_data(16, false, fill));
+    // A failed producer refuses it.
+    poke(&mem, CONSUMER_POSITION_OFFSET, 3);
+    assert!(matches!(
+        tx.consumer_position(),
+        Err(RingError::BadConsumerPosition { .. })
+    ));
+    assert!(!tx.try_put_data(0, false, fill));
+    // What it wrote reads back in order.
+    let mut lens = Vec::new();
+    assert!(rx
+        .poll(8, |r| if let Record::Data(d) = r {
+            assert!(d.iter().all(|&b| b == 7));
+            lens.push(d.len());
+        })
+        .is_ok());
+    assert_eq!(lens, [16]);
 }
 
 #[test]

@@ -11,8 +11,9 @@
 //! consumes one record per call without publishing its position and publishes it only when the
 //! ring looks empty or a run is complete (`poll_deferred` + `publish`, the engine's
 //! `try_recv`), so the wrap reuses bytes whose reads the producer learns of only from that
-//! later publication; the same with the record taken by `take_data` (the engine's `try_recv`
-//! fast case), `poll_deferred` taking what it leaves (the PAD before the wrap).
+//! later publication; the same with the records written by `try_put_data` and taken by
+//! `take_data` (the engine's send and `try_recv` fast cases), `claim` and `poll_deferred`
+//! handling what they leave (the PAD before the wrap).
 //!
 //! Run with `scripts/ci/loom.sh`.
 #![cfg(loom)]
@@ -130,7 +131,11 @@ fn take_data_consumer_then_wrap() {
         let (mut p, mut c) = ring::with_capacity(CAP, max_payload_for(CAP)).unwrap();
         let t = thread::spawn(move || {
             for i in 0..3 {
-                push_wait(&mut p, &payload(i), false);
+                // The engine's send: `try_put_data`, `claim` for what it leaves (the PAD).
+                let data = payload(i);
+                if !p.try_put_data(data.len(), false, |b| b.copy_from_slice(&data)) {
+                    push_wait(&mut p, &data, false);
+                }
             }
         });
         consume_deferred(&mut c, 3, 2, true);

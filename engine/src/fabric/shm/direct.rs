@@ -363,7 +363,7 @@ impl ShmDirect {
     /// # Errors
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn send(
         &self,
         pool: &PoolView,
@@ -372,6 +372,56 @@ impl ShmDirect {
         batched: bool,
     ) -> Result<Sent, FabricError> {
         self.settle_rx();
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let side = unsafe { self.tx() };
+        // The common case, a message copied inline with room in the window and in the ring as
+        // last seen: the ring's `try_put_data` (two range compares; no PAD, no re-read of the
+        // consumer's position, no state checks), inlined into the connection's send. The rest
+        // is `send_slow`'s, out of line.
+        if len as usize <= self.inline_max
+            && !side.window.is_full()
+            && side.ring.producer().try_put_data(
+                len as usize,
+                batched,
+                #[inline(always)]
+                |dst| {
+                    // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size`; the
+                    // pool stays mapped while `self` lives (the rings hold the mapping). `dst`
+                    // is the record's `len` payload bytes in the ring, which do not overlap the
+                    // pool.
+                    unsafe {
+                        copy_bytes(
+                            pool.buf_ptr_unchecked(idx).as_ptr(),
+                            dst.as_mut_ptr(),
+                            dst.len(),
+                        );
+                    }
+                },
+            )
+        {
+            if !batched {
+                side.published();
+            }
+            side.push_end();
+            return Ok(Sent::Copied);
+        }
+        self.send_slow(pool, idx, len, batched)
+    }
+
+    /// [`send`](Self::send) of what its fast case leaves: a full window, a ring to wrap or
+    /// whose consumer position to re-read, a message by reference, the errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send).
+    #[inline(never)]
+    fn send_slow(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> Result<Sent, FabricError> {
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() && !side.collect()? {
