@@ -22,9 +22,11 @@
 //!
 //! The window is the connection's [`flow::Policy`](crate::flow::Policy) of `depth` messages:
 //! the sender keeps its [`SendWindow`] (a message is in flight from its send until the peer's
-//! published consumer position passes its record), the receiver its [`CreditReturn`]
-//! (publishing the consumer position returns the credits of the messages consumed; its batch
-//! is a quarter of the window, `1 ..= 32`).
+//! published consumer position passes its record); the receiver returns the credits of the
+//! messages it consumed by publishing its consumer position, at the latest after a quarter of
+//! the window (`1 ..= 32` messages; a count of its own, the policy's
+//! [`CreditReturn`](crate::flow::CreditReturn) batch, without its cumulative count, which
+//! nothing here reads).
 //!
 //! Everything read from the peer is validated by the wire layer; a violation is a
 //! [`FabricError::Protocol`] that the caller turns into a failed connection.
@@ -39,7 +41,7 @@ use crate::desc::{PoolView, BUF_INLINE, INLINE_MAX};
 use crate::doorbell::{Doorbell, Scope};
 use crate::error::{Error, FabricError};
 use crate::fabric::Sent;
-use crate::flow::{CreditReturn, Policy, SendWindow};
+use crate::flow::{Policy, SendWindow};
 use crate::record::copy::copy_bytes;
 use crate::record::ring::{RingError, Take};
 
@@ -113,10 +115,21 @@ impl TxSide {
 /// The receiving half: the peer's ring and the credits its consumption owes the sender.
 struct RxSide {
     ring: RxRing,
-    /// The credits of the messages consumed: owed while [`recv_into`](ShmDirect::recv_into)
-    /// left the consumer position unpublished (it is published when a return batch is owed,
+    /// Messages consumed while [`recv_into`](ShmDirect::recv_into) left the consumer position
+    /// unpublished: their credits are owed (the position is published when `return_every` are,
     /// when the ring runs empty, and on every other call that may take `rx`).
-    credits: CreditReturn,
+    owed: u32,
+    /// The credit return's batch: a quarter of the window, `1 ..= 32`.
+    return_every: u32,
+}
+
+impl RxSide {
+    /// Publishes the consumer position (when it moved): the owed credits go back.
+    #[inline(always)]
+    fn return_credits(&mut self) {
+        self.ring.publish();
+        self.owed = 0;
+    }
 }
 
 /// One shm connection's direct data path; see the [module docs](self).
@@ -222,7 +235,8 @@ impl ShmDirect {
             }),
             rx: UnsafeCell::new(RxSide {
                 ring: rx,
-                credits: policy.credit_return(),
+                owed: 0,
+                return_every: policy.credit_return().batch() as u32,
             }),
             rel: UnsafeCell::new(rel),
             polling: Cell::new(false),
@@ -466,8 +480,12 @@ impl ShmDirect {
     pub(crate) fn flush(&self) {
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        side.ring.producer().publish();
-        side.published();
+        // Nothing pending (every record already published, and the peer's doorbell rung with
+        // it): nothing to do, as after a plain `send`.
+        if side.ring.producer().is_pending() {
+            side.ring.producer().publish();
+            side.published();
+        }
     }
 
     /// Publishes the consumer position that [`recv_into`](Self::recv_into) left unpublished,
@@ -477,7 +495,7 @@ impl ShmDirect {
     fn settle_rx(&self) {
         // SAFETY: not polling, so no other reference to `rx` is live (every mutable use sets
         // the flag first); read for the compare only.
-        if !self.polling.get() && unsafe { &*self.rx.get() }.credits.owed() != 0 {
+        if !self.polling.get() && unsafe { &*self.rx.get() }.owed != 0 {
             self.settle_rx_now();
         }
     }
@@ -487,9 +505,7 @@ impl ShmDirect {
     fn settle_rx_now(&self) {
         // SAFETY: not polling (checked by the caller), so no other reference to `rx` is live;
         // no application code runs while it is borrowed here.
-        let rx = unsafe { &mut *self.rx.get() };
-        rx.ring.publish();
-        rx.credits.take();
+        unsafe { &mut *self.rx.get() }.return_credits();
     }
 
     /// Messages in flight: sent and not yet consumed by the peer (re-reads its position).
@@ -588,10 +604,11 @@ impl ShmDirect {
         }
         let _g = PollGuard(&self.polling);
         // SAFETY: `polling` makes this the only reference to the consumer half: every other
-        // use of `rx` sets the flag first, and handlers re-entering find it set.
+        // use of `rx` checks the flag first (and either sets it or runs no application code
+        // while it holds `rx`), and handlers re-entering find it set.
         let rx = unsafe { &mut *self.rx.get() };
         // `rx.poll` publishes the position at its end, with what `recv_into` left pending.
-        rx.credits.take();
+        rx.owed = 0;
         let mut error: Option<FabricError> = None;
         let mut bytes = 0u64;
         let r = rx.ring.poll(limit, |m| {
@@ -700,17 +717,15 @@ impl ShmDirect {
         );
         match taken {
             Take::Data => {
-                rx.credits.on_consumed(1);
+                rx.owed += 1;
                 // Published as in `recv_into_slow` (see there).
-                if rx.credits.due(false) || rx.ring.may_be_empty() {
-                    rx.ring.publish();
-                    rx.credits.take();
+                if rx.owed >= rx.return_every || rx.ring.may_be_empty() {
+                    rx.return_credits();
                 }
                 Ok(true)
             }
             Take::Empty => {
-                rx.ring.publish();
-                rx.credits.take();
+                rx.return_credits();
                 Ok(false)
             }
             // SAFETY: the caller's contract, passed on.
@@ -771,16 +786,15 @@ impl ShmDirect {
                 },
             },
         );
-        rx.credits.on_consumed(u64::from(taken));
+        rx.owed += u32::from(taken);
         // Published when nothing was taken, when a return batch is owed, and when the ring
         // may have run empty: the word after the message reads `0`, or is not looked at
         // because it starts the next cache line. That line is the one the producer has just
         // written (its zero-ahead), so the look was a second line transfer on the message's
         // critical path, one message in four at 8 B (`bench lat`); the position's store is
         // to this side's own line, which the producer reads only when its window is full.
-        if !taken || rx.credits.due(false) || rx.ring.may_be_empty() {
-            rx.ring.publish();
-            rx.credits.take();
+        if !taken || rx.owed >= rx.return_every || rx.ring.may_be_empty() {
+            rx.return_credits();
         }
         r.map_err(wire_err)?;
         match error {

@@ -33,11 +33,12 @@ pub struct Consumer {
     /// [`publish`]: Consumer::publish
     /// [`poll_deferred`]: Consumer::poll_deferred
     published: u64,
-    /// `published + cap - 8`: the end no honest record passes (see [`poll`](Consumer::poll));
+    /// `cap - 8`: no honest record ends beyond `published + span` (see [`poll`](Consumer::poll));
     /// `0` once the consumer is failed or [`poison`](Consumer::poison)ed, so that
-    /// [`take_data`](Consumer::take_data)'s range check refuses every record and hands it to
-    /// `poll_deferred`, which reports the failure: no separate failed check per record.
-    limit: u64,
+    /// [`take_data`](Consumer::take_data)'s range check refuses every record (each is at least
+    /// 8 bytes, and `published <= pos`) and hands it to `poll_deferred`, which reports the
+    /// failure: no separate failed check per record.
+    span: u64,
     failed: Option<RingError>,
     /// Loom only: DATA payloads are copied out of the tracked words into this.
     #[cfg(loom)]
@@ -75,7 +76,7 @@ impl Consumer {
             max_payload,
             pos: 0,
             published: 0,
-            limit: (region.capacity() - RECORD_ALIGN) as u64,
+            span: (region.capacity() - RECORD_ALIGN) as u64,
             failed: None,
             #[cfg(loom)]
             stage: vec![0; max_payload],
@@ -252,7 +253,7 @@ impl Consumer {
             Ok(()) => Ok(n),
             Err(e) => {
                 self.failed = Some(e);
-                self.limit = 0;
+                self.span = 0;
                 Err(e)
             }
         }
@@ -270,8 +271,8 @@ impl Consumer {
     ///
     /// One header load, one compare of the header's upper half, two range compares against
     /// precomputed bounds: the per-record checks of `poll_deferred` (the failed state, the
-    /// limit derived from the published position, the type dispatch) folded into what the
-    /// word must equal (callgrind of `bench cost`: see `Consumer::limit`).
+    /// type dispatch) folded into what the word must equal and the range compares (callgrind
+    /// of `bench cost`: see `Consumer::span`).
     #[inline(always)]
     pub fn take_data<F>(&mut self, max: usize, handler: F) -> Take
     where
@@ -291,12 +292,12 @@ impl Consumer {
         let payload = len.wrapping_sub(RECORD_HEADER);
         let size = (len + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         // DATA with zero flags and aux (what `RecordHeader::parse_word` accepts at once); the
-        // payload within both limits; the record within the area's end and within `limit`
-        // (which is 0 once failed, so nothing passes then).
+        // payload within both limits; the record within the area's end and within `span` of
+        // the published position (`span` is 0 once failed, so nothing passes then).
         if word >> 32 != RecordType::Data as u64
             || payload > max.min(self.max_payload)
             || size > cap - off
-            || self.pos + size as u64 > self.limit
+            || self.pos + size as u64 > self.published + self.span
         {
             return Take::Other;
         }
@@ -324,7 +325,7 @@ impl Consumer {
     /// invalid `BUF_REF`) and fails the ring's reader with its own error.
     #[inline]
     pub fn poison(&mut self) {
-        self.limit = 0;
+        self.span = 0;
     }
 
     /// Bytes consumed and not yet published to the producer.
@@ -344,9 +345,6 @@ impl Consumer {
                 .consumer_pos()
                 .store(self.pos, Ordering::Release);
             self.published = self.pos;
-            if self.limit != 0 {
-                self.limit = self.pos + (self.cap - RECORD_ALIGN) as u64;
-            }
         }
     }
 

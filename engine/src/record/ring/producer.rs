@@ -196,6 +196,7 @@ impl Producer {
         {
             return false;
         }
+        let alone = !batched && self.first_word == 0;
         // The record is in the area and the free span, checked above (what `reserve` checks
         // for `Claim::payload_mut`).
         let mut claim = Claim {
@@ -205,11 +206,45 @@ impl Producer {
             size,
         };
         fill(claim.payload_mut());
-        if batched {
-            claim.commit_batched();
-        } else {
-            claim.commit();
+        if !alone {
+            // Into a batch (or closing one): staged, published with the batch's first header.
+            if batched {
+                claim.commit_batched();
+            } else {
+                claim.commit();
+            }
+            return true;
         }
+        // Alone: the stores `commit` would make, without staging the header to publish it
+        // (`stage_header` + `publish` kept it back and cleared it again; `publish` went out of
+        // line: 17 instructions and a call per message in callgrind of `bench cost`).
+        #[cfg(loom)]
+        {
+            let stage = std::mem::take(&mut self.stage);
+            self.region
+                .write_bytes(off + RECORD_HEADER, &stage[..payload]);
+            self.stage = stage;
+        }
+        let tail = self.tail + size as u64;
+        // Relaxed: the zero-ahead word, ordered before the consumer's read of it by the Release
+        // below, as in `publish` (the word is free: checked against `room_end` above).
+        self.region
+            .word(tail as usize & (self.cap - 1))
+            .store(0, Ordering::Relaxed);
+        // Release: the commit (the payload was written before), as in `publish`.
+        // The header word as `header_word` encodes it (the length fits: `payload <= cap / 2`),
+        // without its fallback's compare.
+        let word = (RECORD_HEADER + payload) as u64 | (RecordType::Data as u64) << 32;
+        debug_assert_eq!(
+            u64::from_ne_bytes(word.to_le_bytes()),
+            header_word(RecordType::Data, payload)
+        );
+        self.region
+            .word(off)
+            .store(u64::from_ne_bytes(word.to_le_bytes()), Ordering::Release);
+        self.tail = tail;
+        // Release: for observers, as in `publish`.
+        self.region.producer_pos().store(tail, Ordering::Release);
         true
     }
 
@@ -322,6 +357,13 @@ impl Producer {
             // the consumer reads it only after Acquire-loading that first header.
             self.region.word(off).store(word, Ordering::Relaxed);
         }
+    }
+
+    /// Whether records committed with [`Claim::commit_batched`] (or a PAD) wait for
+    /// [`publish`](Self::publish).
+    #[inline]
+    pub fn is_pending(&self) -> bool {
+        self.first_word != 0
     }
 
     /// Publishes every record committed with [`Claim::commit_batched`] (and any PAD) with one
