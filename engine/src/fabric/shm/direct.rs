@@ -422,6 +422,37 @@ impl ShmDirect {
         self.send_slow(pool, idx, len, batched)
     }
 
+    /// Sends `data` (`len <= inline_max`) copied inline and published (with any batch before
+    /// it) in one step, when the window and the ring as last seen have room and no claim is
+    /// open: `send`'s fast case for the caller's bytes (the engine's `send_copy`). `false`:
+    /// nothing sent; the caller takes its general path ([`claim`](Self::claim)), which
+    /// handles or reports the rest.
+    #[inline(always)]
+    pub(crate) fn try_send_bytes(&self, data: &[u8]) -> bool {
+        self.settle_rx();
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let side = unsafe { self.tx() };
+        // An open claim makes the ring refuse (`room_end` is 0 then).
+        if data.len() > self.inline_max
+            || side.window.is_full()
+            || !side.ring.producer().try_put_data(
+                data.len(),
+                false,
+                #[inline(always)]
+                |dst| {
+                    // SAFETY: `dst` is `data.len()` bytes of the record in the ring, which do
+                    // not overlap `data` (the application's memory).
+                    unsafe { copy_bytes(data.as_ptr(), dst.as_mut_ptr(), dst.len()) }
+                },
+            )
+        {
+            return false;
+        }
+        side.published();
+        side.push_end();
+        true
+    }
+
     /// [`send`](Self::send) of what its fast case leaves: a full window, a ring to wrap or
     /// whose consumer position to re-read, a message by reference, the errors.
     ///
@@ -537,7 +568,7 @@ impl ShmDirect {
     /// # Errors
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn claim(&self, len: usize) -> Result<Option<std::ptr::NonNull<u8>>, FabricError> {
         debug_assert!(!self.claim_open.get() && len <= self.inline_max);
         self.settle_rx();
@@ -561,7 +592,7 @@ impl ShmDirect {
     }
 
     /// Publishes the open claim as a `len`-byte `DATA` record (one `Release` store).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn commit_claim(&self, len: usize) {
         if self.claim_open.replace(false) {
             // SAFETY: no application code runs while `tx` is borrowed here.

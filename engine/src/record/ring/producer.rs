@@ -218,6 +218,19 @@ impl Producer {
         // Alone: the stores `commit` would make, without staging the header to publish it
         // (`stage_header` + `publish` kept it back and cleared it again; `publish` went out of
         // line: 17 instructions and a call per message in callgrind of `bench cost`).
+        self.publish_alone(payload, size);
+        true
+    }
+
+    /// Writes the DATA record of `payload` bytes (`size` with padding) whose payload is in
+    /// place at the tail (loom: in the stage) and publishes it: the zero-ahead word, the
+    /// header (`Release`) and the position, the stores [`Claim::commit`] makes when no batch is
+    /// pending (the caller checked `first_word == 0`, and that the record and the word after
+    /// it are in the area and the free span).
+    #[inline(always)]
+    fn publish_alone(&mut self, payload: usize, size: usize) {
+        debug_assert_eq!(self.first_word, 0);
+        let off = self.tail as usize & (self.cap - 1);
         #[cfg(loom)]
         {
             let stage = std::mem::take(&mut self.stage);
@@ -227,11 +240,10 @@ impl Producer {
         }
         let tail = self.tail + size as u64;
         // Relaxed: the zero-ahead word, ordered before the consumer's read of it by the Release
-        // below, as in `publish` (the word is free: checked against `room_end` above).
+        // below, as in `publish` (the word is free: checked by the caller).
         self.region
             .word(tail as usize & (self.cap - 1))
             .store(0, Ordering::Relaxed);
-        // Release: the commit (the payload was written before), as in `publish`.
         // The header word as `header_word` encodes it (the length fits: `payload <= cap / 2`),
         // without its fallback's compare.
         let word = (RECORD_HEADER + payload) as u64 | (RecordType::Data as u64) << 32;
@@ -239,13 +251,13 @@ impl Producer {
             u64::from_ne_bytes(word.to_le_bytes()),
             header_word(RecordType::Data, payload)
         );
+        // Release: the commit (the payload was written before), as in `publish`.
         self.region
             .word(off)
             .store(u64::from_ne_bytes(word.to_le_bytes()), Ordering::Release);
         self.tail = tail;
         // Release: for observers, as in `publish`.
         self.region.producer_pos().store(tail, Ordering::Release);
-        true
     }
 
     /// Reserves a DATA record of `payload` bytes like [`claim`](Self::claim), but returns a
@@ -261,8 +273,37 @@ impl Producer {
     /// # Errors
     ///
     /// As [`claim`](Self::claim), and [`RingError::ClaimOpen`].
-    #[inline]
+    #[inline(always)]
     pub fn claim_raw(&mut self, payload: usize) -> Result<Option<NonNull<u8>>, RingError> {
+        // The common case as in `try_put_data`: no PAD, room known, no claim open, not failed
+        // (`room_end` is 0 then); the rest through `claim`, which handles or reports it.
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let off = self.tail as usize & (self.cap - 1);
+        if payload <= self.max_payload
+            && off + size <= self.cap
+            && self.tail + (size + RECORD_ALIGN) as u64 <= self.room_end
+        {
+            let ptr = Claim {
+                p: self,
+                ty: RecordType::Data,
+                payload,
+                size,
+            }
+            .payload_mut()
+            .as_mut_ptr();
+            if let Some(ptr) = NonNull::new(ptr) {
+                self.raw = Some(payload);
+                self.room_end = 0;
+                return Ok(Some(ptr));
+            }
+        }
+        self.claim_raw_slow(payload)
+    }
+
+    /// [`claim_raw`](Self::claim_raw) through [`claim`](Self::claim): a PAD first, the
+    /// consumer's position to re-read, the errors.
+    #[inline(never)]
+    fn claim_raw_slow(&mut self, payload: usize) -> Result<Option<NonNull<u8>>, RingError> {
         let ptr = match self.claim(payload)? {
             Some(mut c) => NonNull::new(c.payload_mut().as_mut_ptr()),
             None => return Ok(None),
@@ -286,6 +327,10 @@ impl Producer {
         let payload = len.min(claimed);
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         // The claimed record fitted (`reserve`), so the smaller one does: same offset.
+        if self.first_word == 0 {
+            self.publish_alone(payload, size);
+            return true;
+        }
         Claim {
             p: self,
             ty: RecordType::Data,
