@@ -478,6 +478,14 @@ fn try_put_data_refuses_what_claim_must_handle() {
         Err(RingError::BadConsumerPosition { .. })
     ));
     assert!(!tx.try_put_data(0, false, fill));
+    // Also when it failed while a raw claim was open, after the claim closes.
+    let mem2 = Arc::new(HeapRegion::new(region_size(cap)));
+    let mut tx2 = Producer::attach(mem2.clone(), max).expect("producer");
+    tx2.claim_raw(8).expect("claim_raw").expect("room");
+    poke(&mem2, CONSUMER_POSITION_OFFSET, 3);
+    assert!(tx2.consumer_position().is_err());
+    tx2.abort_raw();
+    assert!(!tx2.try_put_data(8, false, fill));
     // What it wrote reads back in order.
     let mut lens = Vec::new();
     assert!(rx

@@ -323,7 +323,7 @@ impl Producer {
         let Some(claimed) = self.raw.take() else {
             return false;
         };
-        self.room_end = self.head_cache + self.cap as u64;
+        self.reopen();
         let payload = len.min(claimed);
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         // The claimed record fitted (`reserve`), so the smaller one does: same offset.
@@ -346,6 +346,15 @@ impl Producer {
     #[inline]
     pub fn abort_raw(&mut self) {
         if self.raw.take().is_some() {
+            self.reopen();
+        }
+    }
+
+    /// A raw claim was closed: [`try_put_data`](Self::try_put_data) may write again, unless the
+    /// producer failed meanwhile (`room_end` stays 0 then).
+    #[inline]
+    fn reopen(&mut self) {
+        if self.failed.is_none() {
             self.room_end = self.head_cache + self.cap as u64;
         }
     }
