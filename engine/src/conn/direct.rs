@@ -3,9 +3,12 @@
 //!
 //! [`Direct`] owns the fabric's handle, the spare lists (it owns its whole send pool from the
 //! start and takes back what the peer released), the open ring claim and the counts (no
-//! poller counts for it). Its fast cases (`alloc`, `send`, `try_recv`) are
-//! `#[inline(always)]` and thin: one pop or one fabric call and a few counter updates; every
-//! slow case (reclaiming, errors, the connection's state on an empty ring) is out of line.
+//! poller counts for it). Its fast cases (`alloc`, `send`, `send_copy`, `claim`, `try_recv`)
+//! are `#[inline(always)]` and thin: one pop or one fabric call and a few counter updates, the
+//! fabric's own common case inlined with them (shm: the record ring's `try_put_data`,
+//! `claim_raw` and `take_data`, a few compares against precomputed bounds); every slow case
+//! (reclaiming, a PAD, a re-read of the peer's position, errors, the connection's state on an
+//! empty ring) is out of line.
 //! The window is the fabric's (shm: its `flow::SendWindow` over the record ring).
 
 use std::cell::{Cell, UnsafeCell};

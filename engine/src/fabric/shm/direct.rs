@@ -18,7 +18,14 @@
 //! the consumer position once per run (when the ring runs empty, after a quarter of the
 //! window, or on the next call of another kind) instead of once per message; `poll`
 //! publishes once per batch. The sender re-reads the consumer's position only when its
-//! window is full.
+//! window is full or its cached free span runs out.
+//!
+//! The per-message common cases are one step each, inlined into the connection's calls: a
+//! small `send` (or `send_copy`) that fits the window and the ring as last seen is the ring's
+//! `Producer::try_put_data`, a `claim` its `claim_raw` fast case, a `recv_into` that finds a
+//! `DATA` record its `Consumer::take_data` (the receive half is in `direct/rx.rs`); each is a
+//! few compares against precomputed bounds that a failed ring (or an open claim) sets to 0, and
+//! everything else (`send_slow`, `recv_into_slow`, the ring's general calls) is out of line.
 //!
 //! The window is the connection's [`flow::Policy`](crate::flow::Policy) of `depth` messages:
 //! the sender keeps its [`SendWindow`] (a message is in flight from its send until the peer's
