@@ -355,7 +355,7 @@ impl ShmDirect {
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         // The common case, a message copied inline with room in the window and in the ring as
-        // last seen: the ring's `try_put_data` (two range compares; no PAD, no re-read of the
+        // last seen: the ring's `try_put_data` (three compares; no PAD, no re-read of the
         // consumer's position, no state checks), inlined into the connection's send. The rest
         // is `send_slow`'s, out of line.
         if len as usize <= self.inline_max

@@ -269,7 +269,7 @@ impl Consumer {
     /// that fails a check, a failed or [`poison`](Self::poison)ed consumer. The caller then
     /// takes it with `poll_deferred`, which validates it in full and reports what is wrong.
     ///
-    /// One header load, one compare of the header's upper half, two range compares against
+    /// One header load, one compare of the header's upper half, three range compares against
     /// precomputed bounds: the per-record checks of `poll_deferred` (the failed state, the
     /// type dispatch) folded into what the word must equal and the range compares (callgrind
     /// of `bench cost`: see `Consumer::span`).

@@ -179,7 +179,7 @@ impl Producer {
     /// maximum, an open raw claim, a failed producer): use `claim`, which handles or reports
     /// it.
     ///
-    /// Two range compares against precomputed bounds instead of `claim`'s state checks and PAD
+    /// Three compares against precomputed bounds instead of `claim`'s state checks and PAD
     /// computation (callgrind of `bench cost`: see `Producer::room_end`).
     #[inline(always)]
     pub fn try_put_data<F>(&mut self, payload: usize, batched: bool, fill: F) -> bool

@@ -178,7 +178,7 @@ impl ShmDirect {
         let rx = unsafe { &mut *self.rx.get() };
         // The common case, one `DATA` record that fits the slot: the ring's `take_data`, whose
         // checks fold the slow path's (a failed ring, the type dispatch, the `BUF_REF` case) into
-        // one compare of the header and two of the range (callgrind of `bench cost`: see the
+        // one compare of the header and three of the range (callgrind of `bench cost`: see the
         // README's cost breakdown). Anything else is taken by `recv_into_slow`.
         let taken = rx.ring.take_inline(
             INLINE_MAX,
