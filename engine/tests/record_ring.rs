@@ -1,6 +1,8 @@
 //! The record ring (`spinwire::record::ring`): a two-thread FIFO stress test with mixed sizes,
-//! random batches and a stalling consumer (every byte verified), and a hostile peer writing
-//! random bytes into the record area and the position words (only typed errors, bounded work).
+//! random batches and a stalling consumer (every byte verified), also with the consumer taking
+//! one record per call through `Consumer::take_data` (the engine's `try_recv`), and a hostile
+//! peer writing random bytes into the record area and the position words (only typed errors,
+//! bounded work; `take_data` then `poll_deferred` sees exactly what `poll` sees).
 //!
 //! Run in debug and release: `cargo test -p spinwire --test record_ring [--release]`.
 
@@ -8,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spinwire::record::ring::{
-    self, max_payload_for, region_size, Consumer, HeapRegion, Producer, RingError,
+    self, max_payload_for, region_size, Consumer, HeapRegion, Producer, RingError, Take,
     CONSUMER_POSITION_OFFSET, PRODUCER_POSITION_OFFSET, RING_HEADER_SIZE,
 };
 use spinwire::record::{Record, RecordError};
@@ -61,7 +63,56 @@ fn byte(seq: u64, i: usize) -> u8 {
     (seq.wrapping_mul(131) ^ (i as u64).wrapping_mul(7)) as u8
 }
 
+/// Checks that `rec` is record number `seq` (its shape drawn from `shapes`).
+fn check(shapes: &mut Rng, max: usize, seq: u64, rec: Record<'_>) {
+    match (shape(shapes, max), rec) {
+        (Some(len), Record::Data(bytes)) => {
+            assert_eq!(bytes.len(), len, "record {seq}: length");
+            for (i, &b) in bytes.iter().enumerate() {
+                assert_eq!(b, byte(seq, i), "record {seq}: byte {i}");
+            }
+        }
+        (None, Record::Credit(c)) => assert_eq!(c, seq, "record {seq}: credit"),
+        (want, got) => panic!("record {seq}: wanted {want:?}, got {got:?}"),
+    }
+}
+
+/// Up to `limit` records the engine's `try_recv` way: one per call, `take_data` (DATA of at
+/// most `take_max` bytes) and `poll_deferred(1, ..)` for what it leaves, the position published
+/// when the ring looks empty or every 4 records.
+fn take_run(
+    rx: &mut Consumer,
+    take_max: usize,
+    limit: usize,
+    mut rec: impl FnMut(Record<'_>),
+) -> usize {
+    let mut n = 0;
+    while n < limit {
+        match rx.take_data(take_max, |b| rec(Record::Data(b))) {
+            Take::Data => n += 1,
+            Take::Empty => break,
+            Take::Other => {
+                if rx.poll_deferred(1, &mut rec).expect("poll_deferred") == 0 {
+                    break;
+                }
+                n += 1;
+            }
+        }
+        if n % 4 == 0 || rx.may_be_empty() {
+            rx.publish();
+        }
+    }
+    rx.publish();
+    n
+}
+
 fn stress(capacity: usize, max: usize, seed: u64) {
+    stress_with(capacity, max, seed, None);
+}
+
+/// `take`: the consumer takes records with [`take_run`], `take_data` handling DATA payloads of
+/// at most that many bytes.
+fn stress_with(capacity: usize, max: usize, seed: u64, take: Option<usize>) {
     let (mut tx, mut rx) = ring::with_capacity(capacity, max).expect("ring");
     let producer = std::thread::spawn(move || produce(&mut tx, max, seed));
     let t0 = Instant::now();
@@ -78,21 +129,14 @@ fn stress(capacity: usize, max: usize, seed: u64) {
             }
         }
         let limit = 1 + rng.below(64) as usize;
-        let n = rx
-            .poll(limit, |rec| {
-                match (shape(&mut shapes, max), rec) {
-                    (Some(len), Record::Data(bytes)) => {
-                        assert_eq!(bytes.len(), len, "record {seq}: length");
-                        for (i, &b) in bytes.iter().enumerate() {
-                            assert_eq!(b, byte(seq, i), "record {seq}: byte {i}");
-                        }
-                    }
-                    (None, Record::Credit(c)) => assert_eq!(c, seq, "record {seq}: credit"),
-                    (want, got) => panic!("record {seq}: wanted {want:?}, got {got:?}"),
-                }
-                seq += 1;
-            })
-            .expect("poll");
+        let handle = |rec: Record<'_>| {
+            check(&mut shapes, max, seq, rec);
+            seq += 1;
+        };
+        let n = match take {
+            None => rx.poll(limit, handle).expect("poll"),
+            Some(take_max) => take_run(&mut rx, take_max, limit, handle),
+        };
         assert!(n <= limit);
         records += n as u64;
         if n == 0 {
@@ -118,6 +162,18 @@ fn produce(tx: &mut Producer, max: usize, seed: u64) {
         while k < batch && seq < RECORDS {
             assert!(t0.elapsed() < DEADLINE, "producer stuck at record {seq}");
             let ok = match pending {
+                // Half the time the one-step `try_put_data` first (the engine's send), `claim`
+                // for what it leaves (a PAD to write, the consumer's position to re-read).
+                Some(len)
+                    if rng.below(2) == 0
+                        && tx.try_put_data(len, true, |p| {
+                            for (i, b) in p.iter_mut().enumerate() {
+                                *b = byte(seq, i);
+                            }
+                        }) =>
+                {
+                    true
+                }
                 Some(len) => match tx.claim(len).expect("claim") {
                     Some(mut c) => {
                         for (i, b) in c.payload_mut().iter_mut().enumerate() {
@@ -160,6 +216,15 @@ fn fifo_mixed_sizes_larger_ring() {
 #[test]
 fn fifo_tiny_records_many_per_line() {
     stress(1024, 16, 3);
+}
+
+#[test]
+fn fifo_take_data_one_per_call() {
+    // Small records through `take_data`, the larger ones and the CREDITs through
+    // `poll_deferred`, wrapping often.
+    stress_with(256, max_payload_for(256), 4, Some(64));
+    stress_with(1024, 16, 5, Some(16));
+    stress_with(4096, 1000, 6, Some(1000));
 }
 
 /// Writes `word` at byte `at` of the region.
@@ -286,6 +351,150 @@ fn hostile_producer_gives_only_typed_errors() {
     }
     // The generator reaches every outcome.
     assert!(errors.iter().all(|&n| n > 0), "{errors:?}");
+}
+
+/// Fills a fresh ring region from `seed` as `hostile_producer_gives_only_typed_errors` does
+/// (honest records, some consumed, then random words): the same seed gives the same bytes.
+fn hostile_region(seed: u64) -> (Arc<HeapRegion>, Consumer, usize) {
+    let mut rng = Rng::new(seed);
+    let cap = 32 << rng.below(4);
+    let max = rng.below(max_payload_for(cap) as u64 + 1) as usize;
+    let mem = Arc::new(HeapRegion::new(region_size(cap)));
+    let mut tx = Producer::attach(mem.clone(), max).expect("producer");
+    let mut rx = Consumer::attach(mem.clone(), max).expect("consumer");
+    for _ in 0..rng.below(6) {
+        let len = rng.below(max as u64 + 1) as usize;
+        let _ = tx.push(&vec![0xAB; len]).expect("push");
+    }
+    if rng.below(2) == 0 {
+        let _ = rx.poll(rng.below(4) as usize, |_| {});
+    }
+    let area = cap / 8;
+    for _ in 0..1 + rng.below(area as u64 * 2) {
+        let at = RING_HEADER_SIZE + 8 * rng.below(area as u64) as usize;
+        let w = match rng.below(3) {
+            0 => rng.next(),
+            _ => hostile_header(&mut rng, cap),
+        };
+        poke(&mem, at, w);
+    }
+    if rng.below(4) == 0 {
+        poke(&mem, CONSUMER_POSITION_OFFSET, rng.next());
+    }
+    (mem, rx, max)
+}
+
+/// What one consumer saw: each record (as bytes or its `Debug`) or the error that ended it.
+fn seen(out: &mut Vec<String>, rec: Record<'_>) {
+    out.push(match rec {
+        Record::Data(d) => format!("data {d:?}"),
+        other => format!("{other:?}"),
+    });
+}
+
+#[test]
+fn take_data_sees_what_poll_sees_on_hostile_input() {
+    let seeds = if cfg!(debug_assertions) { 3000 } else { 20_000 };
+    let mut taken = 0usize;
+    for seed in 0..seeds {
+        // The same hostile bytes twice: one consumer polls a record at a time, the other
+        // takes them the `try_recv` way (`take_data`, `poll_deferred` for the rest).
+        let (_m1, mut a, max) = hostile_region(seed);
+        let (_m2, mut b, _) = hostile_region(seed);
+        let take_max = [0, 8, max / 2, max, usize::MAX][seed as usize % 5];
+        let (mut sa, mut sb) = (Vec::new(), Vec::new());
+        for _ in 0..a.capacity() / 8 + 2 {
+            let ra = a.poll(1, |r| seen(&mut sa, r));
+            let rb = match b.take_data(take_max, |d| {
+                assert!(
+                    d.len() <= take_max.min(max),
+                    "seed {seed}: {} bytes",
+                    d.len()
+                );
+                seen(&mut sb, Record::Data(d));
+            }) {
+                Take::Data => {
+                    taken += 1;
+                    Ok(1)
+                }
+                Take::Empty => Ok(0),
+                Take::Other => b.poll_deferred(1, |r| seen(&mut sb, r)),
+            };
+            b.publish();
+            assert_eq!(ra, rb, "seed {seed}: result");
+            assert_eq!(sa, sb, "seed {seed}: records");
+            if ra.is_err() {
+                // Both stay failed: `take_data` delivers nothing more.
+                assert_eq!(b.take_data(usize::MAX, |_| panic!("failed")), Take::Other);
+                assert_eq!(b.poll_deferred(8, |_| panic!("failed")), ra.map(|_| 0));
+                break;
+            }
+            if ra == Ok(0) {
+                assert_eq!(b.take_data(usize::MAX, |_| panic!("empty")), Take::Empty);
+                break;
+            }
+        }
+    }
+    assert!(taken > 0, "the generator reaches take_data's fast case");
+}
+
+#[test]
+fn try_put_data_refuses_what_claim_must_handle() {
+    let cap = 64;
+    let max = max_payload_for(cap);
+    let mem = Arc::new(HeapRegion::new(region_size(cap)));
+    let mut tx = Producer::attach(mem.clone(), max).expect("producer");
+    let mut rx = Consumer::attach(mem.clone(), max).expect("consumer");
+    let fill = |p: &mut [u8]| p.fill(7);
+    // Over the maximum.
+    assert!(!tx.try_put_data(max + 1, false, fill));
+    // An open raw claim blocks it until committed or aborted.
+    tx.claim_raw(8).expect("claim_raw").expect("room");
+    assert!(!tx.try_put_data(8, false, fill));
+    tx.abort_raw();
+    assert!(tx.try_put_data(8, false, fill));
+    tx.claim_raw(0).expect("claim_raw").expect("room");
+    assert!(!tx.try_put_data(0, false, fill));
+    assert!(tx.commit_raw(0));
+    // 16 + 8 bytes written; an 8-byte payload (16) fits with the zero-ahead word, a
+    // 16-byte one (24) after it does not.
+    assert!(tx.try_put_data(8, false, fill));
+    assert!(
+        !tx.try_put_data(16, false, fill),
+        "full by the cached position"
+    );
+    assert_eq!(rx.poll(8, |_| {}), Ok(3));
+    assert!(
+        !tx.try_put_data(16, false, fill),
+        "room seen only after a re-read"
+    );
+    // `claim` re-reads the position (the claim dropped writes nothing); then it fits.
+    assert_eq!(tx.claim(16).map(|c| c.is_some()), Ok(true));
+    assert!(tx.try_put_data(16, false, fill));
+    // A failed producer refuses it.
+    poke(&mem, CONSUMER_POSITION_OFFSET, 3);
+    assert!(matches!(
+        tx.consumer_position(),
+        Err(RingError::BadConsumerPosition { .. })
+    ));
+    assert!(!tx.try_put_data(0, false, fill));
+    // Also when it failed while a raw claim was open, after the claim closes.
+    let mem2 = Arc::new(HeapRegion::new(region_size(cap)));
+    let mut tx2 = Producer::attach(mem2.clone(), max).expect("producer");
+    tx2.claim_raw(8).expect("claim_raw").expect("room");
+    poke(&mem2, CONSUMER_POSITION_OFFSET, 3);
+    assert!(tx2.consumer_position().is_err());
+    tx2.abort_raw();
+    assert!(!tx2.try_put_data(8, false, fill));
+    // What it wrote reads back in order.
+    let mut lens = Vec::new();
+    assert!(rx
+        .poll(8, |r| if let Record::Data(d) = r {
+            assert!(d.iter().all(|&b| b == 7));
+            lens.push(d.len());
+        })
+        .is_ok());
+    assert_eq!(lens, [16]);
 }
 
 #[test]

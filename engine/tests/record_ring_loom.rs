@@ -11,13 +11,15 @@
 //! consumes one record per call without publishing its position and publishes it only when the
 //! ring looks empty or a run is complete (`poll_deferred` + `publish`, the engine's
 //! `try_recv`), so the wrap reuses bytes whose reads the producer learns of only from that
-//! later publication.
+//! later publication; the same with the records written by `try_put_data` and taken by
+//! `take_data` (the engine's send and `try_recv` fast cases), `claim` and `poll_deferred`
+//! handling what they leave (the PAD before the wrap).
 //!
 //! Run with `scripts/ci/loom.sh`.
 #![cfg(loom)]
 
 use loom::thread;
-use spinwire::record::ring::{self, max_payload_for, Consumer, Producer};
+use spinwire::record::ring::{self, max_payload_for, Consumer, Producer, Take};
 use spinwire::record::Record;
 
 const CAP: usize = 32;
@@ -69,19 +71,32 @@ fn consume_all(c: &mut Consumer, n: u8) {
 
 /// The engine's `try_recv` policy on a small scale: one record per `poll_deferred`, the
 /// position published after `run` records, when the ring looks empty, or when nothing came.
-fn consume_deferred(c: &mut Consumer, n: u8, run: u8) {
+/// `take`: each record is tried with `take_data` first.
+fn consume_deferred(c: &mut Consumer, n: u8, run: u8, take: bool) {
     let mut next = 0u8;
     let mut unpublished = 0u8;
     while next < n {
-        let got = c
-            .poll_deferred(1, |rec| match rec {
-                Record::Data(d) => {
-                    assert_eq!(d, payload(next).as_slice(), "record {next}");
-                    next += 1;
-                }
-                other => panic!("unexpected {other:?}"),
+        let fast = if take {
+            c.take_data(8, |d| {
+                assert_eq!(d, payload(next).as_slice(), "record {next}");
+                next += 1;
             })
-            .expect("poll");
+        } else {
+            Take::Other
+        };
+        let got = match fast {
+            Take::Data => 1,
+            Take::Empty => 0,
+            Take::Other => c
+                .poll_deferred(1, |rec| match rec {
+                    Record::Data(d) => {
+                        assert_eq!(d, payload(next).as_slice(), "record {next}");
+                        next += 1;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                })
+                .expect("poll"),
+        };
         unpublished += got as u8;
         if got == 0 || unpublished >= run || c.may_be_empty() {
             c.publish();
@@ -105,7 +120,25 @@ fn deferred_consumer_publication_then_wrap() {
                 push_wait(&mut p, &payload(i), false);
             }
         });
-        consume_deferred(&mut c, 3, 2);
+        consume_deferred(&mut c, 3, 2, false);
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn take_data_consumer_then_wrap() {
+    loom::model(|| {
+        let (mut p, mut c) = ring::with_capacity(CAP, max_payload_for(CAP)).unwrap();
+        let t = thread::spawn(move || {
+            for i in 0..3 {
+                // The engine's send: `try_put_data`, `claim` for what it leaves (the PAD).
+                let data = payload(i);
+                if !p.try_put_data(data.len(), false, |b| b.copy_from_slice(&data)) {
+                    push_wait(&mut p, &data, false);
+                }
+            }
+        });
+        consume_deferred(&mut c, 3, 2, true);
         t.join().unwrap();
     });
 }
@@ -123,7 +156,7 @@ fn batch_into_deferred_consumer() {
             push_wait(&mut p, &payload(2), true);
             p.publish();
         });
-        consume_deferred(&mut c, 3, 3);
+        consume_deferred(&mut c, 3, 3, false);
         t.join().unwrap();
     });
 }

@@ -57,6 +57,16 @@ impl DirectPath {
         }
     }
 
+    /// Sends `data` (at most [`inline_max`](Self::inline_max) bytes) copied into a published
+    /// record when that needs nothing but the copy (room known, no claim open); `false`:
+    /// nothing sent.
+    #[inline(always)]
+    pub(crate) fn try_send_bytes(&self, data: &[u8]) -> bool {
+        match self {
+            DirectPath::Shm(d) => d.try_send_bytes(data),
+        }
+    }
+
     /// Sleeps until the peer publishes to this side or closes (it rings this side's
     /// doorbell), or for at most `max`; returns at once when records are pending already or
     /// `down()` (re-checked after announcing the sleep) says the connection is down.

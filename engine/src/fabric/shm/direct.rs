@@ -18,13 +18,22 @@
 //! the consumer position once per run (when the ring runs empty, after a quarter of the
 //! window, or on the next call of another kind) instead of once per message; `poll`
 //! publishes once per batch. The sender re-reads the consumer's position only when its
-//! window is full.
+//! window is full or its cached free span runs out.
+//!
+//! The per-message common cases are one step each, inlined into the connection's calls: a
+//! small `send` (or `send_copy`) that fits the window and the ring as last seen is the ring's
+//! `Producer::try_put_data`, a `claim` its `claim_raw` fast case, a `recv_into` that finds a
+//! `DATA` record its `Consumer::take_data` (the receive half is in `direct/rx.rs`); each is a
+//! few compares against precomputed bounds that a failed ring (or an open claim) sets to 0, and
+//! everything else (`send_slow`, `recv_into_slow`, the ring's general calls) is out of line.
 //!
 //! The window is the connection's [`flow::Policy`](crate::flow::Policy) of `depth` messages:
 //! the sender keeps its [`SendWindow`] (a message is in flight from its send until the peer's
-//! published consumer position passes its record), the receiver its [`CreditReturn`]
-//! (publishing the consumer position returns the credits of the messages consumed; its batch
-//! is a quarter of the window, `1 ..= 32`).
+//! published consumer position passes its record); the receiver returns the credits of the
+//! messages it consumed by publishing its consumer position, at the latest after a quarter of
+//! the window (`1 ..= 32` messages; a count of its own, the policy's
+//! [`CreditReturn`](crate::flow::CreditReturn) batch, without its cumulative count, which
+//! nothing here reads).
 //!
 //! Everything read from the peer is validated by the wire layer; a violation is a
 //! [`FabricError::Protocol`] that the caller turns into a failed connection.
@@ -35,16 +44,19 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use crate::desc::{PoolView, BUF_INLINE, INLINE_MAX};
+use crate::desc::{PoolView, INLINE_MAX};
 use crate::doorbell::{Doorbell, Scope};
 use crate::error::{Error, FabricError};
 use crate::fabric::Sent;
-use crate::flow::{CreditReturn, Policy, SendWindow};
+use crate::flow::{Policy, SendWindow};
 use crate::record::copy::copy_bytes;
 use crate::record::ring::RingError;
 
 use super::error::ShmSetupError;
-use super::wire::{Releaser, RxMsg, RxRing, Segment, TxRing, WireError};
+use super::wire::{Releaser, RxRing, Segment, TxRing, WireError};
+
+mod rx;
+use rx::RxSide;
 
 /// Buffers reclaimed per release-ring read.
 const RECLAIM_BURST: usize = 32;
@@ -110,15 +122,6 @@ impl TxSide {
     }
 }
 
-/// The receiving half: the peer's ring and the credits its consumption owes the sender.
-struct RxSide {
-    ring: RxRing,
-    /// The credits of the messages consumed: owed while [`recv_into`](ShmDirect::recv_into)
-    /// left the consumer position unpublished (it is published when a return batch is owed,
-    /// when the ring runs empty, and on every other call that may take `rx`).
-    credits: CreditReturn,
-}
-
 /// One shm connection's direct data path; see the [module docs](self).
 pub(crate) struct ShmDirect {
     tx: UnsafeCell<TxSide>,
@@ -168,30 +171,6 @@ pub(crate) fn wire_err(e: WireError) -> FabricError {
     }
 }
 
-/// Clears the `polling` flag, also when a handler unwinds.
-struct PollGuard<'a>(&'a Cell<bool>);
-
-impl Drop for PollGuard<'_> {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
-}
-
-/// Releases a held buffer when dropped (after the handler returned, or during its unwind).
-struct ReleaseGuard<'a> {
-    direct: &'a ShmDirect,
-    buf: u32,
-    error: &'a mut Option<FabricError>,
-}
-
-impl Drop for ReleaseGuard<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.direct.release_staged(self.buf) {
-            self.error.get_or_insert(e);
-        }
-    }
-}
-
 impl ShmDirect {
     /// The direct path over a split segment, with the connection's window `policy` (a
     /// message window: at most `policy.window` messages in flight).
@@ -222,7 +201,8 @@ impl ShmDirect {
             }),
             rx: UnsafeCell::new(RxSide {
                 ring: rx,
-                credits: policy.credit_return(),
+                owed: 0,
+                return_every: policy.credit_return().batch() as u32,
             }),
             rel: UnsafeCell::new(rel),
             polling: Cell::new(false),
@@ -363,7 +343,7 @@ impl ShmDirect {
     /// # Errors
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn send(
         &self,
         pool: &PoolView,
@@ -372,6 +352,87 @@ impl ShmDirect {
         batched: bool,
     ) -> Result<Sent, FabricError> {
         self.settle_rx();
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let side = unsafe { self.tx() };
+        // The common case, a message copied inline with room in the window and in the ring as
+        // last seen: the ring's `try_put_data` (three compares; no PAD, no re-read of the
+        // consumer's position, no state checks), inlined into the connection's send. The rest
+        // is `send_slow`'s, out of line.
+        if len as usize <= self.inline_max
+            && !side.window.is_full()
+            && side.ring.producer().try_put_data(
+                len as usize,
+                batched,
+                #[inline(always)]
+                |dst| {
+                    // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size`; the
+                    // pool stays mapped while `self` lives (the rings hold the mapping). `dst`
+                    // is the record's `len` payload bytes in the ring, which do not overlap the
+                    // pool.
+                    unsafe {
+                        copy_bytes(
+                            pool.buf_ptr_unchecked(idx).as_ptr(),
+                            dst.as_mut_ptr(),
+                            dst.len(),
+                        );
+                    }
+                },
+            )
+        {
+            if !batched {
+                side.published();
+            }
+            side.push_end();
+            return Ok(Sent::Copied);
+        }
+        self.send_slow(pool, idx, len, batched)
+    }
+
+    /// Sends `data` (`len <= inline_max`) copied inline and published (with any batch before
+    /// it) in one step, when the window and the ring as last seen have room and no claim is
+    /// open: `send`'s fast case for the caller's bytes (the engine's `send_copy`). `false`:
+    /// nothing sent; the caller takes its general path ([`claim`](Self::claim)), which
+    /// handles or reports the rest.
+    #[inline(always)]
+    pub(crate) fn try_send_bytes(&self, data: &[u8]) -> bool {
+        self.settle_rx();
+        // SAFETY: no application code runs while `tx` is borrowed here.
+        let side = unsafe { self.tx() };
+        // An open claim makes the ring refuse (`room_end` is 0 then).
+        if data.len() > self.inline_max
+            || side.window.is_full()
+            || !side.ring.producer().try_put_data(
+                data.len(),
+                false,
+                #[inline(always)]
+                |dst| {
+                    // SAFETY: `dst` is `data.len()` bytes of the record in the ring, which do
+                    // not overlap `data` (the application's memory).
+                    unsafe { copy_bytes(data.as_ptr(), dst.as_mut_ptr(), dst.len()) }
+                },
+            )
+        {
+            return false;
+        }
+        side.published();
+        side.push_end();
+        true
+    }
+
+    /// [`send`](Self::send) of what its fast case leaves: a full window, a ring to wrap or
+    /// whose consumer position to re-read, a message by reference, the errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send).
+    #[inline(never)]
+    fn send_slow(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> Result<Sent, FabricError> {
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() && !side.collect()? {
@@ -416,8 +477,12 @@ impl ShmDirect {
     pub(crate) fn flush(&self) {
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        side.ring.producer().publish();
-        side.published();
+        // Nothing pending (every record already published, and the peer's doorbell rung with
+        // it): nothing to do, as after a plain `send`.
+        if side.ring.producer().is_pending() {
+            side.ring.producer().publish();
+            side.published();
+        }
     }
 
     /// Publishes the consumer position that [`recv_into`](Self::recv_into) left unpublished,
@@ -427,7 +492,7 @@ impl ShmDirect {
     fn settle_rx(&self) {
         // SAFETY: not polling, so no other reference to `rx` is live (every mutable use sets
         // the flag first); read for the compare only.
-        if !self.polling.get() && unsafe { &*self.rx.get() }.credits.owed() != 0 {
+        if !self.polling.get() && unsafe { &*self.rx.get() }.owed != 0 {
             self.settle_rx_now();
         }
     }
@@ -437,9 +502,7 @@ impl ShmDirect {
     fn settle_rx_now(&self) {
         // SAFETY: not polling (checked by the caller), so no other reference to `rx` is live;
         // no application code runs while it is borrowed here.
-        let rx = unsafe { &mut *self.rx.get() };
-        rx.ring.publish();
-        rx.credits.take();
+        unsafe { &mut *self.rx.get() }.return_credits();
     }
 
     /// Messages in flight: sent and not yet consumed by the peer (re-reads its position).
@@ -471,7 +534,7 @@ impl ShmDirect {
     /// # Errors
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn claim(&self, len: usize) -> Result<Option<std::ptr::NonNull<u8>>, FabricError> {
         debug_assert!(!self.claim_open.get() && len <= self.inline_max);
         self.settle_rx();
@@ -495,7 +558,7 @@ impl ShmDirect {
     }
 
     /// Publishes the open claim as a `len`-byte `DATA` record (one `Release` store).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn commit_claim(&self, len: usize) {
         if self.claim_open.replace(false) {
             // SAFETY: no application code runs while `tx` is borrowed here.
@@ -517,194 +580,6 @@ impl ShmDirect {
         }
     }
 
-    /// Hands up to `limit` received messages to `handler` in place (DATA payloads in the ring,
-    /// `BUF_REF` buffers in the peer's pool, released right after the handler returns for
-    /// them), publishes the consumer position and the releases once, and returns the messages
-    /// and payload bytes delivered. A call from inside a handler delivers nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`FabricError::Protocol`]: the peer broke the protocol (the messages before were
-    /// delivered).
-    #[inline]
-    pub(crate) fn poll<H: FnMut(&[u8])>(
-        &self,
-        rx_pool: &PoolView,
-        handler: &mut H,
-        limit: usize,
-    ) -> Result<(usize, u64), FabricError> {
-        if self.polling.replace(true) {
-            return Ok((0, 0));
-        }
-        let _g = PollGuard(&self.polling);
-        // SAFETY: `polling` makes this the only reference to the consumer half: every other
-        // use of `rx` sets the flag first, and handlers re-entering find it set.
-        let rx = unsafe { &mut *self.rx.get() };
-        // `rx.poll` publishes the position at its end, with what `recv_into` left pending.
-        rx.credits.take();
-        let mut error: Option<FabricError> = None;
-        let mut bytes = 0u64;
-        let r = rx.ring.poll(limit, |m| {
-            if error.is_some() {
-                return;
-            }
-            match m {
-                RxMsg::Inline(b) => {
-                    bytes += b.len() as u64;
-                    handler(b);
-                }
-                RxMsg::Buffer { index, len } => {
-                    // SAFETY: borrowed for the call only; no application code runs meanwhile.
-                    if let Err(e) = unsafe { self.rel() }.hold(index) {
-                        error = Some(wire_err(e));
-                        return;
-                    }
-                    bytes += u64::from(len);
-                    let guard = ReleaseGuard {
-                        direct: self,
-                        buf: index,
-                        error: &mut error,
-                    };
-                    // SAFETY: the wire layer checked `index < count` (or, for a large slot,
-                    // `slot < large count`) and `len <=` that buffer's size; the
-                    // buffer is held by this side until the guard releases it, and the pool
-                    // stays mapped while `self` lives. A hostile peer rewriting it changes only
-                    // the bytes seen.
-                    let b = unsafe {
-                        let base = if crate::desc::is_large(index) {
-                            self.rx_large
-                                .buf_ptr_unchecked(crate::desc::large_slot(index))
-                        } else {
-                            rx_pool.buf_ptr_unchecked(index)
-                        };
-                        std::slice::from_raw_parts(base.as_ptr(), len as usize)
-                    };
-                    handler(b);
-                    drop(guard);
-                }
-            }
-        });
-        self.publish_releases();
-        let n = r.map_err(wire_err)?;
-        if let Some(e) = error {
-            return Err(e);
-        }
-        Ok((n, bytes))
-    }
-
-    /// Takes the next received message: a `DATA` payload is copied into `slot` (`<=
-    /// INLINE_MAX` bytes: only its `len` bytes are written) and `got` set to `(len,
-    /// BUF_INLINE)`; a `BUF_REF` buffer stays in place, held until [`release`](Self::release),
-    /// and `got` is `(len, buffer)`. `Ok(false)`: nothing received (or called from inside a
-    /// [`poll`](Self::poll) handler); nothing is written then.
-    ///
-    /// The consumer position is published once per run of messages, not per message: when
-    /// the ring runs empty (nothing published after the message taken, or nothing to take;
-    /// also when the next record would start a new cache line, see the code), when the
-    /// credit return's batch is owed (a quarter of the window), and by the next call of any
-    /// other kind (`send`, `claim`, `poll`, `unconsumed`). So the window slot of a consumed
-    /// message is free for the sender at the latest when the receiver's ring runs empty, and
-    /// the producer re-reads the position once per run instead of its line moving between the
-    /// cores per message (the consumer's store of its position per message was the one shared
-    /// write a `try_recv` loop made, besides the header reads).
-    ///
-    /// The results are written where the caller keeps them (the payload into the stash slot
-    /// the message will own), so nothing is built here and moved through `Option`/`Result`
-    /// layers (`perf annotate` of `try_recv` showed those moves as most of its cost).
-    ///
-    /// # Safety
-    ///
-    /// `slot` is valid for writes of `INLINE_MAX` bytes and does not overlap the segment.
-    ///
-    /// # Errors
-    ///
-    /// [`FabricError::Protocol`]: the peer broke the protocol.
-    #[inline(always)]
-    pub(crate) unsafe fn recv_into(
-        &self,
-        slot: NonNull<u8>,
-        got: &mut (u32, u32),
-    ) -> Result<bool, FabricError> {
-        if self.polling.replace(true) {
-            return Ok(false);
-        }
-        let _g = PollGuard(&self.polling);
-        // SAFETY: as in `poll`; no application code runs while it is borrowed here.
-        let rx = unsafe { &mut *self.rx.get() };
-        // Two plain locals rather than one `Result<bool, FabricError>`: the result was built
-        // in a temporary and copied into place with a wide load over its narrow stores (a
-        // store-forwarding stall, `perf annotate`); the common case now stores one flag.
-        let mut taken = false;
-        let mut error: Option<FabricError> = None;
-        let r = rx.ring.poll_deferred(
-            1,
-            #[inline(always)]
-            |m| match m {
-                RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
-                    *got = (b.len() as u32, BUF_INLINE);
-                    // SAFETY: `b.len() <= INLINE_MAX` bytes into `slot`, which has room for that
-                    // many and does not overlap the ring (the caller's contract).
-                    unsafe { copy_bytes(b.as_ptr(), slot.as_ptr(), b.len()) };
-                    taken = true;
-                }
-                RxMsg::Inline(_) => {
-                    error = Some(FabricError::Protocol(
-                        "inline message longer than the inline limit",
-                    ));
-                }
-                // SAFETY: borrowed for the call only; no application code runs meanwhile.
-                RxMsg::Buffer { index, len } => match unsafe { self.rel() }.hold(index) {
-                    Ok(()) => {
-                        *got = (len, index);
-                        taken = true;
-                    }
-                    Err(e) => error = Some(wire_err(e)),
-                },
-            },
-        );
-        rx.credits.on_consumed(u64::from(taken));
-        // Published when nothing was taken, when a return batch is owed, and when the ring
-        // may have run empty: the word after the message reads `0`, or is not looked at
-        // because it starts the next cache line. That line is the one the producer has just
-        // written (its zero-ahead), so the look was a second line transfer on the message's
-        // critical path, one message in four at 8 B (`bench lat`); the position's store is
-        // to this side's own line, which the producer reads only when its window is full.
-        if !taken || rx.credits.due(false) || rx.ring.may_be_empty() {
-            rx.ring.publish();
-            rx.credits.take();
-        }
-        r.map_err(wire_err)?;
-        match error {
-            Some(e) => Err(e),
-            None => Ok(taken),
-        }
-    }
-
-    /// Returns held receive buffer `buf` to the peer and publishes it.
-    ///
-    /// # Errors
-    ///
-    /// [`FabricError::Protocol`]: the buffer is not held, or the peer's release head is
-    /// invalid.
-    #[inline]
-    pub(crate) fn release(&self, buf: u32) -> Result<(), FabricError> {
-        self.release_staged(buf)?;
-        self.publish_releases();
-        Ok(())
-    }
-
-    #[inline]
-    fn release_staged(&self, buf: u32) -> Result<(), FabricError> {
-        // SAFETY: borrowed for the call only; no application code runs meanwhile.
-        unsafe { self.rel() }.release(buf).map_err(wire_err)
-    }
-
-    #[inline]
-    fn publish_releases(&self) {
-        // SAFETY: borrowed for the call only; no application code runs meanwhile.
-        unsafe { self.rel() }.publish_releases();
-    }
-
     /// [`IdleStrategy::Block`](crate::IdleStrategy::Block)'s wait: announces on this side's
     /// doorbell that it sleeps, re-checks the ring, the peer's close mark and `down()` (the
     /// connection's state, which the control thread changes before it rings), and sleeps
@@ -723,17 +598,6 @@ impl ShmDirect {
             return None;
         }
         Some(bell.sleep(announced, max))
-    }
-
-    /// Whether the peer published records not yet consumed (a hint: the producer's position
-    /// word). `false` while a poll is running.
-    #[inline]
-    pub(crate) fn rx_pending(&self) -> bool {
-        if self.polling.get() {
-            return false;
-        }
-        // SAFETY: not polling, and no application code runs while it is borrowed here.
-        unsafe { &*self.rx.get() }.ring.pending_hint() > 0
     }
 
     /// How the peer closed its side of the segment, if it did (one load of its state line;

@@ -33,6 +33,12 @@ pub struct Consumer {
     /// [`publish`]: Consumer::publish
     /// [`poll_deferred`]: Consumer::poll_deferred
     published: u64,
+    /// `cap - 8`: no honest record ends beyond `published + span` (see [`poll`](Consumer::poll));
+    /// `0` once the consumer is failed or [`poison`](Consumer::poison)ed, so that
+    /// [`take_data`](Consumer::take_data)'s range check refuses every record (each is at least
+    /// 8 bytes, and `published <= pos`) and hands it to `poll_deferred`, which reports the
+    /// failure: no separate failed check per record.
+    span: u64,
     failed: Option<RingError>,
     /// Loom only: DATA payloads are copied out of the tracked words into this.
     #[cfg(loom)]
@@ -50,6 +56,18 @@ impl fmt::Debug for Consumer {
     }
 }
 
+/// What [`Consumer::take_data`] found at the position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Take {
+    /// A DATA record, handed over and consumed.
+    Data,
+    /// Nothing published at the position.
+    Empty,
+    /// Something for [`Consumer::poll_deferred`]; nothing consumed.
+    Other,
+}
+
 impl Consumer {
     pub(super) fn new(region: Arc<Region>, max_payload: usize) -> Consumer {
         Consumer {
@@ -58,6 +76,7 @@ impl Consumer {
             max_payload,
             pos: 0,
             published: 0,
+            span: (region.capacity() - RECORD_ALIGN) as u64,
             failed: None,
             #[cfg(loom)]
             stage: vec![0; max_payload],
@@ -234,9 +253,79 @@ impl Consumer {
             Ok(()) => Ok(n),
             Err(e) => {
                 self.failed = Some(e);
+                self.span = 0;
                 Err(e)
             }
         }
+    }
+
+    /// The common case of [`poll_deferred`](Self::poll_deferred)`(1, ..)` alone, for a caller
+    /// that takes one record per call (the engine's `try_recv`): when the record at the
+    /// position is a published DATA record of at most `max` payload bytes that passes every
+    /// check `poll_deferred` makes, hands its payload to `handler` in place, consumes it
+    /// (the position is left unpublished, as by `poll_deferred`) and returns
+    /// [`Take::Data`]; [`Take::Empty`] when nothing is published there; [`Take::Other`] for
+    /// anything else, consuming nothing: a PAD or another type, a longer payload, a record
+    /// that fails a check, a failed or [`poison`](Self::poison)ed consumer. The caller then
+    /// takes it with `poll_deferred`, which validates it in full and reports what is wrong.
+    ///
+    /// One header load, one compare of the header's upper half, three range compares against
+    /// precomputed bounds: the per-record checks of `poll_deferred` (the failed state, the
+    /// type dispatch) folded into what the word must equal and the range compares (callgrind
+    /// of `bench cost`: see `Consumer::span`).
+    #[inline(always)]
+    pub fn take_data<F>(&mut self, max: usize, handler: F) -> Take
+    where
+        F: FnOnce(&[u8]),
+    {
+        let cap = self.cap;
+        let off = self.pos as usize & (cap - 1);
+        let guard = self.region.track_read(off);
+        // Acquire: as in `poll_deferred`.
+        let word = u64::from_le(self.region.word(off).load(Ordering::Acquire));
+        guard.end();
+        let len = word as u32 as usize;
+        if len == 0 {
+            return Take::Empty;
+        }
+        // `len < 8` wraps to a huge payload and fails the compare.
+        let payload = len.wrapping_sub(RECORD_HEADER);
+        let size = (len + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        // DATA with zero flags and aux (what `RecordHeader::parse_word` accepts at once); the
+        // payload within both limits; the record within the area's end and within `span` of
+        // the published position (`span` is 0 once failed, so nothing passes then).
+        if word >> 32 != RecordType::Data as u64
+            || payload > max.min(self.max_payload)
+            || size > cap - off
+            || self.pos + size as u64 > self.published + self.span
+        {
+            return Take::Other;
+        }
+        self.pos += size as u64;
+        #[cfg(not(loom))]
+        {
+            // SAFETY: `off + 8 + payload <= off + size <= cap`, checked above. The record is
+            // published and our published position is not past it, so the producer does not
+            // write it until we publish.
+            handler(unsafe { self.region.bytes(off + RECORD_HEADER, payload) });
+        }
+        #[cfg(loom)]
+        {
+            let mut stage = std::mem::take(&mut self.stage);
+            stage.resize(payload, 0);
+            self.region.read_bytes(off + RECORD_HEADER, &mut stage);
+            handler(&stage);
+            self.stage = stage;
+        }
+        Take::Data
+    }
+
+    /// Makes [`take_data`](Self::take_data) refuse every record from now on (it returns
+    /// [`Take::Other`]), for a caller that found the stream broken above the ring (an
+    /// invalid `BUF_REF`) and fails the ring's reader with its own error.
+    #[inline]
+    pub fn poison(&mut self) {
+        self.span = 0;
     }
 
     /// Bytes consumed and not yet published to the producer.

@@ -49,6 +49,14 @@
 //!   engine's `try_recv` publishes when [`Consumer::may_be_empty`] says the ring ran empty or
 //!   a run is complete). The producer gets the space back only at that publication, and the
 //!   consumer's bound on an honest record's end is taken from the *published* position.
+//! * [`Producer::try_put_data`] and [`Consumer::take_data`] are the one-record common cases of
+//!   `claim` + `commit` and `poll_deferred(1, ..)`: a DATA record that needs no PAD and fits
+//!   the free span as last seen (the producer's `room_end`), a published DATA record within
+//!   every bound (the consumer's `span` past its published position). Each is a few compares
+//!   against precomputed bounds; the failed state (and the producer's open raw claim) set the
+//!   bound to 0, so they refuse everything then, and the caller falls back to the general
+//!   call, which validates in full and reports. The stores and loads, and their ordering, are
+//!   the general calls'.
 //!
 //! Why zero-ahead rather than the consumer zeroing the length words it consumed: records have
 //! variable sizes, so the next lap's headers fall on offsets where this lap held payload bytes
@@ -113,7 +121,7 @@ mod consumer;
 mod error;
 mod producer;
 
-pub use consumer::Consumer;
+pub use consumer::{Consumer, Take};
 pub use error::RingError;
 pub use producer::{Claim, Producer};
 

@@ -33,6 +33,11 @@ pub struct Producer {
     tail: u64,
     /// The last validated consumer position.
     head_cache: u64,
+    /// `head_cache + cap`: the end of the free span, against which
+    /// [`try_put_data`](Producer::try_put_data) checks its record; `0` while a raw claim is
+    /// open or once failed, so that its one range compare also refuses those cases (they go
+    /// to [`claim`](Producer::claim), which reports them): no separate state check per record.
+    room_end: u64,
     /// Header word of the first committed but unpublished record (`0`: none), at `first_off`.
     first_word: u64,
     first_off: usize,
@@ -65,6 +70,7 @@ impl Producer {
             max_payload,
             tail: 0,
             head_cache: 0,
+            room_end: region.capacity() as u64,
             first_word: 0,
             first_off: 0,
             failed: None,
@@ -164,6 +170,96 @@ impl Producer {
         }))
     }
 
+    /// The common case of [`claim`](Self::claim) + write + [`Claim::commit`] (or
+    /// [`Claim::commit_batched`] when `batched`) in one step: when a DATA record of `payload`
+    /// bytes fits before the area's end and in the free span known from the cached consumer
+    /// position, `fill` writes its payload in place (exactly `payload` bytes, their previous
+    /// contents unspecified) and the record is committed; `true`. `false`, nothing written:
+    /// anything else (a PAD needed first, the cached position to re-read, a payload over the
+    /// maximum, an open raw claim, a failed producer): use `claim`, which handles or reports
+    /// it.
+    ///
+    /// Three compares against precomputed bounds instead of `claim`'s state checks and PAD
+    /// computation (callgrind of `bench cost`: see `Producer::room_end`).
+    #[inline(always)]
+    pub fn try_put_data<F>(&mut self, payload: usize, batched: bool, fill: F) -> bool
+    where
+        F: FnOnce(&mut [u8]),
+    {
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let off = self.tail as usize & (self.cap - 1);
+        // The record and the zero-ahead word after it, in the free span (`room_end` is 0 while
+        // a raw claim is open or once failed); no PAD needed.
+        if payload > self.max_payload
+            || off + size > self.cap
+            || self.tail + (size + RECORD_ALIGN) as u64 > self.room_end
+        {
+            return false;
+        }
+        let alone = !batched && self.first_word == 0;
+        // The record is in the area and the free span, checked above (what `reserve` checks
+        // for `Claim::payload_mut`).
+        let mut claim = Claim {
+            p: self,
+            ty: RecordType::Data,
+            payload,
+            size,
+        };
+        fill(claim.payload_mut());
+        if !alone {
+            // Into a batch (or closing one): staged, published with the batch's first header.
+            if batched {
+                claim.commit_batched();
+            } else {
+                claim.commit();
+            }
+            return true;
+        }
+        // Alone: the stores `commit` would make, without staging the header to publish it
+        // (`stage_header` + `publish` kept it back and cleared it again; `publish` went out of
+        // line: 17 instructions and a call per message in callgrind of `bench cost`).
+        self.publish_alone(payload, size);
+        true
+    }
+
+    /// Writes the DATA record of `payload` bytes (`size` with padding) whose payload is in
+    /// place at the tail (loom: in the stage) and publishes it: the zero-ahead word, the
+    /// header (`Release`) and the position, the stores [`Claim::commit`] makes when no batch is
+    /// pending (the caller checked `first_word == 0`, and that the record and the word after
+    /// it are in the area and the free span).
+    #[inline(always)]
+    fn publish_alone(&mut self, payload: usize, size: usize) {
+        debug_assert_eq!(self.first_word, 0);
+        let off = self.tail as usize & (self.cap - 1);
+        #[cfg(loom)]
+        {
+            let stage = std::mem::take(&mut self.stage);
+            self.region
+                .write_bytes(off + RECORD_HEADER, &stage[..payload]);
+            self.stage = stage;
+        }
+        let tail = self.tail + size as u64;
+        // Relaxed: the zero-ahead word, ordered before the consumer's read of it by the Release
+        // below, as in `publish` (the word is free: checked by the caller).
+        self.region
+            .word(tail as usize & (self.cap - 1))
+            .store(0, Ordering::Relaxed);
+        // The header word as `header_word` encodes it (the length fits: `payload <= cap / 2`),
+        // without its fallback's compare.
+        let word = (RECORD_HEADER + payload) as u64 | (RecordType::Data as u64) << 32;
+        debug_assert_eq!(
+            u64::from_ne_bytes(word.to_le_bytes()),
+            header_word(RecordType::Data, payload)
+        );
+        // Release: the commit (the payload was written before), as in `publish`.
+        self.region
+            .word(off)
+            .store(u64::from_ne_bytes(word.to_le_bytes()), Ordering::Release);
+        self.tail = tail;
+        // Release: for observers, as in `publish`.
+        self.region.producer_pos().store(tail, Ordering::Release);
+    }
+
     /// Reserves a DATA record of `payload` bytes like [`claim`](Self::claim), but returns a
     /// pointer to its payload instead of a borrowing [`Claim`], for a handle that keeps the
     /// claim open across calls (the engine's zero-copy `Connection::claim`). The claim stays open
@@ -177,8 +273,37 @@ impl Producer {
     /// # Errors
     ///
     /// As [`claim`](Self::claim), and [`RingError::ClaimOpen`].
-    #[inline]
+    #[inline(always)]
     pub fn claim_raw(&mut self, payload: usize) -> Result<Option<NonNull<u8>>, RingError> {
+        // The common case as in `try_put_data`: no PAD, room known, no claim open, not failed
+        // (`room_end` is 0 then); the rest through `claim`, which handles or reports it.
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let off = self.tail as usize & (self.cap - 1);
+        if payload <= self.max_payload
+            && off + size <= self.cap
+            && self.tail + (size + RECORD_ALIGN) as u64 <= self.room_end
+        {
+            let ptr = Claim {
+                p: self,
+                ty: RecordType::Data,
+                payload,
+                size,
+            }
+            .payload_mut()
+            .as_mut_ptr();
+            if let Some(ptr) = NonNull::new(ptr) {
+                self.raw = Some(payload);
+                self.room_end = 0;
+                return Ok(Some(ptr));
+            }
+        }
+        self.claim_raw_slow(payload)
+    }
+
+    /// [`claim_raw`](Self::claim_raw) through [`claim`](Self::claim): a PAD first, the
+    /// consumer's position to re-read, the errors.
+    #[inline(never)]
+    fn claim_raw_slow(&mut self, payload: usize) -> Result<Option<NonNull<u8>>, RingError> {
         let ptr = match self.claim(payload)? {
             Some(mut c) => NonNull::new(c.payload_mut().as_mut_ptr()),
             None => return Ok(None),
@@ -187,6 +312,7 @@ impl Producer {
             return Ok(None);
         };
         self.raw = Some(payload);
+        self.room_end = 0;
         Ok(Some(ptr))
     }
 
@@ -197,9 +323,14 @@ impl Producer {
         let Some(claimed) = self.raw.take() else {
             return false;
         };
+        self.reopen();
         let payload = len.min(claimed);
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         // The claimed record fitted (`reserve`), so the smaller one does: same offset.
+        if self.first_word == 0 {
+            self.publish_alone(payload, size);
+            return true;
+        }
         Claim {
             p: self,
             ty: RecordType::Data,
@@ -214,7 +345,18 @@ impl Producer {
     /// the next record). Does nothing when none is open.
     #[inline]
     pub fn abort_raw(&mut self) {
-        self.raw = None;
+        if self.raw.take().is_some() {
+            self.reopen();
+        }
+    }
+
+    /// A raw claim was closed: [`try_put_data`](Self::try_put_data) may write again, unless the
+    /// producer failed meanwhile (`room_end` stays 0 then).
+    #[inline]
+    fn reopen(&mut self) {
+        if self.failed.is_none() {
+            self.room_end = self.head_cache + self.cap as u64;
+        }
     }
 
     /// Re-reads (and validates) the consumer's position and returns it: every record ending at
@@ -246,9 +388,13 @@ impl Producer {
                 high: self.tail,
             };
             self.failed = Some(e);
+            self.room_end = 0;
             return Err(e);
         }
         self.head_cache = h;
+        if self.raw.is_none() {
+            self.room_end = h + self.cap as u64;
+        }
         Ok(self.tail + need <= h + self.cap as u64)
     }
 
@@ -265,6 +411,13 @@ impl Producer {
             // the consumer reads it only after Acquire-loading that first header.
             self.region.word(off).store(word, Ordering::Relaxed);
         }
+    }
+
+    /// Whether records committed with [`Claim::commit_batched`] (or a PAD) wait for
+    /// [`publish`](Self::publish).
+    #[inline]
+    pub fn is_pending(&self) -> bool {
+        self.first_word != 0
     }
 
     /// Publishes every record committed with [`Claim::commit_batched`] (and any PAD) with one

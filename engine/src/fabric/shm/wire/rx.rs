@@ -15,7 +15,7 @@ use super::error::{Field, WireError};
 use super::layout::Dir;
 use super::mapping::Mapping;
 use super::ring::{ring_consumer, Bitmap, Pool, RelRing};
-use crate::record::ring::Consumer;
+use crate::record::ring::{Consumer, Take};
 use crate::record::Record;
 
 /// A message polled from the record ring ([`RxRing::poll`]).
@@ -167,9 +167,24 @@ impl RxRing {
         }
         if let Some(b) = bad {
             self.failed = Some(b);
+            // `take_inline` checks no `failed` of its own: the ring refuses it every record.
+            self.ring.poison();
             return Err(WireError::corrupt(b.0, b.1, b.2));
         }
         Ok(n)
+    }
+
+    /// The common case of [`poll_deferred`](Self::poll_deferred)`(1, ..)`: a `DATA` payload of
+    /// at most `max` bytes handed to `handler` in place ([`Take::Data`]), or nothing published
+    /// ([`Take::Empty`]); anything else ([`Take::Other`], nothing consumed: a `BUF_REF`, a
+    /// record to validate in full, a failed handle) is for `poll_deferred`. See
+    /// [`Consumer::take_data`].
+    #[inline(always)]
+    pub fn take_inline<F>(&mut self, max: usize, handler: F) -> Take
+    where
+        F: FnOnce(&[u8]),
+    {
+        self.ring.take_data(max, handler)
     }
 
     /// Publishes the consumer position if it moved (one `Release` store): the sender may reuse

@@ -1,0 +1,316 @@
+//! The receiving half of [`ShmDirect`]: [`RxSide`] (the peer's ring and the credits owed),
+//! and the receive calls, `poll` (a batch in place) and `recv_into` (one message, the
+//! engine's `try_recv`), with the release of held buffers. See the [parent module](super).
+
+use std::cell::Cell;
+use std::ptr::NonNull;
+
+use crate::desc::{PoolView, BUF_INLINE, INLINE_MAX};
+use crate::error::FabricError;
+use crate::record::copy::copy_bytes;
+use crate::record::ring::Take;
+
+use super::super::wire::{RxMsg, RxRing};
+use super::{wire_err, ShmDirect};
+
+/// The receiving half: the peer's ring and the credits its consumption owes the sender.
+pub(super) struct RxSide {
+    pub(super) ring: RxRing,
+    /// Messages consumed while [`recv_into`](ShmDirect::recv_into) left the consumer position
+    /// unpublished: their credits are owed (the position is published when `return_every` are,
+    /// when the ring runs empty, and on every other call that may take `rx`).
+    pub(super) owed: u32,
+    /// The credit return's batch: a quarter of the window, `1 ..= 32`.
+    pub(super) return_every: u32,
+}
+
+impl RxSide {
+    /// Publishes the consumer position (when it moved): the owed credits go back.
+    #[inline(always)]
+    pub(super) fn return_credits(&mut self) {
+        self.ring.publish();
+        self.owed = 0;
+    }
+}
+
+/// Clears the `polling` flag, also when a handler unwinds.
+struct PollGuard<'a>(&'a Cell<bool>);
+
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Releases a held buffer when dropped (after the handler returned, or during its unwind).
+struct ReleaseGuard<'a> {
+    direct: &'a ShmDirect,
+    buf: u32,
+    error: &'a mut Option<FabricError>,
+}
+
+impl Drop for ReleaseGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.direct.release_staged(self.buf) {
+            self.error.get_or_insert(e);
+        }
+    }
+}
+
+impl ShmDirect {
+    /// Hands up to `limit` received messages to `handler` in place (DATA payloads in the ring,
+    /// `BUF_REF` buffers in the peer's pool, released right after the handler returns for
+    /// them), publishes the consumer position and the releases once, and returns the messages
+    /// and payload bytes delivered. A call from inside a handler delivers nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer broke the protocol (the messages before were
+    /// delivered).
+    #[inline]
+    pub(crate) fn poll<H: FnMut(&[u8])>(
+        &self,
+        rx_pool: &PoolView,
+        handler: &mut H,
+        limit: usize,
+    ) -> Result<(usize, u64), FabricError> {
+        if self.polling.replace(true) {
+            return Ok((0, 0));
+        }
+        let _g = PollGuard(&self.polling);
+        // SAFETY: `polling` makes this the only reference to the consumer half: every other
+        // use of `rx` checks the flag first (and either sets it or runs no application code
+        // while it holds `rx`), and handlers re-entering find it set.
+        let rx = unsafe { &mut *self.rx.get() };
+        // `rx.poll` publishes the position at its end, with what `recv_into` left pending.
+        rx.owed = 0;
+        let mut error: Option<FabricError> = None;
+        let mut bytes = 0u64;
+        let r = rx.ring.poll(limit, |m| {
+            if error.is_some() {
+                return;
+            }
+            match m {
+                RxMsg::Inline(b) => {
+                    bytes += b.len() as u64;
+                    handler(b);
+                }
+                RxMsg::Buffer { index, len } => {
+                    // SAFETY: borrowed for the call only; no application code runs meanwhile.
+                    if let Err(e) = unsafe { self.rel() }.hold(index) {
+                        error = Some(wire_err(e));
+                        return;
+                    }
+                    bytes += u64::from(len);
+                    let guard = ReleaseGuard {
+                        direct: self,
+                        buf: index,
+                        error: &mut error,
+                    };
+                    // SAFETY: the wire layer checked `index < count` (or, for a large slot,
+                    // `slot < large count`) and `len <=` that buffer's size; the
+                    // buffer is held by this side until the guard releases it, and the pool
+                    // stays mapped while `self` lives. A hostile peer rewriting it changes only
+                    // the bytes seen.
+                    let b = unsafe {
+                        let base = if crate::desc::is_large(index) {
+                            self.rx_large
+                                .buf_ptr_unchecked(crate::desc::large_slot(index))
+                        } else {
+                            rx_pool.buf_ptr_unchecked(index)
+                        };
+                        std::slice::from_raw_parts(base.as_ptr(), len as usize)
+                    };
+                    handler(b);
+                    drop(guard);
+                }
+            }
+        });
+        self.publish_releases();
+        let n = r.map_err(wire_err)?;
+        if let Some(e) = error {
+            return Err(e);
+        }
+        Ok((n, bytes))
+    }
+
+    /// Takes the next received message: a `DATA` payload is copied into `slot` (`<=
+    /// INLINE_MAX` bytes: only its `len` bytes are written) and `got` set to `(len,
+    /// BUF_INLINE)`; a `BUF_REF` buffer stays in place, held until [`release`](Self::release),
+    /// and `got` is `(len, buffer)`. `Ok(false)`: nothing received (or called from inside a
+    /// [`poll`](Self::poll) handler); nothing is written then.
+    ///
+    /// The consumer position is published once per run of messages, not per message: when
+    /// the ring runs empty (nothing published after the message taken, or nothing to take;
+    /// also when the next record would start a new cache line, see the code), when the
+    /// credit return's batch is owed (a quarter of the window), and by the next call of any
+    /// other kind (`send`, `claim`, `poll`, `unconsumed`). So the window slot of a consumed
+    /// message is free for the sender at the latest when the receiver's ring runs empty, and
+    /// the producer re-reads the position once per run instead of its line moving between the
+    /// cores per message (the consumer's store of its position per message was the one shared
+    /// write a `try_recv` loop made, besides the header reads).
+    ///
+    /// The results are written where the caller keeps them (the payload into the stash slot
+    /// the message will own), so nothing is built here and moved through `Option`/`Result`
+    /// layers (`perf annotate` of `try_recv` showed those moves as most of its cost).
+    ///
+    /// # Safety
+    ///
+    /// `slot` is valid for writes of `INLINE_MAX` bytes and does not overlap the segment.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the peer broke the protocol.
+    #[inline(always)]
+    pub(crate) unsafe fn recv_into(
+        &self,
+        slot: NonNull<u8>,
+        got: &mut (u32, u32),
+    ) -> Result<bool, FabricError> {
+        // Only checked, not set: no application code runs inside this call (the handler below
+        // copies), so nothing can re-enter while `rx` is borrowed; the flag matters only for
+        // a call made from inside a `poll` handler, which must find nothing.
+        if self.polling.get() {
+            return Ok(false);
+        }
+        // SAFETY: not polling, so no other reference to `rx` is live, and none is taken while
+        // this one is used (no application code runs here).
+        let rx = unsafe { &mut *self.rx.get() };
+        // The common case, one `DATA` record that fits the slot: the ring's `take_data`, whose
+        // checks fold the slow path's (a failed ring, the type dispatch, the `BUF_REF` case) into
+        // one compare of the header and three of the range (callgrind of `bench cost`: see the
+        // README's cost breakdown). Anything else is taken by `recv_into_slow`.
+        let taken = rx.ring.take_inline(
+            INLINE_MAX,
+            #[inline(always)]
+            |b| {
+                *got = (b.len() as u32, BUF_INLINE);
+                // SAFETY: `b.len() <= INLINE_MAX` bytes into `slot`, which has room for that many
+                // and does not overlap the ring (the caller's contract).
+                unsafe { copy_bytes(b.as_ptr(), slot.as_ptr(), b.len()) };
+            },
+        );
+        match taken {
+            Take::Data => {
+                rx.owed += 1;
+                // Published as in `recv_into_slow` (see there).
+                if rx.owed >= rx.return_every || rx.ring.may_be_empty() {
+                    rx.return_credits();
+                }
+                Ok(true)
+            }
+            Take::Empty => {
+                rx.return_credits();
+                Ok(false)
+            }
+            // SAFETY: the caller's contract, passed on.
+            Take::Other => unsafe { self.recv_into_slow(slot, got) },
+        }
+    }
+
+    /// [`recv_into`](Self::recv_into) of what its fast case leaves: a `BUF_REF`, a `PAD`
+    /// before the next record, a record to validate in full (and the error it makes).
+    ///
+    /// # Safety
+    ///
+    /// As [`recv_into`](Self::recv_into).
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_into`](Self::recv_into).
+    #[inline(never)]
+    unsafe fn recv_into_slow(
+        &self,
+        slot: NonNull<u8>,
+        got: &mut (u32, u32),
+    ) -> Result<bool, FabricError> {
+        if self.polling.replace(true) {
+            return Ok(false);
+        }
+        let _g = PollGuard(&self.polling);
+        // SAFETY: as in `poll`; no application code runs while it is borrowed here.
+        let rx = unsafe { &mut *self.rx.get() };
+        // Two plain locals rather than one `Result<bool, FabricError>`: the result was built
+        // in a temporary and copied into place with a wide load over its narrow stores (a
+        // store-forwarding stall, `perf annotate`); the common case now stores one flag.
+        let mut taken = false;
+        let mut error: Option<FabricError> = None;
+        let r = rx.ring.poll_deferred(
+            1,
+            #[inline(always)]
+            |m| match m {
+                RxMsg::Inline(b) if b.len() <= INLINE_MAX => {
+                    *got = (b.len() as u32, BUF_INLINE);
+                    // SAFETY: `b.len() <= INLINE_MAX` bytes into `slot`, which has room for that
+                    // many and does not overlap the ring (the caller's contract).
+                    unsafe { copy_bytes(b.as_ptr(), slot.as_ptr(), b.len()) };
+                    taken = true;
+                }
+                RxMsg::Inline(_) => {
+                    error = Some(FabricError::Protocol(
+                        "inline message longer than the inline limit",
+                    ));
+                }
+                // SAFETY: borrowed for the call only; no application code runs meanwhile.
+                RxMsg::Buffer { index, len } => match unsafe { self.rel() }.hold(index) {
+                    Ok(()) => {
+                        *got = (len, index);
+                        taken = true;
+                    }
+                    Err(e) => error = Some(wire_err(e)),
+                },
+            },
+        );
+        rx.owed += u32::from(taken);
+        // Published when nothing was taken, when a return batch is owed, and when the ring
+        // may have run empty: the word after the message reads `0`, or is not looked at
+        // because it starts the next cache line. That line is the one the producer has just
+        // written (its zero-ahead), so the look was a second line transfer on the message's
+        // critical path, one message in four at 8 B (`bench lat`); the position's store is
+        // to this side's own line, which the producer reads only when its window is full.
+        if !taken || rx.owed >= rx.return_every || rx.ring.may_be_empty() {
+            rx.return_credits();
+        }
+        r.map_err(wire_err)?;
+        match error {
+            Some(e) => Err(e),
+            None => Ok(taken),
+        }
+    }
+
+    /// Returns held receive buffer `buf` to the peer and publishes it.
+    ///
+    /// # Errors
+    ///
+    /// [`FabricError::Protocol`]: the buffer is not held, or the peer's release head is
+    /// invalid.
+    #[inline]
+    pub(crate) fn release(&self, buf: u32) -> Result<(), FabricError> {
+        self.release_staged(buf)?;
+        self.publish_releases();
+        Ok(())
+    }
+
+    #[inline]
+    pub(super) fn release_staged(&self, buf: u32) -> Result<(), FabricError> {
+        // SAFETY: borrowed for the call only; no application code runs meanwhile.
+        unsafe { self.rel() }.release(buf).map_err(wire_err)
+    }
+
+    #[inline]
+    pub(super) fn publish_releases(&self) {
+        // SAFETY: borrowed for the call only; no application code runs meanwhile.
+        unsafe { self.rel() }.publish_releases();
+    }
+
+    /// Whether the peer published records not yet consumed (a hint: the producer's position
+    /// word). `false` while a poll is running.
+    #[inline]
+    pub(crate) fn rx_pending(&self) -> bool {
+        if self.polling.get() {
+            return false;
+        }
+        // SAFETY: not polling, and no application code runs while it is borrowed here.
+        unsafe { &*self.rx.get() }.ring.pending_hint() > 0
+    }
+}
