@@ -33,7 +33,7 @@ use rings::{Consumer, Producer, PushError, RingBuffer};
 use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
-use crate::link::PollerConn;
+use crate::link::{ConnShared, PollerConn, RtcConn};
 use crate::stats::PollerCounters;
 use crate::wake::PollerWake;
 
@@ -47,6 +47,9 @@ pub(crate) const COMMAND_BUDGET: usize = 8;
 /// Most cycles the control thread runs for an idle run-to-completion application per beat
 /// ([`RunToCompletion::poll_if_idle`]): enough to drain a full command ring.
 pub(crate) const IDLE_CYCLES: usize = COMMAND_RING / COMMAND_BUDGET + 1;
+/// Most messages a run-to-completion direct receive moves into the receive ring after the one
+/// it hands over (`RtcConn::recv_one`): the engine's default batch.
+pub(crate) const DIRECT_BURST: usize = 32;
 /// A poller runs the per-connection liveness check every this many cycles...
 const CHECK_EVERY: u64 = 4096;
 /// ... and at least this often by the coarse clock (an idle, parking poller runs few cycles;
@@ -157,6 +160,62 @@ fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
     }
 }
 
+/// The send step of the pass: one batch (at most `batch`) of the application's send ring,
+/// checked and posted; what the fabric did not accept stays queued. Returns how many it posted.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn post_ring<C: FabricConn>(
+    fabric: &mut C,
+    tx: &mut Consumer<TxDesc>,
+    done: &mut TxDone<'_>,
+    tx_pool: &PoolView,
+    tx_large: &PoolView,
+    shared: &ConnShared,
+    batch: usize,
+    counters: &PollerCounters,
+) -> Result<usize, FabricError> {
+    let chunk = tx.read_chunk_up_to(batch);
+    if chunk.is_empty() {
+        return Ok(0);
+    }
+    let (a, b) = chunk.as_slices();
+    let offered = a.len() + b.len();
+    let mut bytes = 0u64;
+    for d in a.iter().chain(b) {
+        if !valid_tx(d, tx_pool, tx_large) {
+            return Err(FabricError::Protocol("invalid send descriptor"));
+        }
+        if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+            done.mark_owned(d.buf, true);
+        }
+        bytes += u64::from(d.len);
+    }
+    let mut accepted = fabric.post_send(a, done)?;
+    if accepted == a.len() && !b.is_empty() {
+        accepted += fabric.post_send(b, done)?;
+    }
+    let accepted = accepted.min(offered);
+    if accepted < offered {
+        counters.tx_stalls.add(1);
+        shared.counters.tx_stalls.add(1);
+        // Not accepted: still the application's queue, offered again next cycle.
+        for d in a.iter().chain(b).skip(accepted) {
+            if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+                done.mark_owned(d.buf, false);
+            }
+            bytes -= u64::from(d.len);
+        }
+    }
+    chunk.release(accepted);
+    if accepted > 0 {
+        counters.tx_msgs.add(accepted as u64);
+        counters.tx_batches.add(1);
+        shared.counters.tx_msgs.add(accepted as u64);
+        shared.counters.tx_bytes.add(bytes);
+    }
+    Ok(accepted)
+}
+
 impl<C: FabricConn> PollerConn<C> {
     /// Steps 3-5 of the cycle for this connection. Returns the work done.
     ///
@@ -165,12 +224,57 @@ impl<C: FabricConn> PollerConn<C> {
     /// is a separate call.
     #[inline(always)]
     fn service(&mut self, batch: usize, counters: &PollerCounters) -> Result<usize, FabricError> {
+        if let Some(e) = self.deferred.take() {
+            // A direct send or receive (run-to-completion) met it: this pass reports it.
+            return Err(e);
+        }
         let rx_pending = self.fabric.rx_pending();
         if !rx_pending && self.tx.is_empty() && self.release.is_empty() && self.fabric.quiescent() {
             self.drained = true;
             return Ok(0);
         }
         self.service_pass(rx_pending, batch, counters)
+    }
+
+    /// The receive step of the pass: at most `batch` messages from the fabric into the
+    /// application's receive ring (one publication), no more than it can take. Returns how many.
+    #[inline]
+    fn receive(&mut self, batch: usize, counters: &PollerCounters) -> Result<usize, FabricError> {
+        let PollerConn {
+            fabric,
+            rx,
+            rx_pool,
+            rx_large,
+            shared,
+            drained,
+            block,
+            ..
+        } = self;
+        let mut chunk = rx.write_chunk_uninit_up_to(batch);
+        if chunk.is_empty() {
+            counters.rx_ring_full.add(1);
+            *drained = false;
+            return Ok(0);
+        }
+        let (a, b) = chunk.as_mut_slices();
+        let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
+        let res = fabric.poll_rx(&mut sink);
+        let n = sink.written();
+        *drained = sink.room() > 0;
+        let bytes = sink.bytes();
+        // SAFETY: the sink initialised exactly its first `n` slots, in order.
+        unsafe { chunk.commit(n) };
+        res?;
+        if n > 0 {
+            if *block {
+                // An application thread may sleep in `recv_timeout`.
+                shared.bell().ring();
+            }
+            counters.rx_msgs.add(n as u64);
+            shared.counters.rx_msgs.add(n as u64);
+            shared.counters.rx_bytes.add(bytes);
+        }
+        Ok(n)
     }
 
     /// The full pass of [`service`](Self::service); `rx_pending` is the fabric's hint.
@@ -182,55 +286,25 @@ impl<C: FabricConn> PollerConn<C> {
         counters: &PollerCounters,
     ) -> Result<usize, FabricError> {
         let mut work = 0;
+        // Receive: at most `batch`, and no more than the application's ring can take.
+        if !rx_pending {
+            self.drained = true;
+        } else {
+            work += self.receive(batch, counters)?;
+        }
+
         let PollerConn {
             fabric,
             tx,
             free,
-            rx,
             release,
             tx_owned,
             tx_pool,
-            rx_pool,
             tx_large,
-            rx_large,
             shared,
-            drained,
             free_scratch,
-            block,
             ..
         } = self;
-
-        // Receive: at most `batch`, and no more than the application's ring can take.
-        if !rx_pending {
-            *drained = true;
-        } else {
-            let mut chunk = rx.write_chunk_uninit_up_to(batch);
-            if chunk.is_empty() {
-                counters.rx_ring_full.add(1);
-                *drained = false;
-            } else {
-                let (a, b) = chunk.as_mut_slices();
-                let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
-                let res = fabric.poll_rx(&mut sink);
-                let n = sink.written();
-                *drained = sink.room() > 0;
-                let bytes = sink.bytes();
-                // SAFETY: the sink initialised exactly its first `n` slots, in order.
-                unsafe { chunk.commit(n) };
-                res?;
-                if n > 0 {
-                    if *block {
-                        // An application thread may sleep in `recv_timeout`.
-                        shared.bell().ring();
-                    }
-                    work += n;
-                    counters.rx_msgs.add(n as u64);
-                    shared.counters.rx_msgs.add(n as u64);
-                    shared.counters.rx_bytes.add(bytes);
-                }
-            }
-        }
-
         let mut done = TxDone::new(
             free,
             tx_owned,
@@ -240,47 +314,9 @@ impl<C: FabricConn> PollerConn<C> {
         );
 
         // Send: drain one batch of the application's send ring.
-        {
-            let chunk = tx.read_chunk_up_to(batch);
-            if !chunk.is_empty() {
-                let (a, b) = chunk.as_slices();
-                let offered = a.len() + b.len();
-                let mut bytes = 0u64;
-                for d in a.iter().chain(b) {
-                    if !valid_tx(d, tx_pool, tx_large) {
-                        return Err(FabricError::Protocol("invalid send descriptor"));
-                    }
-                    if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
-                        done.mark_owned(d.buf, true);
-                    }
-                    bytes += u64::from(d.len);
-                }
-                let mut accepted = fabric.post_send(a, &mut done)?;
-                if accepted == a.len() && !b.is_empty() {
-                    accepted += fabric.post_send(b, &mut done)?;
-                }
-                let accepted = accepted.min(offered);
-                if accepted < offered {
-                    counters.tx_stalls.add(1);
-                    shared.counters.tx_stalls.add(1);
-                    // Not accepted: still the application's queue, offered again next cycle.
-                    for d in a.iter().chain(b).skip(accepted) {
-                        if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
-                            done.mark_owned(d.buf, false);
-                        }
-                        bytes -= u64::from(d.len);
-                    }
-                }
-                chunk.release(accepted);
-                if accepted > 0 {
-                    work += accepted;
-                    counters.tx_msgs.add(accepted as u64);
-                    counters.tx_batches.add(1);
-                    shared.counters.tx_msgs.add(accepted as u64);
-                    shared.counters.tx_bytes.add(bytes);
-                }
-            }
-        }
+        work += post_ring(
+            fabric, tx, &mut done, tx_pool, tx_large, shared, batch, counters,
+        )?;
 
         // Recycle: receive buffers the application dropped.
         {
@@ -477,6 +513,17 @@ impl<F: Fabric> Poller<F> {
                         conn.shared.set_poller_wake(w);
                         conn.fabric.attach_wake(w);
                     }
+                    if <F::Conn as FabricConn>::RTC_DIRECT {
+                        // The application thread may drive this half directly while it holds
+                        // the run-to-completion guard (`crate::link::RtcConn`).
+                        conn.rtc_counters = Some(self.counters.clone());
+                        let half: &mut dyn RtcConn = &mut *conn;
+                        let half = std::ptr::NonNull::from(half);
+                        // SAFETY: this is the serving poller, in its cycle; the box's contents
+                        // stay where they are until `retire` clears the slot before handing
+                        // the box on.
+                        unsafe { conn.shared.rtc.set(Some(half)) };
+                    }
                     self.slots[slot as usize] = Some(conn);
                     self.active.push(slot);
                     self.counters.connections.set(self.active.len() as u64);
@@ -532,6 +579,10 @@ impl<F: Fabric> Poller<F> {
         let slot = self.active.swap_remove(i);
         self.counters.connections.set(self.active.len() as u64);
         if let Some(mut conn) = self.slots[slot as usize].take() {
+            // SAFETY: this is the serving poller, in its cycle; from here on the half is not
+            // reachable through the slot, before it is handed to the control thread.
+            unsafe { conn.shared.rtc.set(None) };
+            conn.rtc_counters = None;
             self.free_slots.push(slot);
             if let Some(e) = error {
                 conn.shared.fail(e);
@@ -711,6 +762,8 @@ agent_set! {
     rdma: crate::fabric::rdma::RdmaFabric = crate::fabric::rdma::RdmaFabric::new(),
 }
 
+#[path = "poller/direct.rs"]
+mod direct;
 #[path = "poller/rtc.rs"]
 mod rtc;
 #[path = "poller/sleep.rs"]

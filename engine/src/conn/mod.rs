@@ -395,7 +395,7 @@ impl Connection {
         // cost of a direct send in `perf annotate`).
         match &self.path {
             Path::Direct(d) => d.send(self, buf, false),
-            Path::Polled(p) => p.send(self, buf),
+            Path::Polled(p) => p.send(self, buf, false),
         }
     }
 
@@ -423,7 +423,7 @@ impl Connection {
         // The same thin dispatch as `send` (a ring claim is committed and published as there).
         match &self.path {
             Path::Direct(d) => d.send(self, buf, true),
-            Path::Polled(p) => p.send(self, buf),
+            Path::Polled(p) => p.send(self, buf, true),
         }
     }
 
