@@ -291,3 +291,96 @@ fn setup_errors_are_typed() {
     // The name is free again.
     let _l = engine.listen(&ep("taken")).unwrap();
 }
+
+/// Run-to-completion on `mem://` posts sends and takes messages straight from the fabric when
+/// the calling thread gets the poller, and goes through the rings when another thread has it.
+/// Three threads on one engine (a sender mixing `send` and `send_batched`, a receiver mixing
+/// `try_recv` and `poll`, and a third running `Engine::poll` in a loop) contend for the poller
+/// all the time, so both ways interleave on both sides: every message arrives once, in order,
+/// intact, across inline and pooled sizes.
+#[test]
+fn run_to_completion_direct_and_ring_ways_interleave_in_order_under_contention() {
+    let _g = serial();
+    const N: u32 = if cfg!(debug_assertions) {
+        30_000
+    } else {
+        100_000
+    };
+    let sizes = [8usize, 64, 116, 117, 300];
+    let engine = rtc_builder(512, 64).build().unwrap();
+    let (server, client) = pair(&engine, &engine, &ep("rtc-contend"));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = std::thread::spawn(move || {
+        let start = Instant::now();
+        for seq in 0..N {
+            let len = sizes[seq as usize % sizes.len()];
+            loop {
+                assert!(start.elapsed() < WAIT * 3, "sender stuck at {seq}");
+                let mut b = match client.claim(len) {
+                    Ok(b) => b,
+                    Err(Error::WouldBlock) => {
+                        client.flush().expect("flush");
+                        continue;
+                    }
+                    Err(e) => panic!("claim: {e}"),
+                };
+                fill(&mut b, seq);
+                let r = if seq % 3 == 0 {
+                    client.send(b)
+                } else {
+                    client.send_batched(b)
+                };
+                match r {
+                    Ok(()) => break,
+                    Err(SendError::WouldBlock(_)) => client.flush().expect("flush"),
+                    Err(e) => panic!("send {seq}: {e:?}"),
+                }
+            }
+            if seq % 7 == 0 {
+                client.flush().expect("flush");
+            }
+        }
+        client.flush().expect("flush");
+        client
+    });
+    let poker = {
+        let engine = engine.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                engine.poll();
+            }
+        })
+    };
+    let start = Instant::now();
+    let mut next = 0u32;
+    while next < N {
+        assert!(start.elapsed() < WAIT * 3, "receiver stuck at {next}");
+        if next % 2 == 0 {
+            if let Some(m) = server.try_recv().expect("try_recv") {
+                verify(&m, next, sizes[next as usize % sizes.len()]);
+                next += 1;
+            }
+        } else {
+            let limit = (N - next).min(16) as usize;
+            server
+                .poll(
+                    |m| {
+                        verify(m, next, sizes[next as usize % sizes.len()]);
+                        next += 1;
+                    },
+                    limit,
+                )
+                .expect("poll");
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let client = sender.join().expect("sender");
+    poker.join().expect("poker");
+    assert_eq!(server.stats().received, u64::from(N));
+    assert_eq!(client.stats().sent, u64::from(N));
+    assert!(
+        server.try_recv().expect("try_recv").is_none(),
+        "nothing extra"
+    );
+}
