@@ -378,7 +378,10 @@ impl Connection {
     /// is free again at once, a larger one is sent by reference, and either is visible to the
     /// peer when `send` returns; a buffer from [`claim`](Self::claim) is committed in place). In
     /// run-to-completion mode it is posted when `batch` sends have queued, on [`flush`](Self::flush),
-    /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]).
+    /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]); on `mem://`
+    /// it is posted straight to the fabric before `send` returns when this thread gets the
+    /// poller (no other thread runs it) and nothing is queued before it (see the crate docs,
+    /// *run-to-completion without the rings*).
     ///
     /// # Errors
     ///
@@ -411,7 +414,9 @@ impl Connection {
     /// once, with the run before it.
     ///
     /// On other fabrics it is [`send`](Self::send) (in run-to-completion mode that already
-    /// queues up to `batch` messages until [`flush`](Self::flush)).
+    /// queues up to `batch` messages until [`flush`](Self::flush)), except that on `mem://` in
+    /// run-to-completion mode a batched send is always queued, and the run is posted straight
+    /// to the fabric by `flush` or the `batch`-th (without a whole poller cycle).
     ///
     /// Use it for streams; a lone message wants [`send`](Self::send), which publishes at once.
     ///
@@ -456,8 +461,9 @@ impl Connection {
 
     /// Pushes queued sends out now. On a direct path (shm) it publishes what
     /// [`send_batched`](Self::send_batched) wrote (`send` publishes at once). In
-    /// run-to-completion mode this runs a poller cycle; with dedicated pollers it does nothing
-    /// (they drain continuously).
+    /// run-to-completion mode this runs a poller cycle (on `mem://`: it posts the queued run
+    /// straight to the fabric, and does nothing when nothing is queued); with dedicated pollers
+    /// it does nothing (they drain continuously).
     ///
     /// # Errors
     ///
