@@ -369,7 +369,7 @@ pub(crate) struct PollerConn<C> {
 
 #[path = "link/rtc.rs"]
 mod rtc;
-pub(crate) use rtc::{RtcConn, RtcSlot};
+pub(crate) use rtc::{Posted, RtcConn, RtcSlot};
 
 #[cfg(test)]
 #[path = "link/tests.rs"]

@@ -21,7 +21,7 @@ use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE};
 use crate::error::Error;
 use crate::flow::{Policy, SendWindow};
 use crate::idle::{IdleStrategy, Idler};
-use crate::link::{AppRings, Pools, RtcConn};
+use crate::link::{AppRings, Pools, Posted, RtcConn};
 use crate::poller::{RtcGuard, Slept};
 use crate::stats::ConnStats;
 
@@ -229,15 +229,21 @@ impl Polled {
         // SAFETY: no other reference to the state is live; none is taken while this one is used
         // (the engine pass below runs no application code).
         let s = unsafe { self.state() };
-        if self.direct
-            && !batched
-            && self.with_direct(conn, |h| h.send_one(TxDesc { buf: idx, len })) == Some(true)
-        {
-            // Posted: the fabric has it (a copy, or the buffer, held until it frees it).
-            std::mem::forget(buf);
-            s.spare.sent(idx);
-            s.window.on_sent(1);
-            return Ok(());
+        if self.direct && !batched {
+            let posted = self
+                .with_direct(conn, |h| h.send_one(TxDesc { buf: idx, len }))
+                .unwrap_or(Posted::No);
+            if posted != Posted::No {
+                std::mem::forget(buf);
+                if posted == Posted::Free {
+                    // Copied into the fabric: the buffer is free again at once.
+                    s.spare.copied(idx);
+                } else {
+                    s.spare.sent(idx);
+                }
+                s.window.on_sent(1);
+                return Ok(());
+            }
         }
         if s.rings.tx.push(TxDesc { buf: idx, len }).is_err() {
             // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.

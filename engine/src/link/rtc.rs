@@ -20,9 +20,8 @@ use crate::desc::{RxDesc, TxDesc};
 /// the rings hold anything in that direction, so FIFO order holds across both ways, and while
 /// the connection closes, drains or has a failure for the pass to handle.
 pub(crate) trait RtcConn {
-    /// Posts one send to the fabric. `false`: not posted (the caller queues it in the send
-    /// ring, and the next pass posts it).
-    fn send_one(&mut self, d: TxDesc) -> bool;
+    /// Posts one send to the fabric.
+    fn send_one(&mut self, d: TxDesc) -> Posted;
 
     /// Posts what waits in the send ring, at most `max`, as the pass does (one batch, one
     /// publication); `true` when the ring is empty after it.
@@ -37,6 +36,18 @@ pub(crate) trait RtcConn {
     /// Receives up to `max` messages from the fabric into the receive ring (one publication),
     /// as the pass does; returns how many.
     fn recv_burst(&mut self, max: usize) -> usize;
+}
+
+/// What [`RtcConn::send_one`] did with the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Posted {
+    /// Not posted: the caller queues it in the send ring, and the next pass posts it.
+    No,
+    /// Posted; the fabric holds the buffer until it frees it (through the free ring).
+    Held,
+    /// Posted as a copy, and the buffer is the caller's again at once (not through the free
+    /// ring).
+    Free,
 }
 
 /// Where a connection's [`RtcConn`] is registered (in `ConnShared`).

@@ -10,7 +10,7 @@ use super::{post_ring, valid_tx, DIRECT_BURST};
 use crate::desc::{is_large, RxDesc, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{FabricConn, RxSink, TxDone};
-use crate::link::{PollerConn, RtcConn};
+use crate::link::{PollerConn, Posted, RtcConn};
 
 impl<C: FabricConn> PollerConn<C> {
     /// Whether a direct call may bypass the pass now: the connection is open for it (not
@@ -31,10 +31,10 @@ impl<C: FabricConn> PollerConn<C> {
 
 impl<C: FabricConn> RtcConn for PollerConn<C> {
     #[inline]
-    fn send_one(&mut self, d: TxDesc) -> bool {
+    fn send_one(&mut self, d: TxDesc) -> Posted {
         // Sends queued in the ring go first (FIFO); the pass posts them.
         if !self.direct_open() || !self.tx.is_empty() {
-            return false;
+            return Posted::No;
         }
         let PollerConn {
             fabric,
@@ -49,7 +49,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         } = self;
         if !valid_tx(&d, tx_pool, tx_large) {
             // The pass fails the connection with it.
-            return false;
+            return Posted::No;
         }
         let mut done = TxDone::new(
             free,
@@ -73,6 +73,10 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         if accepted == 0 && held {
             done.mark_owned(d.buf, false);
         }
+        // Copied and freed by this very post: the caller keeps the buffer, without the free
+        // ring's push and pop (callgrind, `bench cost --fabric mem`: 2024 -> 2007 instructions
+        // per round trip).
+        let free = accepted == 1 && !held && done.take_only(d.buf);
         if let Err(e) = done.publish() {
             failed = failed.or(Some(e));
         }
@@ -97,7 +101,11 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         if let Some(e) = failed {
             self.defer(e);
         }
-        accepted == 1
+        match (accepted, free) {
+            (0, _) => Posted::No,
+            (_, false) => Posted::Held,
+            (_, true) => Posted::Free,
+        }
     }
 
     #[inline]
