@@ -163,7 +163,7 @@ fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
 /// The send step of the pass: one batch (at most `batch`) of the application's send ring,
 /// checked and posted; what the fabric did not accept stays queued. Returns how many it posted.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 fn post_ring<C: FabricConn>(
     fabric: &mut C,
     tx: &mut Consumer<TxDesc>,
@@ -224,9 +224,8 @@ impl<C: FabricConn> PollerConn<C> {
     /// is a separate call.
     #[inline(always)]
     fn service(&mut self, batch: usize, counters: &PollerCounters) -> Result<usize, FabricError> {
-        if let Some(e) = self.deferred.take() {
-            // A direct send or receive (run-to-completion) met it: this pass reports it.
-            return Err(e);
+        if self.deferred.is_some() {
+            return Err(self.take_deferred());
         }
         let rx_pending = self.fabric.rx_pending();
         if !rx_pending && self.tx.is_empty() && self.release.is_empty() && self.fabric.quiescent() {
@@ -236,9 +235,18 @@ impl<C: FabricConn> PollerConn<C> {
         self.service_pass(rx_pending, batch, counters)
     }
 
+    /// A failure a direct send or receive (run-to-completion) met: this pass reports it.
+    #[cold]
+    #[inline(never)]
+    fn take_deferred(&mut self) -> FabricError {
+        self.deferred
+            .take()
+            .unwrap_or(FabricError::Protocol("deferred failure missing"))
+    }
+
     /// The receive step of the pass: at most `batch` messages from the fabric into the
     /// application's receive ring (one publication), no more than it can take. Returns how many.
-    #[inline]
+    #[inline(always)]
     fn receive(&mut self, batch: usize, counters: &PollerCounters) -> Result<usize, FabricError> {
         let PollerConn {
             fabric,

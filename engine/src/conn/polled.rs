@@ -125,6 +125,9 @@ impl Polled {
         conn: &Connection,
         f: impl FnOnce(&mut dyn RtcConn) -> R,
     ) -> Option<R> {
+        if !conn.shared.rtc.is_registered() {
+            return None;
+        }
         let _guard = conn.engine.rtc_guard()?;
         // SAFETY: we hold the run-to-completion guard of the engine whose poller serves this
         // connection, and are not inside its cycle (the guard was free), so no other reference
@@ -290,8 +293,12 @@ impl Polled {
             // SAFETY: no other reference to the state is live; none is taken while this one is used.
             let s = unsafe { self.state() };
             s.unflushed = 0;
-            if self.direct && s.rings.tx.slots() == s.rings.tx.capacity() {
-                // Nothing queued: the sends were posted directly.
+            if self.direct
+                && conn.shared.rtc.is_registered()
+                && s.rings.tx.slots() == s.rings.tx.capacity()
+            {
+                // Nothing queued: the sends were posted directly (and a direct fabric keeps
+                // nothing back for a pass to publish).
                 return;
             }
             self.post_queued(conn);
@@ -389,6 +396,9 @@ impl Polled {
         conn: &'c Connection,
         guard: Option<&mut RtcGuard<'_>>,
     ) -> Option<Message<'c>> {
+        if !conn.shared.rtc.is_registered() {
+            return None;
+        }
         let slot = conn.stash.take()?;
         let mut desc = MaybeUninit::<RxDesc>::uninit();
         let got = match guard {

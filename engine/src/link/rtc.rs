@@ -11,6 +11,7 @@
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::desc::{RxDesc, TxDesc};
 
@@ -53,6 +54,10 @@ pub(crate) enum Posted {
 /// Where a connection's [`RtcConn`] is registered (in `ConnShared`).
 pub(crate) struct RtcSlot {
     conn: UnsafeCell<Option<NonNull<dyn RtcConn>>>,
+    /// Whether a half is registered, readable without the guard: a hint that keeps the
+    /// connections of fabrics without the direct way (tcp, rdma) from taking the poller for
+    /// nothing (one load of a word written twice per connection).
+    registered: AtomicBool,
 }
 
 // SAFETY: the cell is written by the poller serving the connection (in its cycle) and read only
@@ -74,6 +79,7 @@ impl RtcSlot {
     pub(crate) fn new() -> RtcSlot {
         RtcSlot {
             conn: UnsafeCell::new(None),
+            registered: AtomicBool::new(false),
         }
     }
 
@@ -88,6 +94,13 @@ impl RtcSlot {
         // SAFETY: the caller is the serving poller, in its cycle: no other thread accesses the
         // cell now (see the `Sync` impl).
         unsafe { *self.conn.get() = conn };
+        self.registered.store(conn.is_some(), Ordering::Relaxed);
+    }
+
+    /// Whether a half is registered (a hint: [`with`](Self::with) decides under the guard).
+    #[inline]
+    pub(crate) fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on the registered half; `None` when none is registered.
