@@ -67,8 +67,8 @@ pub(crate) struct ConnShared {
     /// armed by the poller before it serves the connection, rung by it after delivering, and
     /// by every change of state.
     bell_word: CachePadded<AtomicU32>,
-    /// Run-to-completion: the poller's half of the connection, which the application thread
-    /// drives directly while it holds the poller (see [`RtcSlot`]).
+    /// Run-to-completion: where the poller keeps its half of the connection, which the
+    /// application thread drives directly while it holds the poller (see [`RtcSlot`]).
     pub(crate) rtc: RtcSlot,
 }
 
@@ -85,7 +85,7 @@ impl ConnShared {
             live: LiveCounters::default(),
             poller_wake: OnceLock::new(),
             bell_word: CachePadded::new(AtomicU32::new(0)),
-            rtc: RtcSlot::new(),
+            rtc: RtcSlot::default(),
         }
     }
 

@@ -18,6 +18,11 @@
 //! one syscall is the control thread's wake-up (`Waker::wake`, an eventfd `write`) when a notice
 //! is pushed: once per retired connection, never per message or per cycle.
 //!
+//! In run-to-completion mode a fabric that opts in (`FabricConn::RTC_DIRECT`, `mem://`) also
+//! lets the application thread drive one connection's half between cycles, while it holds the
+//! poller: one send posted, one message or a burst received, without the application↔poller
+//! rings (`direct`, [`crate::link::RtcConn`]); `pass` holds the steps both share.
+//!
 //! This module is also the floor between the control thread and the pollers: the [`Command`] and
 //! [`Notice`] rings and the control thread's end of them ([`PollerLink`]). The agent set
 //! ([`Agents`], declared by `agent_set!`, one line per fabric with a poller side) is what one
@@ -30,13 +35,14 @@ use std::sync::Arc;
 use cm::control::Waker;
 use rings::{Consumer, Producer, PushError, RingBuffer};
 
-use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
-use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
-use crate::link::{ConnShared, PollerConn, RtcConn};
+use crate::fabric::{ConnTable, Fabric, FabricConn, TxDone};
+use crate::link::{PollerConn, RtcConn};
 use crate::stats::PollerCounters;
 use crate::wake::PollerWake;
 
+use direct::rtc_tag;
+use pass::post_ring;
 pub(crate) use rtc::{RtcGuard, RunToCompletion};
 pub(crate) use sleep::{Sleeper, Slept};
 
@@ -149,73 +155,6 @@ impl<F: Fabric> PollerLink<F> {
     }
 }
 
-/// The poller side of a connection's send buffers: index and length checks (a large slot
-/// against the large pool).
-#[inline]
-fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
-    if crate::desc::is_large(d.buf) {
-        crate::desc::large_slot(d.buf) < large.count() && (d.len as usize) <= large.buf_size()
-    } else {
-        d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
-    }
-}
-
-/// The send step of the pass: one batch (at most `batch`) of the application's send ring,
-/// checked and posted; what the fabric did not accept stays queued. Returns how many it posted.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn post_ring<C: FabricConn>(
-    fabric: &mut C,
-    tx: &mut Consumer<TxDesc>,
-    done: &mut TxDone<'_>,
-    tx_pool: &PoolView,
-    tx_large: &PoolView,
-    shared: &ConnShared,
-    batch: usize,
-    counters: &PollerCounters,
-) -> Result<usize, FabricError> {
-    let chunk = tx.read_chunk_up_to(batch);
-    if chunk.is_empty() {
-        return Ok(0);
-    }
-    let (a, b) = chunk.as_slices();
-    let offered = a.len() + b.len();
-    let mut bytes = 0u64;
-    for d in a.iter().chain(b) {
-        if !valid_tx(d, tx_pool, tx_large) {
-            return Err(FabricError::Protocol("invalid send descriptor"));
-        }
-        if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
-            done.mark_owned(d.buf, true);
-        }
-        bytes += u64::from(d.len);
-    }
-    let mut accepted = fabric.post_send(a, done)?;
-    if accepted == a.len() && !b.is_empty() {
-        accepted += fabric.post_send(b, done)?;
-    }
-    let accepted = accepted.min(offered);
-    if accepted < offered {
-        counters.tx_stalls.add(1);
-        shared.counters.tx_stalls.add(1);
-        // Not accepted: still the application's queue, offered again next cycle.
-        for d in a.iter().chain(b).skip(accepted) {
-            if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
-                done.mark_owned(d.buf, false);
-            }
-            bytes -= u64::from(d.len);
-        }
-    }
-    chunk.release(accepted);
-    if accepted > 0 {
-        counters.tx_msgs.add(accepted as u64);
-        counters.tx_batches.add(1);
-        shared.counters.tx_msgs.add(accepted as u64);
-        shared.counters.tx_bytes.add(bytes);
-    }
-    Ok(accepted)
-}
-
 impl<C: FabricConn> PollerConn<C> {
     /// Steps 3-5 of the cycle for this connection. Returns the work done.
     ///
@@ -242,47 +181,6 @@ impl<C: FabricConn> PollerConn<C> {
         self.deferred
             .take()
             .unwrap_or(FabricError::Protocol("deferred failure missing"))
-    }
-
-    /// The receive step of the pass: at most `batch` messages from the fabric into the
-    /// application's receive ring (one publication), no more than it can take. Returns how many.
-    #[inline(always)]
-    fn receive(&mut self, batch: usize, counters: &PollerCounters) -> Result<usize, FabricError> {
-        let PollerConn {
-            fabric,
-            rx,
-            rx_pool,
-            rx_large,
-            shared,
-            drained,
-            block,
-            ..
-        } = self;
-        let mut chunk = rx.write_chunk_uninit_up_to(batch);
-        if chunk.is_empty() {
-            counters.rx_ring_full.add(1);
-            *drained = false;
-            return Ok(0);
-        }
-        let (a, b) = chunk.as_mut_slices();
-        let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
-        let res = fabric.poll_rx(&mut sink);
-        let n = sink.written();
-        *drained = sink.room() > 0;
-        let bytes = sink.bytes();
-        // SAFETY: the sink initialised exactly its first `n` slots, in order.
-        unsafe { chunk.commit(n) };
-        res?;
-        if n > 0 {
-            if *block {
-                // An application thread may sleep in `recv_timeout`.
-                shared.bell().ring();
-            }
-            counters.rx_msgs.add(n as u64);
-            shared.counters.rx_msgs.add(n as u64);
-            shared.counters.rx_bytes.add(bytes);
-        }
-        Ok(n)
     }
 
     /// The full pass of [`service`](Self::service); `rx_pending` is the fabric's hint.
@@ -525,12 +423,7 @@ impl<F: Fabric> Poller<F> {
                         // The application thread may drive this half directly while it holds
                         // the run-to-completion guard (`crate::link::RtcConn`).
                         conn.rtc_counters = Some(self.counters.clone());
-                        let half: &mut dyn RtcConn = &mut *conn;
-                        let half = std::ptr::NonNull::from(half);
-                        // SAFETY: this is the serving poller, in its cycle; the box's contents
-                        // stay where they are until `retire` clears the slot before handing
-                        // the box on.
-                        unsafe { conn.shared.rtc.set(Some(half)) };
+                        conn.shared.rtc.set(rtc_tag::<F>(), slot);
                     }
                     self.slots[slot as usize] = Some(conn);
                     self.active.push(slot);
@@ -587,9 +480,8 @@ impl<F: Fabric> Poller<F> {
         let slot = self.active.swap_remove(i);
         self.counters.connections.set(self.active.len() as u64);
         if let Some(mut conn) = self.slots[slot as usize].take() {
-            // SAFETY: this is the serving poller, in its cycle; from here on the half is not
-            // reachable through the slot, before it is handed to the control thread.
-            unsafe { conn.shared.rtc.set(None) };
+            // From here on the half is not found through its registration.
+            conn.shared.rtc.clear();
             conn.rtc_counters = None;
             self.free_slots.push(slot);
             if let Some(e) = error {
@@ -741,6 +633,23 @@ macro_rules! agent_set {
                 slept
             }
 
+            /// Run-to-completion's direct way: the half of the connection `shared` as its
+            /// registration ([`crate::link::RtcSlot`]) names it, if one of these agents serves
+            /// it there.
+            #[inline]
+            pub(crate) fn rtc_conn(
+                &mut self,
+                shared: &crate::link::ConnShared,
+            ) -> Option<&mut dyn RtcConn> {
+                let (tag, slot) = shared.rtc.get()?;
+                $($(#[$attr])* {
+                    if tag == const { rtc_tag::<$fabric>() } {
+                        return self.$name.rtc_conn(slot, shared);
+                    }
+                })*
+                None
+            }
+
             /// One cycle of every agent.
             #[inline]
             pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
@@ -772,6 +681,8 @@ agent_set! {
 
 #[path = "poller/direct.rs"]
 mod direct;
+#[path = "poller/pass.rs"]
+mod pass;
 #[path = "poller/rtc.rs"]
 mod rtc;
 #[path = "poller/sleep.rs"]

@@ -128,11 +128,7 @@ impl Polled {
         if !conn.shared.rtc.is_registered() {
             return None;
         }
-        let _guard = conn.engine.rtc_guard()?;
-        // SAFETY: we hold the run-to-completion guard of the engine whose poller serves this
-        // connection, and are not inside its cycle (the guard was free), so no other reference
-        // to the half is live.
-        unsafe { conn.shared.rtc.with(f) }
+        conn.engine.rtc_guard()?.direct(&conn.shared, f)
     }
 
     /// [`Connection::alloc`].
@@ -402,9 +398,7 @@ impl Polled {
         let slot = conn.stash.take()?;
         let mut desc = MaybeUninit::<RxDesc>::uninit();
         let got = match guard {
-            // SAFETY: the caller holds the guard of the engine whose poller serves this
-            // connection, outside its cycle: no other reference to the half is live.
-            Some(_) => unsafe { conn.shared.rtc.with(|h| h.recv_one(&mut desc)) },
+            Some(g) => g.direct(&conn.shared, |h| h.recv_one(&mut desc)),
             None => self.with_direct(conn, |h| h.recv_one(&mut desc)),
         };
         if got != Some(true) {

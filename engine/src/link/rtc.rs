@@ -1,25 +1,25 @@
 //! The run-to-completion hand-off without the rings: when the application thread is the
 //! poller, its connection handle reaches the poller's half of the connection ([`RtcConn`])
-//! through [`RtcSlot`] and posts a send / takes a message there itself, as the shm direct path
-//! does, instead of going through the application↔poller rings and a whole poller cycle.
+//! and posts a send / takes a message there itself, as the shm direct path does, instead of
+//! going through the application↔poller rings and a whole poller cycle.
 //!
-//! Only for a fabric that opts in (`FabricConn::RTC_DIRECT`); the poller registers the
-//! connection's half when it starts serving it and clears it before it lets go of it. Every
-//! access happens under the engine's run-to-completion guard (`RtcGuard`), the same exclusion
-//! that keeps the poller's cycle single-threaded.
+//! Only for a fabric that opts in (`FabricConn::RTC_DIRECT`). The poller serving the
+//! connection writes where it keeps the half ([`RtcSlot`]: its agent's tag and table slot)
+//! when it starts serving it and clears it before it lets go of it; the application thread
+//! looks the half up through the run-to-completion guard (`RtcGuard::direct`), the same
+//! exclusion that keeps the poller's cycle single-threaded, and through the same owners the
+//! cycle goes through (no pointer into the table is kept).
 
-use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::desc::{RxDesc, TxDesc};
 
 /// The poller's half of one connection, as the application thread drives it directly while it
 /// holds the run-to-completion guard. Each method does what the poller's service pass does for
-/// one message, in the same order with respect to the rings: it declines (`false` / 0) while
-/// the rings hold anything in that direction, so FIFO order holds across both ways, and while
-/// the connection closes, drains or has a failure for the pass to handle.
+/// one message, in the same order with respect to the rings: it declines (`Posted::No`,
+/// `false`, 0) while the rings hold anything in that direction, so FIFO order holds across both
+/// ways, and while the connection closes, drains or has a failure for the pass to handle.
 pub(crate) trait RtcConn {
     /// Posts one send to the fabric.
     fn send_one(&mut self, d: TxDesc) -> Posted;
@@ -51,73 +51,44 @@ pub(crate) enum Posted {
     Free,
 }
 
-/// Where a connection's [`RtcConn`] is registered (in `ConnShared`).
+/// Where the poller serving a connection keeps its half, for the direct way (in
+/// `ConnShared`). Written by that poller in its cycle, read by the thread holding the
+/// run-to-completion guard; the guard's Acquire/Release orders the two, so the words are
+/// `Relaxed`. A value read any other way only fails to find the half (the lookup checks it).
+#[derive(Debug, Default)]
 pub(crate) struct RtcSlot {
-    conn: UnsafeCell<Option<NonNull<dyn RtcConn>>>,
-    /// Whether a half is registered, readable without the guard: a hint that keeps the
-    /// connections of fabrics without the direct way (tcp, rdma) from taking the poller for
-    /// nothing (one load of a word written twice per connection).
-    registered: AtomicBool,
-}
-
-// SAFETY: the cell is written by the poller serving the connection (in its cycle) and read only
-// by a thread holding that engine's run-to-completion guard, which is also what a
-// run-to-completion poller's cycle runs under; with dedicated pollers it is written by the
-// poller thread and never read. So no two threads access it at once (the guard's Acquire/Release
-// orders the accesses), and the `RtcConn` it points to is only used under that guard.
-unsafe impl Sync for RtcSlot {}
-// SAFETY: as above; the pointer is only dereferenced under the guard.
-unsafe impl Send for RtcSlot {}
-
-impl std::fmt::Debug for RtcSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RtcSlot").finish_non_exhaustive()
-    }
+    /// The serving agent's tag (its fabric's, nonzero), or 0: none registered.
+    tag: AtomicU64,
+    /// The half's slot in that agent's connection table.
+    slot: AtomicU32,
 }
 
 impl RtcSlot {
-    pub(crate) fn new() -> RtcSlot {
-        RtcSlot {
-            conn: UnsafeCell::new(None),
-            registered: AtomicBool::new(false),
+    /// Registers the half at `slot` of the agent tagged `tag` (nonzero).
+    pub(crate) fn set(&self, tag: u64, slot: u32) {
+        self.slot.store(slot, Ordering::Relaxed);
+        self.tag.store(tag, Ordering::Relaxed);
+    }
+
+    /// Clears the registration (before the poller lets go of the half).
+    pub(crate) fn clear(&self) {
+        self.tag.store(0, Ordering::Relaxed);
+    }
+
+    /// The registration: the agent's tag and the slot; `None` when none.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<(u64, u32)> {
+        match self.tag.load(Ordering::Relaxed) {
+            0 => None,
+            tag => Some((tag, self.slot.load(Ordering::Relaxed))),
         }
     }
 
-    /// Registers `conn` (or clears it with `None`).
-    ///
-    /// # Safety
-    ///
-    /// Called only by the poller serving the connection, from its cycle. `conn` points to the
-    /// poller's half of this connection, which stays where it is and alive until the poller
-    /// clears the slot (before it hands the half to anyone else or drops it).
-    pub(crate) unsafe fn set(&self, conn: Option<NonNull<dyn RtcConn>>) {
-        // SAFETY: the caller is the serving poller, in its cycle: no other thread accesses the
-        // cell now (see the `Sync` impl).
-        unsafe { *self.conn.get() = conn };
-        self.registered.store(conn.is_some(), Ordering::Relaxed);
-    }
-
-    /// Whether a half is registered (a hint: [`with`](Self::with) decides under the guard).
+    /// Whether a half is registered: a hint (one load of a word written twice per connection)
+    /// that keeps the connections of fabrics without the direct way (tcp, rdma) from taking
+    /// the poller for nothing; the lookup under the guard decides.
     #[inline]
     pub(crate) fn is_registered(&self) -> bool {
-        self.registered.load(Ordering::Relaxed)
-    }
-
-    /// Runs `f` on the registered half; `None` when none is registered.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds the run-to-completion guard of the engine whose poller serves the
-    /// connection, and no other reference to that half is live (the guard's holder is not
-    /// inside a poller cycle).
-    #[inline]
-    pub(crate) unsafe fn with<R>(&self, f: impl FnOnce(&mut dyn RtcConn) -> R) -> Option<R> {
-        // SAFETY: the guard excludes the poller's cycle and every other holder, so the cell is
-        // not written now; a registered pointer is valid until the poller clears it, which it
-        // only does in its cycle, and no other reference to the half is live.
-        unsafe {
-            let p = (*self.conn.get())?;
-            Some(f(&mut *p.as_ptr()))
-        }
+        self.tag.load(Ordering::Relaxed) != 0
     }
 }

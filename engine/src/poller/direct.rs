@@ -1,16 +1,19 @@
 //! The poller's half of a connection driven by the application thread itself in
-//! run-to-completion mode, one message at a time ([`RtcConn`], registered in
-//! [`ConnShared::rtc`](crate::link::ConnShared)): what the service pass does for that message,
-//! without the application↔poller rings and without a whole poller cycle around it.
+//! run-to-completion mode, one message at a time ([`RtcConn`]): what the service pass does for
+//! that message, without the application↔poller rings and without a whole poller cycle around
+//! it. The poller registers where it keeps the half ([`ConnShared::rtc`], its agent's
+//! [`rtc_tag`] and table slot); the application thread finds it through the run-to-completion
+//! guard ([`super::RtcGuard::direct`] → `Agents::rtc_conn` → [`Poller::rtc_conn`]).
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
-use super::{post_ring, valid_tx, DIRECT_BURST};
+use super::pass::{post_ring, valid_tx};
+use super::{Fabric, Poller, DIRECT_BURST};
 use crate::desc::{is_large, RxDesc, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{FabricConn, RxSink, TxDone};
-use crate::link::{PollerConn, Posted, RtcConn};
+use crate::link::{ConnShared, PollerConn, Posted, RtcConn};
 
 impl<C: FabricConn> PollerConn<C> {
     /// Whether a direct call may bypass the pass now: the connection is open for it (not
@@ -26,6 +29,37 @@ impl<C: FabricConn> PollerConn<C> {
         if self.deferred.is_none() {
             self.deferred = Some(e);
         }
+    }
+}
+
+/// The tag of fabric `F`'s agent in the run-to-completion registration
+/// ([`crate::link::RtcSlot`]): FNV-1a of its name (nonzero; the names differ).
+pub(crate) const fn rtc_tag<F: Fabric>() -> u64 {
+    let name = F::NAME.as_bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < name.len() {
+        h ^= name[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    if h == 0 {
+        1
+    } else {
+        h
+    }
+}
+
+impl<F: Fabric> Poller<F> {
+    /// Run-to-completion's direct way: the half in table slot `slot`, if it is the one of the
+    /// connection `shared` (else `None`: the registration was not this agent's or is stale).
+    #[inline]
+    pub(crate) fn rtc_conn(&mut self, slot: u32, shared: &ConnShared) -> Option<&mut dyn RtcConn> {
+        let c = self.slots.get_mut(slot as usize)?.as_deref_mut()?;
+        if !std::ptr::eq(&*c.shared, shared) {
+            return None;
+        }
+        Some(c)
     }
 }
 
