@@ -480,7 +480,8 @@ impl Connection {
     }
 
     /// Takes the next received message, if any (in run-to-completion mode, after running a poller
-    /// cycle if none was waiting). The message is read in place; dropping it recycles its buffer.
+    /// cycle if none was waiting; on `mem://` it first takes one straight from the fabric,
+    /// without a cycle). The message is read in place; dropping it recycles its buffer.
     ///
     /// On a direct path (shm) the slots of the messages taken are given back to the sender once
     /// per run, not per message: when the ring runs empty, after a quarter of the window, and at
