@@ -23,7 +23,7 @@ use crate::desc::{PoolView, RxDesc, TxDesc};
 use crate::doorbell::{Doorbell, Scope};
 use crate::error::{Error, FabricError};
 use crate::fabric::DirectPath;
-use crate::stats::{AppCounters, ConnCounters, LiveCounters};
+use crate::stats::{AppCounters, ConnCounters, LiveCounters, PollerCounters};
 use crate::wake::PollerWake;
 
 /// Freed buffers collected before one batched push into the application's free ring.
@@ -67,6 +67,9 @@ pub(crate) struct ConnShared {
     /// armed by the poller before it serves the connection, rung by it after delivering, and
     /// by every change of state.
     bell_word: CachePadded<AtomicU32>,
+    /// Run-to-completion: where the poller keeps its half of the connection, which the
+    /// application thread drives directly while it holds the poller (see [`RtcSlot`]).
+    pub(crate) rtc: RtcSlot,
 }
 
 impl ConnShared {
@@ -82,6 +85,7 @@ impl ConnShared {
             live: LiveCounters::default(),
             poller_wake: OnceLock::new(),
             bell_word: CachePadded::new(AtomicU32::new(0)),
+            rtc: RtcSlot::default(),
         }
     }
 
@@ -294,6 +298,8 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
         drained: false,
         free_scratch: [0; FREE_BATCH],
         block: false,
+        deferred: None,
+        rtc_counters: None,
     });
     let parts = ConnParts {
         id,
@@ -360,7 +366,17 @@ pub(crate) struct PollerConn<C> {
     /// Its poller may sleep, and so may the application thread: ring [`ConnShared::bell`]
     /// after delivering (set by the poller when it starts serving it).
     pub(crate) block: bool,
+    /// A failure met outside the pass (a run-to-completion direct send or receive, see
+    /// [`RtcConn`]): the next pass reports it as its own.
+    pub(crate) deferred: Option<FabricError>,
+    /// The serving poller's counters, while it has the half registered for direct use
+    /// ([`ConnShared::rtc`]).
+    pub(crate) rtc_counters: Option<Arc<PollerCounters>>,
 }
+
+#[path = "link/rtc.rs"]
+mod rtc;
+pub(crate) use rtc::{Posted, RtcConn, RtcSlot};
 
 #[cfg(test)]
 #[path = "link/tests.rs"]

@@ -18,6 +18,11 @@
 //! one syscall is the control thread's wake-up (`Waker::wake`, an eventfd `write`) when a notice
 //! is pushed: once per retired connection, never per message or per cycle.
 //!
+//! In run-to-completion mode a fabric that opts in (`FabricConn::RTC_DIRECT`, `mem://`) also
+//! lets the application thread drive one connection's half between cycles, while it holds the
+//! poller: one send posted, one message or a burst received, without the application↔poller
+//! rings (`direct`, [`crate::link::RtcConn`]); `pass` holds the steps both share.
+//!
 //! This module is also the floor between the control thread and the pollers: the [`Command`] and
 //! [`Notice`] rings and the control thread's end of them ([`PollerLink`]). The agent set
 //! ([`Agents`], declared by `agent_set!`, one line per fabric with a poller side) is what one
@@ -30,13 +35,14 @@ use std::sync::Arc;
 use cm::control::Waker;
 use rings::{Consumer, Producer, PushError, RingBuffer};
 
-use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
-use crate::fabric::{ConnTable, Fabric, FabricConn, RxSink, TxDone};
-use crate::link::PollerConn;
+use crate::fabric::{ConnTable, Fabric, FabricConn, TxDone};
+use crate::link::{PollerConn, RtcConn};
 use crate::stats::PollerCounters;
 use crate::wake::PollerWake;
 
+use direct::rtc_tag;
+use pass::post_ring;
 pub(crate) use rtc::{RtcGuard, RunToCompletion};
 pub(crate) use sleep::{Sleeper, Slept};
 
@@ -47,6 +53,9 @@ pub(crate) const COMMAND_BUDGET: usize = 8;
 /// Most cycles the control thread runs for an idle run-to-completion application per beat
 /// ([`RunToCompletion::poll_if_idle`]): enough to drain a full command ring.
 pub(crate) const IDLE_CYCLES: usize = COMMAND_RING / COMMAND_BUDGET + 1;
+/// Most messages a run-to-completion direct receive moves into the receive ring after the one
+/// it hands over (`RtcConn::recv_one`): the engine's default batch.
+pub(crate) const DIRECT_BURST: usize = 32;
 /// A poller runs the per-connection liveness check every this many cycles...
 const CHECK_EVERY: u64 = 4096;
 /// ... and at least this often by the coarse clock (an idle, parking poller runs few cycles;
@@ -146,17 +155,6 @@ impl<F: Fabric> PollerLink<F> {
     }
 }
 
-/// The poller side of a connection's send buffers: index and length checks (a large slot
-/// against the large pool).
-#[inline]
-fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
-    if crate::desc::is_large(d.buf) {
-        crate::desc::large_slot(d.buf) < large.count() && (d.len as usize) <= large.buf_size()
-    } else {
-        d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
-    }
-}
-
 impl<C: FabricConn> PollerConn<C> {
     /// Steps 3-5 of the cycle for this connection. Returns the work done.
     ///
@@ -165,12 +163,24 @@ impl<C: FabricConn> PollerConn<C> {
     /// is a separate call.
     #[inline(always)]
     fn service(&mut self, batch: usize, counters: &PollerCounters) -> Result<usize, FabricError> {
+        if self.deferred.is_some() {
+            return Err(self.take_deferred());
+        }
         let rx_pending = self.fabric.rx_pending();
         if !rx_pending && self.tx.is_empty() && self.release.is_empty() && self.fabric.quiescent() {
             self.drained = true;
             return Ok(0);
         }
         self.service_pass(rx_pending, batch, counters)
+    }
+
+    /// A failure a direct send or receive (run-to-completion) met: this pass reports it.
+    #[cold]
+    #[inline(never)]
+    fn take_deferred(&mut self) -> FabricError {
+        self.deferred
+            .take()
+            .unwrap_or(FabricError::Protocol("deferred failure missing"))
     }
 
     /// The full pass of [`service`](Self::service); `rx_pending` is the fabric's hint.
@@ -182,55 +192,25 @@ impl<C: FabricConn> PollerConn<C> {
         counters: &PollerCounters,
     ) -> Result<usize, FabricError> {
         let mut work = 0;
+        // Receive: at most `batch`, and no more than the application's ring can take.
+        if !rx_pending {
+            self.drained = true;
+        } else {
+            work += self.receive(batch, counters)?;
+        }
+
         let PollerConn {
             fabric,
             tx,
             free,
-            rx,
             release,
             tx_owned,
             tx_pool,
-            rx_pool,
             tx_large,
-            rx_large,
             shared,
-            drained,
             free_scratch,
-            block,
             ..
         } = self;
-
-        // Receive: at most `batch`, and no more than the application's ring can take.
-        if !rx_pending {
-            *drained = true;
-        } else {
-            let mut chunk = rx.write_chunk_uninit_up_to(batch);
-            if chunk.is_empty() {
-                counters.rx_ring_full.add(1);
-                *drained = false;
-            } else {
-                let (a, b) = chunk.as_mut_slices();
-                let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
-                let res = fabric.poll_rx(&mut sink);
-                let n = sink.written();
-                *drained = sink.room() > 0;
-                let bytes = sink.bytes();
-                // SAFETY: the sink initialised exactly its first `n` slots, in order.
-                unsafe { chunk.commit(n) };
-                res?;
-                if n > 0 {
-                    if *block {
-                        // An application thread may sleep in `recv_timeout`.
-                        shared.bell().ring();
-                    }
-                    work += n;
-                    counters.rx_msgs.add(n as u64);
-                    shared.counters.rx_msgs.add(n as u64);
-                    shared.counters.rx_bytes.add(bytes);
-                }
-            }
-        }
-
         let mut done = TxDone::new(
             free,
             tx_owned,
@@ -240,47 +220,9 @@ impl<C: FabricConn> PollerConn<C> {
         );
 
         // Send: drain one batch of the application's send ring.
-        {
-            let chunk = tx.read_chunk_up_to(batch);
-            if !chunk.is_empty() {
-                let (a, b) = chunk.as_slices();
-                let offered = a.len() + b.len();
-                let mut bytes = 0u64;
-                for d in a.iter().chain(b) {
-                    if !valid_tx(d, tx_pool, tx_large) {
-                        return Err(FabricError::Protocol("invalid send descriptor"));
-                    }
-                    if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
-                        done.mark_owned(d.buf, true);
-                    }
-                    bytes += u64::from(d.len);
-                }
-                let mut accepted = fabric.post_send(a, &mut done)?;
-                if accepted == a.len() && !b.is_empty() {
-                    accepted += fabric.post_send(b, &mut done)?;
-                }
-                let accepted = accepted.min(offered);
-                if accepted < offered {
-                    counters.tx_stalls.add(1);
-                    shared.counters.tx_stalls.add(1);
-                    // Not accepted: still the application's queue, offered again next cycle.
-                    for d in a.iter().chain(b).skip(accepted) {
-                        if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
-                            done.mark_owned(d.buf, false);
-                        }
-                        bytes -= u64::from(d.len);
-                    }
-                }
-                chunk.release(accepted);
-                if accepted > 0 {
-                    work += accepted;
-                    counters.tx_msgs.add(accepted as u64);
-                    counters.tx_batches.add(1);
-                    shared.counters.tx_msgs.add(accepted as u64);
-                    shared.counters.tx_bytes.add(bytes);
-                }
-            }
-        }
+        work += post_ring(
+            fabric, tx, &mut done, tx_pool, tx_large, shared, batch, counters,
+        )?;
 
         // Recycle: receive buffers the application dropped.
         {
@@ -477,6 +419,12 @@ impl<F: Fabric> Poller<F> {
                         conn.shared.set_poller_wake(w);
                         conn.fabric.attach_wake(w);
                     }
+                    if <F::Conn as FabricConn>::RTC_DIRECT {
+                        // The application thread may drive this half directly while it holds
+                        // the run-to-completion guard (`crate::link::RtcConn`).
+                        conn.rtc_counters = Some(self.counters.clone());
+                        conn.shared.rtc.set(rtc_tag::<F>(), slot);
+                    }
                     self.slots[slot as usize] = Some(conn);
                     self.active.push(slot);
                     self.counters.connections.set(self.active.len() as u64);
@@ -532,6 +480,9 @@ impl<F: Fabric> Poller<F> {
         let slot = self.active.swap_remove(i);
         self.counters.connections.set(self.active.len() as u64);
         if let Some(mut conn) = self.slots[slot as usize].take() {
+            // From here on the half is not found through its registration.
+            conn.shared.rtc.clear();
+            conn.rtc_counters = None;
             self.free_slots.push(slot);
             if let Some(e) = error {
                 conn.shared.fail(e);
@@ -682,6 +633,23 @@ macro_rules! agent_set {
                 slept
             }
 
+            /// Run-to-completion's direct way: the half of the connection `shared` as its
+            /// registration ([`crate::link::RtcSlot`]) names it, if one of these agents serves
+            /// it there.
+            #[inline]
+            pub(crate) fn rtc_conn(
+                &mut self,
+                shared: &crate::link::ConnShared,
+            ) -> Option<&mut dyn RtcConn> {
+                let (tag, slot) = shared.rtc.get()?;
+                $($(#[$attr])* {
+                    if tag == const { rtc_tag::<$fabric>() } {
+                        return self.$name.rtc_conn(slot, shared);
+                    }
+                })*
+                None
+            }
+
             /// One cycle of every agent.
             #[inline]
             pub(crate) fn do_work(&mut self, now_ns: u64) -> usize {
@@ -711,6 +679,10 @@ agent_set! {
     rdma: crate::fabric::rdma::RdmaFabric = crate::fabric::rdma::RdmaFabric::new(),
 }
 
+#[path = "poller/direct.rs"]
+mod direct;
+#[path = "poller/pass.rs"]
+mod pass;
 #[path = "poller/rtc.rs"]
 mod rtc;
 #[path = "poller/sleep.rs"]

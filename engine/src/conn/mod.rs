@@ -384,7 +384,10 @@ impl Connection {
     /// is free again at once, a larger one is sent by reference, and either is visible to the
     /// peer when `send` returns; a buffer from [`claim`](Self::claim) is committed in place). In
     /// run-to-completion mode it is posted when `batch` sends have queued, on [`flush`](Self::flush),
-    /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]).
+    /// or by the next poller cycle (`try_recv`, `recv_timeout`, [`Engine::poll`]); on `mem://`
+    /// it is posted straight to the fabric before `send` returns when this thread gets the
+    /// poller (no other thread runs it) and nothing is queued before it (see the crate docs,
+    /// *run-to-completion without the rings*).
     ///
     /// # Errors
     ///
@@ -401,7 +404,7 @@ impl Connection {
         // cost of a direct send in `perf annotate`).
         match &self.path {
             Path::Direct(d) => d.send(self, buf, false),
-            Path::Polled(p) => p.send(self, buf),
+            Path::Polled(p) => p.send(self, buf, false),
         }
     }
 
@@ -417,7 +420,9 @@ impl Connection {
     /// once, with the run before it.
     ///
     /// On other fabrics it is [`send`](Self::send) (in run-to-completion mode that already
-    /// queues up to `batch` messages until [`flush`](Self::flush)).
+    /// queues up to `batch` messages until [`flush`](Self::flush)), except that on `mem://` in
+    /// run-to-completion mode a batched send is always queued, and the run is posted straight
+    /// to the fabric by `flush` or the `batch`-th (without a whole poller cycle).
     ///
     /// Use it for streams; a lone message wants [`send`](Self::send), which publishes at once.
     ///
@@ -429,7 +434,7 @@ impl Connection {
         // The same thin dispatch as `send` (a ring claim is committed and published as there).
         match &self.path {
             Path::Direct(d) => d.send(self, buf, true),
-            Path::Polled(p) => p.send(self, buf),
+            Path::Polled(p) => p.send(self, buf, true),
         }
     }
 
@@ -462,8 +467,9 @@ impl Connection {
 
     /// Pushes queued sends out now. On a direct path (shm) it publishes what
     /// [`send_batched`](Self::send_batched) wrote (`send` publishes at once). In
-    /// run-to-completion mode this runs a poller cycle; with dedicated pollers it does nothing
-    /// (they drain continuously).
+    /// run-to-completion mode this runs a poller cycle (on `mem://`: it posts the queued run
+    /// straight to the fabric, and does nothing when nothing is queued); with dedicated pollers
+    /// it does nothing (they drain continuously).
     ///
     /// # Errors
     ///
@@ -485,7 +491,8 @@ impl Connection {
     }
 
     /// Takes the next received message, if any (in run-to-completion mode, after running a poller
-    /// cycle if none was waiting). The message is read in place; dropping it recycles its buffer.
+    /// cycle if none was waiting; on `mem://` it first takes one straight from the fabric,
+    /// without a cycle). The message is read in place; dropping it recycles its buffer.
     ///
     /// On a direct path (shm) the slots of the messages taken are given back to the sender once
     /// per run, not per message: when the ring runs empty, after a quarter of the window, and at

@@ -10,18 +10,19 @@
 //! when its window looks full.
 
 use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::spare::{Counts, Next, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
-use crate::desc::{is_large, TxDesc, BUF_INLINE};
+use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE};
 use crate::error::Error;
 use crate::flow::{Policy, SendWindow};
 use crate::idle::{IdleStrategy, Idler};
-use crate::link::{AppRings, Pools};
-use crate::poller::Slept;
+use crate::link::{AppRings, Pools, Posted, RtcConn};
+use crate::poller::{RtcGuard, Slept};
 use crate::stats::ConnStats;
 
 /// Longest a run-to-completion close drives the engine's poller for the connection's last
@@ -56,6 +57,14 @@ pub(super) struct Polled {
     ///
     /// [`ConnShared::wake_poller`]: crate::link::ConnShared::wake_poller
     block: bool,
+    /// Run-to-completion without the rings (not `Block`): `send` posts straight to the fabric
+    /// and `try_recv`/`poll` take straight from it, through the poller's half of the
+    /// connection, when the fabric offers that ([`RtcConn`]); otherwise, and whenever the
+    /// poller is busy elsewhere, the rings as before.
+    ///
+    /// Not with `Block`: there a send also has to wake whoever sleeps in the poller, and a
+    /// delivery ring the receiver's bell, which the pass does.
+    direct: bool,
 }
 
 impl Polled {
@@ -71,6 +80,7 @@ impl Polled {
             run_to_completion: cfg.run_to_completion(),
             batch: cfg.batch as u32,
             block: matches!(cfg.idle, IdleStrategy::Block { .. }),
+            direct: cfg.run_to_completion() && !matches!(cfg.idle, IdleStrategy::Block { .. }),
         }
     }
 
@@ -104,6 +114,21 @@ impl Polled {
         } else {
             0
         }
+    }
+
+    /// Runs `f` on the poller's half of the connection, taking the run-to-completion poller for
+    /// it (one compare-and-swap); `None` when another thread has the poller or the fabric's
+    /// half is not registered (not a direct fabric, not served yet, or retired).
+    #[inline]
+    fn with_direct<R>(
+        &self,
+        conn: &Connection,
+        f: impl FnOnce(&mut dyn RtcConn) -> R,
+    ) -> Option<R> {
+        if !conn.shared.rtc.is_registered() {
+            return None;
+        }
+        conn.engine.rtc_guard()?.direct(&conn.shared, f)
     }
 
     /// [`Connection::alloc`].
@@ -176,12 +201,16 @@ impl Polled {
         s.spare.pop_large()
     }
 
-    /// [`Connection::send`]: the checks, the window, then the send ring.
+    /// [`Connection::send`] (`batched`: [`Connection::send_batched`]): the checks, the window,
+    /// then the send ring; run-to-completion on a direct fabric, a plain send is posted straight
+    /// to the fabric, and a batched one queued in the ring until [`flush`](Self::flush) or the
+    /// `batch`-th, which posts the run straight to the fabric.
     #[inline]
     pub(super) fn send<'c>(
         &'c self,
         conn: &'c Connection,
         buf: SendBuf<'c>,
+        batched: bool,
     ) -> Result<(), SendError<'c>> {
         if !conn.may_send(buf.conn) {
             return Err(conn.refuse(buf));
@@ -199,6 +228,22 @@ impl Polled {
         // SAFETY: no other reference to the state is live; none is taken while this one is used
         // (the engine pass below runs no application code).
         let s = unsafe { self.state() };
+        if self.direct && !batched {
+            let posted = self
+                .with_direct(conn, |h| h.send_one(TxDesc { buf: idx, len }))
+                .unwrap_or(Posted::No);
+            if posted != Posted::No {
+                std::mem::forget(buf);
+                if posted == Posted::Free {
+                    // Copied into the fabric: the buffer is free again at once.
+                    s.spare.copied(idx);
+                } else {
+                    s.spare.sent(idx);
+                }
+                s.window.on_sent(1);
+                return Ok(());
+            }
+        }
         if s.rings.tx.push(TxDesc { buf: idx, len }).is_err() {
             // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
             s.counts.would_block += 1;
@@ -216,7 +261,7 @@ impl Polled {
             s.unflushed += 1;
             if s.unflushed >= self.batch {
                 s.unflushed = 0;
-                conn.engine.poll();
+                self.post_queued(conn);
             }
         }
         Ok(())
@@ -242,9 +287,29 @@ impl Polled {
     pub(super) fn flush(&self, conn: &Connection) {
         if self.run_to_completion {
             // SAFETY: no other reference to the state is live; none is taken while this one is used.
-            unsafe { self.state() }.unflushed = 0;
-            conn.engine.poll();
+            let s = unsafe { self.state() };
+            s.unflushed = 0;
+            if self.direct
+                && conn.shared.rtc.is_registered()
+                && s.rings.tx.slots() == s.rings.tx.capacity()
+            {
+                // Nothing queued: the sends were posted directly (and a direct fabric keeps
+                // nothing back for a pass to publish).
+                return;
+            }
+            self.post_queued(conn);
         }
+    }
+
+    /// Run-to-completion: posts what waits in the send ring, straight to the fabric on a
+    /// direct one (one batch, no whole pass), else (or when the poller is busy elsewhere, or
+    /// the fabric did not take it all) by an engine pass.
+    #[inline]
+    fn post_queued(&self, conn: &Connection) {
+        if self.direct && self.with_direct(conn, |h| h.post_queued(usize::MAX)) == Some(true) {
+            return;
+        }
+        conn.engine.poll();
     }
 
     /// [`Connection::try_recv`].
@@ -258,6 +323,11 @@ impl Polled {
         }
         if let Some(m) = self.pop_rx(conn) {
             return Ok(Some(m));
+        }
+        if self.direct {
+            if let Some(m) = self.recv_direct(conn, None) {
+                return Ok(Some(m));
+            }
         }
         if self.drive(conn) > 0 {
             if let Some(m) = self.pop_rx(conn) {
@@ -314,8 +384,43 @@ impl Polled {
         Some(m)
     }
 
+    /// The next message straight from the fabric (run-to-completion, [`RtcConn::recv_one`]),
+    /// in a stash slot when it is inline; `guard`: the caller holds the poller already.
+    #[inline]
+    fn recv_direct<'c>(
+        &'c self,
+        conn: &'c Connection,
+        guard: Option<&mut RtcGuard<'_>>,
+    ) -> Option<Message<'c>> {
+        if !conn.shared.rtc.is_registered() {
+            return None;
+        }
+        let slot = conn.stash.take()?;
+        let mut desc = MaybeUninit::<RxDesc>::uninit();
+        let got = match guard {
+            Some(g) => g.direct(&conn.shared, |h| h.recv_one(&mut desc)),
+            None => self.with_direct(conn, |h| h.recv_one(&mut desc)),
+        };
+        if got != Some(true) {
+            conn.stash.give_back(slot);
+            return None;
+        }
+        // SAFETY: `recv_one` delivered into `desc` through a sink, which wrote its `len` and
+        // `buf` (and the payload or offset; `data` may stay uninitialised, as `MaybeUninit`).
+        let desc = unsafe { desc.assume_init_ref() };
+        // SAFETY: the slot is ours; the sink checked a pooled descriptor's buffer, offset and
+        // length, and the buffer is lent to us until released.
+        let m = unsafe { Message::from_desc(conn, desc, slot) };
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.counts.received += 1;
+        Some(m)
+    }
+
     /// [`Connection::poll`]: at most one engine pass, only when the messages waiting do not
-    /// fill `limit`.
+    /// fill `limit`. Run-to-completion on a direct fabric: a burst straight from the fabric
+    /// first (into the receive ring, one publication, drained at once: the handler runs without
+    /// the poller held, and one that panics leaves the rest there), the pass only when that
+    /// found nothing.
     pub(super) fn poll(
         &self,
         conn: &Connection,
@@ -323,8 +428,16 @@ impl Polled {
         limit: usize,
     ) -> Result<usize, Error> {
         let mut n = self.drain_rx(conn, handler, limit);
-        if n < limit && self.drive(conn) > 0 {
-            n += self.drain_rx(conn, handler, limit - n);
+        if n < limit {
+            let burst = if self.direct {
+                self.with_direct(conn, |h| h.recv_burst(limit - n))
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            if burst > 0 || self.drive(conn) > 0 {
+                n += self.drain_rx(conn, handler, limit - n);
+            }
         }
         if n == 0 {
             if let Some(d) = conn.shared.down() {
@@ -392,6 +505,11 @@ impl Polled {
                 Some(g) => {
                     if let Some(m) = self.pop_rx(conn) {
                         return Ok(m);
+                    }
+                    if self.direct {
+                        if let Some(m) = self.recv_direct(conn, Some(g)) {
+                            return Ok(m);
+                        }
                     }
                     g.poll(conn.engine.now_ns())
                 }

@@ -69,6 +69,14 @@ pub trait Fabric: Send + Sized + 'static {
 ///
 /// Every method runs on the poller thread: no syscalls, locks, allocation or logging.
 pub trait FabricConn: Send + 'static {
+    /// Run-to-completion without the rings: when the application thread is the poller, its
+    /// `send` posts straight into [`post_send`](FabricConn::post_send) (one descriptor) and its
+    /// `try_recv` takes one message straight from [`poll_rx`](FabricConn::poll_rx) (a sink of
+    /// one slot), between passes, in the order the rings would have kept. A fabric opts in when
+    /// its methods are cheap to call that way for one message (`mem://`: a record written or
+    /// read in place). The default: `false` (every message goes through the rings and a pass).
+    const RTC_DIRECT: bool = false;
+
     /// The connection was put in slot `slot` of its poller's table (RDMA: encode it in `wr_id` so
     /// [`Fabric::poll_shared`] can find the connection through [`ConnTable::get_mut`]).
     #[inline]

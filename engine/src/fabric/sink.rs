@@ -358,6 +358,20 @@ impl<'a> TxDone<'a> {
         Ok(())
     }
 
+    /// Takes `buf` back out if it is the one buffer collected (freed by the `post_send` that
+    /// just posted it, as a copy): the caller keeps it instead of handing it through the free
+    /// ring. `false` (nothing changed) otherwise.
+    #[inline]
+    pub(crate) fn take_only(&mut self, buf: u32) -> bool {
+        if self.npending == 1 && self.pending[0] == buf {
+            self.npending = 0;
+            self.freed -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
     /// `n` credits came back: the receiver made room for `n` more messages.
     #[inline]
     pub fn credits(&mut self, n: u64) {

@@ -112,6 +112,20 @@ impl RtcGuard<'_> {
         unsafe { (*self.owner.agents.get()).do_work(now_ns) }
     }
 
+    /// Runs `f` on the poller's half of the connection `shared` (the direct way without the
+    /// rings, [`RtcConn`](crate::link::RtcConn)); `None` when none of these agents has it
+    /// registered.
+    #[inline]
+    pub(crate) fn direct<R>(
+        &mut self,
+        shared: &crate::link::ConnShared,
+        f: impl FnOnce(&mut dyn crate::link::RtcConn) -> R,
+    ) -> Option<R> {
+        // SAFETY: as in `poll`; the half is reached through the agents the guard owns, and
+        // `f` runs no cycle (the guard is borrowed for it).
+        unsafe { (*self.owner.agents.get()).rtc_conn(shared) }.map(f)
+    }
+
     /// `Block`: arms and sleeps for at most `max` (see [`Agents::sleep`]).
     pub(crate) fn sleep(&mut self, max: std::time::Duration) -> super::Slept {
         // SAFETY: as in `poll`.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::Config;
-use crate::desc::RxDesc;
+use crate::desc::{RxDesc, TxDesc};
 use crate::fabric::mem::{setup, MemFabric};
 use crate::link::{conn_pair, AppPath, AppRings, ConnParts};
 

@@ -230,6 +230,8 @@ macro_rules! conformance {
                     c::fifo::small_and_large_interleaved_dedicated_poller,
                 claims_and_aborts => c::send::claims_and_aborts,
                 send_batched_stream_fifo_no_loss => c::send::send_batched_stream_fifo_no_loss,
+                send_batched_stream_one_engine_contended =>
+                    c::send::send_batched_stream_one_engine_contended,
                 send_batched_pending_at_close_is_delivered =>
                     c::send::send_batched_pending_at_close_is_delivered,
                 recv_into_copies_or_hands_back => c::send::recv_into_copies_or_hands_back,

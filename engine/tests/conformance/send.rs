@@ -101,6 +101,37 @@ fn stream_len(seq: u32) -> usize {
 pub fn send_batched_stream_fifo_no_loss(s: &'static Scheme) {
     let (ea, eb) = (s.build(s.rtc()), s.build(s.rtc()));
     let (srv, c) = pair(&ea, &eb, &(s.endpoint)("batch"));
+    batched_stream(s, srv, c);
+}
+
+/// [`send_batched_stream_fifo_no_loss`] with both ends on one run-to-completion engine, and a
+/// third thread calling [`Engine::poll`](spinwire::Engine::poll) in a loop: the sending, the
+/// receiving and the third thread contend for its poller all the time, so each call finds it
+/// now free, now taken (on `mem://` a free one posts or takes straight from the fabric, a
+/// taken one goes through the rings, and the two ways interleave on both sides). Still FIFO,
+/// no loss, no duplicate.
+pub fn send_batched_stream_one_engine_contended(s: &'static Scheme) {
+    let e = s.build(s.rtc());
+    let (srv, c) = pair(&e, &e, &(s.endpoint)("batch-1e"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poker = {
+        let (e, stop) = (e.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                e.poll();
+                std::hint::spin_loop();
+            }
+        })
+    };
+    batched_stream(s, srv, c);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    poker.join().unwrap();
+}
+
+/// A stream of [`stream_count`] messages from `c` to `srv` (received on another thread),
+/// sent in runs of `send_batched` (a plain `send` now and then), flushed or not, received with
+/// `poll` and `try_recv` in turn, every message verified in order.
+fn batched_stream(s: &'static Scheme, srv: Connection, c: Connection) {
     let n = stream_count(s);
     let rx = std::thread::spawn(move || {
         let mut r = XorShift::new(5);

@@ -1,0 +1,275 @@
+//! The poller's half of a connection driven by the application thread itself in
+//! run-to-completion mode, one message at a time ([`RtcConn`]): what the service pass does for
+//! that message, without the application↔poller rings and without a whole poller cycle around
+//! it. The poller registers where it keeps the half ([`ConnShared::rtc`], its agent's
+//! [`rtc_tag`] and table slot); the application thread finds it through the run-to-completion
+//! guard ([`super::RtcGuard::direct`] → `Agents::rtc_conn` → [`Poller::rtc_conn`]).
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering;
+
+use super::pass::{post_ring, valid_tx};
+use super::{Fabric, Poller, DIRECT_BURST};
+use crate::desc::{is_large, RxDesc, TxDesc};
+use crate::error::FabricError;
+use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::link::{ConnShared, PollerConn, Posted, RtcConn};
+
+impl<C: FabricConn> PollerConn<C> {
+    /// Whether a direct call may bypass the pass now: the connection is open for it (not
+    /// closing, not draining a departed peer) and no failure waits for the pass.
+    #[inline]
+    fn direct_open(&self) -> bool {
+        !self.closing && !self.draining && self.deferred.is_none()
+    }
+
+    /// A failure met outside the pass: the next pass reports it (the first one wins).
+    #[cold]
+    fn defer(&mut self, e: FabricError) {
+        if self.deferred.is_none() {
+            self.deferred = Some(e);
+        }
+    }
+}
+
+/// The tag of fabric `F`'s agent in the run-to-completion registration
+/// ([`crate::link::RtcSlot`]): FNV-1a of its name (nonzero; the names differ).
+pub(crate) const fn rtc_tag<F: Fabric>() -> u64 {
+    let name = F::NAME.as_bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < name.len() {
+        h ^= name[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    if h == 0 {
+        1
+    } else {
+        h
+    }
+}
+
+impl<F: Fabric> Poller<F> {
+    /// Run-to-completion's direct way: the half in table slot `slot`, if it is the one of the
+    /// connection `shared` (else `None`: the registration was not this agent's or is stale).
+    #[inline]
+    pub(crate) fn rtc_conn(&mut self, slot: u32, shared: &ConnShared) -> Option<&mut dyn RtcConn> {
+        let c = self.slots.get_mut(slot as usize)?.as_deref_mut()?;
+        if !std::ptr::eq(&*c.shared, shared) {
+            return None;
+        }
+        Some(c)
+    }
+}
+
+impl<C: FabricConn> RtcConn for PollerConn<C> {
+    #[inline]
+    fn send_one(&mut self, d: TxDesc) -> Posted {
+        // Sends queued in the ring go first (FIFO); the pass posts them.
+        if !self.direct_open() || !self.tx.is_empty() {
+            return Posted::No;
+        }
+        let PollerConn {
+            fabric,
+            free,
+            tx_owned,
+            tx_pool,
+            tx_large,
+            free_scratch,
+            shared,
+            rtc_counters,
+            ..
+        } = self;
+        if !valid_tx(&d, tx_pool, tx_large) {
+            // The pass fails the connection with it.
+            return Posted::No;
+        }
+        let mut done = TxDone::new(
+            free,
+            tx_owned,
+            free_scratch,
+            tx_pool.count(),
+            tx_large.count(),
+        );
+        let held = is_large(d.buf) || !fabric.copies(d.len);
+        if held {
+            done.mark_owned(d.buf, true);
+        }
+        let mut failed = None;
+        let accepted = match fabric.post_send(std::slice::from_ref(&d), &mut done) {
+            Ok(n) => n.min(1),
+            Err(e) => {
+                failed = Some(e);
+                0
+            }
+        };
+        if accepted == 0 && held {
+            done.mark_owned(d.buf, false);
+        }
+        // Copied and freed by this very post: the caller keeps the buffer, without the free
+        // ring's push and pop (callgrind, `bench cost --fabric mem`: 2024 -> 2007 instructions
+        // per round trip).
+        let free = accepted == 1 && !held && done.take_only(d.buf);
+        if let Err(e) = done.publish() {
+            failed = failed.or(Some(e));
+        }
+        let credits = done.credits;
+        if accepted == 1 {
+            if let Some(c) = rtc_counters {
+                c.tx_msgs.add(1);
+                c.tx_batches.add(1);
+            }
+            shared.counters.tx_msgs.add(1);
+            shared.counters.tx_bytes.add(u64::from(d.len));
+            if let Err(e) = fabric.flush() {
+                failed = failed.or(Some(e));
+            }
+        }
+        if credits > 0 {
+            self.credits_returned += credits;
+            self.shared
+                .credits
+                .store(self.credits_returned, Ordering::Release);
+        }
+        if let Some(e) = failed {
+            self.defer(e);
+        }
+        match (accepted, free) {
+            (0, _) => Posted::No,
+            (_, false) => Posted::Held,
+            (_, true) => Posted::Free,
+        }
+    }
+
+    #[inline]
+    fn post_queued(&mut self, max: usize) -> bool {
+        if !self.direct_open() {
+            return false;
+        }
+        // Moved out and back (no reference count traffic on the data path).
+        let Some(counters) = self.rtc_counters.take() else {
+            return false;
+        };
+        let PollerConn {
+            fabric,
+            tx,
+            free,
+            tx_owned,
+            tx_pool,
+            tx_large,
+            free_scratch,
+            shared,
+            ..
+        } = self;
+        let mut done = TxDone::new(
+            free,
+            tx_owned,
+            free_scratch,
+            tx_pool.count(),
+            tx_large.count(),
+        );
+        let mut res = post_ring(
+            fabric, tx, &mut done, tx_pool, tx_large, shared, max, &counters,
+        )
+        .map(|_| ());
+        if let Err(e) = done.publish() {
+            res = res.and(Err(e));
+        }
+        let credits = done.credits;
+        if res.is_ok() {
+            res = fabric.flush();
+        }
+        self.rtc_counters = Some(counters);
+        if credits > 0 {
+            self.credits_returned += credits;
+            self.shared
+                .credits
+                .store(self.credits_returned, Ordering::Release);
+        }
+        if let Err(e) = res {
+            self.defer(e);
+            return false;
+        }
+        self.tx.is_empty()
+    }
+
+    #[inline]
+    fn recv_one(&mut self, out: &mut MaybeUninit<RxDesc>) -> bool {
+        // Messages delivered into the ring go first (FIFO): the application takes them there.
+        if !self.direct_open() || self.rx.slots() != self.rx.capacity() {
+            return false;
+        }
+        if !self.release.is_empty() {
+            // Buffers the application dropped go back as in the pass, so that a receiver that
+            // always finds a message still returns them.
+            let chunk = self.release.read_chunk_up_to(usize::MAX);
+            let (a, b) = chunk.as_slices();
+            let mut res = self.fabric.release_rx(a);
+            if res.is_ok() && !b.is_empty() {
+                res = self.fabric.release_rx(b);
+            }
+            chunk.release_all();
+            if let Err(e) = res {
+                self.defer(e);
+                return false;
+            }
+        }
+        if !self.fabric.rx_pending() {
+            return false;
+        }
+        let PollerConn {
+            fabric,
+            rx_pool,
+            rx_large,
+            shared,
+            rtc_counters,
+            ..
+        } = self;
+        let mut sink =
+            RxSink::new(std::slice::from_mut(out), &mut [], rx_pool).with_large(rx_large);
+        let res = fabric.poll_rx(&mut sink);
+        let n = sink.written();
+        let bytes = sink.bytes();
+        if n > 0 {
+            if let Some(c) = rtc_counters {
+                c.rx_msgs.add(1);
+            }
+            shared.counters.rx_msgs.add(1);
+            shared.counters.rx_bytes.add(bytes);
+        }
+        if let Err(e) = res {
+            // Delivered before it failed: still the application's (as in the pass).
+            self.defer(e);
+            return n > 0;
+        }
+        if n > 0 && self.fabric.rx_pending() {
+            // The rest of a burst: into the ring, so that the next receives take it there
+            // (one publication for the burst instead of the poller taken per message).
+            self.recv_burst(DIRECT_BURST);
+        }
+        n > 0
+    }
+
+    #[inline]
+    fn recv_burst(&mut self, max: usize) -> usize {
+        if !self.direct_open() || !self.fabric.rx_pending() {
+            return 0;
+        }
+        // Moved out and back (no reference count traffic on the data path).
+        let Some(counters) = self.rtc_counters.take() else {
+            return 0;
+        };
+        let res = self.receive(max, &counters);
+        self.rtc_counters = Some(counters);
+        match res {
+            Ok(n) => n,
+            Err(e) => {
+                // What the sink took before the failure is in the ring; the caller's pass
+                // reports the failure, and the ring is drained after it.
+                self.defer(e);
+                0
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Steps of the service pass that the run-to-completion direct way ([`super::direct`]) runs
+//! for one connection too: the send-buffer check, the send step (one batch of the send ring,
+//! posted) and the receive step (a burst into the receive ring).
+
+use rings::Consumer;
+
+use crate::desc::{PoolView, TxDesc};
+use crate::error::FabricError;
+use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::link::{ConnShared, PollerConn};
+use crate::stats::PollerCounters;
+
+/// The poller side of a connection's send buffers: index and length checks (a large slot
+/// against the large pool).
+#[inline]
+pub(super) fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
+    if crate::desc::is_large(d.buf) {
+        crate::desc::large_slot(d.buf) < large.count() && (d.len as usize) <= large.buf_size()
+    } else {
+        d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
+    }
+}
+
+/// The send step of the pass: one batch (at most `batch`) of the application's send ring,
+/// checked and posted; what the fabric did not accept stays queued. Returns how many it posted.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(super) fn post_ring<C: FabricConn>(
+    fabric: &mut C,
+    tx: &mut Consumer<TxDesc>,
+    done: &mut TxDone<'_>,
+    tx_pool: &PoolView,
+    tx_large: &PoolView,
+    shared: &ConnShared,
+    batch: usize,
+    counters: &PollerCounters,
+) -> Result<usize, FabricError> {
+    let chunk = tx.read_chunk_up_to(batch);
+    if chunk.is_empty() {
+        return Ok(0);
+    }
+    let (a, b) = chunk.as_slices();
+    let offered = a.len() + b.len();
+    let mut bytes = 0u64;
+    for d in a.iter().chain(b) {
+        if !valid_tx(d, tx_pool, tx_large) {
+            return Err(FabricError::Protocol("invalid send descriptor"));
+        }
+        if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+            done.mark_owned(d.buf, true);
+        }
+        bytes += u64::from(d.len);
+    }
+    let mut accepted = fabric.post_send(a, done)?;
+    if accepted == a.len() && !b.is_empty() {
+        accepted += fabric.post_send(b, done)?;
+    }
+    let accepted = accepted.min(offered);
+    if accepted < offered {
+        counters.tx_stalls.add(1);
+        shared.counters.tx_stalls.add(1);
+        // Not accepted: still the application's queue, offered again next cycle.
+        for d in a.iter().chain(b).skip(accepted) {
+            if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+                done.mark_owned(d.buf, false);
+            }
+            bytes -= u64::from(d.len);
+        }
+    }
+    chunk.release(accepted);
+    if accepted > 0 {
+        counters.tx_msgs.add(accepted as u64);
+        counters.tx_batches.add(1);
+        shared.counters.tx_msgs.add(accepted as u64);
+        shared.counters.tx_bytes.add(bytes);
+    }
+    Ok(accepted)
+}
+
+impl<C: FabricConn> PollerConn<C> {
+    /// The receive step of the pass: at most `batch` messages from the fabric into the
+    /// application's receive ring (one publication), no more than it can take. Returns how many.
+    #[inline(always)]
+    pub(super) fn receive(
+        &mut self,
+        batch: usize,
+        counters: &PollerCounters,
+    ) -> Result<usize, FabricError> {
+        let PollerConn {
+            fabric,
+            rx,
+            rx_pool,
+            rx_large,
+            shared,
+            drained,
+            block,
+            ..
+        } = self;
+        let mut chunk = rx.write_chunk_uninit_up_to(batch);
+        if chunk.is_empty() {
+            counters.rx_ring_full.add(1);
+            *drained = false;
+            return Ok(0);
+        }
+        let (a, b) = chunk.as_mut_slices();
+        let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
+        let res = fabric.poll_rx(&mut sink);
+        let n = sink.written();
+        *drained = sink.room() > 0;
+        let bytes = sink.bytes();
+        // SAFETY: the sink initialised exactly its first `n` slots, in order.
+        unsafe { chunk.commit(n) };
+        res?;
+        if n > 0 {
+            if *block {
+                // An application thread may sleep in `recv_timeout`.
+                shared.bell().ring();
+            }
+            counters.rx_msgs.add(n as u64);
+            shared.counters.rx_msgs.add(n as u64);
+            shared.counters.rx_bytes.add(bytes);
+        }
+        Ok(n)
+    }
+}
