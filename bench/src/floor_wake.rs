@@ -20,10 +20,11 @@
 //! Each round trip is timed from just before the ping is posted to the pong's arrival.
 //!
 //! It is a reference, not a proven lower bound: on the 2-vCPU KVM guest this was written on,
-//! spinwire's shm round trip under `--idle block` measured 0.55-0.75x of it in the same runs
-//! (27-33 µs against 43-49 µs), and neither futex flavour (private, shared on a memfd page), the
-//! pacer's sleep call nor the sleep bound explained the gap (README: "Idle: spin, back off, or
-//! sleep until woken").
+//! spinwire's shm round trip under `--idle block` measured 0.97-1.03x of it on a quiet machine
+//! (44-45 µs against 44-46 µs), but 0.47-0.75x while other jobs kept the vCPUs busy (a busy
+//! vCPU is woken without leaving a halt, and the load changes between the two measurements);
+//! so compare runs taken on a quiet machine (README: "Idle: spin, back off, or sleep until
+//! woken").
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
