@@ -29,7 +29,6 @@
 //! poller thread drives.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cm::control::Waker;
@@ -242,13 +241,7 @@ impl<C: FabricConn> PollerConn<C> {
         work += fabric.reclaim(&mut done)?;
         done.publish()?;
         let credits = done.credits;
-        if credits > 0 {
-            let _ = done;
-            self.credits_returned += credits;
-            self.shared
-                .credits
-                .store(self.credits_returned, Ordering::Release);
-        }
+        self.return_credits(credits);
         self.fabric.flush()?;
         Ok(work)
     }

@@ -6,7 +6,6 @@
 //! guard ([`super::RtcGuard::direct`] → `Agents::rtc_conn` → [`Poller::rtc_conn`]).
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::Ordering;
 
 use super::pass::{post_ring, valid_tx};
 use super::{Fabric, Poller, DIRECT_BURST};
@@ -126,12 +125,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
                 failed = failed.or(Some(e));
             }
         }
-        if credits > 0 {
-            self.credits_returned += credits;
-            self.shared
-                .credits
-                .store(self.credits_returned, Ordering::Release);
-        }
+        self.return_credits(credits);
         if let Some(e) = failed {
             self.defer(e);
         }
@@ -181,12 +175,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
             res = fabric.flush();
         }
         self.rtc_counters = Some(counters);
-        if credits > 0 {
-            self.credits_returned += credits;
-            self.shared
-                .credits
-                .store(self.credits_returned, Ordering::Release);
-        }
+        self.return_credits(credits);
         if let Err(e) = res {
             self.defer(e);
             return false;

@@ -2,6 +2,8 @@
 //! for one connection too: the send-buffer check, the send step (one batch of the send ring,
 //! posted) and the receive step (a burst into the receive ring).
 
+use std::sync::atomic::Ordering;
+
 use rings::Consumer;
 
 use crate::desc::{PoolView, TxDesc};
@@ -78,6 +80,18 @@ pub(super) fn post_ring<C: FabricConn>(
 }
 
 impl<C: FabricConn> PollerConn<C> {
+    /// Publishes `credits` more send credits returned by the fabric to the application (the
+    /// cumulative count it reads), if there are any.
+    #[inline(always)]
+    pub(super) fn return_credits(&mut self, credits: u64) {
+        if credits > 0 {
+            self.credits_returned += credits;
+            self.shared
+                .credits
+                .store(self.credits_returned, Ordering::Release);
+        }
+    }
+
     /// The receive step of the pass: at most `batch` messages from the fabric into the
     /// application's receive ring (one publication), no more than it can take. Returns how many.
     #[inline(always)]

@@ -1,6 +1,7 @@
 //! The poller on `mem://` ends, outside any engine: commands, the per-connection pass
 //! (descriptors both ways, freed buffers, credits, releases) and retirement.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::*;
