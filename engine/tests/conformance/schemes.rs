@@ -227,12 +227,12 @@ const RDMA_SKIP_HOSTILE: (&str, &str) = (
      validation of hostile frames and RNDV records is unit-tested \
      (fabric::rdma::datapath::frame, ::rndv)",
 );
+/// Why the cases that wait for a listener skip on rdma.
 #[cfg(feature = "rdma")]
-const RDMA_SKIP_WAITS: (&str, &str) = (
-    "connect_waits_for_a_listener",
-    "an rdma:// connect does not wait for a listener: it fails at once with the \
-     rdma_cm rejection (rdma_engine.rs no_listener_and_bad_addresses_are_clear_errors)",
-);
+const RDMA_CONNECT_NO_WAIT: &str = "an rdma:// connect does not wait for a listener: it fails \
+     at once with the rdma_cm rejection (rdma_engine.rs no_listener_and_bad_addresses_are_clear_errors)";
+#[cfg(feature = "rdma")]
+const RDMA_SKIP_WAITS: (&str, &str) = ("connect_waits_for_a_listener", RDMA_CONNECT_NO_WAIT);
 #[cfg(feature = "rdma")]
 const RDMA_SKIP_LIMITS: (&str, &str) = (
     "different_message_limits_settle_to_the_smaller",
@@ -242,8 +242,7 @@ const RDMA_SKIP_LIMITS: (&str, &str) = (
 #[cfg(feature = "rdma")]
 const RDMA_SKIP_TIMES_OUT: (&str, &str) = (
     "connect_without_listener_times_out_typed",
-    "an rdma:// connect does not wait for a listener: it fails at once with the \
-     rdma_cm rejection (rdma_engine.rs no_listener_and_bad_addresses_are_clear_errors)",
+    RDMA_CONNECT_NO_WAIT,
 );
 
 /// `rdma://` on the Soft-RoCE VM's address (`RXE_VM_IP`); every case skips outside the VM.
