@@ -16,6 +16,8 @@
 #            on the second (default 0,1); aeronmd's shared conductor may use both
 #   SIZE     message bytes (default 8); ITERS round trips (default 300000); WARMUP (100000)
 #   ROUNDS   rounds, Aeron then spinwire each (default 3)
+#   APIS     the `bench --api` values run each round, one row each (default "buffer poll-copy":
+#            the quick-start calls, then send_copy/poll, the calls Aeron's samples make)
 #   OUT      where the runs' output goes (default target/aeron-compare)
 set -euo pipefail
 
@@ -29,6 +31,7 @@ SIZE=${SIZE:-8}
 ITERS=${ITERS:-300000}
 WARMUP=${WARMUP:-100000}
 ROUNDS=${ROUNDS:-3}
+APIS=${APIS:-buffer poll-copy}
 OUT=${OUT:-target/aeron-compare}
 PING_CORE=${CORES%%,*}
 PONG_CORE=${CORES##*,}
@@ -74,29 +77,33 @@ aeron_round() {
 }
 
 spin_round() {
-    local r=$1
-    "$BENCH" lat --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --floor \
-        --app-cores "$CORES" --out "$OUT/spinwire-$r" >"$OUT/spinwire-$r.log" 2>&1
+    local r=$1 api=$2
+    "$BENCH" lat --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --floor --api "$api" \
+        --app-cores "$CORES" --out "$OUT/spinwire-$r-$api" >"$OUT/spinwire-$r-$api.log" 2>&1
 }
 
-printf '%-6s %10s %10s %10s %12s %12s %12s %9s %9s %9s %9s\n' round floor_p50 aeron_p50 \
-    spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 s/a_p999 s999/s50
+printf '%-6s %-10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s\n' round api floor_p50 \
+    aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 s/a_p999 s999/s50
 for r in $(seq "$ROUNDS"); do
     aeron_round "$r"
-    spin_round "$r"
+    for api in $APIS; do
+        spin_round "$r" "$api"
+    done
     a50=$(hdr_pct "$OUT/cping-$r.log" 0.5)
     a999=$(hdr_pct "$OUT/cping-$r.log" 0.999)
-    read -r f50 s50 s999 < <(python3 -c '
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    for api in $APIS; do
+        read -r f50 s50 s999 < <(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = d["points"][0]["rtt_ns"]
-print(d["floor"]["rtt_ns"]["p50"], p["p50"], p["p99_9"])' "$OUT/spinwire-$r/summary.json")
-    load=$(cut -d' ' -f1 /proc/loadavg)
-    python3 -c '
+print(d["floor"]["rtt_ns"]["p50"], p["p50"], p["p99_9"])' "$OUT/spinwire-$r-$api/summary.json")
+        python3 -c '
 import sys
-r, f50, a50, s50, a999, s999, load = sys.argv[1:]
+r, api, f50, a50, s50, a999, s999, load = sys.argv[1:]
 f50, a50, s50, a999, s999 = map(float, (f50, a50, s50, a999, s999))
-print("%-6s %10.0f %10.0f %10.0f %12.0f %12.0f %12s %9.2f %9.2f %9.2f %9.2f" % (
-    r, f50, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s999 / a999, s999 / s50))
-' "$r" "$f50" "$a50" "$s50" "$a999" "$s999" "$load"
+print("%-6s %-10s %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f" % (
+    r, api, f50, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s999 / a999, s999 / s50))
+' "$r" "$api" "$f50" "$a50" "$s50" "$a999" "$s999" "$load"
+    done
 done

@@ -46,6 +46,7 @@ fn knobs() -> Knobs {
         hugepages: "try".into(),
         rdma_srq: 0,
         rdma_srq_credits: 0,
+        api: "buffer".into(),
     }
 }
 

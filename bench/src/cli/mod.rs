@@ -170,6 +170,31 @@ impl Mode {
     }
 }
 
+/// Which of the engine's calls the application side of `lat` and `rate` points makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// The quick-start calls: `alloc`, `copy_from` (the bench fills the buffer in place) and
+    /// `send`; `try_recv` (a `Message`); the echo copies the message into a new buffer.
+    #[default]
+    Buffer,
+    /// `send_copy` (the bench fills a stack copy first; messages over 256 bytes take the
+    /// buffer way) and `poll(handler, 1)`; the echo is a `send_copy` from inside the handler:
+    /// the shape of Aeron's `cping`/`cpong` (offer a copy; poll with a fragment handler that
+    /// offers the echo).
+    PollCopy,
+}
+
+impl Api {
+    /// The name as on the command line, as in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Buffer => "buffer",
+            Api::PollCopy => "poll-copy",
+        }
+    }
+}
+
 /// What idle threads do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -327,6 +352,12 @@ pub struct CommonArgs {
         help_heading = "Data path"
     )]
     pub app_batch: usize,
+    /// Which engine calls the application makes (spinwire fabrics): `buffer`, the quick-start
+    /// calls (`alloc`/`copy_from`/`send`, `try_recv`), or `poll-copy` (`send_copy`, `poll`; the
+    /// echo sent from inside the poll handler, as Aeron's ping-pong samples do). Both ends of a
+    /// loopback run; across processes each side's own flag.
+    #[arg(long, value_enum, default_value_t = Api::Buffer, help_heading = "Data path")]
+    pub api: Api,
     /// Check every byte of every payload against the pattern the sender wrote (the server
     /// checks what it receives, the lat client its echoes). Without it the receiver checks each
     /// payload's length and tag, and a large one (above --buffer-size) also at a few words

@@ -216,11 +216,15 @@ pub fn render(report: &Report, unit: Unit) -> String {
     if let Some(p) = first.filter(|p| p.test != "floor") {
         let _ = writeln!(
             out,
-            "fabric {} | mode {} | role {} | idle {} | batch {} | depth {} | buffers {} x {} B | app cores {:?} | poller cores {:?}{}",
+            "fabric {} | mode {} | role {} | idle {}{} | batch {} | depth {} | buffers {} x {} B | app cores {:?} | poller cores {:?}{}",
             p.fabric,
             p.mode,
             p.role,
             p.knobs.idle,
+            match p.knobs.api.as_str() {
+                "" | "buffer" => String::new(),
+                api => format!(" | api {api}"),
+            },
             p.knobs.batch,
             match p.knobs.depth {
                 0 => "default".to_owned(),

@@ -62,6 +62,10 @@ pub struct Knobs {
     /// `--rdma-srq-credits` as given (0: the engine's default grant, min(buffers, 16)).
     #[serde(default)]
     pub rdma_srq_credits: usize,
+    /// `--api`: `buffer` or `poll-copy` (empty for floors and older summaries, which ran
+    /// `buffer`).
+    #[serde(default)]
+    pub api: String,
 }
 
 /// Engine counters on the client side over one point (warm-up and the point's few control
@@ -288,6 +292,7 @@ fn floor_knobs(f: &FloorResult) -> Knobs {
         hugepages: String::new(),
         rdma_srq: 0,
         rdma_srq_credits: 0,
+        api: String::new(),
     }
 }
 

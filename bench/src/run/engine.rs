@@ -9,7 +9,7 @@ use spinwire::{Connection, Engine, Error, FabricError, IdleStrategy, Listener, S
 
 use super::conn::{BenchConn, Waiter};
 use super::{proto, EngineCfg};
-use crate::cli::{Huge, Idle, Mode};
+use crate::cli::{Api, Huge, Idle, Mode};
 use crate::error::BenchError;
 use crate::machine::pin_current;
 use crate::report::Counters;
@@ -251,7 +251,13 @@ pub(super) struct EngineConn {
     /// pool buffer. `usize::MAX` when the connection has no large slots (its limit is the
     /// buffer size).
     large_above: usize,
+    /// `--api`: which calls send and receive.
+    api: Api,
 }
+
+/// `--api poll-copy`: the largest message sent with `send_copy` from a stack copy (a longer
+/// one takes the buffer way, filled in place).
+const COPY_MAX: usize = 256;
 
 impl EngineConn {
     fn new(conn: Connection, engine: &Engine, g: &EngineCfg) -> Self {
@@ -264,6 +270,7 @@ impl EngineConn {
             conn,
             engine: engine.clone(),
             large_above,
+            api: g.api,
         }
     }
 
@@ -280,6 +287,61 @@ impl EngineConn {
 }
 
 impl EngineConn {
+    /// `--api poll-copy`'s echo: `poll(handler, 1)` whose handler sends the copy back with
+    /// `send_copy`; when that finds no room, the message is kept on the stack and sent after
+    /// the handler returned (waiting on `w`).
+    fn poll_echo(
+        &mut self,
+        size: usize,
+        tag: u8,
+        w: &mut Waiter,
+    ) -> Result<Option<(usize, u8)>, BenchError> {
+        let conn = &self.conn;
+        let mut head = None;
+        let mut failed = None;
+        let mut pending = None;
+        conn.poll(
+            |m| {
+                let h = (m.len(), m.first().copied().unwrap_or(0xFF));
+                head = Some(h);
+                if h != (size, tag) {
+                    return;
+                }
+                match conn.send_copy(m) {
+                    Ok(()) => {}
+                    Err(Error::WouldBlock) => {
+                        let mut copy = [0u8; COPY_MAX];
+                        copy[..m.len()].copy_from_slice(m);
+                        pending = Some(copy);
+                    }
+                    Err(e) => failed = Some(e),
+                }
+            },
+            1,
+        )
+        .map_err(|e| engine_err("receiving", e))?;
+        if let Some(e) = failed {
+            return Err(engine_err("sending the echo", e));
+        }
+        let Some(head) = head else {
+            return Ok(None);
+        };
+        if let Some(copy) = pending {
+            loop {
+                match conn.send_copy(&copy[..size]) {
+                    Ok(()) => break,
+                    Err(Error::WouldBlock) => w.idle()?,
+                    Err(e) => return Err(engine_err("sending the echo", e)),
+                }
+            }
+        }
+        if head == (size, tag) {
+            conn.flush()
+                .map_err(|e| engine_err("flushing the echo", e))?;
+        }
+        Ok(Some(head))
+    }
+
     /// alloc + fill + `send` (or `send_batched`).
     #[inline(always)]
     fn send_with(
@@ -288,6 +350,17 @@ impl EngineConn {
         fill: impl FnOnce(&mut [u8]),
         batched: bool,
     ) -> Result<bool, BenchError> {
+        if self.api == Api::PollCopy && len <= COPY_MAX {
+            let mut copy = [0u8; COPY_MAX];
+            fill(&mut copy[..len]);
+            // `send_copy` has no batched form: a batched run is flushed per message.
+            let _ = batched;
+            return match self.conn.send_copy(&copy[..len]) {
+                Ok(()) => Ok(true),
+                Err(Error::WouldBlock) => Ok(false),
+                Err(e) => Err(engine_err("sending", e)),
+            };
+        }
         let mut buf = match self.alloc_for(len) {
             Ok(b) => b,
             Err(Error::WouldBlock) => return Ok(false),
@@ -339,6 +412,21 @@ impl BenchConn for EngineConn {
 
     #[inline]
     fn try_recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, BenchError> {
+        if self.api == Api::PollCopy {
+            let mut f = Some(f);
+            let mut out = None;
+            self.conn
+                .poll(
+                    |m| {
+                        if let Some(f) = f.take() {
+                            out = Some(f(m));
+                        }
+                    },
+                    1,
+                )
+                .map_err(|e| engine_err("receiving", e))?;
+            return Ok(out);
+        }
         match self.conn.try_recv() {
             Ok(Some(m)) => Ok(Some(f(&m))),
             Ok(None) => Ok(None),
@@ -408,6 +496,9 @@ impl BenchConn for EngineConn {
         tag: u8,
         w: &mut Waiter,
     ) -> Result<Option<(usize, u8)>, BenchError> {
+        if self.api == Api::PollCopy && size <= COPY_MAX {
+            return self.poll_echo(size, tag, w);
+        }
         let m = match self.conn.try_recv() {
             Ok(Some(m)) => m,
             Ok(None) => return Ok(None),

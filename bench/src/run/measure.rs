@@ -183,6 +183,7 @@ impl Plan {
                 large_buffers: g.large_buffers,
                 large_threshold: g.effective_large_threshold(),
                 hugepages: g.hugepages.as_str().into(),
+                api: g.api.as_str().into(),
                 rdma_srq: g.rdma_srq.0,
                 rdma_srq_credits: g.rdma_srq.1,
             },

@@ -47,6 +47,8 @@ pub struct EngineCfg {
     pub connect_timeout: Duration,
     /// `--hugepages`.
     pub hugepages: crate::cli::Huge,
+    /// `--api`: the application's engine calls.
+    pub api: crate::cli::Api,
     /// The crossed knob and its value for this group.
     pub cross: Option<(CrossKnob, usize)>,
 }
@@ -617,6 +619,7 @@ fn base_engine_cfg(
         large_threshold: c.large_threshold,
         connect_timeout: c.connect_timeout,
         hugepages: c.hugepages,
+        api: c.api,
         cross: None,
     }
 }
