@@ -101,18 +101,19 @@ fn ping_pong(
         let mut hist = new_latency_histogram();
         let mut next = 1u64;
         let total = warmup + iters;
-        let mut t_prev = Instant::now();
         for i in 0..total {
             if i % 4096 == 0 && stop.load(Ordering::Relaxed) {
                 return Err(BenchError::Interrupted);
             }
+            // Timed from just before the store, as `bench lat` times from just before its
+            // send: the histogram's bookkeeping is in neither.
+            let t_send = Instant::now();
             line.store(next, Ordering::Release);
             wait_until(&line, |v| v == next + 1)?;
             let t_now = Instant::now();
             if i >= warmup {
-                hist.saturating_record(duration_ns(t_now - t_prev));
+                hist.saturating_record(duration_ns(t_now - t_send));
             }
-            t_prev = t_now;
             next += 2;
         }
         Ok(hist)
