@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A benchmark, not a test: Aeron's C ping-pong over aeron:ipc (aeronmd + cpong + cping) and
 # spinwire's `bench lat --floor` back to back on the same two cores, ROUNDS times, then each
-# round's p50 and p99.9 RTT and the ratios spinwire/Aeron and spinwire/floor.
+# round's p50 and p99.9 RTT and the ratios spinwire/Aeron, spinwire/floor (one cache line
+# both ways) and spinwire/two-line floor (one line per direction, the least a design with a
+# ring per direction moves, as Aeron's and spinwire's).
 #
 # Aeron's binaries: AERON_BIN names a directory that holds aeronmd, cping and cpong (Aeron's C
 # media driver and C samples); or AERON_SRC names an Aeron source tree or git directory (a clone
@@ -82,8 +84,9 @@ spin_round() {
         --app-cores "$CORES" --out "$OUT/spinwire-$r-$api" >"$OUT/spinwire-$r-$api.log" 2>&1
 }
 
-printf '%-6s %-10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s\n' round api floor_p50 \
-    aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 s/a_p999 s999/s50
+printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s\n' round api floor_p50 \
+    fl2_p50 aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 s/fl2_p50 \
+    s/a_p999 s999/s50
 for r in $(seq "$ROUNDS"); do
     aeron_round "$r"
     for api in $APIS; do
@@ -93,17 +96,19 @@ for r in $(seq "$ROUNDS"); do
     a999=$(hdr_pct "$OUT/cping-$r.log" 0.999)
     load=$(cut -d' ' -f1 /proc/loadavg)
     for api in $APIS; do
-        read -r f50 s50 s999 < <(python3 -c '
+        read -r f50 f2 s50 s999 < <(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = d["points"][0]["rtt_ns"]
-print(d["floor"]["rtt_ns"]["p50"], p["p50"], p["p99_9"])' "$OUT/spinwire-$r-$api/summary.json")
+print(d["floor"]["rtt_ns"]["p50"], d["floor"]["rtt_two_lines_ns"]["p50"], p["p50"], p["p99_9"])' \
+            "$OUT/spinwire-$r-$api/summary.json")
         python3 -c '
 import sys
-r, api, f50, a50, s50, a999, s999, load = sys.argv[1:]
-f50, a50, s50, a999, s999 = map(float, (f50, a50, s50, a999, s999))
-print("%-6s %-10s %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f" % (
-    r, api, f50, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s999 / a999, s999 / s50))
-' "$r" "$api" "$f50" "$a50" "$s50" "$a999" "$s999" "$load"
+r, api, f50, f2, a50, s50, a999, s999, load = sys.argv[1:]
+f50, f2, a50, s50, a999, s999 = map(float, (f50, f2, a50, s50, a999, s999))
+print("%-6s %-10s %10.0f %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f %9.2f" % (
+    r, api, f50, f2, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s50 / f2, s999 / a999,
+    s999 / s50))
+' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load"
     done
 done

@@ -452,6 +452,7 @@ pub fn client(
     let rate = stream(addr, chunk, chunks, connect_timeout, stop)?;
     Ok(FloorResult {
         rtt,
+        rtt_two_lines: None,
         rate,
         cores: [core, server_core],
         kind: "tcp-raw",

@@ -200,6 +200,7 @@ pub fn measure(
     joined?;
     Ok(FloorResult {
         rtt,
+        rtt_two_lines: None,
         rate: RateSummary {
             msgs: run.iters,
             bytes: run.iters.saturating_mul(4),

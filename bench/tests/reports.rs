@@ -72,6 +72,7 @@ fn point(test: &str, size: u64) -> Point {
         cross: None,
         cross_value: None,
         rtt_x_floor: None,
+        rtt_x_floor_two_lines: None,
         msgs_per_sec_x_floor: None,
         floor_msgs_per_sec: None,
         floor_memcpy_bytes_per_sec: None,
@@ -100,6 +101,7 @@ fn sample_report() -> Report {
     ]);
     r.floor = Some(FloorResult {
         rtt: hist(150, 20_000),
+        rtt_two_lines: Some(hist(200, 20_000)),
         rate: RateSummary {
             msgs: 1_000_000,
             bytes: 8_000_000,
@@ -272,6 +274,20 @@ fn summary_json_has_the_stable_schema() {
     assert!(v["machine"]["cpu_model"].is_string());
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
     assert!(v["floor"]["rtt_ns"]["p50"].is_number());
+    // The two-line floor (hist(200, ..)) above the one-line one (hist(150, ..)), and each
+    // latency point's ratio to it.
+    let two = v["floor"]["rtt_two_lines_ns"]["p50"].as_f64().unwrap();
+    assert!(
+        two > v["floor"]["rtt_ns"]["p50"].as_f64().unwrap(),
+        "{}",
+        v["floor"]
+    );
+    for p in v["points"].as_array().unwrap() {
+        if let Some(p50) = p["rtt_ns"]["p50"].as_f64() {
+            let x = p["rtt_x_floor_two_lines"]["p50"].as_f64().unwrap();
+            assert!((x - p50 / two).abs() < 1e-9, "{p}");
+        }
+    }
     for p in v["points"].as_array().unwrap() {
         for key in [
             "test",
@@ -403,7 +419,16 @@ fn console_table_shows_every_figure_and_ratio() {
         assert!(text.contains(col), "{col} missing:\n{text}");
     }
     for s in [
-        "RTT/2", "x floor", "msgs/s", "MB/s", "Gb/s", "512B", "floor",
+        "RTT/2",
+        "x floor",
+        "msgs/s",
+        "MB/s",
+        "Gb/s",
+        "512B",
+        "floor",
+        "floor, 2 lines",
+        "x 2line",
+        "; two lines (one per direction) RTT p50",
     ] {
         assert!(text.contains(s), "{s} missing:\n{text}");
     }

@@ -92,8 +92,8 @@ fn lat_row(out: &mut String, name: &str, what: &str, s: &LatencySummary, unit: U
     out.push('\n');
 }
 
-fn ratio_row(out: &mut String, r: &LatencySummary) {
-    let _ = write!(out, "{:<16} {:<7}", "", "x floor");
+fn ratio_row(out: &mut String, label: &str, r: &LatencySummary) {
+    let _ = write!(out, "{:<16} {:<7}", "", label);
     for v in r.as_array() {
         let _ = write!(out, " {:>10}", format!("{v:.2}x"));
     }
@@ -192,13 +192,21 @@ pub fn render(report: &Report, unit: Unit) -> String {
         let tcp = report.floor.as_ref().is_some_and(|f| f.kind == "tcp-raw");
         let _ = writeln!(
             out,
-            "floor (cores {} <-> {}): {} RTT p50 {} {u}, {} stream {:.2} M msgs/s",
+            "floor (cores {} <-> {}): {} RTT p50 {} {u}, {} stream {:.2} M msgs/s{}",
             f.cores[0],
             f.cores[1],
             if tcp { "raw tcp" } else { "cache-line" },
             lat_cell(f.rtt_ns.p50, unit),
             if tcp { "raw tcp" } else { "SPSC" },
             f.msgs_per_sec / 1e6,
+            match &f.rtt_two_lines_ns {
+                Some(two) => format!(
+                    "; two lines (one per direction) RTT p50 {} {}",
+                    lat_cell(two.p50, unit),
+                    unit_name(unit)
+                ),
+                None => String::new(),
+            },
             u = unit_name(unit),
         );
     }
@@ -264,6 +272,9 @@ pub fn render(report: &Report, unit: Unit) -> String {
         if let Some(f) = &floor {
             lat_row(&mut out, "floor", "RTT", &f.rtt_ns, unit);
             lat_row(&mut out, "", "RTT/2", &f.rtt_ns.scaled(0.5), unit);
+            if let Some(two) = &f.rtt_two_lines_ns {
+                lat_row(&mut out, "floor, 2 lines", "RTT", two, unit);
+            }
         }
         for p in &lat {
             if let Some(r) = &p.rtt_ns {
@@ -273,7 +284,10 @@ pub fn render(report: &Report, unit: Unit) -> String {
                 lat_row(&mut out, "", "RTT/2", h, unit);
             }
             if let Some(x) = &p.rtt_x_floor {
-                ratio_row(&mut out, x);
+                ratio_row(&mut out, "x floor", x);
+            }
+            if let Some(x) = &p.rtt_x_floor_two_lines {
+                ratio_row(&mut out, "x 2line", x);
             }
         }
     }

@@ -82,6 +82,10 @@ impl Report {
         Some(FloorFigures {
             cores: f.cores,
             rtt_ns: LatencySummary::from_histogram(&f.rtt)?,
+            rtt_two_lines_ns: f
+                .rtt_two_lines
+                .as_ref()
+                .and_then(LatencySummary::from_histogram),
             msgs_per_sec: f.rate.msgs_per_sec(),
             mb_per_sec: f.rate.mb_per_sec(),
             memcpy: self.memcpy.iter().map(MemcpyFigures::from).collect(),
@@ -108,6 +112,9 @@ impl Report {
             }
         } else if let Some(f) = self.floor_figures() {
             m.point.rtt_x_floor = m.point.rtt_ns.map(|r| r.ratio_to(&f.rtt_ns));
+            if let (Some(r), Some(two)) = (m.point.rtt_ns, f.rtt_two_lines_ns) {
+                m.point.rtt_x_floor_two_lines = Some(r.ratio_to(&two));
+            }
             m.point.msgs_per_sec_x_floor = m
                 .point
                 .msgs_per_sec

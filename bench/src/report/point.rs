@@ -191,6 +191,10 @@ pub struct Point {
     pub cross_value: Option<u64>,
     /// Each RTT figure divided by the floor's (null without a floor).
     pub rtt_x_floor: Option<LatencySummary>,
+    /// Each RTT figure divided by the two-line floor's (one line per direction; null without
+    /// it).
+    #[serde(default)]
+    pub rtt_x_floor_two_lines: Option<LatencySummary>,
     /// msgs/s divided by the floor's streaming msgs/s (null without a floor or for lat).
     pub msgs_per_sec_x_floor: Option<f64>,
     /// The floor's streaming msgs/s (cache-line SPSC, measured in the same run), stated beside
@@ -322,6 +326,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             cross: None,
             cross_value: None,
             rtt_x_floor: None,
+            rtt_x_floor_two_lines: None,
             msgs_per_sec_x_floor: None,
             floor_msgs_per_sec: None,
             floor_memcpy_bytes_per_sec: None,
@@ -357,6 +362,7 @@ pub fn memcpy_point(m: &MemcpyFloor) -> Measured {
     let mut out = floor_point(
         &FloorResult {
             rtt: crate::stats::new_latency_histogram(),
+            rtt_two_lines: None,
             rate,
             cores: [m.core, m.core],
             kind: "memcpy",

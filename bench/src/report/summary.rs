@@ -18,6 +18,10 @@ pub struct FloorFigures {
     pub cores: [usize; 2],
     /// Cache-line ping-pong RTT, nanoseconds.
     pub rtt_ns: LatencySummary,
+    /// The same with one line per direction (the floor of a one-ring-per-direction design,
+    /// see `bench::floor`); absent for the other floors and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_two_lines_ns: Option<LatencySummary>,
     /// SPSC streaming rate of 8-byte messages.
     pub msgs_per_sec: f64,
     /// The same in MB/s.
