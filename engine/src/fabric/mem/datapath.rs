@@ -265,14 +265,18 @@ impl MemConn {
         }
     }
 
+    /// This end's state. `me & 1` (`me` is 0 or 1 anyway): an index the compiler sees in
+    /// bounds, so no check per call (several per message: callgrind, `bench cost --fabric mem`,
+    /// about 15 instructions per message for the two accessors).
     #[inline]
     fn mine(&self) -> &EndState {
-        &self.chan.ends[self.me]
+        &self.chan.ends[self.me & 1]
     }
 
+    /// The peer's state (see [`mine`](Self::mine)).
     #[inline]
     fn peer(&self) -> &EndState {
-        &self.chan.ends[1 - self.me]
+        &self.chan.ends[(self.me & 1) ^ 1]
     }
 
     /// This end is stalled or dead (a fault): it does nothing.
@@ -363,7 +367,7 @@ impl MemConn {
         }
         if n > 0 {
             self.delivered += n as u64;
-            self.chan.ends[self.me]
+            self.mine()
                 .delivered
                 .store(self.delivered, Ordering::Release);
             // Credits for the peer.
@@ -432,7 +436,8 @@ impl MemConn {
                 // SAFETY: slot 0 of the chunk was written above (`n > 0`); the field is
                 // overwritten without reading.
                 unsafe { core::ptr::addr_of_mut!((*first.as_mut_ptr()).seq).write(!first_seq) };
-                self.chan.ends[self.me]
+                // Fields apart (`a` borrows `tx`): not `mine()`.
+                self.chan.ends[self.me & 1]
                     .faults
                     .fetch_and(!FAULT_CORRUPT, Ordering::Relaxed);
             }
@@ -565,7 +570,7 @@ impl FabricConn for MemConn {
             self.checked_ns = 0;
             return Ok(());
         }
-        let me = &self.chan.ends[self.me];
+        let me = self.mine();
         me.beat.store(
             me.beat.load(Ordering::Relaxed).wrapping_add(1),
             Ordering::Relaxed,
