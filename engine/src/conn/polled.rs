@@ -378,15 +378,15 @@ impl Polled {
     /// slot is held (the caller checked).
     #[inline(always)]
     fn pop_rx<'c>(&'c self, conn: &'c Connection) -> Option<Message<'c>> {
-        let slot = conn.stash.take()?;
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
         // Read where it lies in the ring (only the payload's bytes are copied, into the slot),
-        // then popped: the 128-byte descriptor is not copied out.
+        // then popped: the 128-byte descriptor is not copied out. The ring first: an empty
+        // one (every run-to-completion direct receive looks) takes no slot to give back.
         let Ok(desc) = s.rings.rx.peek() else {
-            conn.stash.give_back(slot);
             return None;
         };
+        let slot = conn.stash.take()?;
         // SAFETY: the slot is ours; the poller's sink checked a pooled descriptor's buffer,
         // offset and length, and the buffer is lent to us until released.
         let m = unsafe { Message::from_desc(conn, desc, slot) };
