@@ -324,12 +324,23 @@ impl Polled {
         if let Some(m) = self.pop_rx(conn) {
             return Ok(Some(m));
         }
-        if self.direct {
-            if let Some(m) = self.recv_direct(conn, None) {
-                return Ok(Some(m));
+        let work = if self.direct && conn.shared.rtc.is_registered() {
+            // One ownership compare-and-swap for the direct take and, when it finds nothing,
+            // the cycle (not one each: an empty call paid two).
+            match conn.engine.rtc_guard() {
+                Some(mut g) => {
+                    if let Some(m) = self.recv_direct(conn, &mut g) {
+                        return Ok(Some(m));
+                    }
+                    g.poll(conn.engine.now_ns())
+                }
+                // Another thread runs the poller (and serves this connection).
+                None => 0,
             }
-        }
-        if self.drive(conn) > 0 {
+        } else {
+            self.drive(conn)
+        };
+        if work > 0 {
             if let Some(m) = self.pop_rx(conn) {
                 return Ok(Some(m));
             }
@@ -367,15 +378,15 @@ impl Polled {
     /// slot is held (the caller checked).
     #[inline(always)]
     fn pop_rx<'c>(&'c self, conn: &'c Connection) -> Option<Message<'c>> {
-        let slot = conn.stash.take()?;
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
         // Read where it lies in the ring (only the payload's bytes are copied, into the slot),
-        // then popped: the 128-byte descriptor is not copied out.
+        // then popped: the 128-byte descriptor is not copied out. The ring first: an empty
+        // one (every run-to-completion direct receive looks) takes no slot to give back.
         let Ok(desc) = s.rings.rx.peek() else {
-            conn.stash.give_back(slot);
             return None;
         };
+        let slot = conn.stash.take()?;
         // SAFETY: the slot is ours; the poller's sink checked a pooled descriptor's buffer,
         // offset and length, and the buffer is lent to us until released.
         let m = unsafe { Message::from_desc(conn, desc, slot) };
@@ -385,22 +396,19 @@ impl Polled {
     }
 
     /// The next message straight from the fabric (run-to-completion, [`RtcConn::recv_one`]),
-    /// in a stash slot when it is inline; `guard`: the caller holds the poller already.
+    /// in a stash slot when it is inline; `g`: the poller, held by the caller.
     #[inline]
     fn recv_direct<'c>(
         &'c self,
         conn: &'c Connection,
-        guard: Option<&mut RtcGuard<'_>>,
+        g: &mut RtcGuard<'_>,
     ) -> Option<Message<'c>> {
         if !conn.shared.rtc.is_registered() {
             return None;
         }
         let slot = conn.stash.take()?;
         let mut desc = MaybeUninit::<RxDesc>::uninit();
-        let got = match guard {
-            Some(g) => g.direct(&conn.shared, |h| h.recv_one(&mut desc)),
-            None => self.with_direct(conn, |h| h.recv_one(&mut desc)),
-        };
+        let got = g.direct(&conn.shared, |h| h.recv_one(&mut desc));
         if got != Some(true) {
             conn.stash.give_back(slot);
             return None;
@@ -429,13 +437,21 @@ impl Polled {
     ) -> Result<usize, Error> {
         let mut n = self.drain_rx(conn, handler, limit);
         if n < limit {
-            let burst = if self.direct {
-                self.with_direct(conn, |h| h.recv_burst(limit - n))
-                    .unwrap_or(0)
+            let work = if self.direct && conn.shared.rtc.is_registered() {
+                // One ownership compare-and-swap for the burst and, when it finds nothing, the
+                // cycle; released before the handler runs.
+                match conn.engine.rtc_guard() {
+                    Some(mut g) => match g.direct(&conn.shared, |h| h.recv_burst(limit - n)) {
+                        Some(burst) if burst > 0 => burst,
+                        _ => g.poll(conn.engine.now_ns()),
+                    },
+                    // Another thread runs the poller (and serves this connection).
+                    None => 0,
+                }
             } else {
-                0
+                self.drive(conn)
             };
-            if burst > 0 || self.drive(conn) > 0 {
+            if work > 0 {
                 n += self.drain_rx(conn, handler, limit - n);
             }
         }
@@ -507,7 +523,7 @@ impl Polled {
                         return Ok(m);
                     }
                     if self.direct {
-                        if let Some(m) = self.recv_direct(conn, Some(g)) {
+                        if let Some(m) = self.recv_direct(conn, g) {
                             return Ok(m);
                         }
                     }

@@ -114,6 +114,15 @@ pub trait FabricConn: Send + 'static {
         true
     }
 
+    /// Cheaper hint, right after [`poll_rx`](Self::poll_rx) delivered: whether more messages
+    /// wait (the rest of a burst). Need not report anything else [`rx_pending`](Self::rx_pending)
+    /// would (a close, a failure): the next receive or pass sees those. The default asks
+    /// `rx_pending`.
+    #[inline]
+    fn rx_more(&mut self) -> bool {
+        self.rx_pending()
+    }
+
     /// Cheap hint: `true` when [`reclaim`](FabricConn::reclaim) and [`flush`](FabricConn::flush)
     /// certainly have nothing to do now (no send buffers or credits to collect, nothing waiting
     /// to be published). Together with [`rx_pending`](FabricConn::rx_pending) `false` and empty
@@ -160,6 +169,30 @@ pub trait FabricConn: Send + 'static {
     ///
     /// A [`FabricError`] fails this connection.
     fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError>;
+
+    /// [`poll_rx`](Self::poll_rx) into a sink with room for one message: run-to-completion's
+    /// direct receive ([`RTC_DIRECT`](Self::RTC_DIRECT)), where a fabric may inline its whole
+    /// receive (the pass's bursts keep `poll_rx`). The default calls `poll_rx`.
+    ///
+    /// # Errors
+    ///
+    /// As [`poll_rx`](Self::poll_rx).
+    #[inline]
+    fn poll_rx_one(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        self.poll_rx(sink)
+    }
+
+    /// [`post_send`](Self::post_send) of one message: run-to-completion's direct send
+    /// ([`RTC_DIRECT`](Self::RTC_DIRECT)), where a fabric may inline its whole send (the pass's
+    /// batches keep `post_send`). The default calls `post_send`.
+    ///
+    /// # Errors
+    ///
+    /// As [`post_send`](Self::post_send).
+    #[inline]
+    fn post_one(&mut self, desc: &TxDesc, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        self.post_send(std::slice::from_ref(desc), done)
+    }
 
     /// Returns receive buffers the application has dropped (in the order dropped).
     ///

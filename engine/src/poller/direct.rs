@@ -96,7 +96,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
             done.mark_owned(d.buf, true);
         }
         let mut failed = None;
-        let accepted = match fabric.post_send(std::slice::from_ref(&d), &mut done) {
+        let accepted = match fabric.post_one(&d, &mut done) {
             Ok(n) => n.min(1),
             Err(e) => {
                 failed = Some(e);
@@ -217,7 +217,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         } = self;
         let mut sink =
             RxSink::new(std::slice::from_mut(out), &mut [], rx_pool).with_large(rx_large);
-        let res = fabric.poll_rx(&mut sink);
+        let res = fabric.poll_rx_one(&mut sink);
         let n = sink.written();
         let bytes = sink.bytes();
         if n > 0 {
@@ -232,7 +232,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
             self.defer(e);
             return n > 0;
         }
-        if n > 0 && self.fabric.rx_pending() {
+        if n > 0 && self.fabric.rx_more() {
             // The rest of a burst: into the ring, so that the next receives take it there
             // (one publication for the burst instead of the poller taken per message).
             self.recv_burst(DIRECT_BURST);
