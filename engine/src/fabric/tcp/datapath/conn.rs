@@ -367,9 +367,20 @@ impl FabricConn for TcpConn {
         if iov.len() == 0 {
             return Ok(());
         }
-        // SAFETY: `gather` describes stage bytes (owned by `self`), payloads of send-pool
-        // buffers the poller owns until they are freed after this write, and the static padding.
-        match unsafe { sys::sendmsg(self.fd, &iov) } {
+        // One entry (a ping-pong's record, with a credit riding on it: both in the stage) is
+        // a plain `send`, as the raw loop's, not a `sendmsg` whose header and iovec array the
+        // kernel copies in first. Measured (`bench lat --fabric tcp --size 8 --iters 100000
+        // --floor`, 12 rounds interleaved with `sendmsg` alone, load 2.7-2.9): RTT p50 lower in
+        // 10 of 12, medians 5.61 -> 5.54 and 5.58 -> 5.45 us (1.06x / 1.07x -> 1.06x / 1.04x the
+        // floor).
+        let wrote = match iov.single() {
+            // SAFETY: `gather` described stage bytes (owned by `self`), a payload of a send
+            // buffer the poller owns until it is freed after this write, or the static padding.
+            Some(one) => unsafe { sys::send(self.fd, one) },
+            // SAFETY: as above, for every entry.
+            None => unsafe { sys::sendmsg(self.fd, &iov) },
+        };
+        match wrote {
             Ok(n) => {
                 debug_assert!(n <= iov.bytes());
                 self.consume(n);

@@ -11,8 +11,9 @@
 //! byte buffer) and its pool buffer is free at once; a larger one gets its 8-byte header (and
 //! padding) in the stage and its payload stays in the send pool buffer.
 //! [`flush`](crate::fabric::FabricConn::flush) then writes everything queued with **one `sendmsg`
-//! per poller cycle**: an iovec list of stage runs and payload slices, so consecutive small
-//! messages and credits coalesce into one entry. While the application streams (the cycle was
+//! per poller cycle** (a plain `send` when that is one run of the stage): an iovec list of stage
+//! runs and payload slices, so consecutive small messages and credits coalesce into one entry.
+//! While the application streams (the cycle was
 //! offered a full batch and took it all), a write under [`STREAM_WRITE`] bytes waits for the
 //! next cycle's batch instead: about 500 8-byte messages per `sendmsg` rather than 128. A
 //! partial write keeps a byte offset into that list
@@ -29,7 +30,7 @@
 //! the poller posts a `send` straight into `post_send` (its copy into the stage) and `flush`
 //! (the `sendmsg`), and a `try_recv`/`recv_timeout` takes one message from `poll_rx` (one
 //! `recv` into the current chunk, the message copied into the caller's slot) without the
-//! rings or a pass. A ping-pong so makes one `sendmsg` and one successful `recv` per message,
+//! rings or a pass. A ping-pong so makes one `send` and one successful `recv` per message,
 //! as the raw loop does, and no `recv` that only returns `EAGAIN` after the message: a `recv`
 //! that got fewer bytes than it asked for left the socket empty, so the `rx_pending` asked
 //! right after says so (once) and no burst follows. A stream keeps the rings: a single
@@ -105,7 +106,8 @@
 //! record fail this connection with [`FabricError::Protocol`]. The end of stream is
 //! [`FabricError::PeerClosed`] (after delivering what came before), as is a reset.
 //!
-//! This is the one fabric whose data path makes system calls: `recv` and `sendmsg`,
+//! This is the one fabric whose data path makes system calls: `recv` and `sendmsg` (`send`
+//! when the write is one contiguous run of the stage),
 //! non-blocking, at most one of each per connection per cycle (see `sys`; a streaming sender
 //! writes every few cycles). Nothing else:
 //! no allocation, lock, logging or waiting.
