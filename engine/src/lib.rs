@@ -105,10 +105,12 @@
 //!   `flush`/`try_recv`/`recv_timeout`/`poll`. A direct-path (shm) connection's calls never run
 //!   the poller: a `send` is visible to the peer when it returns, and `flush` does nothing; other
 //!   fabrics' connections on the same engine are served by the application's [`Engine::poll`].
-//! * **Run-to-completion without the rings** (`mem://` now; a fabric opts in through
+//! * **Run-to-completion without the rings** (`mem://` and `tcp://`; a fabric opts in through
 //!   `FabricConn::RTC_DIRECT`): when the calling thread gets the poller (the same ownership
 //!   flag, one compare-and-swap), `send` posts the message straight to the fabric (for `mem://`
-//!   the record is in the peer's ring when it returns), `send_batched` runs are posted at
+//!   the record is in the peer's ring when it returns, for `tcp://` it is written to the socket;
+//!   a tcp `send` with nothing received since the last one is a stream and goes through the
+//!   send ring, a batch per write), `send_batched` runs are posted at
 //!   `flush` or the `batch`-th without a whole poller cycle, and `try_recv`/`poll` take
 //!   straight from the fabric; no application↔poller ring and no pass for the other
 //!   connections in between. When another thread has the poller, or the rings hold anything in

@@ -338,3 +338,53 @@ fn netns_client() {
         t.elapsed()
     );
 }
+
+/// Run-to-completion on `tcp://` posts a `send` straight to the socket only in a ping-pong: a
+/// stream of plain `send`s with nothing received between still goes through the send ring, a
+/// batch per post (one `sendmsg` each), not a post and a write per message; both arrive whole
+/// and in order.
+#[test]
+fn run_to_completion_stream_is_posted_in_batches_ping_pong_one_by_one() {
+    let _g = serial();
+    const MSGS: u32 = 2048;
+    const BATCH: usize = 32;
+    let se = poller_engine(cores()[0], BUF, 256);
+    let ce = rtc_builder(BUF, 256).batch(BATCH).build().expect("engine");
+    let (s, c) = pair(&se, &ce, &ep4());
+    let posted = |e: &Engine| {
+        let p = &e.counters().pollers[0];
+        (p.tx_msgs, p.tx_batches)
+    };
+    let (msgs0, batches0) = posted(&ce);
+    for seq in 0..MSGS {
+        let mut b = claim_timeout(&c, 8);
+        spinwire_testkit::data::fill(&mut b, seq);
+        c.send_timeout(b, WAIT).expect("send");
+    }
+    c.flush().expect("flush");
+    for seq in 0..MSGS {
+        let m = s.recv_timeout(WAIT).expect("stream recv");
+        verify(&m, seq, 8);
+    }
+    let (msgs1, batches1) = posted(&ce);
+    assert_eq!(msgs1 - msgs0, u64::from(MSGS));
+    assert!(
+        batches1 - batches0 <= u64::from(MSGS) / 8,
+        "a stream of {MSGS} sends took {} posts",
+        batches1 - batches0
+    );
+    // A ping-pong: every send is posted (and written) on its own, and every reply comes back.
+    for seq in 0..64 {
+        send_msg(&c, seq, 8);
+        let m = s.recv_timeout(WAIT).expect("server recv");
+        verify(&m, seq, 8);
+        let mut b = s.alloc_timeout(WAIT).expect("alloc");
+        b.copy_from(&m).unwrap();
+        drop(m);
+        s.send_timeout(b, WAIT).expect("echo");
+        s.flush().expect("flush");
+        recv_msg(&c, seq, 8);
+    }
+    let (msgs2, batches2) = posted(&ce);
+    assert_eq!((msgs2 - msgs1, batches2 - batches1), (64, 64));
+}

@@ -1,5 +1,5 @@
 //! The system calls of the TCP fabric, its only FFI: on the data path non-blocking `recv`,
-//! `sendmsg` of an iovec list (`MSG_NOSIGNAL`: a closed peer is an `EPIPE` error, never a
+//! `send` of one buffer or `sendmsg` of an iovec list (`MSG_NOSIGNAL`: a closed peer is an `EPIPE` error, never a
 //! `SIGPIPE`) and `shutdown` (the pools are mapped by `crate::placement`). Errors are raw errno values (no
 //! allocation on the data path).
 
@@ -104,6 +104,48 @@ pub(crate) unsafe fn sendmsg(fd: RawFd, iov: &IovList) -> Result<usize, i32> {
         Err(errno())
     } else {
         Ok(n as usize)
+    }
+}
+
+/// Non-blocking `send` of one gather entry (what [`sendmsg`] does for a list of one, without
+/// the `msghdr` and iovec array the kernel copies in and imports first); returns the bytes the
+/// kernel took.
+///
+/// # Safety
+///
+/// `iov` must describe memory valid for reads for the duration of the call.
+#[inline]
+pub(crate) unsafe fn send(fd: RawFd, iov: Iov) -> Result<usize, i32> {
+    // SAFETY: by the caller's contract `iov.base` is readable for `iov.len` bytes; the kernel
+    // only reads them.
+    let n = unsafe {
+        libc::send(
+            fd,
+            iov.base.cast(),
+            iov.len,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+impl IovList {
+    /// The only entry, when the list has exactly one.
+    #[inline]
+    pub(crate) fn single(&self) -> Option<Iov> {
+        if self.len != 1 {
+            return None;
+        }
+        // SAFETY: `len == 1`: entry 0 was initialised by `push`.
+        let e = unsafe { self.iov[0].assume_init_ref() };
+        Some(Iov {
+            base: e.iov_base.cast_const().cast(),
+            len: e.iov_len,
+        })
     }
 }
 

@@ -11,8 +11,9 @@
 //! byte buffer) and its pool buffer is free at once; a larger one gets its 8-byte header (and
 //! padding) in the stage and its payload stays in the send pool buffer.
 //! [`flush`](crate::fabric::FabricConn::flush) then writes everything queued with **one `sendmsg`
-//! per poller cycle**: an iovec list of stage runs and payload slices, so consecutive small
-//! messages and credits coalesce into one entry. While the application streams (the cycle was
+//! per poller cycle** (a plain `send` when that is one run of the stage): an iovec list of stage
+//! runs and payload slices, so consecutive small messages and credits coalesce into one entry.
+//! While the application streams (the cycle was
 //! offered a full batch and took it all), a write under [`STREAM_WRITE`] bytes waits for the
 //! next cycle's batch instead: about 500 8-byte messages per `sendmsg` rather than 128. A
 //! partial write keeps a byte offset into that list
@@ -24,6 +25,18 @@
 //! from the slot by the same `sendmsg` path, over as many cycles as partial writes take; the slot
 //! is freed once all its bytes are in the kernel. Small and large messages share the one FIFO, so
 //! their order holds.
+//!
+//! **Run-to-completion, direct** (`FabricConn::RTC_DIRECT`): the application thread that holds
+//! the poller posts a `send` straight into `post_send` (its copy into the stage) and `flush`
+//! (the `sendmsg`), and a `try_recv`/`recv_timeout` takes one message from `poll_rx` (one
+//! `recv` into the current chunk, the message copied into the caller's slot) without the
+//! rings or a pass. A ping-pong so makes one `send` and one successful `recv` per message,
+//! as the raw loop does, and no `recv` that only returns `EAGAIN` after the message: a `recv`
+//! that got fewer bytes than it asked for left the socket empty, so the `rx_pending` asked
+//! right after says so (once) and no burst follows. A stream keeps the rings: a single
+//! `post_send` is declined when nothing was received since the last one
+//! ([`TcpConn::direct_run`]), so back-to-back sends queue in the send ring and go out a
+//! batch per `sendmsg` as before.
 //!
 //! **Receive, in place.** The connection's receive pool ([`rx_chunks`]) is a set of *chunks*, each
 //! large enough for at least two records of the largest size. One non-blocking `recv` per cycle
@@ -93,7 +106,8 @@
 //! record fail this connection with [`FabricError::Protocol`]. The end of stream is
 //! [`FabricError::PeerClosed`] (after delivering what came before), as is a reset.
 //!
-//! This is the one fabric whose data path makes system calls: `recv` and `sendmsg`,
+//! This is the one fabric whose data path makes system calls: `recv` and `sendmsg` (`send`
+//! when the write is one contiguous run of the stage),
 //! non-blocking, at most one of each per connection per cycle (see `sys`; a streaming sender
 //! writes every few cycles). Nothing else:
 //! no allocation, lock, logging or waiting.
@@ -397,6 +411,15 @@ pub struct TcpConn {
     /// streaming and more is queued behind, so `flush` may leave a small write for the next
     /// cycle ([`STREAM_WRITE`]).
     streaming: bool,
+    /// [`rx_pending`](crate::fabric::FabricConn::rx_pending) was asked since the last `flush`
+    /// and the last accepted single `post_send` (a receive is under way), and a message was
+    /// delivered since that post: run-to-completion's direct send of one message is taken
+    /// only after one of them (see [`TcpConn::direct_run`]).
+    rx_asked: bool,
+    received: bool,
+    /// A `post_send` since the last `flush` took something: a second call for the same write
+    /// (the rest of a batch that wrapped around the send ring) is never declined.
+    posted: bool,
     /// A write failed (the peer reset or closed the connection): what was queued is dropped
     /// (its buffers freed), nothing more is queued or written, and `flush` has nothing to do,
     /// so the poller can retire the connection once everything received is delivered.
@@ -419,6 +442,10 @@ pub struct TcpConn {
     large_rx: Option<LargeRx>,
     /// Where parsed records go.
     rx: Delivery,
+    /// The last `recv` (in this `poll_rx`) returned fewer bytes than it asked for, so the
+    /// socket was empty right then: the next `rx_pending`, if nothing else was called
+    /// between, says so once (see [`TcpConn::rx_pending`]).
+    rx_drained: bool,
 
     // ---- flow control, both directions ----
     /// The application's message window ([`depth_for`]).

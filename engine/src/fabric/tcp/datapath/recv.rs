@@ -350,6 +350,8 @@ impl TcpConn {
                 Err(FabricError::PeerClosed)
             }
             Ok(n) => {
+                // Fewer bytes than asked: the socket was empty right then.
+                self.rx_drained = n < end - self.tail_rx;
                 self.tail_rx += n;
                 self.heard += n as u64;
                 Ok(true)
