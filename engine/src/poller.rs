@@ -18,7 +18,7 @@
 //! one syscall is the control thread's wake-up (`Waker::wake`, an eventfd `write`) when a notice
 //! is pushed: once per retired connection, never per message or per cycle.
 //!
-//! In run-to-completion mode a fabric that opts in (`FabricConn::RTC_DIRECT`, `mem://`) also
+//! In run-to-completion mode a fabric that opts in (`FabricConn::RTC_DIRECT`: `mem://`, `tcp://`) also
 //! lets the application thread drive one connection's half between cycles, while it holds the
 //! poller: one send posted, one message or a burst received, without the application↔poller
 //! rings (`direct`, [`crate::link::RtcConn`]); `pass` holds the steps both share.
