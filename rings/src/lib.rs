@@ -78,6 +78,12 @@
 //! * Publication is a single `Release` store of the owner's index, paired with an `Acquire` load
 //!   on the other side. Batch operations ([`WriteChunkUninit::commit`], [`ReadChunk::release`], ...)
 //!   publish a whole batch with one store.
+//! * Runs of single items can be published once per run too: [`Producer::push_deferred`]
+//!   writes an item that [`Producer::publish_deferred`] (or the next publishing call)
+//!   publishes, and [`Consumer::pop_deferred`] takes an item whose slot goes back with the
+//!   run's (when the ring is found empty, every quarter ring, or at
+//!   [`Consumer::release_deferred`]), so the other side's cache line of the index moves once
+//!   per run instead of once per item.
 //! * [`Consumer::pop`] prefetches the cache line a few slots ahead of the item it reads, but
 //!   only once the producer has published that whole line, so it never pulls a line the
 //!   producer is still filling.
@@ -103,6 +109,7 @@
 #![warn(missing_docs)]
 
 mod chunks;
+mod deferred;
 mod error;
 mod primitive;
 
@@ -218,6 +225,7 @@ impl<T> RingBuffer<T> {
             mask: cap - 1,
             tail: 0,
             cached_head: 0,
+            unpublished: 0,
             _not_sync: PhantomData,
         };
         let consumer = Consumer {
@@ -226,6 +234,7 @@ impl<T> RingBuffer<T> {
             mask: cap - 1,
             head: 0,
             cached_tail: 0,
+            deferred: 0,
             empty_polls: 0,
             _not_sync: PhantomData,
         };
@@ -321,13 +330,16 @@ pub struct Producer<T> {
     buf: *mut MaybeUninit<T>,
     /// Copy of `ring.mask` (`capacity - 1`).
     mask: usize,
-    /// The tail index. Authoritative: only this handle writes `ring.tail`, which always equals
-    /// this value outside a method call.
+    /// The tail index. Authoritative: only this handle writes `ring.tail`, which equals
+    /// `tail - unpublished` outside a method call.
     tail: usize,
     /// The last head index read from `ring.head`. The real head is never behind it, so
     /// `tail.wrapping_sub(cached_head)` (in range `0 ..= capacity`) is an upper bound of the
     /// fill level; the ring *looks* full when it equals the capacity.
     cached_head: usize,
+    /// Items written by [`Producer::push_deferred`] and not published yet (in range
+    /// `0 ..= capacity`); every publication zeroes it.
+    unpublished: usize,
     /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
     _not_sync: PhantomData<*mut T>,
 }
@@ -352,13 +364,17 @@ pub struct Consumer<T> {
     buf: *mut MaybeUninit<T>,
     /// Copy of `ring.mask` (`capacity - 1`).
     mask: usize,
-    /// The head index. Authoritative: only this handle writes `ring.head`, which always equals
-    /// this value outside a method call.
+    /// The head index. Authoritative: only this handle writes `ring.head`, which equals
+    /// `head - deferred` outside a method call.
     head: usize,
     /// The last tail index read from `ring.tail`. The real tail is never behind it, so
     /// `cached_tail.wrapping_sub(head)` (in range `0 ..= capacity`) is a lower bound of the
     /// fill level; the ring *looks* empty when it is zero.
     cached_tail: usize,
+    /// Items taken by [`Consumer::pop_deferred`] whose slots are not given back yet (not
+    /// published in `ring.head`), in range `0 ..= max(capacity / 4, 1)`; every publication
+    /// zeroes it.
+    deferred: usize,
     /// `pop` calls in a row that found the ring empty (saturating); see `pop`.
     empty_polls: u8,
     /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
@@ -405,10 +421,12 @@ impl<T> Producer<T> {
         }
     }
 
-    /// Publishes `n` slots after `tail`, which the caller has initialized.
+    /// Publishes `n` slots after `tail`, which the caller has initialized (and the deferred
+    /// ones before them).
     #[inline(always)]
     fn publish(&mut self, n: usize) {
         self.tail = self.tail.wrapping_add(n);
+        self.unpublished = 0;
         // Release: the writes into the published slots happen before the consumer's Acquire
         // load of `tail` sees the new value.
         self.ring().tail.store(self.tail, Ordering::Release);
@@ -527,7 +545,9 @@ impl<T> Producer<T> {
 
 impl<T> Drop for Producer<T> {
     fn drop(&mut self) {
-        // SAFETY: called once, from this handle's `Drop`; `tail` is already published.
+        // Deferred items are the consumer's (or dropped with the ring), as pushed ones are.
+        self.publish_deferred();
+        // SAFETY: called once, from this handle's `Drop`; `tail` is published just above.
         unsafe { RingBuffer::release_handle(self.ring) }
     }
 }
@@ -538,6 +558,7 @@ impl<T> core::fmt::Debug for Producer<T> {
             .field("capacity", &self.capacity())
             .field("tail", &self.tail)
             .field("cached_head", &self.cached_head)
+            .field("unpublished", &self.unpublished)
             .finish_non_exhaustive()
     }
 }
@@ -601,10 +622,12 @@ impl<T> Consumer<T> {
         }
     }
 
-    /// Releases the `n` oldest slots, whose items the caller has moved out or dropped.
+    /// Releases the `n` oldest slots, whose items the caller has moved out or dropped, and
+    /// the deferred ones before them.
     #[inline(always)]
     fn publish(&mut self, n: usize) {
         self.head = self.head.wrapping_add(n);
+        self.deferred = 0;
         // Release: our reads of the released slots happen before the producer's Acquire load
         // of `head` lets it overwrite them.
         self.ring().head.store(self.head, Ordering::Release);
@@ -737,7 +760,9 @@ impl<T> Consumer<T> {
 
 impl<T> Drop for Consumer<T> {
     fn drop(&mut self) {
-        // SAFETY: called once, from this handle's `Drop`; `head` is already published.
+        // The deferred items are gone (moved out): the ring's `Drop` must not drop them again.
+        self.release_deferred();
+        // SAFETY: called once, from this handle's `Drop`; `head` is published just above.
         unsafe { RingBuffer::release_handle(self.ring) }
     }
 }
@@ -748,6 +773,7 @@ impl<T> core::fmt::Debug for Consumer<T> {
             .field("capacity", &self.capacity())
             .field("head", &self.head)
             .field("cached_tail", &self.cached_tail)
+            .field("deferred", &self.deferred)
             .finish_non_exhaustive()
     }
 }
