@@ -225,7 +225,6 @@ impl<T> RingBuffer<T> {
             mask: cap - 1,
             tail: 0,
             cached_head: 0,
-            unpublished: 0,
             _not_sync: PhantomData,
         };
         let consumer = Consumer {
@@ -234,7 +233,6 @@ impl<T> RingBuffer<T> {
             mask: cap - 1,
             head: 0,
             cached_tail: 0,
-            deferred: 0,
             empty_polls: 0,
             _not_sync: PhantomData,
         };
@@ -330,16 +328,14 @@ pub struct Producer<T> {
     buf: *mut MaybeUninit<T>,
     /// Copy of `ring.mask` (`capacity - 1`).
     mask: usize,
-    /// The tail index. Authoritative: only this handle writes `ring.tail`, which equals
-    /// `tail - unpublished` outside a method call.
+    /// The tail index. Authoritative: only this handle writes `ring.tail`, which equals it
+    /// outside a method call but for the items [`Producer::push_deferred`] wrote and nothing
+    /// published yet (`tail - ring.tail`, in range `0 ..= capacity`).
     tail: usize,
     /// The last head index read from `ring.head`. The real head is never behind it, so
     /// `tail.wrapping_sub(cached_head)` (in range `0 ..= capacity`) is an upper bound of the
     /// fill level; the ring *looks* full when it equals the capacity.
     cached_head: usize,
-    /// Items written by [`Producer::push_deferred`] and not published yet (in range
-    /// `0 ..= capacity`); every publication zeroes it.
-    unpublished: usize,
     /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
     _not_sync: PhantomData<*mut T>,
 }
@@ -364,17 +360,14 @@ pub struct Consumer<T> {
     buf: *mut MaybeUninit<T>,
     /// Copy of `ring.mask` (`capacity - 1`).
     mask: usize,
-    /// The head index. Authoritative: only this handle writes `ring.head`, which equals
-    /// `head - deferred` outside a method call.
+    /// The head index. Authoritative: only this handle writes `ring.head`, which equals it
+    /// outside a method call but for the items [`Consumer::pop_deferred`] took and nothing
+    /// gave back yet (`head - ring.head`, in range `0 ..= max(capacity / 4, 1)`).
     head: usize,
     /// The last tail index read from `ring.tail`. The real tail is never behind it, so
     /// `cached_tail.wrapping_sub(head)` (in range `0 ..= capacity`) is a lower bound of the
     /// fill level; the ring *looks* empty when it is zero.
     cached_tail: usize,
-    /// Items taken by [`Consumer::pop_deferred`] whose slots are not given back yet (not
-    /// published in `ring.head`), in range `0 ..= max(capacity / 4, 1)`; every publication
-    /// zeroes it.
-    deferred: usize,
     /// `pop` calls in a row that found the ring empty (saturating); see `pop`.
     empty_polls: u8,
     /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
@@ -426,7 +419,6 @@ impl<T> Producer<T> {
     #[inline(always)]
     fn publish(&mut self, n: usize) {
         self.tail = self.tail.wrapping_add(n);
-        self.unpublished = 0;
         // Release: the writes into the published slots happen before the consumer's Acquire
         // load of `tail` sees the new value.
         self.ring().tail.store(self.tail, Ordering::Release);
@@ -558,7 +550,6 @@ impl<T> core::fmt::Debug for Producer<T> {
             .field("capacity", &self.capacity())
             .field("tail", &self.tail)
             .field("cached_head", &self.cached_head)
-            .field("unpublished", &self.unpublished)
             .finish_non_exhaustive()
     }
 }
@@ -627,7 +618,6 @@ impl<T> Consumer<T> {
     #[inline(always)]
     fn publish(&mut self, n: usize) {
         self.head = self.head.wrapping_add(n);
-        self.deferred = 0;
         // Release: our reads of the released slots happen before the producer's Acquire load
         // of `head` lets it overwrite them.
         self.ring().head.store(self.head, Ordering::Release);
@@ -773,7 +763,6 @@ impl<T> core::fmt::Debug for Consumer<T> {
             .field("capacity", &self.capacity())
             .field("head", &self.head)
             .field("cached_tail", &self.cached_tail)
-            .field("deferred", &self.deferred)
             .finish_non_exhaustive()
     }
 }
