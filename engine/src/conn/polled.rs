@@ -65,6 +65,9 @@ pub(super) struct Polled {
     /// Not with `Block`: there a send also has to wake whoever sleeps in the poller, and a
     /// delivery ring the receiver's bell, which the pass does.
     direct: bool,
+    /// Dedicated pollers (not `Block`): a batched send is written into the send ring but
+    /// published with its run ([`Connection::send_batched`]), one tail store per run.
+    defer_batched: bool,
 }
 
 impl Polled {
@@ -81,6 +84,8 @@ impl Polled {
             batch: cfg.batch as u32,
             block: matches!(cfg.idle, IdleStrategy::Block { .. }),
             direct: cfg.run_to_completion() && !matches!(cfg.idle, IdleStrategy::Block { .. }),
+            defer_batched: !cfg.run_to_completion()
+                && !matches!(cfg.idle, IdleStrategy::Block { .. }),
         }
     }
 
@@ -143,6 +148,8 @@ impl Polled {
         }
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
+        // The buffers may be in a batched run nobody published yet: it goes now.
+        s.rings.tx.publish_deferred();
         s.counts.alloc_failures += 1;
         // Out of the way (no buffer): shown in the counters file too.
         conn.shared.app.alloc_failures.add(1);
@@ -178,6 +185,8 @@ impl Polled {
         }
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
+        // The slots may be in a batched run nobody published yet: it goes now.
+        s.rings.tx.publish_deferred();
         s.counts.alloc_failures += 1;
         // Out of the way (no buffer): shown in the counters file too.
         conn.shared.app.alloc_failures.add(1);
@@ -219,7 +228,11 @@ impl Polled {
             self.drive(conn);
             if !self.has_credit(conn) {
                 // SAFETY: no other reference to the state is live; none is taken while this one is used.
-                unsafe { self.state() }.counts.would_block += 1;
+                let s = unsafe { self.state() };
+                // A sender waiting for credits publishes its batched run (the credits come
+                // back for it).
+                s.rings.tx.publish_deferred();
+                s.counts.would_block += 1;
                 conn.shared.app.would_block.add(1);
                 return Err(SendError::WouldBlock(buf));
             }
@@ -244,8 +257,18 @@ impl Polled {
                 return Ok(());
             }
         }
-        if s.rings.tx.push(TxDesc { buf: idx, len }).is_err() {
+        let desc = TxDesc { buf: idx, len };
+        let defer = batched && self.defer_batched;
+        // A deferred send is published with its run: one tail store (and one pull of that
+        // line by the poller) per run instead of per message.
+        let pushed = if defer {
+            s.rings.tx.push_deferred(desc)
+        } else {
+            s.rings.tx.push(desc)
+        };
+        if pushed.is_err() {
             // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
+            s.rings.tx.publish_deferred();
             s.counts.would_block += 1;
             conn.shared.app.would_block.add(1);
             return Err(SendError::WouldBlock(buf));
@@ -253,6 +276,10 @@ impl Polled {
         std::mem::forget(buf);
         s.spare.sent(idx);
         s.window.on_sent(1);
+        if defer && s.rings.tx.deferred() >= self.batch as usize {
+            // The `batch`-th batched send in a row: bounded latency.
+            s.rings.tx.publish_deferred();
+        }
         if self.block {
             // A fence and two loads per send, only for an engine whose poller may sleep.
             conn.shared.wake_poller();
@@ -285,6 +312,8 @@ impl Polled {
     /// dedicated pollers drain continuously.
     #[inline]
     pub(super) fn flush(&self, conn: &Connection) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.rings.tx.publish_deferred();
         if self.run_to_completion {
             // SAFETY: no other reference to the state is live; none is taken while this one is used.
             let s = unsafe { self.state() };
@@ -373,6 +402,9 @@ impl Polled {
         // Read where it lies in the ring (only the payload's bytes are copied, into the slot),
         // then popped: the 128-byte descriptor is not copied out.
         let Ok(desc) = s.rings.rx.peek() else {
+            // A receive that finds nothing publishes a batched send run (a reply may wait on
+            // it).
+            s.rings.tx.publish_deferred();
             conn.stash.give_back(slot);
             return None;
         };
@@ -460,6 +492,8 @@ impl Polled {
                 // the handler runs (the handler may call back into this connection).
                 let s = unsafe { self.state() };
                 let Ok(desc) = s.rings.rx.pop() else {
+                    // A receive that finds nothing publishes a batched send run.
+                    s.rings.tx.publish_deferred();
                     break;
                 };
                 s.counts.received += 1;
@@ -670,12 +704,20 @@ impl Polled {
     /// Whether no received message waits in the ring from the poller.
     pub(super) fn rx_is_empty(&self) -> bool {
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        unsafe { self.state() }.rings.rx.is_empty()
+        let rings = &mut unsafe { self.state() }.rings;
+        let empty = rings.rx.is_empty();
+        if empty {
+            // About to wait: a batched send run goes out first (a reply may wait on it).
+            rings.tx.publish_deferred();
+        }
+        empty
     }
 
     /// The connection is dropped: in run-to-completion mode a last engine pass posts what
     /// `send` queued.
     pub(super) fn close(&self, conn: &Connection) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.rings.tx.publish_deferred();
         if self.run_to_completion {
             conn.engine.poll();
         }
