@@ -78,6 +78,12 @@
 //! * Publication is a single `Release` store of the owner's index, paired with an `Acquire` load
 //!   on the other side. Batch operations ([`WriteChunkUninit::commit`], [`ReadChunk::release`], ...)
 //!   publish a whole batch with one store.
+//! * Runs of single items can be published once per run too: [`Producer::push_deferred`]
+//!   writes an item that [`Producer::publish_deferred`] (or the next publishing call)
+//!   publishes, and [`Consumer::pop_deferred`] takes an item whose slot goes back with the
+//!   run's (when the ring is found empty, every quarter ring, or at
+//!   [`Consumer::release_deferred`]), so the other side's cache line of the index moves once
+//!   per run instead of once per item.
 //! * [`Consumer::pop`] prefetches the cache line a few slots ahead of the item it reads, but
 //!   only once the producer has published that whole line, so it never pulls a line the
 //!   producer is still filling.
@@ -103,6 +109,7 @@
 #![warn(missing_docs)]
 
 mod chunks;
+mod deferred;
 mod error;
 mod primitive;
 
@@ -321,8 +328,9 @@ pub struct Producer<T> {
     buf: *mut MaybeUninit<T>,
     /// Copy of `ring.mask` (`capacity - 1`).
     mask: usize,
-    /// The tail index. Authoritative: only this handle writes `ring.tail`, which always equals
-    /// this value outside a method call.
+    /// The tail index. Authoritative: only this handle writes `ring.tail`, which equals it
+    /// outside a method call but for the items [`Producer::push_deferred`] wrote and nothing
+    /// published yet (`tail - ring.tail`, in range `0 ..= capacity`).
     tail: usize,
     /// The last head index read from `ring.head`. The real head is never behind it, so
     /// `tail.wrapping_sub(cached_head)` (in range `0 ..= capacity`) is an upper bound of the
@@ -352,8 +360,9 @@ pub struct Consumer<T> {
     buf: *mut MaybeUninit<T>,
     /// Copy of `ring.mask` (`capacity - 1`).
     mask: usize,
-    /// The head index. Authoritative: only this handle writes `ring.head`, which always equals
-    /// this value outside a method call.
+    /// The head index. Authoritative: only this handle writes `ring.head`, which equals it
+    /// outside a method call but for the items [`Consumer::pop_deferred`] took and nothing
+    /// gave back yet (`head - ring.head`, in range `0 ..= max(capacity / 4, 1)`).
     head: usize,
     /// The last tail index read from `ring.tail`. The real tail is never behind it, so
     /// `cached_tail.wrapping_sub(head)` (in range `0 ..= capacity`) is a lower bound of the
@@ -405,7 +414,8 @@ impl<T> Producer<T> {
         }
     }
 
-    /// Publishes `n` slots after `tail`, which the caller has initialized.
+    /// Publishes `n` slots after `tail`, which the caller has initialized (and the deferred
+    /// ones before them).
     #[inline(always)]
     fn publish(&mut self, n: usize) {
         self.tail = self.tail.wrapping_add(n);
@@ -527,7 +537,9 @@ impl<T> Producer<T> {
 
 impl<T> Drop for Producer<T> {
     fn drop(&mut self) {
-        // SAFETY: called once, from this handle's `Drop`; `tail` is already published.
+        // Deferred items are the consumer's (or dropped with the ring), as pushed ones are.
+        self.publish_deferred();
+        // SAFETY: called once, from this handle's `Drop`; `tail` is published just above.
         unsafe { RingBuffer::release_handle(self.ring) }
     }
 }
@@ -601,7 +613,8 @@ impl<T> Consumer<T> {
         }
     }
 
-    /// Releases the `n` oldest slots, whose items the caller has moved out or dropped.
+    /// Releases the `n` oldest slots, whose items the caller has moved out or dropped, and
+    /// the deferred ones before them.
     #[inline(always)]
     fn publish(&mut self, n: usize) {
         self.head = self.head.wrapping_add(n);
@@ -737,7 +750,9 @@ impl<T> Consumer<T> {
 
 impl<T> Drop for Consumer<T> {
     fn drop(&mut self) {
-        // SAFETY: called once, from this handle's `Drop`; `head` is already published.
+        // The deferred items are gone (moved out): the ring's `Drop` must not drop them again.
+        self.release_deferred();
+        // SAFETY: called once, from this handle's `Drop`; `head` is published just above.
         unsafe { RingBuffer::release_handle(self.ring) }
     }
 }

@@ -383,3 +383,181 @@ fn debug_output_names_the_handles() {
     assert!(format!("{p:?}").starts_with("Producer"));
     assert!(format!("{c:?}").starts_with("Consumer"));
 }
+
+#[test]
+fn pop_deferred_gives_slots_back_per_run() {
+    let (mut p, mut c) = RingBuffer::<u32>::new(16);
+    assert_eq!(p.push_slice(&(0..16).collect::<Vec<_>>()), 16);
+    // A quarter of 16 is 4: three deferred pops leave the producer's view full...
+    for i in 0..3 {
+        assert_eq!(c.pop_deferred(), Ok(i));
+    }
+    assert_eq!(p.slots(), 0);
+    assert!(p.is_full());
+    // ... the fourth gives all four back with one store.
+    assert_eq!(c.pop_deferred(), Ok(3));
+    assert_eq!(p.slots(), 4);
+    // release_deferred gives back what is pending; with none pending it does nothing.
+    assert_eq!(c.pop_deferred(), Ok(4));
+    assert_eq!(p.slots(), 4);
+    c.release_deferred();
+    assert_eq!(p.slots(), 5);
+    c.release_deferred();
+    assert_eq!(p.slots(), 5);
+    // A plain pop publishes the deferred ones before it too.
+    assert_eq!(c.pop_deferred(), Ok(5));
+    assert_eq!(c.pop(), Ok(6));
+    assert_eq!(p.slots(), 7);
+    // Finding the ring empty gives the run back before it reports `Empty`.
+    for i in 7..16 {
+        assert_eq!(c.pop_deferred(), Ok(i));
+    }
+    assert_eq!(c.pop_deferred(), Err(PopError::Empty));
+    assert_eq!(p.slots(), 16);
+    // Capacity 1: nothing is ever deferred (a quarter of it rounds up to one).
+    let (mut p, mut c) = RingBuffer::<u32>::new(1);
+    p.push(9).unwrap();
+    assert_eq!(c.pop_deferred(), Ok(9));
+    assert_eq!(p.slots(), 1);
+}
+
+#[test]
+fn deferred_items_are_not_dropped_again() {
+    for consumer_first in [true, false] {
+        let drops = Rc::new(Cell::new(0));
+        let (mut p, mut c) = RingBuffer::<Counted>::new(8);
+        for i in 0..5 {
+            p.push(counted(i, &drops)).unwrap();
+        }
+        // Two taken and dropped, their slots still deferred (a quarter of 8 is 2: the second
+        // publishes; the third is deferred alone).
+        for i in 0..3 {
+            let item = c.pop_deferred().unwrap();
+            assert_eq!(item.id, i);
+        }
+        assert_eq!(drops.get(), 3);
+        if consumer_first {
+            drop(c);
+            drop(p);
+        } else {
+            drop(p);
+            drop(c);
+        }
+        // The three taken ones once, the two left in the ring once.
+        assert_eq!(drops.get(), 5);
+    }
+}
+
+/// `pop_deferred` and `release_deferred` mixed with the other calls, against a model of
+/// the queue and of the slots the producer sees taken.
+#[test]
+fn deferred_matches_vecdeque_model() {
+    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    for cap_log in 0..6 {
+        let (mut p, mut c) = RingBuffer::<u64>::new(1 << cap_log);
+        let cap = p.capacity();
+        let quarter = (cap / 4).max(1);
+        let mut model = VecDeque::new();
+        let mut deferred = 0usize;
+        let mut next = 0u64;
+        for _ in 0..20_000 {
+            match rng.below(7) {
+                0 | 1 => match p.push(next) {
+                    Ok(()) => {
+                        model.push_back(next);
+                        next += 1;
+                    }
+                    Err(PushError::Full(v)) => {
+                        assert_eq!(model.len() + deferred, cap);
+                        assert_eq!(v, next);
+                    }
+                },
+                2 | 3 => {
+                    let got = c.pop_deferred().ok();
+                    assert_eq!(got, model.pop_front());
+                    // Whether the pop gave the run back first depends on its cached view of
+                    // the producer's index (it does when that looked empty): read what the
+                    // producer sees, and check it against both cases.
+                    let free = p.slots();
+                    assert!(free <= cap - model.len(), "a slot still in use looks free");
+                    let now = cap - model.len() - free;
+                    if got.is_some() {
+                        let kept = (deferred + 1) % quarter;
+                        assert!(
+                            now == kept || now == 1 % quarter,
+                            "deferred {now}, was {deferred}"
+                        );
+                    } else {
+                        assert_eq!(now, 0, "an empty ring gave the run back");
+                    }
+                    deferred = now;
+                }
+                4 => {
+                    c.release_deferred();
+                    deferred = 0;
+                }
+                5 => {
+                    // Any other removal publishes the deferred slots with its own.
+                    if let Ok(v) = c.pop() {
+                        assert_eq!(Some(v), model.pop_front());
+                        deferred = 0;
+                    } else {
+                        assert!(model.is_empty());
+                    }
+                }
+                _ => {
+                    assert_eq!(p.slots(), cap - model.len() - deferred);
+                    assert_eq!(c.slots(), model.len());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn push_deferred_publishes_with_the_run() {
+    let (mut p, mut c) = RingBuffer::<u32>::new(4);
+    p.push_deferred(1).unwrap();
+    p.push_deferred(2).unwrap();
+    assert_eq!(p.deferred(), 2);
+    assert_eq!(c.slots(), 0);
+    assert_eq!(c.pop(), Err(PopError::Empty));
+    p.publish_deferred();
+    assert_eq!(p.deferred(), 0);
+    assert_eq!(c.slots(), 2);
+    // A plain push publishes the run before it.
+    p.push_deferred(3).unwrap();
+    p.push(4).unwrap();
+    assert_eq!(c.slots(), 4);
+    // Deferred items take slots: a full ring refuses, handing the item back.
+    assert!(matches!(p.push_deferred(5), Err(PushError::Full(5))));
+    for i in 1..=4 {
+        assert_eq!(c.pop(), Ok(i));
+    }
+    // A chunk's commit publishes the run too, and so does the producer's drop.
+    p.push_deferred(6).unwrap();
+    assert_eq!(p.push_slice(&[7]), 1);
+    assert_eq!(c.slots(), 2);
+    p.push_deferred(8).unwrap();
+    drop(p);
+    assert_eq!((c.pop(), c.pop(), c.pop()), (Ok(6), Ok(7), Ok(8)));
+    assert!(c.is_abandoned());
+}
+
+#[test]
+fn deferred_pushes_drop_once_with_the_ring() {
+    for producer_first in [true, false] {
+        let drops = Rc::new(Cell::new(0));
+        let (mut p, c) = RingBuffer::<Counted>::new(4);
+        p.push(counted(0, &drops)).unwrap();
+        p.push_deferred(counted(1, &drops)).unwrap();
+        if producer_first {
+            drop(p);
+            drop(c);
+        } else {
+            drop(c);
+            drop(p);
+        }
+        assert_eq!(drops.get(), 2);
+    }
+}

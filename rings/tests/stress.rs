@@ -127,16 +127,37 @@ struct Plan {
     consumer_stop: Option<u64>,
     seed: u64,
     batch: bool,
+    /// The single-item producer writes runs with `push_deferred` and the consumer takes with
+    /// `pop_deferred` (and now and then `release_deferred`) instead of `push` and `pop`.
+    deferred: bool,
 }
 
 /// Producer side, single-item API. Returns how many items were pushed.
 fn produce_single(mut p: Producer<Item>, plan: Plan, deadline: Instant) -> u64 {
+    let mut rng = XorShift(plan.seed ^ 0x3C3C);
+    // `deferred`: runs of random length written with `push_deferred`, each published by
+    // `publish_deferred` (or a full ring, or the drop).
+    let mut run_left = 0;
     for seq in 0..plan.producer_stop {
         let mut item = Item::new(seq);
+        if plan.deferred && run_left == 0 {
+            p.publish_deferred();
+            run_left = 1 + rng.upto(p.capacity().min(64));
+        }
         loop {
-            match p.push(item) {
-                Ok(()) => break,
+            let pushed = if plan.deferred {
+                p.push_deferred(item)
+            } else {
+                p.push(item)
+            };
+            match pushed {
+                Ok(()) => {
+                    run_left = run_left.saturating_sub(1);
+                    break;
+                }
                 Err(PushError::Full(back)) => {
+                    // The consumer cannot free what it cannot see.
+                    p.publish_deferred();
                     if p.is_abandoned() {
                         return seq; // `back` is dropped here
                     }
@@ -218,7 +239,18 @@ fn consume(mut c: Consumer<Item>, plan: Plan, deadline: Instant) -> u64 {
             .consumer_stop
             .map_or(usize::MAX, |stop| (stop - expected) as usize);
         let want = (1 + rng.upto(cap.min(64))).min(left);
-        let consumed = if !plan.batch {
+        let consumed = if plan.deferred {
+            if rng.below(8) == 0 {
+                c.release_deferred();
+            }
+            match c.pop_deferred() {
+                Ok(item) => {
+                    assert_eq!(item.seq, expected, "FIFO order ({plan:?})");
+                    1
+                }
+                Err(PopError::Empty) => 0,
+            }
+        } else if !plan.batch {
             match c.pop() {
                 Ok(item) => {
                     assert_eq!(item.seq, expected, "FIFO order ({plan:?})");
@@ -307,12 +339,13 @@ fn long_run(batch: bool, capacity: usize) {
         consumer_stop: None,
         seed: base_seed(),
         batch,
+        deferred: false,
     });
 }
 
-fn random_drop_rounds(batch: bool) {
+fn random_drop_rounds(batch: bool, deferred: bool) {
     let _serial = serial();
-    let mut rng = XorShift(base_seed() ^ batch as u64);
+    let mut rng = XorShift(base_seed() ^ batch as u64 ^ (u64::from(deferred) << 1));
     for round in 0..short_rounds() {
         let total = rng.below(20_000);
         let plan = Plan {
@@ -321,6 +354,7 @@ fn random_drop_rounds(batch: bool) {
             consumer_stop: (rng.below(2) == 0).then(|| rng.below(total + 2)),
             seed: rng.next(),
             batch,
+            deferred,
         };
         CREATED.store(0, Ordering::SeqCst);
         DROPPED.store(0, Ordering::SeqCst);
@@ -349,6 +383,7 @@ fn single_fifo_long_run_capacity_1() {
         consumer_stop: None,
         seed: base_seed(),
         batch: false,
+        deferred: false,
     });
 }
 
@@ -359,12 +394,34 @@ fn batch_fifo_long_run() {
 
 #[test]
 fn single_random_drop_points() {
-    random_drop_rounds(false);
+    random_drop_rounds(false, false);
 }
 
 #[test]
 fn batch_random_drop_points() {
-    random_drop_rounds(true);
+    random_drop_rounds(true, false);
+}
+
+/// `push_deferred` runs against `pop_deferred`: each side sees the other's index move once
+/// per run (or quarter ring), and a handle dropped with items deferred drops nothing twice.
+#[test]
+fn deferred_fifo_long_run() {
+    let _serial = serial();
+    for capacity in [1, 4, 128] {
+        run(Plan {
+            capacity,
+            producer_stop: long_run_items() / 2,
+            consumer_stop: None,
+            seed: base_seed(),
+            batch: false,
+            deferred: true,
+        });
+    }
+}
+
+#[test]
+fn deferred_random_drop_points() {
+    random_drop_rounds(false, true);
 }
 
 /// An element type for the size sweep below: carries its sequence number (except `()`).

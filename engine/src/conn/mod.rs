@@ -419,10 +419,14 @@ impl Connection {
     /// and when the connection is dropped. A larger message (sent by reference) is published at
     /// once, with the run before it.
     ///
-    /// On other fabrics it is [`send`](Self::send) (in run-to-completion mode that already
-    /// queues up to `batch` messages until [`flush`](Self::flush)), except that on `mem://` in
-    /// run-to-completion mode a batched send is always queued, and the run is posted straight
-    /// to the fabric by `flush` or the `batch`-th (without a whole poller cycle).
+    /// On other fabrics with dedicated pollers (not [`IdleStrategy::Block`]) the message is
+    /// written into the send ring to the poller but published with its run, one index store
+    /// per run: by `flush`, the `batch`-th batched send in a row, the next plain `send`, a
+    /// send or `alloc` that finds no credit or buffer, a receive call on this connection that
+    /// finds nothing, and the drop. In run-to-completion mode it is [`send`](Self::send)
+    /// (which already queues up to `batch` messages until [`flush`](Self::flush)), except
+    /// that on `mem://` a batched send is always queued, and the run is posted straight to
+    /// the fabric by `flush` or the `batch`-th (without a whole poller cycle).
     ///
     /// Use it for streams; a lone message wants [`send`](Self::send), which publishes at once.
     ///
@@ -469,7 +473,7 @@ impl Connection {
     /// [`send_batched`](Self::send_batched) wrote (`send` publishes at once). In
     /// run-to-completion mode this runs a poller cycle (on `mem://`: it posts the queued run
     /// straight to the fabric, and does nothing when nothing is queued); with dedicated pollers
-    /// it does nothing (they drain continuously).
+    /// it publishes a [`send_batched`](Self::send_batched) run (they drain continuously).
     ///
     /// # Errors
     ///

@@ -241,6 +241,85 @@ pub fn send_batched_pending_at_close_is_delivered(s: &'static Scheme) {
     assert!(matches!(err, Error::Disconnected), "{err}");
 }
 
+/// `send_batched` with a dedicated poller: a run is published whole, with one index store,
+/// not per message. Nothing of it arrives before its publication, and it arrives in order at
+/// `flush`, at the `batch`-th batched send in a row, at a receive on the sending connection
+/// that finds nothing, at a plain `send` and at the drop. (A direct path, shm, publishes its
+/// batched records at the same points.)
+pub fn send_batched_dedicated_poller_publishes_runs(s: &'static Scheme) {
+    const BATCH: u32 = 4;
+    let se = s.build(s.poller(cores()[0]).batch(BATCH as usize));
+    let re = s.build(s.rtc());
+    let (srv, c) = pair(&re, &se, &(s.endpoint)("batch-ded"));
+    let send_batched = |seq: u32| {
+        let mut b = c.alloc_timeout(WAIT).expect("alloc");
+        b.set_len(20).unwrap();
+        fill(&mut b, seq);
+        c.send_batched(b).expect("send_batched");
+    };
+    let quiet = |what: &str| match srv.recv_timeout(Duration::from_millis(50)) {
+        Err(Error::Timeout) => {}
+        Ok(m) => panic!(
+            "an unpublished batched send arrived before {what} ({} B)",
+            m.len()
+        ),
+        Err(e) => panic!("recv: {e}"),
+    };
+    let mut seq = 0;
+    // Flush.
+    for _ in 0..BATCH - 1 {
+        send_batched(seq);
+        seq += 1;
+    }
+    quiet("flush");
+    c.flush().expect("flush");
+    for i in seq - (BATCH - 1)..seq {
+        recv_msg(&srv, i, 20);
+    }
+    // The batch-th.
+    for _ in 0..BATCH {
+        send_batched(seq);
+        seq += 1;
+    }
+    for i in seq - BATCH..seq {
+        recv_msg(&srv, i, 20);
+    }
+    // A receive that finds nothing.
+    send_batched(seq);
+    seq += 1;
+    quiet("an empty receive");
+    assert!(c.try_recv().expect("try_recv").is_none());
+    recv_msg(&srv, seq - 1, 20);
+    // A plain send, after the run.
+    send_batched(seq);
+    seq += 1;
+    quiet("a plain send");
+    let mut b = c.alloc_timeout(WAIT).expect("alloc");
+    b.set_len(20).unwrap();
+    fill(&mut b, seq);
+    c.send(b).expect("send");
+    seq += 1;
+    recv_msg(&srv, seq - 2, 20);
+    recv_msg(&srv, seq - 1, 20);
+    // The drop.
+    send_batched(seq);
+    seq += 1;
+    quiet("the drop");
+    drop(c);
+    recv_msg(&srv, seq - 1, 20);
+    let err = srv.recv_timeout(WAIT).unwrap_err();
+    assert!(matches!(err, Error::Disconnected), "{err}");
+}
+
+/// [`send_batched_stream_fifo_no_loss`] from a connection served by a dedicated poller (the
+/// runs published with one index store each).
+pub fn send_batched_stream_dedicated_poller(s: &'static Scheme) {
+    let se = s.build(s.poller(cores()[0]));
+    let re = s.build(s.rtc());
+    let (srv, c) = pair(&re, &se, &(s.endpoint)("batch-ded-stream"));
+    batched_stream(s, srv, c);
+}
+
 pub fn recv_into_copies_or_hands_back(s: &'static Scheme) {
     let e = s.build(s.rtc());
     let (srv, c) = pair(&e, &e, &(s.endpoint)("into"));
