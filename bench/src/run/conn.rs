@@ -110,7 +110,7 @@ pub trait BenchConn {
         w: &mut Waiter,
     ) -> Result<Option<(usize, u8)>, BenchError> {
         let got = self.try_recv_with(|m| {
-            let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+            let head = head(m);
             (head, (head == (size, tag)).then(|| m.to_vec()))
         })?;
         let Some((head, copy)) = got else {
@@ -124,6 +124,13 @@ pub trait BenchConn {
         }
         Ok(Some(head))
     }
+}
+
+/// A received message's head: its length and first byte (`0xFF` if empty). The bench's
+/// messages carry their kind in the first byte, so this is what every receive loop matches on.
+#[inline(always)]
+pub(crate) fn head(m: &[u8]) -> (usize, u8) {
+    (m.len(), m.first().copied().unwrap_or(0xFF))
 }
 
 /// How an app thread waits for its connection: a bounded spin that, with `--idle backoff`,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use spinwire::{Connection, Engine, Error, FabricError, IdleStrategy, Listener, SendError};
 
-use super::conn::{BenchConn, Waiter};
+use super::conn::{head, BenchConn, Waiter};
 use super::{proto, EngineCfg};
 use crate::cli::{Api, Huge, Idle, Mode};
 use crate::error::BenchError;
@@ -297,13 +297,13 @@ impl EngineConn {
         w: &mut Waiter,
     ) -> Result<Option<(usize, u8)>, BenchError> {
         let conn = &self.conn;
-        let mut head = None;
+        let mut got = None;
         let mut failed = None;
         let mut pending = None;
         conn.poll(
             |m| {
-                let h = (m.len(), m.first().copied().unwrap_or(0xFF));
-                head = Some(h);
+                let h = head(m);
+                got = Some(h);
                 if h != (size, tag) {
                     return;
                 }
@@ -323,7 +323,7 @@ impl EngineConn {
         if let Some(e) = failed {
             return Err(engine_err("sending the echo", e));
         }
-        let Some(head) = head else {
+        let Some(head) = got else {
             return Ok(None);
         };
         if let Some(copy) = pending {
@@ -504,7 +504,7 @@ impl BenchConn for EngineConn {
             Ok(None) => return Ok(None),
             Err(e) => return Err(engine_err("receiving", e)),
         };
-        let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+        let head = head(&m);
         if head != (size, tag) {
             return Ok(Some(head));
         }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use hdrhistogram::Histogram;
 
-use super::conn::{BenchConn, Waiter};
+use super::conn::{head, BenchConn, Waiter};
 use super::intervals::{to_log, Intervals, RawInterval};
 use super::session::{
     bad_data, expect_ready, expect_result, payload, recv_blocking, send_blocking, PointSpec, Stall,
@@ -69,7 +69,7 @@ fn drain<C: BenchConn>(
 ) -> Result<bool, BenchError> {
     let size = spec.size;
     let got = conn.try_recv_with(|m| {
-        let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+        let head = head(m);
         (head, (head == (size, TAG_DATA)).then(|| stamp(m)))
     })?;
     match got {
@@ -254,7 +254,7 @@ pub(super) fn serve_one_way<C: BenchConn>(
     loop {
         stall.check(count);
         let got = conn.try_recv_with(|m| {
-            let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+            let head = head(m);
             (head, (head == (size, TAG_DATA)).then(|| stamp(m)))
         })?;
         match got {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::conn::{BenchConn, Waiter};
+use super::conn::{head, BenchConn, Waiter};
 use super::intervals::Intervals;
 pub use super::session::PointSpec;
 use super::session::{
@@ -480,7 +480,7 @@ fn serve_rate_batched<C: BenchConn>(
     let limit = batch as usize;
     while t_end.is_none() {
         let n = conn.poll_batch(limit, |m| {
-            let head = (m.len(), m.first().copied().unwrap_or(0xFF));
+            let head = head(m);
             if t_end.is_some() || bad.is_some() {
                 // Nothing may follow END; keep the first offence.
                 bad.get_or_insert(head);
