@@ -295,6 +295,12 @@ fn bad_values_are_rejected_before_measuring() {
         1,
         "lat and rate points only",
     );
+    // The engine's own bound on the liveness timeout reaches the user unchanged.
+    fails(
+        &["lat", "--iters", "100", "--liveness-timeout", "10ms"],
+        1,
+        "liveness timeout 10ms must be zero (off) or at least 80ms",
+    );
     // tcp and mem are measured (`cost_measures_the_poller_path_over_mem_and_tcp`); rdma is not.
     fails(&["cost", "--fabric", "rdma"], 1, "--fabric");
     // Sizes go up to --max-size (the engine's default, 16 MiB, without it).

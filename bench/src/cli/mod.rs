@@ -458,6 +458,12 @@ pub struct CommonArgs {
     #[arg(long, value_name = "TIME", default_value = "5s", value_parser = parse_duration,
           help_heading = "Roles")]
     pub connect_timeout: Duration,
+    /// The engine's liveness timeout: a peer silent this long fails its connection
+    /// (`EngineBuilder::liveness_timeout`; at least 80ms, `0` turns liveness off). Raise it to
+    /// run one side under a profiler or emulator that slows it tens of times (`valgrind`, TCG).
+    /// [default: the engine's, 1s]
+    #[arg(long, value_name = "TIME", value_parser = parse_duration, help_heading = "Roles")]
+    pub liveness_timeout: Option<Duration>,
 }
 
 /// Latency unit for the console.

@@ -72,6 +72,10 @@ pub(super) fn build(g: &EngineCfg) -> Result<Engine, BenchError> {
     };
     // 0: the engine's own depth (tcp sizes its message window from its byte window).
     let b = if g.depth > 0 { b.depth(g.depth) } else { b };
+    let b = match g.liveness_timeout {
+        Some(t) => b.liveness_timeout(t),
+        None => b,
+    };
     b.idle(match g.idle {
         Idle::Spin => IdleStrategy::BusySpin,
         Idle::Backoff => IdleStrategy::backoff(),

@@ -45,6 +45,8 @@ pub struct EngineCfg {
     pub large_threshold: Option<usize>,
     /// Connection setup timeout.
     pub connect_timeout: Duration,
+    /// `--liveness-timeout` as given (`None`: the engine's default).
+    pub liveness_timeout: Option<Duration>,
     /// `--hugepages`.
     pub hugepages: crate::cli::Huge,
     /// `--api`: the application's engine calls.
@@ -618,6 +620,7 @@ fn base_engine_cfg(
         large_buffers: limits.large_buffers,
         large_threshold: c.large_threshold,
         connect_timeout: c.connect_timeout,
+        liveness_timeout: c.liveness_timeout,
         hugepages: c.hugepages,
         api: c.api,
         cross: None,
