@@ -365,7 +365,7 @@ impl EngineBuilder {
     /// inline threshold, itself at most [`crate::INLINE_MAX`]) travel as the records of one
     /// *frame* of at most `bytes` bytes (further bounded by the receive buffer size), one SEND
     /// and one receive buffer for all of them; the receiver splits the frame and delivers each
-    /// message inline. A lone message still leaves at once, as a frame of one. Larger messages
+    /// message inline. A lone message still leaves at once, unframed. Larger messages
     /// keep their zero-copy SEND, in order with the frames. Default: the buffer size. `0` (or
     /// any size too small for two records, under 24 bytes) turns coalescing off: one SEND per
     /// message. Ignored by shm and tcp.

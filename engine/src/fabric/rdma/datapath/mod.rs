@@ -35,8 +35,9 @@
 //!   written in place into the first message's send buffer (the others are copied in and their
 //!   buffers freed at once, like inline sends), at most [`EngineBuilder::frame_size`] bytes
 //!   and never more than the peer's receive buffer. A lone small message still leaves at once,
-//!   as a frame of one; a larger message closes the frame and keeps its own zero-copy SEND, so
-//!   frames and large messages stay in FIFO order. The receiver validates the whole frame
+//!   unframed (a frame of one would cost both sides a frame to build and parse); a larger
+//!   message closes the frame and keeps its own zero-copy SEND, so frames and large messages
+//!   stay in FIFO order. The receiver validates the whole frame
 //!   before delivering any of it (header, version, `count`, every record a DATA record within
 //!   the inline limit or a valid RNDV record, the frame exactly the bytes received; anything
 //!   else is a

@@ -160,6 +160,12 @@ impl RdmaConn {
     /// order, and re-posts the buffers that are free again.
     #[inline]
     pub(super) fn deliver(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        if self.rx_pending.len == 0 && self.rx_frame.is_none() && !self.large.reads_pending() {
+            // Nothing received: what the loop below would find at once, without setting it up
+            // (a busy-polling receiver takes this way on almost every call: about 100 of its
+            // 144 instructions per empty call were the set-up, under callgrind on rxe).
+            return self.check().map(|()| 0);
+        }
         let mut delivered = 0;
         let mut repost = [0u32; CHAIN];
         let mut nrepost = 0;
