@@ -425,7 +425,13 @@ impl FabricConn for RdmaConn {
     #[inline]
     fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
         self.check()?;
-        let mut work = self.reclaim_large(done)?;
+        // The rendezvous bookkeeping is looked at only when it holds something: these two calls
+        // ran on every pass (about 45 instructions of a busy poller's empty pass, callgrind).
+        let mut work = if self.large.acked_pending() {
+            self.reclaim_large(done)?
+        } else {
+            0
+        };
         while let Some((seq, buf)) = self.held.front() {
             if seq >= self.sq_completed {
                 break;
@@ -451,7 +457,9 @@ impl FabricConn for RdmaConn {
         // Sends were posted (one doorbell per batch) in `post_send`; what remains is the
         // rendezvous acknowledgements owed (they carry owed credits too) and returning credits
         // when traffic is one-way.
-        self.send_acks()?;
+        if self.large.acks_owed() {
+            self.send_acks()?;
+        }
         self.maybe_send_credits()
     }
 

@@ -179,6 +179,18 @@ impl Large {
         self.reads.len > 0
     }
 
+    /// Whether send slots wait to be freed ([`RdmaConn::reclaim_large`]).
+    #[inline]
+    pub(super) fn acked_pending(&self) -> bool {
+        self.acked.len > 0
+    }
+
+    /// Whether acknowledgements are owed ([`RdmaConn::send_acks`]).
+    #[inline]
+    pub(super) fn acks_owed(&self) -> bool {
+        self.acks.len > 0
+    }
+
     /// Whether the oldest large message has landed (it can be delivered).
     #[inline]
     fn front_done(&self) -> bool {
