@@ -227,6 +227,7 @@ fn help_explains_every_knob() {
         "--verify",
         "--out",
         "--floor",
+        "--liveness-timeout",
     ] {
         assert!(help.contains(flag), "lat --help lacks {flag}");
     }
