@@ -431,16 +431,32 @@ impl<T> Producer<T> {
     /// [`PushError::Full`] with the item handed back if the ring is full.
     #[inline]
     pub fn push(&mut self, value: T) -> Result<(), PushError<T>> {
+        self.write_next(value)?;
+        self.publish(0);
+        Ok(())
+    }
+
+    /// Writes `value` into `tail`'s slot and advances the private tail past it, publishing
+    /// nothing: [`push`](Self::push) publishes it at once, [`push_deferred`](Self::push_deferred)
+    /// later.
+    ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] with the item handed back if the ring is full (deferred items count
+    /// as taken slots).
+    #[inline(always)]
+    fn write_next(&mut self, value: T) -> Result<(), PushError<T>> {
         if self.tail.wrapping_sub(self.cached_head) > self.mask && self.refresh_free() == 0 {
             return Err(PushError::Full(value));
         }
         let slot = self.tail & self.mask;
         let access = self.ring().trackers.write(slot);
-        // SAFETY: there is a free slot, so `tail`'s slot is outside `head .. tail`: the consumer
-        // does not access it, and it holds no item. `slot < capacity`.
+        // SAFETY: there is a free slot, so `tail`'s slot is outside `head .. tail` (where the
+        // deferred items are too): the consumer does not access it until it is published, and
+        // it holds no item. `slot < capacity`.
         unsafe { self.buf.add(slot).write(MaybeUninit::new(value)) };
         access.end();
-        self.publish(1);
+        self.tail = self.tail.wrapping_add(1);
         Ok(())
     }
 
