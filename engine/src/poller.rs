@@ -35,13 +35,13 @@ use cm::control::Waker;
 use rings::{Consumer, Producer, PushError, RingBuffer};
 
 use crate::error::FabricError;
-use crate::fabric::{ConnTable, Fabric, FabricConn, TxDone};
+use crate::fabric::{ConnTable, Fabric, FabricConn};
 use crate::link::{PollerConn, RtcConn};
 use crate::stats::PollerCounters;
 use crate::wake::PollerWake;
 
 use direct::rtc_tag;
-use pass::post_ring;
+use pass::{post_ring, TxStep};
 pub(crate) use rtc::{RtcGuard, RunToCompletion};
 pub(crate) use sleep::{Sleeper, Slept};
 
@@ -166,7 +166,14 @@ impl<C: FabricConn> PollerConn<C> {
             return Err(self.take_deferred());
         }
         let rx_pending = self.fabric.rx_pending();
-        if !rx_pending && self.tx.is_empty() && self.release.is_empty() && self.fabric.quiescent() {
+        // `is_empty_spinning`: an idle dedicated poller prefetches the send ring's next slot
+        // with each re-read of its tail, so that a send's descriptor arrives with its index
+        // (measured in `rings::Consumer::refresh_empty`'s notes).
+        if !rx_pending
+            && self.tx.is_empty_spinning()
+            && self.release.is_empty()
+            && self.fabric.quiescent()
+        {
             self.drained = true;
             return Ok(0);
         }
@@ -198,25 +205,16 @@ impl<C: FabricConn> PollerConn<C> {
             work += self.receive(batch, counters)?;
         }
 
-        let PollerConn {
+        let TxStep {
             fabric,
+            mut done,
             tx,
-            free,
             release,
-            tx_owned,
             tx_pool,
             tx_large,
             shared,
-            free_scratch,
             ..
-        } = self;
-        let mut done = TxDone::new(
-            free,
-            tx_owned,
-            free_scratch,
-            tx_pool.count(),
-            tx_large.count(),
-        );
+        } = self.tx_step();
 
         // Send: drain one batch of the application's send ring.
         work += post_ring(

@@ -1,8 +1,6 @@
 //! Deferred publication: runs of single items whose index store is made once per run
 //! ([`Producer::push_deferred`], [`Consumer::pop_deferred`]).
 
-use core::mem::MaybeUninit;
-
 use crate::primitive::sync::atomic::Ordering;
 use crate::{Consumer, PopError, Producer, PushError};
 
@@ -21,17 +19,7 @@ impl<T> Producer<T> {
     /// count as taken slots; they stay deferred).
     #[inline]
     pub fn push_deferred(&mut self, value: T) -> Result<(), PushError<T>> {
-        if self.tail.wrapping_sub(self.cached_head) > self.mask && self.refresh_free() == 0 {
-            return Err(PushError::Full(value));
-        }
-        let slot = self.tail & self.mask;
-        let access = self.ring().trackers.write(slot);
-        // SAFETY: as in `push`: `tail`'s slot is free (outside `head .. tail`, where the
-        // deferred items are too) and the consumer does not access it until it is published.
-        unsafe { self.buf.add(slot).write(MaybeUninit::new(value)) };
-        access.end();
-        self.tail = self.tail.wrapping_add(1);
-        Ok(())
+        self.write_next(value)
     }
 
     /// The tail as last published. Relaxed: only this handle stores it, so the load sees its

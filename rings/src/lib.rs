@@ -87,6 +87,10 @@
 //! * [`Consumer::pop`] prefetches the cache line a few slots ahead of the item it reads, but
 //!   only once the producer has published that whole line, so it never pulls a line the
 //!   producer is still filling.
+//! * A consumer that finds the ring empty three times in a row ([`Consumer::pop`],
+//!   [`Consumer::peek_spinning`], [`Consumer::is_empty_spinning`]) prefetches the slot of its head
+//!   before re-reading the tail: when an idle producer then writes an item, the two cache
+//!   misses of the next poll overlap instead of following each other.
 //! * Nothing blocks. `push`/`pop` return an error immediately on a full/empty ring; waiting, and
 //!   how to wait (spin, yield, park), is the caller's idle strategy.
 //! * No allocation happens after [`RingBuffer::new`].
@@ -112,6 +116,7 @@ mod chunks;
 mod deferred;
 mod error;
 mod primitive;
+mod spinning;
 
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
@@ -368,7 +373,8 @@ pub struct Consumer<T> {
     /// `cached_tail.wrapping_sub(head)` (in range `0 ..= capacity`) is a lower bound of the
     /// fill level; the ring *looks* empty when it is zero.
     cached_tail: usize,
-    /// `pop` calls in a row that found the ring empty (saturating); see `pop`.
+    /// `pop`, `peek_spinning` and `is_empty_spinning` calls in a row that found the ring empty
+    /// (saturating); see `Consumer::refresh_empty`.
     empty_polls: u8,
     /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
     _not_sync: PhantomData<*mut T>,
@@ -431,16 +437,32 @@ impl<T> Producer<T> {
     /// [`PushError::Full`] with the item handed back if the ring is full.
     #[inline]
     pub fn push(&mut self, value: T) -> Result<(), PushError<T>> {
+        self.write_next(value)?;
+        self.publish(0);
+        Ok(())
+    }
+
+    /// Writes `value` into `tail`'s slot and advances the private tail past it, publishing
+    /// nothing: [`push`](Self::push) publishes it at once, [`push_deferred`](Self::push_deferred)
+    /// later.
+    ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`] with the item handed back if the ring is full (deferred items count
+    /// as taken slots).
+    #[inline(always)]
+    fn write_next(&mut self, value: T) -> Result<(), PushError<T>> {
         if self.tail.wrapping_sub(self.cached_head) > self.mask && self.refresh_free() == 0 {
             return Err(PushError::Full(value));
         }
         let slot = self.tail & self.mask;
         let access = self.ring().trackers.write(slot);
-        // SAFETY: there is a free slot, so `tail`'s slot is outside `head .. tail`: the consumer
-        // does not access it, and it holds no item. `slot < capacity`.
+        // SAFETY: there is a free slot, so `tail`'s slot is outside `head .. tail` (where the
+        // deferred items are too): the consumer does not access it until it is published, and
+        // it holds no item. `slot < capacity`.
         unsafe { self.buf.add(slot).write(MaybeUninit::new(value)) };
         access.end();
-        self.publish(1);
+        self.tail = self.tail.wrapping_add(1);
         Ok(())
     }
 
@@ -639,15 +661,8 @@ impl<T> Consumer<T> {
         // row empty. Measured on the 2-core CI VM (`RINGS_BENCH_PAIRS=21`, 7 interleaved rounds
         // against the build without it): RTT 0.95x -> 1.08x rtrb's (median of rounds), single-
         // item throughput 1.41x -> 1.30x (within its round-to-round spread of 0.45x-4.7x).
-        if self.head == self.cached_tail {
-            if self.empty_polls >= 2 {
-                primitive::prefetch_read(self.buf.wrapping_add(self.head & self.mask));
-            }
-            if self.refresh_len() == 0 {
-                self.empty_polls = self.empty_polls.saturating_add(1);
-                return Err(PopError::Empty);
-            }
-            self.empty_polls = 0;
+        if self.head == self.cached_tail && self.refresh_empty() == 0 {
+            return Err(PopError::Empty);
         }
         self.prefetch_ahead();
         let slot = self.head & self.mask;

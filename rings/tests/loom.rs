@@ -65,6 +65,32 @@ fn push_pop_fifo() {
     }
 }
 
+/// The spinning checks (`peek_spinning`, `is_empty_spinning`, which count empty polls and
+/// prefetch) see what `peek` sees: an item they report is readable, with its contents.
+#[test]
+fn spinning_checks_then_pop() {
+    loom::model(|| {
+        let (mut p, mut c) = RingBuffer::<u32>::new(1);
+        let t = thread::spawn(move || {
+            assert!(push_wait(&mut p, 7));
+            assert!(push_wait(&mut p, 8));
+        });
+        loop {
+            if let Ok(v) = c.peek_spinning() {
+                assert_eq!(*v, 7);
+                break;
+            }
+            thread::yield_now();
+        }
+        assert_eq!(c.pop(), Ok(7));
+        while c.is_empty_spinning() {
+            thread::yield_now();
+        }
+        assert_eq!(c.pop(), Ok(8));
+        t.join().unwrap();
+    });
+}
+
 #[test]
 fn peek_then_pop() {
     loom::model(|| {

@@ -561,3 +561,25 @@ fn deferred_pushes_drop_once_with_the_ring() {
         assert_eq!(drops.get(), 2);
     }
 }
+
+#[test]
+fn spinning_checks_agree_with_plain_ones() {
+    let (mut p, mut c) = RingBuffer::<u64>::new(4);
+    for round in 0..10u64 {
+        // Enough empty polls to pass the prefetch threshold, through both calls.
+        for _ in 0..5 {
+            assert!(c.is_empty_spinning());
+            assert_eq!(c.peek_spinning(), Err(PeekError::Empty));
+        }
+        p.push(round).unwrap();
+        p.push(round + 100).unwrap();
+        assert!(!c.is_empty_spinning());
+        assert_eq!(c.peek_spinning(), Ok(&round));
+        assert_eq!(c.peek(), Ok(&round));
+        assert_eq!(c.pop(), Ok(round));
+        assert_eq!(c.peek_spinning(), Ok(&(round + 100)));
+        assert_eq!(c.pop(), Ok(round + 100));
+        assert!(c.is_empty_spinning());
+        assert!(c.is_empty());
+    }
+}

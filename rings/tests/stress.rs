@@ -251,12 +251,31 @@ fn consume(mut c: Consumer<Item>, plan: Plan, deadline: Instant) -> u64 {
                 Err(PopError::Empty) => 0,
             }
         } else if !plan.batch {
+            // `pop`, or one of the spinning checks (which prefetch after empty polls) first;
+            // `ready`: that check saw an item.
+            let ready = match rng.below(3) {
+                0 => false,
+                1 => match c.peek_spinning() {
+                    Ok(item) => {
+                        assert_eq!(item.seq, expected, "FIFO order ({plan:?})");
+                        true
+                    }
+                    Err(_) => false,
+                },
+                _ => !c.is_empty_spinning(),
+            };
             match c.pop() {
                 Ok(item) => {
                     assert_eq!(item.seq, expected, "FIFO order ({plan:?})");
                     1
                 }
-                Err(PopError::Empty) => 0,
+                Err(PopError::Empty) => {
+                    assert!(
+                        !ready,
+                        "an item seen by a spinning check is there ({plan:?})"
+                    );
+                    0
+                }
             }
         } else {
             match rng.below(4) {

@@ -7,11 +7,11 @@
 
 use std::mem::MaybeUninit;
 
-use super::pass::{post_ring, valid_tx};
+use super::pass::{post_ring, valid_tx, TxStep};
 use super::{Fabric, Poller, DIRECT_BURST};
 use crate::desc::{is_large, RxDesc, TxDesc};
 use crate::error::FabricError;
-use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::fabric::{FabricConn, RxSink};
 use crate::link::{ConnShared, PollerConn, Posted, RtcConn};
 
 impl<C: FabricConn> PollerConn<C> {
@@ -69,28 +69,19 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         if !self.direct_open() || !self.tx.is_empty() {
             return Posted::No;
         }
-        let PollerConn {
+        let TxStep {
             fabric,
-            free,
-            tx_owned,
+            mut done,
             tx_pool,
             tx_large,
-            free_scratch,
             shared,
             rtc_counters,
             ..
-        } = self;
+        } = self.tx_step();
         if !valid_tx(&d, tx_pool, tx_large) {
             // The pass fails the connection with it.
             return Posted::No;
         }
-        let mut done = TxDone::new(
-            free,
-            tx_owned,
-            free_scratch,
-            tx_pool.count(),
-            tx_large.count(),
-        );
         let held = is_large(d.buf) || !fabric.copies(d.len);
         if held {
             done.mark_owned(d.buf, true);
@@ -145,24 +136,15 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         let Some(counters) = self.rtc_counters.take() else {
             return false;
         };
-        let PollerConn {
+        let TxStep {
             fabric,
+            mut done,
             tx,
-            free,
-            tx_owned,
             tx_pool,
             tx_large,
-            free_scratch,
             shared,
             ..
-        } = self;
-        let mut done = TxDone::new(
-            free,
-            tx_owned,
-            free_scratch,
-            tx_pool.count(),
-            tx_large.count(),
-        );
+        } = self.tx_step();
         let mut res = post_ring(
             fabric, tx, &mut done, tx_pool, tx_large, shared, max, &counters,
         )

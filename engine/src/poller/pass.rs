@@ -3,6 +3,7 @@
 //! posted) and the receive step (a burst into the receive ring).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use rings::Consumer;
 
@@ -79,7 +80,55 @@ pub(super) fn post_ring<C: FabricConn>(
     Ok(accepted)
 }
 
+/// A connection's parts for a send step, borrowed apart: the fabric, the sink of send
+/// completions over the free ring and the ownership bitmap, and what the step reads beside
+/// them (built in one place: [`PollerConn::tx_step`]).
+pub(super) struct TxStep<'a, C> {
+    pub(super) fabric: &'a mut C,
+    pub(super) done: TxDone<'a>,
+    pub(super) tx: &'a mut Consumer<TxDesc>,
+    pub(super) release: &'a mut Consumer<u32>,
+    pub(super) tx_pool: &'a PoolView,
+    pub(super) tx_large: &'a PoolView,
+    pub(super) shared: &'a ConnShared,
+    pub(super) rtc_counters: &'a Option<Arc<PollerCounters>>,
+}
+
 impl<C: FabricConn> PollerConn<C> {
+    /// Splits the connection for a send step (see [`TxStep`]).
+    #[inline(always)]
+    pub(super) fn tx_step(&mut self) -> TxStep<'_, C> {
+        let PollerConn {
+            fabric,
+            tx,
+            free,
+            release,
+            tx_owned,
+            tx_pool,
+            tx_large,
+            shared,
+            free_scratch,
+            rtc_counters,
+            ..
+        } = self;
+        TxStep {
+            fabric,
+            done: TxDone::new(
+                free,
+                tx_owned,
+                free_scratch,
+                tx_pool.count(),
+                tx_large.count(),
+            ),
+            tx,
+            release,
+            tx_pool,
+            tx_large,
+            shared,
+            rtc_counters,
+        }
+    }
+
     /// Publishes `credits` more send credits returned by the fabric to the application (the
     /// cumulative count it reads), if there are any.
     #[inline(always)]
