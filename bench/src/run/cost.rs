@@ -259,9 +259,14 @@ fn measure(a: &CostArgs, size: usize, k: usize) -> Result<CostPoint, BenchError>
 
     let stream = |use_poll: bool| -> Result<f64, BenchError> {
         let mut sum = 0u64;
-        stream_rounds(&c, &s, &payload, a.batch, warm_rounds, use_poll, &mut sum)?;
+        let rounds_of = if use_poll {
+            stream_poll_rounds
+        } else {
+            stream_try_recv_rounds
+        };
+        rounds_of(&c, &s, &payload, a.batch, warm_rounds, &mut sum)?;
         let t0 = Instant::now();
-        stream_rounds(&c, &s, &payload, a.batch, rounds, use_poll, &mut sum)?;
+        rounds_of(&c, &s, &payload, a.batch, rounds, &mut sum)?;
         let ns = t0.elapsed().as_nanos() as f64 / (rounds * batch) as f64;
         std::hint::black_box(sum);
         Ok(ns)
@@ -354,35 +359,54 @@ fn send(conn: &Connection, payload: &[u8], batched: bool) -> Result<(), BenchErr
     }
 }
 
-fn stream_rounds(
+/// `rounds` batches of `batch` messages sent with `send_batched` and a flush, then received
+/// with `try_recv`, one call per message. Its own function (as [`stream_poll_rounds`]), so that
+/// callgrind can count each receive style alone (`--toggle-collect='*cost::stream_try_recv*'`).
+#[inline(never)]
+fn stream_try_recv_rounds(
     tx: &Connection,
     rx: &Connection,
     payload: &[u8],
     batch: usize,
     rounds: u64,
-    use_poll: bool,
     sum: &mut u64,
 ) -> Result<(), BenchError> {
     for _ in 0..rounds {
-        for _ in 0..batch {
-            send(tx, payload, true)?;
-        }
-        tx.flush().map_err(engine_err("flush"))?;
+        send_run(tx, payload, batch)?;
         let mut got = 0;
         let mut bound = Bound::new("streamed messages");
         while got < batch {
-            let n = if use_poll {
-                rx.poll(|m| *sum = sum.wrapping_add(u64::from(m[0])), batch - got)
-                    .map_err(engine_err("poll"))?
-            } else {
-                match rx.try_recv().map_err(engine_err("try_recv"))? {
-                    Some(m) => {
-                        *sum = sum.wrapping_add(u64::from(m[0]));
-                        1
-                    }
-                    None => 0,
+            match rx.try_recv() {
+                Ok(Some(m)) => {
+                    *sum = sum.wrapping_add(u64::from(m[0]));
+                    got += 1;
                 }
-            };
+                Ok(None) => bound.spin()?,
+                Err(e) => return Err(engine_err("try_recv")(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// As [`stream_try_recv_rounds`], received with `poll` (limit: what is still due).
+#[inline(never)]
+fn stream_poll_rounds(
+    tx: &Connection,
+    rx: &Connection,
+    payload: &[u8],
+    batch: usize,
+    rounds: u64,
+    sum: &mut u64,
+) -> Result<(), BenchError> {
+    for _ in 0..rounds {
+        send_run(tx, payload, batch)?;
+        let mut got = 0;
+        let mut bound = Bound::new("streamed messages");
+        while got < batch {
+            let n = rx
+                .poll(|m| *sum = sum.wrapping_add(u64::from(m[0])), batch - got)
+                .map_err(engine_err("poll"))?;
             if n == 0 {
                 bound.spin()?;
             }
@@ -390,6 +414,15 @@ fn stream_rounds(
         }
     }
     Ok(())
+}
+
+/// `batch` messages sent with `send_batched`, then a flush.
+#[inline(always)]
+fn send_run(tx: &Connection, payload: &[u8], batch: usize) -> Result<(), BenchError> {
+    for _ in 0..batch {
+        send(tx, payload, true)?;
+    }
+    tx.flush().map_err(engine_err("flush"))
 }
 
 fn rtt_rounds(
