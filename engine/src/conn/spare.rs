@@ -125,11 +125,16 @@ impl Spares {
         (&mut self.bufs, &mut self.large)
     }
 
-    /// A held buffer or slot was dropped unsent: free again.
+    /// A held buffer or slot was dropped unsent: free again (an ordinary buffer the next
+    /// taken, as by [`copied`](Self::copied)).
     #[inline]
     pub(super) fn give_back(&mut self, idx: u32) {
-        self.sent(idx);
-        self.keep(idx);
+        if is_large(idx) {
+            self.sent(idx);
+            self.keep(idx);
+        } else {
+            self.copied(idx);
+        }
     }
 
     /// A held buffer or slot was sent: no longer the application's.
@@ -292,7 +297,9 @@ mod tests {
             [Some(2), Some(0), Some(1), None]
         );
         assert!(s.all_held());
-        // A buffer dropped unsent goes to the list; one copied after it is taken first.
+        // A buffer dropped unsent is taken next too; one copied after it first.
+        s.give_back(1);
+        assert_eq!(s.pop(), Some(1));
         s.give_back(1);
         s.copied(2);
         assert_eq!([s.pop(), s.pop(), s.pop()], [Some(2), Some(1), None]);
