@@ -259,9 +259,14 @@ fn measure(a: &CostArgs, size: usize, k: usize) -> Result<CostPoint, BenchError>
 
     let stream = |use_poll: bool| -> Result<f64, BenchError> {
         let mut sum = 0u64;
-        stream_rounds(&c, &s, &payload, a.batch, warm_rounds, use_poll, &mut sum)?;
+        let rounds_of = if use_poll {
+            stream_poll_rounds
+        } else {
+            stream_try_recv_rounds
+        };
+        rounds_of(&c, &s, &payload, a.batch, warm_rounds, &mut sum)?;
         let t0 = Instant::now();
-        stream_rounds(&c, &s, &payload, a.batch, rounds, use_poll, &mut sum)?;
+        rounds_of(&c, &s, &payload, a.batch, rounds, &mut sum)?;
         let ns = t0.elapsed().as_nanos() as f64 / (rounds * batch) as f64;
         std::hint::black_box(sum);
         Ok(ns)
@@ -321,8 +326,33 @@ impl Bound {
 
 /// Sends one message, flushing (which runs the engine) while out of buffers or credits;
 /// `batched`: with `Connection::send_batched` (published at the caller's `flush`).
-#[inline]
+///
+/// The calls a sending loop makes (`alloc`, `copy_from`, `send`), inlined into the loop; the
+/// waits and errors are [`send_waiting`]'s, out of line. (One function with its retry loops
+/// was not inlined: its call, frame and the conversion of each result into `BenchError`
+/// were about 45 of the ~200 instructions a streamed message's send took, callgrind.)
+#[inline(always)]
 fn send(conn: &Connection, payload: &[u8], batched: bool) -> Result<(), BenchError> {
+    if let Ok(mut b) = conn.alloc() {
+        if b.copy_from(payload).is_ok() {
+            let r = if batched {
+                conn.send_batched(b)
+            } else {
+                conn.send(b)
+            };
+            if r.is_ok() {
+                return Ok(());
+            }
+            // Not sent: the buffer goes back (dropped with the error), the slow way retries.
+        }
+    }
+    send_waiting(conn, payload, batched)
+}
+
+/// [`send`] when its first try did not send: waits (bounded) for a buffer and credits.
+#[cold]
+#[inline(never)]
+fn send_waiting(conn: &Connection, payload: &[u8], batched: bool) -> Result<(), BenchError> {
     let mut bound = Bound::new("a send buffer");
     let mut b = loop {
         match conn.alloc() {
@@ -354,35 +384,57 @@ fn send(conn: &Connection, payload: &[u8], batched: bool) -> Result<(), BenchErr
     }
 }
 
-fn stream_rounds(
+/// `rounds` batches of `batch` messages sent with `send_batched` and a flush, then received
+/// with `try_recv`, one call per message. Its own function (as [`stream_poll_rounds`]), so that
+/// callgrind can count each receive style alone (`--toggle-collect='*cost::stream_try_recv*'`).
+/// The result is matched: converted with `map_err` and `?`, the message was copied through a
+/// second result with a wide load over its narrow stores, a store-forwarding stall per message
+/// that is the bench's, not the engine's (callgrind).
+#[inline(never)]
+fn stream_try_recv_rounds(
     tx: &Connection,
     rx: &Connection,
     payload: &[u8],
     batch: usize,
     rounds: u64,
-    use_poll: bool,
     sum: &mut u64,
 ) -> Result<(), BenchError> {
     for _ in 0..rounds {
-        for _ in 0..batch {
-            send(tx, payload, true)?;
-        }
-        tx.flush().map_err(engine_err("flush"))?;
+        send_run(tx, payload, batch)?;
         let mut got = 0;
         let mut bound = Bound::new("streamed messages");
         while got < batch {
-            let n = if use_poll {
-                rx.poll(|m| *sum = sum.wrapping_add(u64::from(m[0])), batch - got)
-                    .map_err(engine_err("poll"))?
-            } else {
-                match rx.try_recv().map_err(engine_err("try_recv"))? {
-                    Some(m) => {
-                        *sum = sum.wrapping_add(u64::from(m[0]));
-                        1
-                    }
-                    None => 0,
+            match rx.try_recv() {
+                Ok(Some(m)) => {
+                    *sum = sum.wrapping_add(u64::from(m[0]));
+                    got += 1;
                 }
-            };
+                Ok(None) => bound.spin()?,
+                Err(e) => return Err(engine_err("try_recv")(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// As [`stream_try_recv_rounds`], received with `poll` (limit: what is still due).
+#[inline(never)]
+fn stream_poll_rounds(
+    tx: &Connection,
+    rx: &Connection,
+    payload: &[u8],
+    batch: usize,
+    rounds: u64,
+    sum: &mut u64,
+) -> Result<(), BenchError> {
+    for _ in 0..rounds {
+        send_run(tx, payload, batch)?;
+        let mut got = 0;
+        let mut bound = Bound::new("streamed messages");
+        while got < batch {
+            let n = rx
+                .poll(|m| *sum = sum.wrapping_add(u64::from(m[0])), batch - got)
+                .map_err(engine_err("poll"))?;
             if n == 0 {
                 bound.spin()?;
             }
@@ -390,6 +442,15 @@ fn stream_rounds(
         }
     }
     Ok(())
+}
+
+/// `batch` messages sent with `send_batched`, then a flush.
+#[inline(always)]
+fn send_run(tx: &Connection, payload: &[u8], batch: usize) -> Result<(), BenchError> {
+    for _ in 0..batch {
+        send(tx, payload, true)?;
+    }
+    tx.flush().map_err(engine_err("flush"))
 }
 
 fn rtt_rounds(
@@ -403,18 +464,26 @@ fn rtt_rounds(
         send(c, payload, false)?;
         c.flush().map_err(engine_err("flush"))?;
         let mut bound = Bound::new("the ping");
+        // The results matched, not converted with `map_err` (see `stream_try_recv_rounds`).
         loop {
-            if let Some(m) = s.try_recv().map_err(engine_err("try_recv"))? {
-                echo.copy_from_slice(&m);
-                break;
+            match s.try_recv() {
+                Ok(Some(m)) => {
+                    echo.copy_from_slice(&m);
+                    break;
+                }
+                Ok(None) => bound.spin()?,
+                Err(e) => return Err(engine_err("try_recv")(e)),
             }
-            bound.spin()?;
         }
         send(s, echo, false)?;
         s.flush().map_err(engine_err("flush"))?;
         let mut bound = Bound::new("the echo");
-        while c.try_recv().map_err(engine_err("try_recv"))?.is_none() {
-            bound.spin()?;
+        loop {
+            match c.try_recv() {
+                Ok(Some(_)) => break,
+                Ok(None) => bound.spin()?,
+                Err(e) => return Err(engine_err("try_recv")(e)),
+            }
         }
     }
     Ok(())

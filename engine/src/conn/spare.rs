@@ -16,6 +16,12 @@ use crate::link::Pools;
 /// Every index a list hands out is checked against its pool's count first, since `SendBuf`
 /// relies on it.
 pub(super) struct Spares {
+    /// The free ordinary buffer freed last, taken before `bufs` ([`NONE`] when there is none):
+    /// a send loop's buffer, copied into the ring and free again at once, goes back here and
+    /// out again with one load, compare and store each, not through the list's length and
+    /// capacity (callgrind of `bench cost`'s streamed send: 8 instructions fewer per message).
+    /// Each free buffer is in exactly one of `hot` and `bufs`.
+    hot: u32,
     /// Free ordinary buffers (`< tx.count()`), reused first, popped from the end.
     bufs: Vec<u32>,
     /// Ordinary buffers the application holds as `SendBuf`s.
@@ -29,10 +35,15 @@ pub(super) struct Spares {
     large_count: u32,
 }
 
+/// [`Spares::hot`] holding no buffer (above every buffer index: `hot < count` says both that
+/// it holds one and that it is in range).
+const NONE: u32 = u32::MAX;
+
 impl Spares {
     /// Empty lists for `pools`' send side (the polled path: its buffers start in the free ring).
     pub(super) fn empty(pools: &Pools) -> Spares {
         Spares {
+            hot: NONE,
             bufs: Vec::with_capacity(pools.tx.count() as usize),
             held: 0,
             large: Vec::with_capacity(pools.tx_large.count() as usize),
@@ -55,6 +66,12 @@ impl Spares {
     /// Takes a free ordinary buffer (now held).
     #[inline(always)]
     pub(super) fn pop(&mut self) -> Option<u32> {
+        let idx = self.hot;
+        if idx < self.count {
+            self.hot = NONE;
+            self.held += 1;
+            return Some(idx);
+        }
         let idx = self.bufs.pop()?;
         self.hold(idx)
     }
@@ -108,11 +125,16 @@ impl Spares {
         (&mut self.bufs, &mut self.large)
     }
 
-    /// A held buffer or slot was dropped unsent: free again.
+    /// A held buffer or slot was dropped unsent: free again (an ordinary buffer the next
+    /// taken, as by [`copied`](Self::copied)).
     #[inline]
     pub(super) fn give_back(&mut self, idx: u32) {
-        self.sent(idx);
-        self.keep(idx);
+        if is_large(idx) {
+            self.sent(idx);
+            self.keep(idx);
+        } else {
+            self.copied(idx);
+        }
     }
 
     /// A held buffer or slot was sent: no longer the application's.
@@ -125,12 +147,17 @@ impl Spares {
         }
     }
 
-    /// A held ordinary buffer was copied into the fabric's record: free again at once.
+    /// A held ordinary buffer was copied into the fabric's record: free again at once, and
+    /// the next taken (the one it replaces as `hot` goes to the list, so the order stays last
+    /// in, first out).
     #[inline(always)]
     pub(super) fn copied(&mut self, idx: u32) {
         self.held -= 1;
-        // Capacity for the whole pool, and only buffers we own: no reallocation.
-        self.bufs.push(idx);
+        let before = std::mem::replace(&mut self.hot, idx);
+        if before != NONE {
+            // Capacity for the whole pool, and only buffers we own: no reallocation.
+            self.bufs.push(before);
+        }
     }
 
     /// Whether the application holds every ordinary buffer (`alloc` finds none free:
@@ -228,5 +255,55 @@ impl Wait {
                 _ => Next::Timeout,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `count` free ordinary buffers, no large slots (as `Spares::full` over such pools).
+    fn spares(count: u32) -> Spares {
+        let mut s = Spares {
+            hot: NONE,
+            bufs: Vec::with_capacity(count as usize),
+            held: 0,
+            large: Vec::new(),
+            held_large: 0,
+            count,
+            large_count: 0,
+        };
+        s.bufs.extend((0..count).rev());
+        s
+    }
+
+    #[test]
+    fn a_copied_buffer_is_taken_next_and_each_buffer_once() {
+        let mut s = spares(3);
+        assert_eq!(s.pop(), Some(0));
+        s.copied(0);
+        assert_eq!(s.pop(), Some(0));
+        assert_eq!(s.pop(), Some(1));
+        assert_eq!(s.pop(), Some(2));
+        assert!(s.all_held());
+        assert_eq!(s.pop(), None);
+        // Freed in an order of their own: the last freed comes out first, each once.
+        s.copied(1);
+        s.copied(0);
+        s.copied(2);
+        assert!(!s.all_held());
+        assert_eq!(
+            [s.pop(), s.pop(), s.pop(), s.pop()],
+            [Some(2), Some(0), Some(1), None]
+        );
+        assert!(s.all_held());
+        // A buffer dropped unsent is taken next too; one copied after it first.
+        s.give_back(1);
+        assert_eq!(s.pop(), Some(1));
+        s.give_back(1);
+        s.copied(2);
+        assert_eq!([s.pop(), s.pop(), s.pop()], [Some(2), Some(1), None]);
+        // Never more than the pool in the list: no reallocation.
+        assert_eq!(s.bufs.capacity(), 3);
     }
 }
