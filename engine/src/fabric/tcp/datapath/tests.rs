@@ -214,7 +214,7 @@ fn poll_rx_writes_the_credit_once_half_the_window_is_owed() {
     let window = rx_window(MIN_CHUNK);
     let half = (window / 2).div_ceil(RECORD);
     let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-    let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (sock, _) = listener.accept().unwrap();
     sock.set_nonblocking(true).unwrap();
     peer.set_read_timeout(Some(Duration::from_secs(10)))
