@@ -95,3 +95,81 @@ fn a_stopped_receiver_stops_a_default_sender_at_the_byte_window() {
     recv_msg(&srv, sent, LEN);
     assert_eq!(srv.stats().received, u64::from(sent) + 1);
 }
+
+/// A run-to-completion receiver that always finds a message (its `try_recv` takes each one the
+/// direct way and never runs a pass) still returns its credit once half the byte window is
+/// owed, so its sender goes on. Nothing here waits on timing: the receiver's engine runs no
+/// pass after the message that makes half a window owed (every take after it finds that
+/// message or a later one in its ring; liveness is off, so its control thread runs none
+/// either), and the sender needs that credit to send more than a window and a pool. (Before
+/// the fix it stalls whenever a direct receive delivered that message, as it did in every run;
+/// a pass that delivers it returns the credit with its flush. The fabric's own unit test,
+/// `poll_rx_writes_the_credit_once_half_the_window_is_owed`, leaves no such case.)
+#[test]
+fn a_receiver_that_always_finds_a_message_returns_credit_when_half_a_window_is_owed() {
+    let _g = serial();
+    let se = rtc_builder(BUF, BUFFERS)
+        .liveness_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    // The sender's liveness is off too: a receiver that writes nothing is not silence here.
+    let ce = rtc_builder(BUF, BUFFERS)
+        .liveness_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    let (srv, c) = pair(&se, &ce, &ep());
+    // The receiver owes a credit on its own once half the window's bytes were delivered: at
+    // the `half`-th message. It takes exactly that many, so every take after the one that
+    // crosses is of a message already delivered (into its receive ring, no pass).
+    let half = (WINDOW / 2).div_ceil(RECORD) as u32;
+    // Without a credit the sender sends at most a window of records plus what waits in its
+    // send ring (one pool): one more proves the credit came back.
+    let target = (WINDOW / RECORD + BUFFERS) as u32 + 1;
+    let (mut sent, mut taken) = (0u32, 0u32);
+    let end = Instant::now() + WAIT;
+    while sent < target {
+        assert!(
+            Instant::now() < end,
+            "the sender stalled at {sent} sent ({taken} taken, half a window is {half}): no credit came back"
+        );
+        let ok = match c.alloc() {
+            Ok(mut b) => {
+                b.set_len(LEN).unwrap();
+                fill(&mut b, sent);
+                match c.send(b) {
+                    Ok(()) => true,
+                    Err(SendError::WouldBlock(_)) => false,
+                    Err(e) => panic!("send {sent}: {e:?}"),
+                }
+            }
+            Err(Error::WouldBlock) => false,
+            Err(e) => panic!("alloc {sent}: {e:?}"),
+        };
+        if ok {
+            sent += 1;
+            continue;
+        }
+        c.flush().expect("flush");
+        ce.poll();
+        if taken < half {
+            if let Some(m) = srv.try_recv().expect("try_recv") {
+                spinwire_testkit::data::verify(&m, taken, LEN);
+                taken += 1;
+            }
+        }
+    }
+    // Everything arrives, in order.
+    c.flush().expect("flush");
+    for seq in taken..sent {
+        let end = Instant::now() + WAIT;
+        let m = loop {
+            if let Some(m) = srv.try_recv().expect("try_recv") {
+                break m;
+            }
+            assert!(Instant::now() < end, "message {seq} did not arrive");
+            c.flush().expect("flush");
+            ce.poll();
+        };
+        spinwire_testkit::data::verify(&m, seq, LEN);
+    }
+}

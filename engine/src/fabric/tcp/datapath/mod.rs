@@ -94,7 +94,9 @@
 //! message, a chunk to lend from; for a large one, a free large slot) and then owes its bytes
 //! and one message; it returns both cumulative counts in one `CREDIT` record, piggybacked on
 //! its next write or alone once half of either window is owed: one record per 512 KiB of a
-//! one-way stream at the defaults, where a window of 128 messages returned one per 64. So at
+//! one-way stream at the defaults, where a window of 128 messages returned one per 64. That
+//! record is written by the receive that made it owed (`poll_rx`), not left for the next
+//! `flush`: run-to-completion's direct receive runs no pass while it finds messages. So at
 //! most a window of bytes sits in the kernel buffers and the receiver's chunks: a slow receiver
 //! back-pressures the sender (`WouldBlock` once its send pool or message window is used up),
 //! and the kernel never queues without bound.

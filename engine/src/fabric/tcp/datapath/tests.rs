@@ -4,7 +4,7 @@ use super::*;
 use core::mem::MaybeUninit;
 
 use crate::desc::RxDesc;
-use crate::fabric::RxSink;
+use crate::fabric::{FabricConn, RxSink};
 use crate::record;
 
 use super::large::large_data;
@@ -197,4 +197,88 @@ fn the_byte_window_bounds_small_messages_and_defaults_follow_it() {
         n += 1;
     }
     assert_eq!(n, w / 72, "64-byte messages: 72-byte records");
+}
+
+/// A receiver that only ever takes messages (run-to-completion's direct receive: `poll_rx`, no
+/// pass, no `flush`) writes its `CREDIT` record as soon as half its byte window is owed, from
+/// `poll_rx` itself: else its sender waits for a pass that runs only once the receiver finds
+/// nothing. Deterministic: nothing but `poll_rx` runs on the receiver, and the peer reads the
+/// record with a timeout.
+#[test]
+fn poll_rx_writes_the_credit_once_half_the_window_is_owed() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    const LEN: usize = 64;
+    const RECORD: usize = RECORD_HEADER + LEN;
+    let window = rx_window(MIN_CHUNK);
+    let half = (window / 2).div_ceil(RECORD);
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    sock.set_nonblocking(true).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+
+    let (buf_size, buffers) = (4096, 4);
+    let (chunk, chunks) = rx_chunks(buf_size, buffers).unwrap();
+    let mut tx_mem = vec![0u64; buf_size * buffers / 8];
+    let mut rx_mem = vec![0u64; chunk * chunks as usize / 8];
+    // SAFETY: each view covers its vector (`count * buf_size` bytes), whose heap buffer stays
+    // where it is (and alive) while the connection holds it in `_pools`.
+    let views = unsafe {
+        crate::link::Pools::small(
+            PoolView::new(
+                std::ptr::NonNull::new(tx_mem.as_mut_ptr().cast()).unwrap(),
+                buf_size,
+                buffers as u32,
+            ),
+            PoolView::new(
+                std::ptr::NonNull::new(rx_mem.as_mut_ptr().cast()).unwrap(),
+                chunk,
+                chunks,
+            ),
+        )
+    };
+    let depth = depth_for(128, false, window);
+    let mut conn = TcpConn::new(
+        Arc::new(sock),
+        Arc::new((tx_mem, rx_mem)),
+        views,
+        ConnSizes {
+            max_payload: buf_size,
+            ..sizes(depth, depth, window, window)
+        },
+    );
+
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut w = &peer;
+            let mut rec = [0u8; RECORD];
+            rec[..8].copy_from_slice(&header(RecordType::Data, LEN));
+            for _ in 0..half {
+                w.write_all(&rec).unwrap();
+            }
+        });
+        // Take exactly `half` messages, one per `poll_rx`, and nothing else.
+        let mut slot = [MaybeUninit::<RxDesc>::uninit()];
+        let rx_pool = conn.rx.rx_pool;
+        let mut got = 0;
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while got < half {
+            assert!(std::time::Instant::now() < end, "{got} of {half} arrived");
+            let mut sink = RxSink::new(&mut slot, &mut [], &rx_pool);
+            got += conn.poll_rx(&mut sink).unwrap();
+        }
+        writer.join().unwrap();
+    });
+    let mut rec = [0u8; 16];
+    (&peer)
+        .read_exact(&mut rec)
+        .expect("the CREDIT record, written by poll_rx without a flush");
+    assert_eq!(rec[..8], header(RecordType::Credit, 8));
+    assert_eq!(
+        u64::from_le_bytes(rec[8..].try_into().unwrap()),
+        credit(half as u64, (half * RECORD) as u64)
+    );
 }
