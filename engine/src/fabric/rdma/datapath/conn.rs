@@ -379,6 +379,32 @@ impl FabricConn for RdmaConn {
             .saturating_sub(u64::from(self.reserve)) as usize;
         let room = self.sq_room().saturating_sub(1) as usize; // keep one for a credit message
         let max_sends = credits.min(room).min(CHAIN);
+        if let [d] = descs {
+            if max_sends > 0
+                && !is_large(d.buf)
+                && d.len <= self.peer_buffer_size
+                && self.send_inline(d.len)
+            {
+                // A lone small message, a ping-pong's: what `plan_sends` and `finish_sends` make
+                // of it (one unframed inline SEND, its buffer free at once), without their loops
+                // (about 190 of a send's instructions, callgrind on rxe).
+                let p = Planned {
+                    buf: d.buf,
+                    len: d.len,
+                    frame: false,
+                    first: 0,
+                    msgs: 1,
+                    rndv: false,
+                };
+                match self.hdr {
+                    Some(h) => self.post_plan_hdr(std::slice::from_ref(&p), h)?,
+                    None => self.post_plan(std::slice::from_ref(&p))?,
+                }
+                done.free_buf(d.buf)?;
+                self.counters.inline_sends.add(1);
+                return Ok(1);
+            }
+        }
         // Uninitialised: `plan_sends` writes the entries it plans (no 1-KiB zeroing per call).
         let mut plan = [const { std::mem::MaybeUninit::<Planned>::uninit() }; CHAIN];
         let (plan, taken) = self.plan_sends(descs, max_sends, &mut plan)?;
