@@ -75,14 +75,8 @@ impl<T> Consumer<T> {
                 return Err(PopError::Empty);
             }
         }
-        self.prefetch_ahead();
-        let slot = self.head & self.mask;
-        let access = self.ring().trackers.write(slot);
-        // SAFETY: the ring is not empty, so `head`'s slot holds an initialized item that the
-        // producer does not access until the head is published past it (not before the next
-        // publication, which follows this read). `slot < capacity`.
-        let value = unsafe { self.buf.add(slot).read().assume_init() };
-        access.end();
+        // SAFETY: the ring is not empty (checked above), and `head` moves past the item next.
+        let value = unsafe { self.read_head() };
         self.head = self.head.wrapping_add(1);
         // A quarter of the ring: the producer never waits on more than that while items flow.
         if self.head.wrapping_sub(self.released_head()) > self.mask >> 2 {

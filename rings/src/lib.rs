@@ -664,15 +664,31 @@ impl<T> Consumer<T> {
         if self.head == self.cached_tail && self.refresh_empty() == 0 {
             return Err(PopError::Empty);
         }
+        // SAFETY: the ring is not empty (checked above).
+        let value = unsafe { self.read_head() };
+        self.publish(1);
+        Ok(value)
+    }
+
+    /// Moves the item out of `head`'s slot (prefetching the slots ahead); the caller then
+    /// advances `head` and publishes it, at once ([`pop`](Self::pop)) or later
+    /// ([`pop_deferred`](Self::pop_deferred)).
+    ///
+    /// # Safety
+    ///
+    /// The ring holds an item at `head` (`head != cached_tail`, with `cached_tail` read from the
+    /// producer's published tail), and the caller advances `head` past it before reading the
+    /// slot again: the slot is the consumer's until it publishes a head past it.
+    #[inline(always)]
+    unsafe fn read_head(&mut self) -> T {
         self.prefetch_ahead();
         let slot = self.head & self.mask;
         let access = self.ring().trackers.write(slot);
-        // SAFETY: the ring is not empty, so `head`'s slot holds an initialized item that the
-        // producer does not access until we publish the new head. `slot < capacity`.
+        // SAFETY: per the contract, `head`'s slot holds an initialized item that the producer
+        // does not access until a head past it is published. `slot < capacity`.
         let value = unsafe { self.buf.add(slot).read().assume_init() };
         access.end();
-        self.publish(1);
-        Ok(value)
+        value
     }
 
     /// Returns the oldest item without removing it.
