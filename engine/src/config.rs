@@ -253,8 +253,11 @@ impl EngineBuilder {
     /// Credits: the most messages one connection may have in flight (sent, not yet taken by the
     /// receiver). At most the number of buffers. Default: `min(128, buffers)`; on `tcp://`,
     /// whose byte window (sixteen receive chunks, 1 MiB at the defaults) bounds what is in
-    /// flight, as many messages as that window holds 16-byte records (65536 at the defaults).
-    /// Set, it is every fabric's message window, tcp's too (beside its byte window).
+    /// flight, as many messages as that window holds 16-byte records (65536 at the defaults),
+    /// and the application's window is that byte window too: `send` returns `WouldBlock` once
+    /// what it sent and the peer has not taken fills it, whatever the messages' size. Set, it
+    /// is every fabric's message window, tcp's too (beside its byte window, which then bounds
+    /// only what the fabric posts).
     pub fn depth(mut self, depth: usize) -> Self {
         self.cfg.depth = depth;
         self.cfg.depth_set = true;

@@ -48,6 +48,12 @@ pub(crate) struct ConnShared {
     pub(crate) id: u64,
     /// Credits returned so far (monotonic). Written by the poller only.
     pub(crate) credits: CachePadded<AtomicU64>,
+    /// Bytes of records credited back so far (monotonic), for a connection whose fabric bounds
+    /// the application's window in bytes too ([`FabricConn::app_bytes`]: tcp). Written by the
+    /// poller only; read by the application only when its byte window looks full.
+    ///
+    /// [`FabricConn::app_bytes`]: crate::fabric::FabricConn::app_bytes
+    pub(crate) credited_bytes: CachePadded<AtomicU64>,
     /// `OPEN`, or why not; the first reason wins.
     state: CachePadded<AtomicU8>,
     error: OnceLock<FabricError>,
@@ -77,6 +83,7 @@ impl ConnShared {
         ConnShared {
             id,
             credits: CachePadded::new(AtomicU64::new(0)),
+            credited_bytes: CachePadded::new(AtomicU64::new(0)),
             state: CachePadded::new(AtomicU8::new(OPEN)),
             error: OnceLock::new(),
             retired: AtomicBool::new(false),
@@ -201,6 +208,9 @@ pub(crate) struct ConnParts {
     /// ([`FabricConn::app_depth`](crate::fabric::FabricConn::app_depth)); `None`: the engine's
     /// `depth`.
     pub(crate) depth: Option<usize>,
+    /// The application's byte window, when the fabric bounds it in bytes too
+    /// ([`FabricConn::app_bytes`](crate::fabric::FabricConn::app_bytes)); `None`: messages only.
+    pub(crate) bytes: Option<u64>,
 }
 
 /// The four pools of a connection, as its fabric's setup made them: `tx`/`rx` ordinary
@@ -278,6 +288,7 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
         RingBuffer::<u32>::new((rx_pool.count() as usize + rx_large.count() as usize).max(1));
     let shared = Arc::new(ConnShared::new(id));
     let depth = fabric.app_depth();
+    let bytes = fabric.app_bytes();
     let poller = Box::new(PollerConn {
         id,
         fabric,
@@ -292,6 +303,7 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
         rx_large,
         shared: shared.clone(),
         credits_returned: 0,
+        bytes_returned: 0,
         closing: false,
         draining: false,
         drain_reason: None,
@@ -314,6 +326,7 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
         keep,
         shared,
         depth,
+        bytes,
     };
     (parts, poller)
 }
@@ -334,6 +347,7 @@ pub(crate) fn direct_parts(
         keep,
         shared: Arc::new(ConnShared::new(id)),
         depth: None,
+        bytes: None,
     }
 }
 
@@ -353,6 +367,8 @@ pub(crate) struct PollerConn<C> {
     pub(crate) rx_large: PoolView,
     pub(crate) shared: Arc<ConnShared>,
     pub(crate) credits_returned: u64,
+    /// Bytes credited back so far ([`ConnShared::credited_bytes`]'s value).
+    pub(crate) bytes_returned: u64,
     /// The application closed it: it stays until what it queued is posted and the fabric has
     /// settled it (its fabric connection's `settled`).
     pub(crate) closing: bool,

@@ -238,7 +238,7 @@ impl<C: FabricConn> PollerConn<C> {
         // Reclaim send buffers and credits.
         work += fabric.reclaim(&mut done)?;
         done.publish()?;
-        let credits = done.credits;
+        let credits = done.returned();
         self.return_credits(credits);
         self.fabric.flush()?;
         Ok(work)

@@ -366,8 +366,8 @@ pub struct CommonArgs {
     pub verify: bool,
     /// Credits: max messages in flight per connection (the rate window); at most --buffers.
     /// 0 (the default): the engine's own, `min(128, --buffers)`, and on tcp the message window
-    /// of its byte window (65536 at the defaults: the 1-MiB byte window bounds what is in
-    /// flight).
+    /// of its byte window (65536 at the defaults), and its byte window (1 MiB at the defaults,
+    /// 2 MiB with 64-KiB buffers) bounds what the sender has in flight.
     #[arg(
         long,
         value_name = "N",

@@ -58,6 +58,7 @@ mod polled;
 mod send_error;
 mod spare;
 mod stash;
+mod window;
 
 pub use buffers::{Message, SendBuf};
 pub use large::RecvIntoError;
@@ -134,6 +135,7 @@ impl Connection {
                 rings,
                 &pools,
                 Policy::for_connection(cfg, parts.depth),
+                parts.bytes,
                 cfg,
             )),
             // The fabric's setup sized its window (from the same configuration).

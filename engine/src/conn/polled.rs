@@ -3,15 +3,11 @@
 //! application talks to it through the application↔poller rings ([`AppRings`]).
 //!
 //! [`Polled`] owns the application's ends of the rings, the spare lists (its buffers start in
-//! the free ring and come back through it), the credit window and the counts. The window is a
-//! [`flow::SendWindow`](crate::flow::SendWindow) of the connection's policy: a message is in
-//! flight from its `send` until the poller credits it back (it stores the peer's cumulative
-//! credits in [`ConnShared::credits`](crate::link::ConnShared)); the handle reloads them only
-//! when its window looks full.
+//! the free ring and come back through it), the credit window ([`AppWindow`]: a message is in
+//! flight from its `send` until the poller credits it back) and the counts.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::spare::{Counts, Next, Spares, Wait};
@@ -19,11 +15,13 @@ use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
 use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE};
 use crate::error::Error;
-use crate::flow::{Policy, SendWindow};
+use crate::flow::Policy;
 use crate::idle::{IdleStrategy, Idler};
 use crate::link::{AppRings, Pools, Posted, RtcConn};
 use crate::poller::{RtcGuard, Slept};
 use crate::stats::ConnStats;
+
+use super::window::AppWindow;
 
 /// Longest a run-to-completion close drives the engine's poller for the connection's last
 /// sends ([`Polled::linger`]): past any fabric's close grace, after which the fabric tears the
@@ -38,8 +36,8 @@ const RTC_BELL_SLEEP: Duration = Duration::from_millis(1);
 struct PolledState {
     rings: AppRings,
     spare: Spares,
-    /// Messages sent to the poller and not yet credited back; `sent()` is the send count.
-    window: SendWindow,
+    /// Messages (and, for tcp, bytes) sent to the poller and not yet credited back.
+    window: AppWindow,
     /// Sends queued since the last engine pass (run-to-completion mode).
     unflushed: u32,
     /// Dedicated pollers: batched sends written into the send ring and not published yet
@@ -108,12 +106,18 @@ pub(super) struct Polled {
 }
 
 impl Polled {
-    pub(super) fn new(rings: AppRings, pools: &Pools, policy: Policy, cfg: &Config) -> Polled {
+    pub(super) fn new(
+        rings: AppRings,
+        pools: &Pools,
+        policy: Policy,
+        bytes: Option<u64>,
+        cfg: &Config,
+    ) -> Polled {
         Polled {
             state: UnsafeCell::new(PolledState {
                 rings,
                 spare: Spares::empty(pools),
-                window: policy.send_window(),
+                window: AppWindow::new(policy, bytes),
                 unflushed: 0,
                 deferred: 0,
                 counts: Counts::default(),
@@ -262,9 +266,11 @@ impl Polled {
         if !conn.may_send(buf.conn) {
             return Err(conn.refuse(buf));
         }
-        if !self.has_credit(conn) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let units = unsafe { self.state() }.window.units(buf.len());
+        if !self.has_credit(conn, units) {
             self.drive(conn);
-            if !self.has_credit(conn) {
+            if !self.has_credit(conn, units) {
                 // SAFETY: no other reference to the state is live; none is taken while this one is used.
                 let s = unsafe { self.state() };
                 // A sender waiting for credits publishes its batched run (the credits come
@@ -291,7 +297,7 @@ impl Polled {
                 } else {
                     s.spare.sent(idx);
                 }
-                s.window.on_sent(1);
+                s.window.on_sent(units);
                 return Ok(());
             }
         }
@@ -310,7 +316,7 @@ impl Polled {
         }
         std::mem::forget(buf);
         s.spare.sent(idx);
-        s.window.on_sent(1);
+        s.window.on_sent(units);
         if self.block {
             // A fence and two loads per send, only for an engine whose poller may sleep.
             conn.shared.wake_poller();
@@ -325,18 +331,11 @@ impl Polled {
         Ok(())
     }
 
-    /// Whether the window has room, reloading the poller's credit count only when it looks
-    /// full (one shared-line read per window, not per send).
+    /// Whether the window has room for a message of `units` ([`AppWindow::units`]).
     #[inline]
-    fn has_credit(&self, conn: &Connection) -> bool {
+    fn has_credit(&self, conn: &Connection, units: u64) -> bool {
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let w = &mut unsafe { self.state() }.window;
-        if !w.is_full() {
-            return true;
-        }
-        // The engine's own poller writes it: trusted, and clamped to what was sent anyway.
-        w.credit_trusted(conn.shared.credits.load(Ordering::Acquire));
-        !w.is_full()
+        unsafe { self.state() }.window.has_room(units, &conn.shared)
     }
 
     /// [`Connection::flush`]: in run-to-completion mode an engine pass posts the queued sends;
@@ -714,8 +713,7 @@ impl Polled {
         let c = &conn.shared.counters;
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
-        s.window
-            .credit_trusted(conn.shared.credits.load(Ordering::Acquire));
+        s.window.reload(&conn.shared);
         ConnStats {
             rx_msgs: c.rx_msgs.get(),
             rx_bytes: c.rx_bytes.get(),

@@ -142,6 +142,18 @@ pub trait FabricConn: Send + 'static {
         None
     }
 
+    /// The application's send window of this connection in bytes of records
+    /// (each message its record: header, payload, padding), beside its message window, when the
+    /// fabric bounds it so (tcp without a `depth` set: its byte window, so that what the
+    /// application has sent and not yet seen credited never exceeds what the peer may have in
+    /// flight). The fabric then reports the bytes that come back with
+    /// [`TxDone::credit_bytes`]. Asked once, when the connection is built. The default, `None`:
+    /// the message window alone.
+    #[inline]
+    fn app_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Cheap hint: `true` when [`post_send`](FabricConn::post_send) copies a `len`-byte message
     /// (inline in the fabric's own records) and frees its buffer right there with
     /// [`TxDone::free_copied`]. The engine then does not track that buffer in its ownership bitmap

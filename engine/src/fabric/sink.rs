@@ -252,6 +252,8 @@ pub struct TxDone<'a> {
     pub(crate) free: &'a mut Producer<u32>,
     pub(crate) owned: &'a mut [u64],
     pub(crate) credits: u64,
+    /// Bytes of records credited back ([`credit_bytes`](Self::credit_bytes)).
+    pub(crate) credited_bytes: u64,
     pub(crate) freed: u64,
     /// Collected buffers: scratch owned by the connection (not re-zeroed per cycle).
     pending: &'a mut [u32; FREE_BATCH],
@@ -283,6 +285,7 @@ impl<'a> TxDone<'a> {
             free,
             owned,
             credits: 0,
+            credited_bytes: 0,
             freed: 0,
             pending,
             npending: 0,
@@ -376,6 +379,19 @@ impl<'a> TxDone<'a> {
     #[inline]
     pub fn credits(&mut self, n: u64) {
         self.credits += n;
+    }
+
+    /// `n` bytes of records came back, for a fabric that bounds the application's window in
+    /// bytes too ([`FabricConn::app_bytes`](crate::fabric::FabricConn::app_bytes)).
+    #[inline]
+    pub fn credit_bytes(&mut self, n: u64) {
+        self.credited_bytes += n;
+    }
+
+    /// The credits collected: `(messages, bytes)`.
+    #[inline(always)]
+    pub(crate) fn returned(&self) -> (u64, u64) {
+        (self.credits, self.credited_bytes)
     }
 
     /// Hands the collected buffers to the application (one ring publication).

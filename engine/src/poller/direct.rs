@@ -104,7 +104,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         if let Err(e) = done.publish() {
             failed = failed.or(Some(e));
         }
-        let credits = done.credits;
+        let credits = done.returned();
         if accepted == 1 {
             if let Some(c) = rtc_counters {
                 c.tx_msgs.add(1);
@@ -152,7 +152,7 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         if let Err(e) = done.publish() {
             res = res.and(Err(e));
         }
-        let credits = done.credits;
+        let credits = done.returned();
         if res.is_ok() {
             res = fabric.flush();
         }

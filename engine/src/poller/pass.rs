@@ -129,15 +129,23 @@ impl<C: FabricConn> PollerConn<C> {
         }
     }
 
-    /// Publishes `credits` more send credits returned by the fabric to the application (the
-    /// cumulative count it reads), if there are any.
+    /// Publishes the credits the fabric got back (`TxDone::credits`, taken with
+    /// [`TxDone::returned`]) to the application (the cumulative counts it reads): messages, and
+    /// bytes for a fabric that counts them
+    /// ([`FabricConn::app_bytes`](crate::fabric::FabricConn::app_bytes)), if there are any.
     #[inline(always)]
-    pub(super) fn return_credits(&mut self, credits: u64) {
+    pub(super) fn return_credits(&mut self, (credits, bytes): (u64, u64)) {
         if credits > 0 {
             self.credits_returned += credits;
             self.shared
                 .credits
                 .store(self.credits_returned, Ordering::Release);
+        }
+        if bytes > 0 {
+            self.bytes_returned += bytes;
+            self.shared
+                .credited_bytes
+                .store(self.bytes_returned, Ordering::Release);
         }
     }
 

@@ -211,6 +211,14 @@ pub const fn record_size(payload: usize) -> Option<usize> {
     align8(RECORD_HEADER + payload)
 }
 
+/// Bytes one record with a `len`-byte payload takes on a byte stream: header, payload and
+/// padding ([`record_size`] without its limit check; `len` comes from a descriptor's `u32`). The unit of a byte
+/// window counted in records (tcp's, and the application's window beside it).
+#[inline(always)]
+pub(crate) const fn stream_bytes(len: usize) -> u64 {
+    ((RECORD_HEADER + RECORD_ALIGN - 1).wrapping_add(len) & !(RECORD_ALIGN - 1)) as u64
+}
+
 #[inline]
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     let s = b.get(at..at.checked_add(4)?)?;

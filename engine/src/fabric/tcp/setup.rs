@@ -175,6 +175,7 @@ fn establish(
             peer_depth: theirs.depth as usize,
             rx_window: ours.rx_window as usize,
             peer_window: theirs.rx_window as usize,
+            app_bytes: !cfg.depth_set,
             batch: cfg.batch,
             liveness: cfg.liveness_timeout,
             max_payload: limit,

@@ -123,6 +123,7 @@ impl TcpConn {
                 large_free_len: large_count as usize,
             },
             depth,
+            app_bytes: sizes.app_bytes.then_some(sizes.peer_window as u64),
             flow: Flow::new(&sizes),
             liveness_ns: u64::try_from(sizes.liveness.as_nanos()).unwrap_or(u64::MAX),
             heard: 0,
@@ -184,6 +185,11 @@ impl FabricConn for TcpConn {
     #[inline]
     fn app_depth(&self) -> Option<usize> {
         Some(self.depth)
+    }
+
+    #[inline]
+    fn app_bytes(&self) -> Option<u64> {
+        self.app_bytes
     }
 
     fn arm(&mut self, set: &mut WaitSet) -> bool {
@@ -356,6 +362,10 @@ impl FabricConn for TcpConn {
         if self.flow.unreported > 0 {
             done.credits(self.flow.unreported);
             self.flow.unreported = 0;
+            if self.app_bytes.is_some() {
+                done.credit_bytes(self.flow.unreported_bytes);
+            }
+            self.flow.unreported_bytes = 0;
             work += 1;
         }
         Ok(work)

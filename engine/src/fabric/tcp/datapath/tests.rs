@@ -98,6 +98,7 @@ fn sizes(depth: usize, peer_depth: usize, rx_window: usize, peer_window: usize) 
         peer_depth,
         rx_window,
         peer_window,
+        app_bytes: true,
         batch: 128,
         liveness: Duration::ZERO,
         max_payload: 4096,
