@@ -57,6 +57,27 @@ impl DirectPath {
         }
     }
 
+    /// [`send`](Self::send)'s common case alone (a message copied inline with room known):
+    /// `true`, sent as `send`'s `Ok(Sent::Copied)`; `false`, nothing done (`send` does the
+    /// rest and reports why).
+    ///
+    /// # Safety
+    ///
+    /// The caller owns send-pool buffer `idx < pool.count()`, and `len <= pool.buf_size()`.
+    #[inline(always)]
+    pub(crate) unsafe fn try_send_copied(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> bool {
+        match self {
+            // SAFETY: the caller's contract, passed on.
+            DirectPath::Shm(d) => unsafe { d.try_send_copied(pool, idx, len, batched) },
+        }
+    }
+
     /// Sends `data` (at most [`inline_max`](Self::inline_max) bytes) copied into a published
     /// record when that needs nothing but the copy (room known, no claim open); `false`:
     /// nothing sent.

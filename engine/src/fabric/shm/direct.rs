@@ -351,13 +351,39 @@ impl ShmDirect {
         len: u32,
         batched: bool,
     ) -> Result<Sent, FabricError> {
+        // SAFETY: the caller owns buffer `idx < count`, `len <= buf_size` (this fn's
+        // precondition, as for `send_slow`).
+        if unsafe { self.try_send_copied(pool, idx, len, batched) } {
+            return Ok(Sent::Copied);
+        }
+        self.send_slow(pool, idx, len, batched)
+    }
+
+    /// [`send`](Self::send)'s common case alone, a message copied inline with room in the
+    /// window and in the ring as last seen: the ring's `try_put_data` (three compares; no PAD,
+    /// no re-read of the consumer's position, no state checks), inlined into the connection's
+    /// send. `true`: sent as by `send`'s `Ok(Sent::Copied)`; `false`: nothing done (an open
+    /// claim makes the ring refuse: `room_end` is 0 then), `send` does the rest.
+    ///
+    /// A `bool`, so that the connection's fast case keeps its outcome in a flag: through
+    /// `Result<Sent, FabricError>` and the connection's own result it was stored to the
+    /// stack and read back (callgrind of `bench cost`'s stream).
+    ///
+    /// # Safety
+    ///
+    /// As for `send`: the caller owns send-pool buffer `idx < pool.count()`, and `len <=
+    /// pool.buf_size()`.
+    #[inline(always)]
+    pub(crate) unsafe fn try_send_copied(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> bool {
         self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        // The common case, a message copied inline with room in the window and in the ring as
-        // last seen: the ring's `try_put_data` (three compares; no PAD, no re-read of the
-        // consumer's position, no state checks), inlined into the connection's send. The rest
-        // is `send_slow`'s, out of line.
         if len as usize <= self.inline_max
             && !side.window.is_full()
             && side.ring.producer().try_put_data(
@@ -365,10 +391,10 @@ impl ShmDirect {
                 batched,
                 #[inline(always)]
                 |dst| {
-                    // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size`; the
-                    // pool stays mapped while `self` lives (the rings hold the mapping). `dst`
-                    // is the record's `len` payload bytes in the ring, which do not overlap the
-                    // pool.
+                    // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size` (this
+                    // fn's contract); the pool stays mapped while `self` lives (the rings hold
+                    // the mapping). `dst` is the record's `len` payload bytes in the ring, which
+                    // do not overlap the pool.
                     unsafe {
                         copy_bytes(
                             pool.buf_ptr_unchecked(idx).as_ptr(),
@@ -383,9 +409,9 @@ impl ShmDirect {
                 side.published();
             }
             side.push_end();
-            return Ok(Sent::Copied);
+            return true;
         }
-        self.send_slow(pool, idx, len, batched)
+        false
     }
 
     /// Sends `data` (`len <= inline_max`) copied inline and published (with any batch before
