@@ -273,18 +273,26 @@ impl Direct {
         let (idx, len) = buf.parts();
         // One test for both kinds that are not a pool buffer: a large slot and a ring claim
         // (`RING_CLAIM` has the large bit too).
-        if !crate::desc::is_large(idx) && conn.may_send(buf.conn) {
-            // SAFETY: `buf` is this connection's (checked) and owns send-pool buffer `idx`,
-            // `idx < count` and `len <= buf_size` (`SendBuf`'s invariants: its constructors
-            // check the index, `copy_from`/`set_len` the length).
-            if unsafe {
-                self.fabric
-                    .try_send_copied(&conn.tx_pool, idx, len, batched)
-            } {
+        if !crate::desc::is_large(idx) {
+            // SAFETY: `buf` is this connection's (checked first) and owns send-pool buffer
+            // `idx`, `idx < count` and `len <= buf_size` (`SendBuf`'s invariants: its
+            // constructors check the index, `copy_from`/`set_len` the length).
+            let sent = conn.may_send(buf.conn)
+                && unsafe {
+                    self.fabric
+                        .try_send_copied(&conn.tx_pool, idx, len, batched)
+                };
+            if sent {
                 std::mem::forget(buf);
                 self.sent_copied(conn, idx, len, batched);
                 return Ok(());
             }
+        } else if idx == RING_CLAIM && conn.may_send(buf.conn) {
+            // A ring claim's commit, inline too (out of line it was a call and a frame more
+            // per `claim` + `send`).
+            std::mem::forget(buf);
+            self.commit_claim(conn, len);
+            return Ok(());
         }
         self.send_other(conn, buf, batched)
     }
@@ -338,22 +346,28 @@ impl Direct {
         }
     }
 
+    /// The commit of the open ring claim as a `len`-byte message: the record is in the ring
+    /// already, published now (with any batch before it).
+    #[inline(always)]
+    fn commit_claim(&self, conn: &Connection, len: u32) {
+        self.fabric.commit_claim(len as usize);
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        s.unflushed = 0;
+        s.sent += 1;
+        s.tx_bytes += u64::from(len);
+        if s.sent % PUBLISH_EVERY == 0 {
+            self.publish_counts(conn);
+        }
+    }
+
     /// The send of the message in buffer `idx` (or the open ring claim, `RING_CLAIM`) of
     /// `len` bytes; on [`DirectSend::Done`] the caller forgets the `SendBuf` (its buffer is
     /// accounted for here).
     #[inline(always)]
     fn send_parts(&self, conn: &Connection, idx: u32, len: u32, batched: bool) -> DirectSend {
         if idx == RING_CLAIM {
-            // The record is in the ring already: publish it (with any batch before it).
-            self.fabric.commit_claim(len as usize);
-            // SAFETY: no other reference to the state is live; none is taken while this one is used.
-            let s = unsafe { self.state() };
-            s.unflushed = 0;
-            s.sent += 1;
-            s.tx_bytes += u64::from(len);
-            if s.sent % PUBLISH_EVERY == 0 {
-                self.publish_counts(conn);
-            }
+            self.commit_claim(conn, len);
             return DirectSend::Done;
         }
         if self.fabric.claim_open() {
