@@ -115,9 +115,13 @@ impl TxSide {
     #[inline(always)]
     fn push_end(&mut self) {
         let mask = self.ends.len() - 1;
+        let i = self.window.sent() as usize & mask;
         // In flight `< window <= ends.len()` (checked before the send), so this slot holds no
         // message in flight.
-        self.ends[self.window.sent() as usize & mask] = self.ring.position();
+        // SAFETY: `ends` is never empty (a power of two, built once), so `mask` is its length
+        // less one and `i <= mask` is in bounds. Unchecked: the bounds check was two
+        // instructions of every send (callgrind of `bench cost`).
+        *unsafe { self.ends.get_unchecked_mut(i) } = self.ring.position();
         self.window.on_sent(1);
     }
 }
