@@ -376,6 +376,9 @@ impl Direct {
         if crate::desc::is_large(idx) {
             return self.send_large(conn, idx, len);
         }
+        // A pool buffer gets here only from `send_other`, after `send`'s fast case found no
+        // room (a foreign buffer or a down connection is refused before): the fabric's slow
+        // path, without a second try of its common case.
         match self.fabric.send(&conn.tx_pool, idx, len, batched) {
             Ok(Sent::Full) => {
                 // SAFETY: no other reference to the state is live; none is taken while this one is used.

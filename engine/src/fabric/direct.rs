@@ -41,25 +41,9 @@ impl DirectPath {
         }
     }
 
-    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated);
-    /// `batched`: not published until [`flush`](Self::flush) (or the next unbatched send, or
-    /// a full window or ring).
-    #[inline]
-    pub(crate) fn send(
-        &self,
-        pool: &PoolView,
-        idx: u32,
-        len: u32,
-        batched: bool,
-    ) -> Result<Sent, FabricError> {
-        match self {
-            DirectPath::Shm(d) => d.send(pool, idx, len, batched),
-        }
-    }
-
-    /// [`send`](Self::send)'s common case alone (a message copied inline with room known):
-    /// `true`, sent as `send`'s `Ok(Sent::Copied)`; `false`, nothing done (`send` does the
-    /// rest and reports why).
+    /// Sends `len` bytes of send-pool buffer `idx`, its common case alone (a message copied
+    /// inline with room known): `true`, sent (`Sent::Copied`); `false`, nothing done:
+    /// [`send`](Self::send) does the rest and reports why.
     ///
     /// # Safety
     ///
@@ -75,6 +59,25 @@ impl DirectPath {
         match self {
             // SAFETY: the caller's contract, passed on.
             DirectPath::Shm(d) => unsafe { d.try_send_copied(pool, idx, len, batched) },
+        }
+    }
+
+    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated), the
+    /// general path, after [`try_send_copied`](Self::try_send_copied) returned `false` for it
+    /// (it does not try that again): copied inline
+    /// or by reference, `Sent::Full` when the window or the ring is full (the batch published
+    /// then). `batched`: an inline record is not published until [`flush`](Self::flush) (or
+    /// the next unbatched send, or a full window or ring).
+    #[inline]
+    pub(crate) fn send(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> Result<Sent, FabricError> {
+        match self {
+            DirectPath::Shm(d) => d.send(pool, idx, len, batched),
         }
     }
 

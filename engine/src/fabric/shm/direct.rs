@@ -25,7 +25,7 @@
 //! `Producer::try_put_data`, a `claim` its `claim_raw` fast case, a `recv_into` that finds a
 //! `DATA` record its `Consumer::take_data` (the receive half is in `direct/rx.rs`); each is a
 //! few compares against precomputed bounds that a failed ring (or an open claim) sets to 0, and
-//! everything else (`send_slow`, `recv_into_slow`, the ring's general calls) is out of line.
+//! everything else (`send`, `recv_into_slow`, the ring's general calls) is out of line.
 //!
 //! The window is the connection's [`flow::Policy`](crate::flow::Policy) of `depth` messages:
 //! the sender keeps its [`SendWindow`] (a message is in flight from its send until the peer's
@@ -338,31 +338,6 @@ impl ShmDirect {
         Ok(Sent::Referenced)
     }
 
-    /// Sends the first `len` bytes of send-pool buffer `idx` (`idx < count`, `len <=
-    /// buf_size`, owned by the caller): copied into a `DATA` record when `len <= inline_max`,
-    /// else by reference. `batched`: a `DATA` record is written but not published (see
-    /// [`flush`](Self::flush)); a `BUF_REF` is always published, with the batch before it.
-    /// `Sent::Full` publishes the batch.
-    ///
-    /// # Errors
-    ///
-    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
-    #[inline(always)]
-    pub(crate) fn send(
-        &self,
-        pool: &PoolView,
-        idx: u32,
-        len: u32,
-        batched: bool,
-    ) -> Result<Sent, FabricError> {
-        // SAFETY: the caller owns buffer `idx < count`, `len <= buf_size` (this fn's
-        // precondition, as for `send_slow`).
-        if unsafe { self.try_send_copied(pool, idx, len, batched) } {
-            return Ok(Sent::Copied);
-        }
-        self.send_slow(pool, idx, len, batched)
-    }
-
     /// [`send`](Self::send)'s common case alone, a message copied inline with room in the
     /// window and in the ring as last seen: the ring's `try_put_data` (three compares; no PAD,
     /// no re-read of the consumer's position, no state checks), inlined into the connection's
@@ -449,20 +424,31 @@ impl ShmDirect {
         true
     }
 
-    /// [`send`](Self::send) of what its fast case leaves: a full window, a ring to wrap or
-    /// whose consumer position to re-read, a message by reference, the errors.
+    /// Sends the first `len` bytes of send-pool buffer `idx` (`idx < count`, `len <=
+    /// buf_size`, owned by the caller): copied into a `DATA` record when `len <= inline_max`,
+    /// else by reference. `batched`: a `DATA` record is written but not published (see
+    /// [`flush`](Self::flush)); a `BUF_REF` is always published, with the batch before it.
+    /// `Sent::Full` publishes the batch.
+    ///
+    /// The general path, out of line: the connection tries
+    /// [`try_send_copied`](Self::try_send_copied), the common case, first, and calls this when
+    /// that finds no room (a full window, a ring to wrap or whose consumer position to
+    /// re-read), for a message by reference, and for the errors, without a second try of the
+    /// common case (a send that finds the window full comes here on every retry).
     ///
     /// # Errors
     ///
-    /// As [`send`](Self::send).
+    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
     #[inline(never)]
-    fn send_slow(
+    pub(crate) fn send(
         &self,
         pool: &PoolView,
         idx: u32,
         len: u32,
         batched: bool,
     ) -> Result<Sent, FabricError> {
+        // Done by `try_send_copied` already when it came first: one flag and one compare.
+        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() && !side.collect()? {
