@@ -249,8 +249,58 @@ impl Direct {
     }
 
     /// [`Connection::send`] (`batched`: [`Connection::send_batched`]).
+    ///
+    /// The common case inline, the rest ([`send_other`](Self::send_other)) out of line: a
+    /// buffer of the send pool, of this connection, which is up, copied into the ring with
+    /// room in the window and the ring as last seen. Its outcome stays a flag: through
+    /// `DirectSend` (which carries an `Error`) and the fabric's `Result<Sent, FabricError>`,
+    /// each was stored to the stack and read back; with the ring claim's and the open claim's
+    /// checks (the second is the ring's: it refuses while a claim is open), 19 of the ~168
+    /// instructions a streamed message's send took (callgrind of `bench cost --sizes 8`:
+    /// 233 -> 214 per message with `poll`).
     #[inline(always)]
     pub(super) fn send<'c>(
+        &'c self,
+        conn: &'c Connection,
+        buf: SendBuf<'c>,
+        batched: bool,
+    ) -> Result<(), SendError<'c>> {
+        // Field by field: the buffer is read where it lies and never moved on the way to the
+        // ring (a moved `SendBuf` is copied with wide loads over fields its owner just wrote
+        // narrowly, which stall on store forwarding: the largest single cost of alloc +
+        // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
+        // when the send fails.
+        let (idx, len) = buf.parts();
+        // One test for both kinds that are not a pool buffer: a large slot and a ring claim
+        // (`RING_CLAIM` has the large bit too).
+        if !crate::desc::is_large(idx) {
+            // SAFETY: `buf` is this connection's (checked first) and owns send-pool buffer
+            // `idx`, `idx < count` and `len <= buf_size` (`SendBuf`'s invariants: its
+            // constructors check the index, `copy_from`/`set_len` the length).
+            let sent = conn.may_send(buf.conn)
+                && unsafe {
+                    self.fabric
+                        .try_send_copied(&conn.tx_pool, idx, len, batched)
+                };
+            if sent {
+                std::mem::forget(buf);
+                self.sent_copied(conn, idx, len, batched);
+                return Ok(());
+            }
+        } else if idx == RING_CLAIM && conn.may_send(buf.conn) {
+            // A ring claim's commit, inline too (out of line it was a call and a frame more
+            // per `claim` + `send`).
+            std::mem::forget(buf);
+            self.commit_claim(conn, len);
+            return Ok(());
+        }
+        self.send_other(conn, buf, batched)
+    }
+
+    /// [`send`](Self::send) of what its fast case leaves (a large slot, a ring claim, a
+    /// message by reference, a full window or ring, a claim open, the errors), out of line.
+    #[inline(never)]
+    fn send_other<'c>(
         &'c self,
         conn: &'c Connection,
         buf: SendBuf<'c>,
@@ -259,11 +309,6 @@ impl Direct {
         if !conn.may_send(buf.conn) {
             return Err(conn.refuse(buf));
         }
-        // Field by field: the buffer is read where it lies and never moved on the way to the
-        // ring (a moved `SendBuf` is copied with wide loads over fields its owner just wrote
-        // narrowly, which stall on store forwarding: the largest single cost of alloc +
-        // copy_from + send in `perf annotate` of `bench cost`). It is handed back whole only
-        // when the send fails.
         let (idx, len) = buf.parts();
         match self.send_parts(conn, idx, len, batched) {
             DirectSend::Done => {
@@ -275,22 +320,54 @@ impl Direct {
         }
     }
 
+    /// The accounting of pool buffer `idx`, `len` bytes, copied into the ring: free again at
+    /// once, counted, and a batched run published once it is `batch` long.
+    #[inline(always)]
+    fn sent_copied(&self, conn: &Connection, idx: u32, len: u32, batched: bool) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        // Copied into the ring: the buffer is ours again at once.
+        s.spare.copied(idx);
+        s.sent += 1;
+        s.tx_bytes += u64::from(len);
+        let due = s.sent % PUBLISH_EVERY == 0;
+        if batched {
+            s.unflushed += 1;
+            if s.unflushed >= self.batch {
+                s.unflushed = 0;
+                self.fabric.flush();
+            }
+        } else {
+            // Published, with any batch before it.
+            s.unflushed = 0;
+        }
+        if due {
+            self.publish_counts(conn);
+        }
+    }
+
+    /// The commit of the open ring claim as a `len`-byte message: the record is in the ring
+    /// already, published now (with any batch before it).
+    #[inline(always)]
+    fn commit_claim(&self, conn: &Connection, len: u32) {
+        self.fabric.commit_claim(len as usize);
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        s.unflushed = 0;
+        s.sent += 1;
+        s.tx_bytes += u64::from(len);
+        if s.sent % PUBLISH_EVERY == 0 {
+            self.publish_counts(conn);
+        }
+    }
+
     /// The send of the message in buffer `idx` (or the open ring claim, `RING_CLAIM`) of
     /// `len` bytes; on [`DirectSend::Done`] the caller forgets the `SendBuf` (its buffer is
     /// accounted for here).
     #[inline(always)]
     fn send_parts(&self, conn: &Connection, idx: u32, len: u32, batched: bool) -> DirectSend {
         if idx == RING_CLAIM {
-            // The record is in the ring already: publish it (with any batch before it).
-            self.fabric.commit_claim(len as usize);
-            // SAFETY: no other reference to the state is live; none is taken while this one is used.
-            let s = unsafe { self.state() };
-            s.unflushed = 0;
-            s.sent += 1;
-            s.tx_bytes += u64::from(len);
-            if s.sent % PUBLISH_EVERY == 0 {
-                self.publish_counts(conn);
-            }
+            self.commit_claim(conn, len);
             return DirectSend::Done;
         }
         if self.fabric.claim_open() {
@@ -299,6 +376,9 @@ impl Direct {
         if crate::desc::is_large(idx) {
             return self.send_large(conn, idx, len);
         }
+        // A pool buffer gets here only from `send_other`, after `send`'s fast case found no
+        // room (a foreign buffer or a down connection is refused before): the fabric's slow
+        // path, without a second try of its common case.
         match self.fabric.send(&conn.tx_pool, idx, len, batched) {
             Ok(Sent::Full) => {
                 // SAFETY: no other reference to the state is live; none is taken while this one is used.
@@ -308,29 +388,20 @@ impl Direct {
                 s.counts.would_block += 1;
                 DirectSend::Full
             }
-            Ok(sent) => {
+            Ok(Sent::Copied) => {
+                self.sent_copied(conn, idx, len, batched);
+                DirectSend::Done
+            }
+            Ok(_) => {
+                // By reference: published, with any batch before it (a reference is never
+                // batched).
                 // SAFETY: no other reference to the state is live; none is taken while this one is used.
                 let s = unsafe { self.state() };
-                if sent == Sent::Copied {
-                    // Copied into the ring: the buffer is ours again at once.
-                    s.spare.copied(idx);
-                } else {
-                    s.spare.sent(idx);
-                }
+                s.spare.sent(idx);
                 s.sent += 1;
                 s.tx_bytes += u64::from(len);
-                let due = s.sent % PUBLISH_EVERY == 0;
-                if batched && sent == Sent::Copied {
-                    s.unflushed += 1;
-                    if s.unflushed >= self.batch {
-                        s.unflushed = 0;
-                        self.fabric.flush();
-                    }
-                } else {
-                    // Published, with any batch before it (a reference is never batched).
-                    s.unflushed = 0;
-                }
-                if due {
+                s.unflushed = 0;
+                if s.sent % PUBLISH_EVERY == 0 {
                     self.publish_counts(conn);
                 }
                 DirectSend::Done

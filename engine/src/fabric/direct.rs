@@ -41,9 +41,33 @@ impl DirectPath {
         }
     }
 
-    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated);
-    /// `batched`: not published until [`flush`](Self::flush) (or the next unbatched send, or
-    /// a full window or ring).
+    /// Sends `len` bytes of send-pool buffer `idx`, its common case alone (a message copied
+    /// inline with room known): `true`, sent (`Sent::Copied`); `false`, nothing done:
+    /// [`send`](Self::send) does the rest and reports why.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns send-pool buffer `idx < pool.count()`, and `len <= pool.buf_size()`.
+    #[inline(always)]
+    pub(crate) unsafe fn try_send_copied(
+        &self,
+        pool: &PoolView,
+        idx: u32,
+        len: u32,
+        batched: bool,
+    ) -> bool {
+        match self {
+            // SAFETY: the caller's contract, passed on.
+            DirectPath::Shm(d) => unsafe { d.try_send_copied(pool, idx, len, batched) },
+        }
+    }
+
+    /// Sends `len` bytes of send-pool buffer `idx` (owned by the caller, validated), the
+    /// general path, after [`try_send_copied`](Self::try_send_copied) returned `false` for it
+    /// (it does not try that again): copied inline
+    /// or by reference, `Sent::Full` when the window or the ring is full (the batch published
+    /// then). `batched`: an inline record is not published until [`flush`](Self::flush) (or
+    /// the next unbatched send, or a full window or ring).
     #[inline]
     pub(crate) fn send(
         &self,

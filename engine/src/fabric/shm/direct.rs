@@ -25,7 +25,7 @@
 //! `Producer::try_put_data`, a `claim` its `claim_raw` fast case, a `recv_into` that finds a
 //! `DATA` record its `Consumer::take_data` (the receive half is in `direct/rx.rs`); each is a
 //! few compares against precomputed bounds that a failed ring (or an open claim) sets to 0, and
-//! everything else (`send_slow`, `recv_into_slow`, the ring's general calls) is out of line.
+//! everything else (`send`, `recv_into_slow`, the ring's general calls) is out of line.
 //!
 //! The window is the connection's [`flow::Policy`](crate::flow::Policy) of `depth` messages:
 //! the sender keeps its [`SendWindow`] (a message is in flight from its send until the peer's
@@ -115,9 +115,13 @@ impl TxSide {
     #[inline(always)]
     fn push_end(&mut self) {
         let mask = self.ends.len() - 1;
+        let i = self.window.sent() as usize & mask;
         // In flight `< window <= ends.len()` (checked before the send), so this slot holds no
         // message in flight.
-        self.ends[self.window.sent() as usize & mask] = self.ring.position();
+        // SAFETY: `ends` is never empty (a power of two, built once), so `mask` is its length
+        // less one and `i <= mask` is in bounds. Unchecked: the bounds check was two
+        // instructions of every send (callgrind of `bench cost`).
+        *unsafe { self.ends.get_unchecked_mut(i) } = self.ring.position();
         self.window.on_sent(1);
     }
 }
@@ -334,30 +338,31 @@ impl ShmDirect {
         Ok(Sent::Referenced)
     }
 
-    /// Sends the first `len` bytes of send-pool buffer `idx` (`idx < count`, `len <=
-    /// buf_size`, owned by the caller): copied into a `DATA` record when `len <= inline_max`,
-    /// else by reference. `batched`: a `DATA` record is written but not published (see
-    /// [`flush`](Self::flush)); a `BUF_REF` is always published, with the batch before it.
-    /// `Sent::Full` publishes the batch.
+    /// [`send`](Self::send)'s common case alone, a message copied inline with room in the
+    /// window and in the ring as last seen: the ring's `try_put_data` (three compares; no PAD,
+    /// no re-read of the consumer's position, no state checks), inlined into the connection's
+    /// send. `true`: sent as by `send`'s `Ok(Sent::Copied)`; `false`: nothing done (an open
+    /// claim makes the ring refuse: `room_end` is 0 then), `send` does the rest.
     ///
-    /// # Errors
+    /// A `bool`, so that the connection's fast case keeps its outcome in a flag: through
+    /// `Result<Sent, FabricError>` and the connection's own result it was stored to the
+    /// stack and read back (callgrind of `bench cost`'s stream).
     ///
-    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
+    /// # Safety
+    ///
+    /// As for `send`: the caller owns send-pool buffer `idx < pool.count()`, and `len <=
+    /// pool.buf_size()`.
     #[inline(always)]
-    pub(crate) fn send(
+    pub(crate) unsafe fn try_send_copied(
         &self,
         pool: &PoolView,
         idx: u32,
         len: u32,
         batched: bool,
-    ) -> Result<Sent, FabricError> {
+    ) -> bool {
         self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        // The common case, a message copied inline with room in the window and in the ring as
-        // last seen: the ring's `try_put_data` (three compares; no PAD, no re-read of the
-        // consumer's position, no state checks), inlined into the connection's send. The rest
-        // is `send_slow`'s, out of line.
         if len as usize <= self.inline_max
             && !side.window.is_full()
             && side.ring.producer().try_put_data(
@@ -365,10 +370,10 @@ impl ShmDirect {
                 batched,
                 #[inline(always)]
                 |dst| {
-                    // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size`; the
-                    // pool stays mapped while `self` lives (the rings hold the mapping). `dst`
-                    // is the record's `len` payload bytes in the ring, which do not overlap the
-                    // pool.
+                    // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size` (this
+                    // fn's contract); the pool stays mapped while `self` lives (the rings hold
+                    // the mapping). `dst` is the record's `len` payload bytes in the ring, which
+                    // do not overlap the pool.
                     unsafe {
                         copy_bytes(
                             pool.buf_ptr_unchecked(idx).as_ptr(),
@@ -383,9 +388,9 @@ impl ShmDirect {
                 side.published();
             }
             side.push_end();
-            return Ok(Sent::Copied);
+            return true;
         }
-        self.send_slow(pool, idx, len, batched)
+        false
     }
 
     /// Sends `data` (`len <= inline_max`) copied inline and published (with any batch before
@@ -419,20 +424,31 @@ impl ShmDirect {
         true
     }
 
-    /// [`send`](Self::send) of what its fast case leaves: a full window, a ring to wrap or
-    /// whose consumer position to re-read, a message by reference, the errors.
+    /// Sends the first `len` bytes of send-pool buffer `idx` (`idx < count`, `len <=
+    /// buf_size`, owned by the caller): copied into a `DATA` record when `len <= inline_max`,
+    /// else by reference. `batched`: a `DATA` record is written but not published (see
+    /// [`flush`](Self::flush)); a `BUF_REF` is always published, with the batch before it.
+    /// `Sent::Full` publishes the batch.
+    ///
+    /// The general path, out of line: the connection tries
+    /// [`try_send_copied`](Self::try_send_copied), the common case, first, and calls this when
+    /// that finds no room (a full window, a ring to wrap or whose consumer position to
+    /// re-read), for a message by reference, and for the errors, without a second try of the
+    /// common case (a send that finds the window full comes here on every retry).
     ///
     /// # Errors
     ///
-    /// As [`send`](Self::send).
+    /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
     #[inline(never)]
-    fn send_slow(
+    pub(crate) fn send(
         &self,
         pool: &PoolView,
         idx: u32,
         len: u32,
         batched: bool,
     ) -> Result<Sent, FabricError> {
+        // Done by `try_send_copied` already when it came first: one flag and one compare.
+        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() && !side.collect()? {
