@@ -1,11 +1,12 @@
 //! Back-pressure: a one-way flood into a slow receiver loses nothing, the sender sees
 //! `WouldBlock`, and no more than the window is ever in flight; `send_timeout` times out when
-//! the receiver takes nothing.
+//! the receiver takes nothing; a run-to-completion receiver whose every take finds a message
+//! (and so runs no engine pass) still returns credit.
 
 use std::time::{Duration, Instant};
 
-use spinwire::{Engine, Error, SendError};
-use spinwire_testkit::data::fill;
+use spinwire::{Connection, Engine, Error, SendError};
+use spinwire_testkit::data::{fill, verify};
 use spinwire_testkit::engine::*;
 use spinwire_testkit::{cores, WAIT};
 
@@ -149,4 +150,81 @@ pub fn send_timeout_without_credits(s: &'static Scheme) {
     c.send_timeout(b, WAIT).expect("credits came back");
     c.flush().expect("flush");
     srv.recv_timeout(WAIT).unwrap();
+}
+
+/// The window of [`rtc_receiver_that_always_finds_a_message_returns_credit`] (its buffers
+/// are twice that, so that the window, not the pool, stops the sender) and its messages' size
+/// (small: inline on every fabric).
+const CREDIT_DEPTH: usize = 16;
+const CREDIT_LEN: usize = 64;
+
+/// One message `seq` of `len` bytes sent with `alloc`/`send`; `false`: `WouldBlock`.
+fn try_send_one(c: &Connection, seq: u32, len: usize) -> bool {
+    match c.alloc() {
+        Ok(mut b) => {
+            b.set_len(len).unwrap();
+            fill(&mut b, seq);
+            match c.send(b) {
+                Ok(()) => true,
+                Err(SendError::WouldBlock(_)) => false,
+                Err(e) => panic!("send {seq}: {e:?}"),
+            }
+        }
+        Err(Error::WouldBlock) => false,
+        Err(e) => panic!("alloc {seq}: {e:?}"),
+    }
+}
+
+/// A run-to-completion receiver takes exactly half a window and then makes no call: once the
+/// window's messages are there, each of its takes finds one (run-to-completion's direct way
+/// on a fabric that has it: no engine pass, whose flush would return credits), so the credits
+/// owed for half a window must go back from the takes themselves. The sender's engine runs
+/// throughout; it must get more than a window out. Liveness is off on both sides: no
+/// liveness check's idle return or heartbeat brings the credits instead.
+pub fn rtc_receiver_that_always_finds_a_message_returns_credit(s: &'static Scheme) {
+    let mk = || {
+        s.build(
+            (s.tweak)(rtc_builder(FLOOD_BUF, 2 * CREDIT_DEPTH).depth(CREDIT_DEPTH))
+                .liveness_timeout(Duration::ZERO),
+        )
+    };
+    let (se, ce) = (mk(), mk());
+    let (srv, c) = pair(&se, &ce, &(s.endpoint)("credit-return"));
+    let half = (CREDIT_DEPTH / 2) as u32;
+    // Without a credit the sender sends at most a window: one more proves one came back.
+    let target = CREDIT_DEPTH as u32 + 1;
+    let (mut sent, mut taken) = (0u32, 0u32);
+    let end = Instant::now() + WAIT;
+    while sent < target {
+        assert!(
+            Instant::now() < end,
+            "the sender stalled at {sent} sent ({taken} taken, half a window is {half}): no credit came back"
+        );
+        if try_send_one(&c, sent, CREDIT_LEN) {
+            sent += 1;
+            continue;
+        }
+        c.flush().expect("flush");
+        ce.poll();
+        if taken < half {
+            if let Some(m) = srv.try_recv().expect("try_recv") {
+                verify(&m, taken, CREDIT_LEN);
+                taken += 1;
+            }
+        }
+    }
+    // Everything arrives, in order.
+    c.flush().expect("flush");
+    for seq in taken..sent {
+        let end = Instant::now() + WAIT;
+        let m = loop {
+            if let Some(m) = srv.try_recv().expect("try_recv") {
+                break m;
+            }
+            assert!(Instant::now() < end, "message {seq} did not arrive");
+            c.flush().expect("flush");
+            ce.poll();
+        };
+        verify(&m, seq, CREDIT_LEN);
+    }
 }

@@ -18,7 +18,7 @@
 //! |---|---|
 //! | [`fifo`] | every size from 1 B to the limit (small, buffer, large), in one and two processes, rtc and dedicated pollers; the default limit; small and large interleaved |
 //! | [`send`] | claims and aborts, `send_batched`, `recv_into`, `Connection::poll`, the bound on held messages |
-//! | [`flow`] | back-pressure into a slow receiver, `send_timeout` without credits |
+//! | [`flow`] | back-pressure into a slow receiver, `send_timeout` without credits, a run-to-completion receiver whose every take finds a message returns credit |
 //! | [`connect`] | a connect made before the listener waits for it; with none, the typed timeout; different message limits settle on the smaller; a listener's connection maximum |
 //! | [`failure`] | a down connection fails every data call with its reason, and is released when dropped |
 //! | [`idle`] | an application that makes no call for several liveness timeouts keeps its connection |
@@ -247,6 +247,8 @@ macro_rules! conformance {
                 back_pressure_run_to_completion => c::flow::back_pressure_run_to_completion,
                 back_pressure_dedicated_pollers => c::flow::back_pressure_dedicated_pollers,
                 send_timeout_without_credits => c::flow::send_timeout_without_credits,
+                rtc_receiver_that_always_finds_a_message_returns_credit =>
+                    c::flow::rtc_receiver_that_always_finds_a_message_returns_credit,
                 connect_waits_for_a_listener => c::connect::connect_waits_for_a_listener,
                 connect_without_listener_times_out_typed =>
                     c::connect::connect_without_listener_times_out_typed,
