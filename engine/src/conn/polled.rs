@@ -38,13 +38,14 @@ struct PolledState {
     spare: Spares,
     /// Messages (and, for tcp, bytes) sent to the poller and not yet credited back.
     window: AppWindow,
-    /// Sends queued since the last engine pass (run-to-completion mode).
+    /// Sends queued since the last engine pass (run-to-completion mode), and their bytes of
+    /// records ([`AppWindow::units`]; 0 without a byte window).
     unflushed: u32,
+    unflushed_units: u64,
     /// Dedicated pollers: batched sends written into the send ring and not published yet
-    /// (kept here, on this thread's own line, so that the publication points check it
-    /// without loading the ring's shared tail line). A plain `send` publishes them with its
-    /// own; the count left over then only costs the next publication point a look at the
-    /// ring.
+    /// (kept here, on this thread's own line, so that the publication points check it without
+    /// loading the ring's shared tail line). A plain `send` publishes them with its own; the
+    /// count left over then only costs the next publication point a look at the ring.
     deferred: u32,
     counts: Counts,
 }
@@ -54,10 +55,9 @@ impl PolledState {
     /// its run (one tail store, and one pull of that line by the poller, per run instead of
     /// per message), at the latest with the `batch`-th. `false`: the ring is full.
     ///
-    /// Out of line, so that the plain send's code stays what it was before this path
-    /// existed, plus one test: inlined into `send`, plain-send runs of `bench rate --fabric
-    /// mem --mode dedicated --one-thread` measured 3-6 % below that build (medians; the
-    /// spread of single runs overlaps).
+    /// Out of line, so that the plain send's code stays what it was before this path existed,
+    /// plus one test: inlined into `send`, plain-send runs of `bench rate --fabric mem --mode
+    /// dedicated --one-thread` measured 3-6 % below that build (medians; runs overlap).
     #[inline(never)]
     fn push_batched(&mut self, desc: TxDesc, batch: u32) -> bool {
         if self.rings.tx.push_deferred(desc).is_err() {
@@ -119,6 +119,7 @@ impl Polled {
                 spare: Spares::empty(pools),
                 window: AppWindow::new(policy, bytes),
                 unflushed: 0,
+                unflushed_units: 0,
                 deferred: 0,
                 counts: Counts::default(),
             }),
@@ -323,8 +324,10 @@ impl Polled {
         }
         if self.run_to_completion {
             s.unflushed += 1;
-            if s.unflushed >= self.batch {
+            s.unflushed_units += units;
+            if s.unflushed >= self.batch || s.unflushed_units >= s.window.post_every() {
                 s.unflushed = 0;
+                s.unflushed_units = 0;
                 self.post_queued(conn);
             }
         }
@@ -348,6 +351,7 @@ impl Polled {
             // SAFETY: no other reference to the state is live; none is taken while this one is used.
             let s = unsafe { self.state() };
             s.unflushed = 0;
+            s.unflushed_units = 0;
             if self.direct
                 && conn.shared.rtc.is_registered()
                 && s.rings.tx.slots() == s.rings.tx.capacity()
@@ -452,8 +456,7 @@ impl Polled {
             s.rings.rx.peek_spinning()
         };
         let Ok(desc) = peeked else {
-            // A receive that finds nothing publishes a batched send run (a reply may wait on
-            // it).
+            // A receive that finds nothing publishes a batched send run (a reply may wait on it).
             s.publish_run();
             return None;
         };
