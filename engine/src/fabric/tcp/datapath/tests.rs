@@ -208,49 +208,12 @@ fn the_byte_window_bounds_small_messages_and_defaults_follow_it() {
 #[test]
 fn poll_rx_writes_the_credit_once_half_the_window_is_owed() {
     use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
 
     const LEN: usize = 64;
     const RECORD: usize = RECORD_HEADER + LEN;
     let window = rx_window(MIN_CHUNK);
     let half = (window / 2).div_ceil(RECORD);
-    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-    let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (sock, _) = listener.accept().unwrap();
-    sock.set_nonblocking(true).unwrap();
-    peer.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-
-    let (buf_size, buffers) = (4096, 4);
-    let (chunk, chunks) = rx_chunks(buf_size, buffers).unwrap();
-    let mut tx_mem = vec![0u64; buf_size * buffers / 8];
-    let mut rx_mem = vec![0u64; chunk * chunks as usize / 8];
-    // SAFETY: each view covers its vector (`count * buf_size` bytes), whose heap buffer stays
-    // where it is (and alive) while the connection holds it in `_pools`.
-    let views = unsafe {
-        crate::link::Pools::small(
-            PoolView::new(
-                std::ptr::NonNull::new(tx_mem.as_mut_ptr().cast()).unwrap(),
-                buf_size,
-                buffers as u32,
-            ),
-            PoolView::new(
-                std::ptr::NonNull::new(rx_mem.as_mut_ptr().cast()).unwrap(),
-                chunk,
-                chunks,
-            ),
-        )
-    };
-    let depth = depth_for(128, false, window);
-    let mut conn = TcpConn::new(
-        Arc::new(sock),
-        Arc::new((tx_mem, rx_mem)),
-        views,
-        ConnSizes {
-            max_payload: buf_size,
-            ..sizes(depth, depth, window, window)
-        },
-    );
+    let (mut conn, peer) = loopback_conn(window);
 
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
@@ -282,4 +245,89 @@ fn poll_rx_writes_the_credit_once_half_the_window_is_owed() {
         u64::from_le_bytes(rec[8..].try_into().unwrap()),
         credit(half as u64, (half * RECORD) as u64)
     );
+}
+
+/// A `recv` that found the socket empty (`EAGAIN`) is remembered once: the `rx_pending` right
+/// after it says nothing is there without asking the socket again. Run-to-completion's empty
+/// `try_recv` makes its direct take's `recv` and then runs a pass, whose receive step asks
+/// `rx_pending` first: without this, each empty `try_recv` made two `recv` calls (callgrind of
+/// `bench lat --fabric tcp`: 2 `poll_rx` per `try_recv`), which lengthened a spinning
+/// receiver's loop by an `EAGAIN` (about 105 ns here) and so the wait to find a message.
+#[test]
+fn an_empty_recv_is_remembered_once_by_rx_pending() {
+    use std::io::Write;
+
+    let (mut conn, peer) = loopback_conn(rx_window(MIN_CHUNK));
+    let mut slot = [MaybeUninit::<RxDesc>::uninit()];
+    let rx_pool = conn.rx.rx_pool;
+
+    assert!(conn.rx_pending(), "a socket not asked yet may hold bytes");
+    let mut sink = RxSink::new(&mut slot, &mut [], &rx_pool);
+    assert_eq!(conn.poll_rx(&mut sink).unwrap(), 0);
+    assert_eq!(conn.recvs, 1, "one recv, which found nothing");
+    assert!(!conn.rx_pending(), "the recv just found the socket empty");
+    assert!(
+        conn.rx_pending(),
+        "said once only: the socket is asked again next"
+    );
+
+    // A message that arrives after an empty recv is found by the next poll_rx.
+    let mut sink = RxSink::new(&mut slot, &mut [], &rx_pool);
+    assert_eq!(conn.poll_rx(&mut sink).unwrap(), 0);
+    let mut rec = [0u8; RECORD_HEADER + 8];
+    rec[..8].copy_from_slice(&header(RecordType::Data, 8));
+    (&peer).write_all(&rec).unwrap();
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    let mut got = 0;
+    while got == 0 {
+        assert!(std::time::Instant::now() < end, "the message never arrived");
+        let mut sink = RxSink::new(&mut slot, &mut [], &rx_pool);
+        got = conn.poll_rx(&mut sink).unwrap();
+    }
+    assert_eq!(got, 1);
+}
+
+/// A `TcpConn` over one end of a loopback socket pair (non-blocking, small pools, window
+/// `window`), and the peer's blocking end (10-s read timeout).
+fn loopback_conn(window: usize) -> (TcpConn, std::net::TcpStream) {
+    use std::net::{TcpListener, TcpStream};
+
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    sock.set_nonblocking(true).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+
+    let (buf_size, buffers) = (4096, 4);
+    let (chunk, chunks) = rx_chunks(buf_size, buffers).unwrap();
+    let mut tx_mem = vec![0u64; buf_size * buffers / 8];
+    let mut rx_mem = vec![0u64; chunk * chunks as usize / 8];
+    // SAFETY: each view covers its vector (`count * buf_size` bytes), whose heap buffer stays
+    // where it is (and alive) while the connection holds it in `_pools`.
+    let views = unsafe {
+        crate::link::Pools::small(
+            PoolView::new(
+                std::ptr::NonNull::new(tx_mem.as_mut_ptr().cast()).unwrap(),
+                buf_size,
+                buffers as u32,
+            ),
+            PoolView::new(
+                std::ptr::NonNull::new(rx_mem.as_mut_ptr().cast()).unwrap(),
+                chunk,
+                chunks,
+            ),
+        )
+    };
+    let depth = depth_for(128, false, window);
+    let conn = TcpConn::new(
+        Arc::new(sock),
+        Arc::new((tx_mem, rx_mem)),
+        views,
+        ConnSizes {
+            max_payload: buf_size,
+            ..sizes(depth, depth, window, window)
+        },
+    );
+    (conn, peer)
 }
