@@ -395,7 +395,7 @@ impl Polled {
                     if let Some(m) = self.recv_direct(conn, &mut g) {
                         return Ok(Some(m));
                     }
-                    g.poll(conn.engine.now_ns())
+                    g.poll_after_empty_take(conn.engine.now_ns())
                 }
                 // Another thread runs the poller (and serves this connection).
                 None => 0,
@@ -517,7 +517,7 @@ impl Polled {
                 match conn.engine.rtc_guard() {
                     Some(mut g) => match g.direct(&conn.shared, |h| h.recv_burst(limit - n)) {
                         Some(burst) if burst > 0 => burst,
-                        _ => g.poll(conn.engine.now_ns()),
+                        _ => g.poll_after_empty_take(conn.engine.now_ns()),
                     },
                     // Another thread runs the poller (and serves this connection).
                     None => 0,
@@ -585,8 +585,7 @@ impl Polled {
             return self.recv_block(conn, wait);
         }
         // Run-to-completion and busy-spinning: hold the poller for the whole wait (one
-        // ownership CAS per wait, not per cycle). Other connections keep being served: by this
-        // thread.
+        // ownership CAS per wait, not per cycle). This thread keeps serving other connections.
         let mut guard = if self.run_to_completion && conn.idle == IdleStrategy::BusySpin {
             conn.engine.rtc_guard()
         } else {
@@ -598,12 +597,13 @@ impl Polled {
                     if let Some(m) = self.pop_rx(conn) {
                         return Ok(m);
                     }
-                    if self.direct {
-                        if let Some(m) = self.recv_direct(conn, g) {
-                            return Ok(m);
-                        }
+                    if !self.direct {
+                        g.poll(conn.engine.now_ns())
+                    } else if let Some(m) = self.recv_direct(conn, g) {
+                        return Ok(m);
+                    } else {
+                        g.poll_after_empty_take(conn.engine.now_ns())
                     }
-                    g.poll(conn.engine.now_ns())
                 }
                 None => 0,
             };
