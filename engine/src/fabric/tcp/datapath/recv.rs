@@ -356,14 +356,10 @@ impl TcpConn {
                 self.heard += n as u64;
                 Ok(true)
             }
-            Err(libc::EAGAIN) => {
-                // Empty right now: the next `rx_pending` says so once, so that a
-                // run-to-completion `try_recv` that finds nothing makes one `recv` (its direct
-                // take's), not a second one in the pass it runs next.
-                self.rx_drained = true;
-                Ok(false)
-            }
-            Err(libc::EINTR) => Ok(false),
+            // Not remembered as `rx_drained`: a run-to-completion receiver's next direct look,
+            // one spin later, must ask the socket again (a cycle runs only after every 8th empty
+            // look; remembered, every other look skipped its `recv`).
+            Err(libc::EAGAIN | libc::EINTR) => Ok(false),
             Err(e) => {
                 self.eof = true;
                 Err(sock_err(e))
