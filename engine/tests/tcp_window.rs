@@ -9,8 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use spinwire::{Error, SendError};
-use spinwire_testkit::data::fill;
 use spinwire_testkit::engine::*;
 use spinwire_testkit::{serial, WAIT};
 
@@ -25,23 +23,6 @@ const RECORD: usize = 8 + LEN;
 fn ep() -> String {
     let l = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a free loopback port");
     format!("tcp://127.0.0.1:{}", l.local_addr().unwrap().port())
-}
-
-/// One message `seq` of `len` bytes sent with `alloc`/`send`; `false`: `WouldBlock`.
-fn try_send_one(c: &spinwire::Connection, seq: u32, len: usize) -> bool {
-    match c.alloc() {
-        Ok(mut b) => {
-            b.set_len(len).unwrap();
-            fill(&mut b, seq);
-            match c.send(b) {
-                Ok(()) => true,
-                Err(SendError::WouldBlock(_)) => false,
-                Err(e) => panic!("send {seq}: {e:?}"),
-            }
-        }
-        Err(Error::WouldBlock) => false,
-        Err(e) => panic!("alloc {seq}: {e:?}"),
-    }
 }
 
 /// Sends `len`-byte messages until the sender has seen `WouldBlock` for a while with both
@@ -204,38 +185,5 @@ fn a_receiver_that_always_finds_a_message_returns_credit_when_half_a_window_is_o
     // Without a credit the sender sends at most a window of records (its application's window
     // is the byte window): one more proves the credit came back.
     let target = (WINDOW / RECORD) as u32 + 1;
-    let (mut sent, mut taken) = (0u32, 0u32);
-    let end = Instant::now() + WAIT;
-    while sent < target {
-        assert!(
-            Instant::now() < end,
-            "the sender stalled at {sent} sent ({taken} taken, half a window is {half}): no credit came back"
-        );
-        if try_send_one(&c, sent, LEN) {
-            sent += 1;
-            continue;
-        }
-        c.flush().expect("flush");
-        ce.poll();
-        if taken < half {
-            if let Some(m) = srv.try_recv().expect("try_recv") {
-                spinwire_testkit::data::verify(&m, taken, LEN);
-                taken += 1;
-            }
-        }
-    }
-    // Everything arrives, in order.
-    c.flush().expect("flush");
-    for seq in taken..sent {
-        let end = Instant::now() + WAIT;
-        let m = loop {
-            if let Some(m) = srv.try_recv().expect("try_recv") {
-                break m;
-            }
-            assert!(Instant::now() < end, "message {seq} did not arrive");
-            c.flush().expect("flush");
-            ce.poll();
-        };
-        spinwire_testkit::data::verify(&m, seq, LEN);
-    }
+    send_past_window_while_taking(&c, &ce, &srv, target, half, LEN);
 }

@@ -134,6 +134,85 @@ pub fn send_msg(conn: &Connection, seq: u32, len: usize) {
     }
 }
 
+/// One frame `seq` of `len` bytes ([`fill`]) sent with `alloc`/`send`, without waiting;
+/// `false`: `WouldBlock` (no buffer or no credit).
+///
+/// # Panics
+///
+/// On any other error.
+pub fn try_send_one(c: &Connection, seq: u32, len: usize) -> bool {
+    match c.alloc() {
+        Ok(mut b) => {
+            b.set_len(len).unwrap();
+            fill(&mut b, seq);
+            match c.send(b) {
+                Ok(()) => true,
+                Err(SendError::WouldBlock(_)) => false,
+                Err(e) => panic!("send {seq}: {e:?}"),
+            }
+        }
+        Err(Error::WouldBlock) => false,
+        Err(e) => panic!("alloc {seq}: {e:?}"),
+    }
+}
+
+/// A run-to-completion receiver whose every take finds a message still returns credit: frames
+/// of `len` bytes go from `c` (whose engine is `ce`) to `srv` until `target` were sent, while
+/// the receiver takes only the first `take` (each take then finds a message already delivered,
+/// so no pass runs on its side); then everything arrives in order. `target` is one more than
+/// the sender's window, so reaching it proves a credit came back.
+///
+/// # Panics
+///
+/// If the sender stalls, or a frame does not arrive, within [`WAIT`]; on any error; if a
+/// frame differs.
+pub fn send_past_window_while_taking(
+    c: &Connection,
+    ce: &Engine,
+    srv: &Connection,
+    target: u32,
+    take: u32,
+    len: usize,
+) {
+    let (mut sent, mut taken) = (0u32, 0u32);
+    let end = std::time::Instant::now() + WAIT;
+    while sent < target {
+        assert!(
+            std::time::Instant::now() < end,
+            "the sender stalled at {sent} sent ({taken} taken of {take}): no credit came back"
+        );
+        if try_send_one(c, sent, len) {
+            sent += 1;
+            continue;
+        }
+        c.flush().expect("flush");
+        ce.poll();
+        if taken < take {
+            if let Some(m) = srv.try_recv().expect("try_recv") {
+                verify(&m, taken, len);
+                taken += 1;
+            }
+        }
+    }
+    // Everything arrives, in order.
+    c.flush().expect("flush");
+    for seq in taken..sent {
+        let end = std::time::Instant::now() + WAIT;
+        let m = loop {
+            if let Some(m) = srv.try_recv().expect("try_recv") {
+                break m;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "message {seq} did not arrive"
+            );
+            c.flush().expect("flush");
+            ce.poll();
+        };
+        verify(&m, seq, len);
+    }
+}
+
 /// Receives (within [`WAIT`]) and [`verify`]s frame `seq` of `len` bytes.
 ///
 /// # Panics

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use spinwire::{Connection, Engine, Error, SendError};
-use spinwire_testkit::data::{fill, verify};
+use spinwire::{Engine, Error, SendError};
+use spinwire_testkit::data::fill;
 use spinwire_testkit::engine::*;
 use spinwire_testkit::{cores, WAIT};
 
@@ -158,23 +158,6 @@ pub fn send_timeout_without_credits(s: &'static Scheme) {
 const CREDIT_DEPTH: usize = 16;
 const CREDIT_LEN: usize = 64;
 
-/// One message `seq` of `len` bytes sent with `alloc`/`send`; `false`: `WouldBlock`.
-fn try_send_one(c: &Connection, seq: u32, len: usize) -> bool {
-    match c.alloc() {
-        Ok(mut b) => {
-            b.set_len(len).unwrap();
-            fill(&mut b, seq);
-            match c.send(b) {
-                Ok(()) => true,
-                Err(SendError::WouldBlock(_)) => false,
-                Err(e) => panic!("send {seq}: {e:?}"),
-            }
-        }
-        Err(Error::WouldBlock) => false,
-        Err(e) => panic!("alloc {seq}: {e:?}"),
-    }
-}
-
 /// A run-to-completion receiver takes exactly half a window and then makes no call: once the
 /// window's messages are there, each of its takes finds one (run-to-completion's direct way
 /// on a fabric that has it: no engine pass, whose flush would return credits), so the credits
@@ -193,38 +176,5 @@ pub fn rtc_receiver_that_always_finds_a_message_returns_credit(s: &'static Schem
     let half = (CREDIT_DEPTH / 2) as u32;
     // Without a credit the sender sends at most a window: one more proves one came back.
     let target = CREDIT_DEPTH as u32 + 1;
-    let (mut sent, mut taken) = (0u32, 0u32);
-    let end = Instant::now() + WAIT;
-    while sent < target {
-        assert!(
-            Instant::now() < end,
-            "the sender stalled at {sent} sent ({taken} taken, half a window is {half}): no credit came back"
-        );
-        if try_send_one(&c, sent, CREDIT_LEN) {
-            sent += 1;
-            continue;
-        }
-        c.flush().expect("flush");
-        ce.poll();
-        if taken < half {
-            if let Some(m) = srv.try_recv().expect("try_recv") {
-                verify(&m, taken, CREDIT_LEN);
-                taken += 1;
-            }
-        }
-    }
-    // Everything arrives, in order.
-    c.flush().expect("flush");
-    for seq in taken..sent {
-        let end = Instant::now() + WAIT;
-        let m = loop {
-            if let Some(m) = srv.try_recv().expect("try_recv") {
-                break m;
-            }
-            assert!(Instant::now() < end, "message {seq} did not arrive");
-            c.flush().expect("flush");
-            ce.poll();
-        };
-        verify(&m, seq, CREDIT_LEN);
-    }
+    send_past_window_while_taking(&c, &ce, &srv, target, half, CREDIT_LEN);
 }
