@@ -264,6 +264,9 @@ pub(crate) struct Poller<F: Fabric> {
     next_check_ns: u64,
     /// This poller's wake-up when it may sleep (`Block`), given to every connection it serves.
     wake: Option<Arc<PollerWake>>,
+    /// A direct receive's shared poll ([`Fabric::SHARED_COMPLETIONS`]) filed completions that
+    /// no pass has served yet: the agent does not sleep before its next cycle.
+    unserved: bool,
 }
 
 impl<F: Fabric> Poller<F> {
@@ -296,6 +299,7 @@ impl<F: Fabric> Poller<F> {
             cycle: 0,
             next_check_ns: 0,
             wake: wake.clone(),
+            unserved: false,
         };
         (poller, PollerLink::new(cmd_p, note_c, wake))
     }
@@ -331,6 +335,10 @@ impl<F: Fabric> Poller<F> {
         work += self.fabric.poll_shared(&mut ConnTable {
             slots: &mut self.slots,
         });
+        if F::SHARED_COMPLETIONS {
+            // What a direct receive's shared poll filed is served by this cycle's passes.
+            self.unserved = false;
+        }
 
         // 3-5. Each connection.
         let check = self.cycle % CHECK_EVERY == 0 || now_ns >= self.next_check_ns;
@@ -637,11 +645,12 @@ macro_rules! agent_set {
             pub(crate) fn rtc_conn(
                 &mut self,
                 shared: &crate::link::ConnShared,
+                rx: bool,
             ) -> Option<&mut dyn RtcConn> {
                 let (tag, slot) = shared.rtc.get()?;
                 $($(#[$attr])* {
                     if tag == const { rtc_tag::<$fabric>() } {
-                        return self.$name.rtc_conn(slot, shared);
+                        return self.$name.rtc_conn(slot, shared, rx);
                     }
                 })*
                 None

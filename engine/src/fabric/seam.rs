@@ -25,6 +25,14 @@ pub trait Fabric: Send + Sized + 'static {
     /// completion queue). shm has none (`()`).
     type Command: Send + 'static;
 
+    /// Whether a connection's receive completions arrive through
+    /// [`poll_shared`](Fabric::poll_shared) only (RDMA: one CQ per poller), so that a connection's
+    /// half cannot find them by itself. Run-to-completion's direct receive
+    /// ([`FabricConn::RTC_DIRECT`]) then runs the shared poll first when the half has nothing
+    /// pending, filing what it finds with every connection as the cycle's step 2 does. The
+    /// default: `false` (each connection reads its own source).
+    const SHARED_COMPLETIONS: bool = false;
+
     /// Handles a [`Self::Command`], on the poller thread.
     fn on_command(&mut self, command: Self::Command);
 
@@ -192,6 +200,20 @@ pub trait FabricConn: Send + 'static {
     #[inline]
     fn poll_rx_one(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         self.poll_rx(sink)
+    }
+
+    /// After a direct receive ([`RTC_DIRECT`](Self::RTC_DIRECT)) delivered: what the pass's
+    /// [`flush`](Self::flush) does for the receive side, for a fabric whose credits go back
+    /// there (RDMA: an explicit credit message once due, rendezvous acknowledgements owed), so
+    /// that a receiver whose every take finds a message, and so runs no pass, still returns
+    /// them. The default: nothing (mem and tcp return credits in `poll_rx` itself).
+    ///
+    /// # Errors
+    ///
+    /// As [`flush`](Self::flush).
+    #[inline]
+    fn rx_taken(&mut self) -> Result<(), FabricError> {
+        Ok(())
     }
 
     /// [`post_send`](Self::post_send) of one message: run-to-completion's direct send

@@ -11,7 +11,7 @@ use super::pass::{post_ring, valid_tx, TxStep};
 use super::{Fabric, Poller, DIRECT_BURST};
 use crate::desc::{is_large, RxDesc, TxDesc};
 use crate::error::FabricError;
-use crate::fabric::{FabricConn, RxSink};
+use crate::fabric::{ConnTable, FabricConn, RxSink};
 use crate::link::{ConnShared, PollerConn, Posted, RtcConn};
 
 impl<C: FabricConn> PollerConn<C> {
@@ -20,6 +20,15 @@ impl<C: FabricConn> PollerConn<C> {
     #[inline]
     fn direct_open(&self) -> bool {
         !self.closing && !self.draining && self.deferred.is_none()
+    }
+
+    /// After a direct receive delivered: the fabric's receive-side flush
+    /// ([`FabricConn::rx_taken`]; nothing for mem and tcp), a failure deferred to the pass.
+    #[inline(always)]
+    fn rx_taken(&mut self) {
+        if let Err(e) = self.fabric.rx_taken() {
+            self.defer(e);
+        }
     }
 
     /// A failure met outside the pass: the next pass reports it (the first one wins).
@@ -52,13 +61,45 @@ pub(crate) const fn rtc_tag<F: Fabric>() -> u64 {
 impl<F: Fabric> Poller<F> {
     /// Run-to-completion's direct way: the half in table slot `slot`, if it is the one of the
     /// connection `shared` (else `None`: the registration was not this agent's or is stale).
+    ///
+    /// `rx`: the caller takes a receive. For a fabric whose completions are shared
+    /// ([`Fabric::SHARED_COMPLETIONS`], RDMA's CQ) and a half with nothing pending, the
+    /// agent's shared poll runs first, as the cycle's step 2: what it files with other
+    /// connections waits there for the next pass, as a backlog does (and keeps the agent from
+    /// sleeping until a pass ran, see `arm`).
     #[inline]
-    pub(crate) fn rtc_conn(&mut self, slot: u32, shared: &ConnShared) -> Option<&mut dyn RtcConn> {
+    pub(crate) fn rtc_conn(
+        &mut self,
+        slot: u32,
+        shared: &ConnShared,
+        rx: bool,
+    ) -> Option<&mut dyn RtcConn> {
+        if F::SHARED_COMPLETIONS && rx {
+            self.direct_shared_poll(slot);
+        }
         let c = self.slots.get_mut(slot as usize)?.as_deref_mut()?;
         if !std::ptr::eq(&*c.shared, shared) {
             return None;
         }
         Some(c)
+    }
+
+    /// [`rtc_conn`](Self::rtc_conn)'s shared poll, when the half in `slot` is open for the
+    /// direct way and has nothing pending. Out of line: inlined, it kept the whole lookup out
+    /// of line for every fabric (callgrind, `bench cost --fabric mem`: `Polled::send` and
+    /// `try_recv` 16-21 instructions a call more, `Agents::rtc_conn` a call of its own).
+    #[inline(never)]
+    fn direct_shared_poll(&mut self, slot: u32) {
+        let poll = match self.slots.get_mut(slot as usize) {
+            Some(Some(c)) => c.direct_open() && !c.fabric.rx_pending(),
+            _ => false,
+        };
+        if poll {
+            let n = self.fabric.poll_shared(&mut ConnTable {
+                slots: &mut self.slots,
+            });
+            self.unserved |= n > 0;
+        }
     }
 }
 
@@ -214,10 +255,11 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
             self.defer(e);
             return n > 0;
         }
-        if n > 0 && self.fabric.rx_more() {
-            // The rest of a burst: into the ring, so that the next receives take it there
-            // (one publication for the burst instead of the poller taken per message).
-            self.recv_burst(DIRECT_BURST);
+        // The rest of a burst: into the ring, so that the next receives take it there (one
+        // publication for the burst instead of the poller taken per message); a burst that
+        // delivered runs the fabric's receive-side flush itself.
+        if n > 0 && !(self.fabric.rx_more() && self.recv_burst(DIRECT_BURST) > 0) {
+            self.rx_taken();
         }
         n > 0
     }
@@ -234,7 +276,12 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         let res = self.receive(max, &counters);
         self.rtc_counters = Some(counters);
         match res {
-            Ok(n) => n,
+            Ok(n) => {
+                if n > 0 {
+                    self.rx_taken();
+                }
+                n
+            }
             Err(e) => {
                 // What the sink took before the failure is in the ring; the caller's pass
                 // reports the failure, and the ring is drained after it.

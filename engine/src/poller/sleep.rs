@@ -101,7 +101,7 @@ impl<F: Fabric> Poller<F> {
     /// when work is pending (a command, something the application queued or released, a
     /// connection closing or draining, a fabric source with work).
     pub(crate) fn arm(&mut self, set: &mut WaitSet) -> bool {
-        if !self.commands.is_empty() || !self.backlog.is_empty() {
+        if !self.commands.is_empty() || !self.backlog.is_empty() || self.unserved {
             return false;
         }
         let mut table = crate::fabric::ConnTable {
