@@ -105,15 +105,17 @@
 //!   `flush`/`try_recv`/`recv_timeout`/`poll`. A direct-path (shm) connection's calls never run
 //!   the poller: a `send` is visible to the peer when it returns, and `flush` does nothing; other
 //!   fabrics' connections on the same engine are served by the application's [`Engine::poll`].
-//! * **Run-to-completion without the rings** (`mem://` and `tcp://`; a fabric opts in through
+//! * **Run-to-completion without the rings** (`mem://`, `tcp://` and `rdma://`; a fabric opts in through
 //!   `FabricConn::RTC_DIRECT`): when the calling thread gets the poller (the same ownership
 //!   flag, one compare-and-swap), `send` posts the message straight to the fabric (for `mem://`
 //!   the record is in the peer's ring when it returns, for `tcp://` it is written to the socket;
 //!   a tcp `send` with nothing received since the last one is a stream and goes through the
-//!   send ring, a batch per write), `send_batched` runs are posted at
+//!   send ring, a batch per write; for `rdma://` it is posted to the QP), `send_batched` runs
+//!   are posted at
 //!   `flush` or the `batch`-th without a whole poller cycle, and `try_recv`/`poll` take
-//!   straight from the fabric; no application↔poller ring and no pass for the other
-//!   connections in between. When another thread has the poller, or the rings hold anything in
+//!   straight from the fabric (`rdma://`: when nothing is pending, the take polls the poller's
+//!   shared CQ first and files other connections' completions for the next cycle); no
+//!   application↔poller ring and no pass for the other connections in between. When another thread has the poller, or the rings hold anything in
 //!   that direction, the call goes through the rings as before, so the order is kept. The full
 //!   cycle still runs when a call finds nothing (or no credit, no buffer), so other connections,
 //!   commands, credits and liveness are served as before. Not with [`IdleStrategy::Block`]

@@ -18,10 +18,12 @@
 //! one syscall is the control thread's wake-up (`Waker::wake`, an eventfd `write`) when a notice
 //! is pushed: once per retired connection, never per message or per cycle.
 //!
-//! In run-to-completion mode a fabric that opts in (`FabricConn::RTC_DIRECT`: `mem://`, `tcp://`) also
-//! lets the application thread drive one connection's half between cycles, while it holds the
-//! poller: one send posted, one message or a burst received, without the application↔poller
-//! rings (`direct`, [`crate::link::RtcConn`]); `pass` holds the steps both share.
+//! In run-to-completion mode a fabric that opts in (`FabricConn::RTC_DIRECT`: `mem://`, `tcp://`,
+//! `rdma://`) also lets the application thread drive one connection's half between cycles, while
+//! it holds the poller: one send posted, one message or a burst received, without the
+//! application↔poller rings (`direct`, [`crate::link::RtcConn`]); `pass` holds the steps both
+//! share. A fabric whose completions are shared (`Fabric::SHARED_COMPLETIONS`, rdma's CQ) has the
+//! direct receive run the agent's shared poll (step 2) first when the half has nothing pending.
 //!
 //! This module is also the floor between the control thread and the pollers: the [`Command`] and
 //! [`Notice`] rings and the control thread's end of them ([`PollerLink`]). The agent set

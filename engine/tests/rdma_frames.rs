@@ -41,12 +41,15 @@ fn engine(buffer_size: usize, buffers: usize, frame_size: Option<usize>) -> Engi
     .expect("engine")
 }
 
-/// Queues `msgs` on `c` (one send batch: fewer than `batch` sends), then flushes.
-fn send_batch(c: &Connection, msgs: &[Vec<u8>]) {
+/// Queues `msgs` on `c` (one send batch: fewer than `batch` sends), then flushes;
+/// `send_batched` (run-to-completion's direct way posts a plain `send` after a receive at
+/// once), or plain `send` where `plain`.
+fn send_batch(c: &Connection, msgs: &[Vec<u8>], plain: bool) {
     for m in msgs {
         let mut b = c.alloc_timeout(T).expect("alloc");
         b.copy_from(m).expect("copy");
-        if let Err(e) = c.send(b) {
+        let res = if plain { c.send(b) } else { c.send_batched(b) };
+        if let Err(e) = res {
             panic!("send: {e}");
         }
     }
@@ -64,8 +67,13 @@ fn recv_all(c: &Connection, msgs: &[Vec<u8>]) {
 /// Sends `msgs` from `from` to `to` as one batch and returns how many frames and framed
 /// messages that took.
 fn frames_of(from: &Connection, to: &Connection, msgs: &[Vec<u8>]) -> (u64, u64) {
+    frames_sent(from, to, msgs, false)
+}
+
+/// [`frames_of`], sent with plain `send` where `plain`.
+fn frames_sent(from: &Connection, to: &Connection, msgs: &[Vec<u8>], plain: bool) -> (u64, u64) {
     let before = rdma::stats();
-    send_batch(from, msgs);
+    send_batch(from, msgs, plain);
     recv_all(to, msgs);
     let after = rdma::stats();
     (
@@ -123,6 +131,16 @@ fn lone_message_unframed_full_frame_and_frame_ending_at_the_buffer_boundary() {
         .map(|(i, &l)| payload(l, 300 + i as u64))
         .collect();
     assert_eq!(frames_of(&client, &server, &around), (2, 4));
+    // Plain sends: the first after a receive is a ping-pong's, which run-to-completion's
+    // direct way posts at once, unframed; the rest queue and leave framed at `flush`.
+    assert_eq!(
+        frames_sent(&client, &server, &msgs(1, 8, 400), true),
+        (0, 0)
+    );
+    assert_eq!(
+        frames_sent(&server, &client, &msgs(16, 8, 410), true),
+        (1, 15)
+    );
     assert_clean(&before);
     assert!(client.is_open() && server.is_open());
 }

@@ -3,7 +3,7 @@
 //! and posts a send / takes a message there itself, as the shm direct path does, instead of
 //! going through the application↔poller rings and a whole poller cycle.
 //!
-//! Only for a fabric that opts in (`FabricConn::RTC_DIRECT`). The poller serving the
+//! Only for a fabric that opts in (`FabricConn::RTC_DIRECT`: mem, tcp, rdma). The poller serving the
 //! connection writes where it keeps the half ([`RtcSlot`]: its agent's tag and table slot)
 //! when it starts serving it and clears it before it lets go of it; the application thread
 //! looks the half up through the run-to-completion guard (`RtcGuard::direct`), the same
@@ -85,8 +85,8 @@ impl RtcSlot {
     }
 
     /// Whether a half is registered: a hint (one load of a word written twice per connection)
-    /// that keeps the connections of fabrics without the direct way (tcp, rdma) from taking
-    /// the poller for nothing; the lookup under the guard decides.
+    /// that keeps the connections of fabrics without the direct way (and those not served yet)
+    /// from taking the poller for nothing; the lookup under the guard decides.
     #[inline]
     pub(crate) fn is_registered(&self) -> bool {
         self.tag.load(Ordering::Relaxed) != 0

@@ -161,6 +161,12 @@ pub struct RdmaConn {
     tx_window: SendWindow,
     /// Credits kept for explicit credit messages.
     reserve: u32,
+    /// Run-to-completion's direct send posts only while the SEND window's room is above this:
+    /// the reserve and half the window (at least one) are left to the pass's frames.
+    direct_floor: u32,
+    /// A message was delivered since the last `post_send`: the next single send is a
+    /// ping-pong's, which run-to-completion's direct send takes (`post_one`).
+    received: bool,
     /// Control SENDs (credit messages, acknowledgement frames) sent whose credits have not
     /// come back yet (not the engine's).
     ctrl_outstanding: u64,
@@ -262,6 +268,8 @@ impl RdmaConn {
             held: Fifo::new(p.tx_pool.count() as usize),
             tx_window: windows.tx_buffers.send_window(),
             reserve,
+            direct_floor: reserve + (p.peer_credits / 2).max(1),
+            received: false,
             ctrl_outstanding: 0,
             sent_msgs: Fifo::new(p.peer_credits as usize),
             frame_limit: frame_limit(p.frame_size, p.peer_buffer_size, p.tx_pool.buf_size()),
@@ -354,6 +362,30 @@ impl RdmaConn {
 }
 
 impl FabricConn for RdmaConn {
+    /// Run-to-completion's direct way: a send is posted straight to the QP (`post_send`'s lone
+    /// inline SEND, its doorbell) and a receive taken straight from what the poller's shared
+    /// poll filed here; the direct receive runs that poll itself when nothing is pending
+    /// ([`Fabric::SHARED_COMPLETIONS`](crate::fabric::Fabric::SHARED_COMPLETIONS)). Send
+    /// completions and returned credits are reclaimed by the next pass, as before.
+    const RTC_DIRECT: bool = true;
+
+    /// What `deliver` would find: received buffers, a frame being split, or large messages
+    /// being read (its own early return, without setting up the sink). Completions still in
+    /// the CQ are not seen here: the poller's shared poll files them.
+    #[inline]
+    fn rx_pending(&mut self) -> bool {
+        self.rx_pending.len != 0 || self.rx_frame.is_some() || self.large.reads_pending()
+    }
+
+    /// The pass's `flush` for the receive side: credits owed go back in a credit message once
+    /// due (the same rule as the pass's), rendezvous acknowledgements owed go out. Each direct
+    /// take otherwise only re-posts buffers: a receiver that always finds a message runs no
+    /// pass, and its peer would wait for the check's idle return.
+    #[inline]
+    fn rx_taken(&mut self) -> Result<(), FabricError> {
+        self.flush()
+    }
+
     /// Nothing of its own to arm: everything that gives it work (a receive, a send's or a
     /// read's completion, the credits in an immediate) comes through the poller's CQ, which
     /// [`RdmaFabric`](super::RdmaFabric)'s `arm` arms and re-polls; heartbeats and the
@@ -369,6 +401,7 @@ impl FabricConn for RdmaConn {
 
     #[inline]
     fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        self.received = false;
         self.check()?;
         if self.error.is_some() {
             return Ok(0); // failed: deliver what was received first
@@ -421,6 +454,26 @@ impl FabricConn for RdmaConn {
         }
         self.finish_sends(descs, plan, done)?;
         Ok(taken)
+    }
+
+    /// Run-to-completion's direct send: [`post_send`](FabricConn::post_send) of the one
+    /// message, for a ping-pong's send only (a message was delivered since the last send, as
+    /// tcp's direct send) and while more than half the SEND window is free beside the reserve;
+    /// otherwise declined: the message queues in the send ring, and the next `flush` posts it
+    /// and what queues behind it in frames, as before. A direct send spends a SEND per
+    /// message, and the engine's window (`depth` messages) is usually wider than the peer's
+    /// receive buffers: a stream sent directly would leave its tail waiting for a credit that
+    /// comes back only after the peer took messages, and a sender that flushes and then waits
+    /// elsewhere would never post it (conformance `block_sender_never_blocks_on_a_sleeping_receiver`
+    /// on `rdma_srq`, 4 buffers per connection, failed so with direct stream sends, with a
+    /// margin of one SEND or of half the window alike). A ping-pong finds its window full again
+    /// (each reply carries the credit back).
+    #[inline]
+    fn post_one(&mut self, desc: &TxDesc, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
+        if !self.received || self.tx_window.room() <= u64::from(self.direct_floor) {
+            return Ok(0);
+        }
+        self.post_send(std::slice::from_ref(desc), done)
     }
 
     #[inline]

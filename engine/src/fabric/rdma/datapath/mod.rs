@@ -310,6 +310,8 @@ impl RdmaFabric {
 
 impl Fabric for RdmaFabric {
     const NAME: &'static str = "rdma";
+    /// Every connection's completions come through the poller's CQ.
+    const SHARED_COMPLETIONS: bool = true;
     type Conn = RdmaConn;
     type Command = RdmaCommand;
 

@@ -297,6 +297,8 @@ impl RdmaConn {
                 return Err(e);
             }
             self.check()?;
+        } else {
+            self.received = true;
         }
         Ok(delivered)
     }
