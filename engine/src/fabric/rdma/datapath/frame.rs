@@ -220,6 +220,9 @@ pub(super) struct FrameCursor {
     pub(super) end: u32,
     /// Records not delivered yet.
     pub(super) left: u16,
+    /// DATA records delivered so far: the engine's messages the frame's buffer credit stands
+    /// for once it is re-posted (the sender credits a frame's records only with its buffer).
+    pub(super) data: u16,
 }
 
 impl FrameCursor {
@@ -241,6 +244,7 @@ impl FrameCursor {
             // `check_frame` proved `bytes.len()` is the frame's `u32` length.
             end: bytes.len() as u32,
             left,
+            data: 0,
         })
     }
 
