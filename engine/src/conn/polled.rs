@@ -176,7 +176,7 @@ impl Polled {
         if !conn.shared.rtc.is_registered() {
             return None;
         }
-        conn.engine.rtc_guard()?.direct(&conn.shared, false, f)
+        conn.engine.rtc_guard()?.direct(&conn.shared, f)
     }
 
     /// [`Connection::alloc`].
@@ -482,7 +482,7 @@ impl Polled {
         }
         let slot = conn.stash.take()?;
         let mut desc = MaybeUninit::<RxDesc>::uninit();
-        let got = g.direct(&conn.shared, true, |h| h.recv_one(&mut desc));
+        let got = g.direct_rx(&conn.shared, |h| h.recv_one(&mut desc));
         if got != Some(true) {
             conn.stash.give_back(slot);
             return None;
@@ -515,12 +515,10 @@ impl Polled {
                 // One ownership compare-and-swap for the burst and, when it finds nothing, the
                 // cycle; released before the handler runs.
                 match conn.engine.rtc_guard() {
-                    Some(mut g) => {
-                        match g.direct(&conn.shared, true, |h| h.recv_burst(limit - n)) {
-                            Some(burst) if burst > 0 => burst,
-                            _ => g.poll_after_empty_take(conn.engine.now_ns()),
-                        }
-                    }
+                    Some(mut g) => match g.direct_rx(&conn.shared, |h| h.recv_burst(limit - n)) {
+                        Some(burst) if burst > 0 => burst,
+                        _ => g.poll_after_empty_take(conn.engine.now_ns()),
+                    },
                     // Another thread runs the poller (and serves this connection).
                     None => 0,
                 }

@@ -143,19 +143,29 @@ impl RtcGuard<'_> {
     }
 
     /// Runs `f` on the poller's half of the connection `shared` (the direct way without the
-    /// rings, [`RtcConn`](crate::link::RtcConn)); `None` when none of these agents has it
-    /// registered. `rx`: `f` takes a receive (a fabric whose completions are shared polls
-    /// them first when the half has nothing pending, `Poller::rtc_conn`).
+    /// rings, [`RtcConn`](crate::link::RtcConn)) to send; `None` when none of these agents has
+    /// it registered.
     #[inline]
     pub(crate) fn direct<R>(
         &mut self,
         shared: &crate::link::ConnShared,
-        rx: bool,
         f: impl FnOnce(&mut dyn crate::link::RtcConn) -> R,
     ) -> Option<R> {
         // SAFETY: as in `poll`; the half is reached through the agents the guard owns, and
         // `f` runs no cycle (the guard is borrowed for it).
-        unsafe { (*self.owner.agents.get()).rtc_conn(shared, rx) }.map(f)
+        unsafe { (*self.owner.agents.get()).rtc_conn(shared, false) }.map(f)
+    }
+
+    /// [`direct`](Self::direct) to receive: a fabric whose completions are shared polls them
+    /// first when the half has nothing pending (`Poller::rtc_conn`).
+    #[inline]
+    pub(crate) fn direct_rx<R>(
+        &mut self,
+        shared: &crate::link::ConnShared,
+        f: impl FnOnce(&mut dyn crate::link::RtcConn) -> R,
+    ) -> Option<R> {
+        // SAFETY: as in `direct`.
+        unsafe { (*self.owner.agents.get()).rtc_conn(shared, true) }.map(f)
     }
 
     /// `Block`: arms and sleeps for at most `max` (see [`Agents::sleep`]).
