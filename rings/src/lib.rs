@@ -128,7 +128,7 @@ use crate::primitive::track::SlotTrackers;
 
 pub use crate::chunks::{ReadChunk, ReadChunkIntoIter, WriteChunk, WriteChunkUninit};
 pub use crate::error::{CapacityError, ChunkError, PeekError, PopError, PushError};
-pub use crate::stamped::{StampedConsumer, StampedProducer, StampedRing};
+pub use crate::stamped::{StampedConsumer, StampedProducer, StampedRing, StampedWriteChunk};
 
 /// The shared part of a ring: the two indices and the slot buffer.
 ///

@@ -20,14 +20,16 @@
 use core::cell::Cell;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
+use core::ptr::{self, NonNull};
 
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
 use crate::primitive::cell::UnsafeCell;
 use crate::primitive::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::{CapacityError, PopError, PushError};
+use crate::{CapacityError, PeekError, PopError, PushError};
 
 /// One slot: the stamp that says which index's item it holds, and the item.
 #[repr(C)]
@@ -38,6 +40,11 @@ struct Slot<T> {
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
+/// Alignment of the slot array: a cache line, so that a slot whose size divides or is a
+/// multiple of 64 bytes (16 for an 8-byte item, 128 for a 120-byte one) never straddles lines
+/// it does not need: its stamp and the item's first bytes share one line.
+const SLOTS_ALIGN: usize = 64;
+
 /// What both handles share.
 struct Shared<T> {
     /// The consumer's head as last released (written only by the consumer, `Release`; read by
@@ -45,8 +52,37 @@ struct Shared<T> {
     head: CachePadded<AtomicUsize>,
     /// Set by the first handle to be dropped.
     abandoned: AtomicBool,
-    /// `capacity` slots; never reallocated.
-    slots: Box<[Slot<T>]>,
+    /// `capacity` initialized slots, allocated with [`Shared::layout`] in `try_new`, freed in
+    /// `drop`; never reallocated.
+    slots: NonNull<Slot<T>>,
+    /// `capacity` (a power of two).
+    cap: usize,
+}
+
+impl<T> Shared<T> {
+    /// The slot array's layout, or `None` when it does not fit `isize::MAX` bytes.
+    fn layout(cap: usize) -> Option<Layout> {
+        let bytes = core::mem::size_of::<Slot<T>>().checked_mul(cap)?;
+        Layout::from_size_align(bytes, SLOTS_ALIGN.max(core::mem::align_of::<Slot<T>>())).ok()
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        // `layout` succeeded in `try_new` for this `cap`.
+        if let Some(layout) = Self::layout(self.cap) {
+            // SAFETY: `slots` holds `cap` initialized slots (field invariant) that nothing
+            // refers to any more (both handles are gone); the values are `MaybeUninit` and need
+            // no drop, the stamps do under loom. The array was allocated with `layout`
+            // (non-zero size: `try_new` gives a zero-sized array a dangling pointer instead).
+            unsafe {
+                ptr::drop_in_place(ptr::slice_from_raw_parts_mut(self.slots.as_ptr(), self.cap));
+                if layout.size() != 0 {
+                    dealloc(self.slots.as_ptr().cast(), layout);
+                }
+            }
+        }
+    }
 }
 
 // SAFETY: the slots' values move `T`s from the producer's thread to the consumer's, which is
@@ -113,27 +149,35 @@ impl<T: Copy> StampedRing<T> {
             requested: capacity,
         };
         let cap = capacity.checked_next_power_of_two().ok_or(too_large)?;
-        if cap > (usize::MAX >> 1) + 1
-            || core::mem::size_of::<Slot<T>>()
-                .checked_mul(cap)
-                .map_or(true, |bytes| bytes > isize::MAX as usize)
-        {
+        if cap > (usize::MAX >> 1) + 1 {
             return Err(too_large);
         }
-        let slots: Box<[Slot<T>]> = (0..cap)
-            .map(|_| Slot {
-                // Index `i`'s item is there when the stamp is `i + 1`; slot `s` first holds
-                // index `s`, so 0 never matches.
-                stamp: AtomicUsize::new(0),
-                value: UnsafeCell::new(MaybeUninit::uninit()),
-            })
-            .collect();
+        let layout = Shared::<T>::layout(cap).ok_or(too_large)?;
+        let slots = if layout.size() == 0 {
+            NonNull::dangling()
+        } else {
+            // SAFETY: `layout` has a non-zero size.
+            let p = unsafe { alloc(layout) }.cast::<Slot<T>>();
+            NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
+        };
+        for s in 0..cap {
+            // SAFETY: `s < cap`: inside the array just allocated (or a zero-sized slot).
+            unsafe {
+                slots.as_ptr().add(s).write(Slot {
+                    // Index `i`'s item is there when the stamp is `i + 1`; slot `s` first holds
+                    // index `s`, so 0 never matches.
+                    stamp: AtomicUsize::new(0),
+                    value: UnsafeCell::new(MaybeUninit::uninit()),
+                });
+            }
+        }
         let shared = Arc::new(Shared {
             head: CachePadded::new(AtomicUsize::new(0)),
             abandoned: AtomicBool::new(false),
             slots,
+            cap,
         });
-        let slots = shared.slots.as_ptr();
+        let slots = shared.slots.as_ptr().cast_const();
         let producer = StampedProducer {
             shared: shared.clone(),
             slots,
@@ -257,6 +301,25 @@ impl<T: Copy> StampedProducer<T> {
     #[inline]
     pub fn publish_deferred(&mut self) {
         self.publish_all();
+    }
+
+    /// Claims up to `max` free slots (as many as are free, possibly none) to write in place;
+    /// [`StampedWriteChunk::commit`] publishes them. Reads the consumer's index only if the
+    /// cached one says fewer than `max` are free.
+    #[inline]
+    pub fn write_chunk_up_to(&mut self, max: usize) -> StampedWriteChunk<'_, T> {
+        let cap = self.mask + 1;
+        let mut free = cap - self.tail.wrapping_sub(self.cached_head);
+        if free < max {
+            // Acquire: as in `write_next`.
+            self.cached_head = self.shared.head.load(Ordering::Acquire);
+            free = cap - self.tail.wrapping_sub(self.cached_head);
+        }
+        let len = free.min(max);
+        StampedWriteChunk {
+            producer: self,
+            len,
+        }
     }
 
     /// Items written by [`push_deferred`](Self::push_deferred) and not visible yet.
@@ -389,6 +452,26 @@ impl<T: Copy> StampedConsumer<T> {
         self.seen == self.head && !self.see_next()
     }
 
+    /// The oldest item, read in place; it stays in the ring ([`pop`](Self::pop) or
+    /// [`release`](Self::release) removes it).
+    ///
+    /// # Errors
+    ///
+    /// [`PeekError::Empty`] if the ring is empty.
+    #[inline]
+    pub fn peek(&mut self) -> Result<&T, PeekError> {
+        if self.is_empty() {
+            return Err(PeekError::Empty);
+        }
+        // SAFETY: as in `read`: `head < seen`, so the item is written, ordered before us by the
+        // stamp's Acquire load, and the producer keeps off its slot while the reference
+        // borrows `self` (only this handle releases it).
+        Ok(self
+            .slot(self.head)
+            .value
+            .with(|p| unsafe { (*p).assume_init_ref() }))
+    }
+
     /// Removes the oldest item and releases its slot.
     ///
     /// # Errors
@@ -465,6 +548,82 @@ impl<T> core::fmt::Debug for StampedConsumer<T> {
             .field("capacity", &(self.mask + 1))
             .field("head", &self.head)
             .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Free slots of a [`StampedRing`] claimed by [`StampedProducer::write_chunk_up_to`], to be
+/// written in place and published by [`commit`](Self::commit); dropping it publishes nothing.
+pub struct StampedWriteChunk<'p, T> {
+    producer: &'p mut StampedProducer<T>,
+    len: usize,
+}
+
+impl<T: Copy> StampedWriteChunk<'_, T> {
+    /// Slots claimed.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no slot was free.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes the `k`-th claimed slot.
+    ///
+    /// # Panics
+    ///
+    /// If `k >= len()`.
+    #[inline]
+    pub fn write(&mut self, k: usize, value: T) {
+        assert!(k < self.len, "slot {k} of a chunk of {}", self.len);
+        let p = &*self.producer;
+        // SAFETY: a claimed slot is free: the consumer does not read its value until the
+        // commit stores its stamp, after this write.
+        p.slot(p.tail.wrapping_add(k))
+            .value
+            .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
+    }
+
+    /// The claimed slots' values, as up to two runs of `(first value, count)`, in ring order;
+    /// consecutive values of a run are [`STRIDE`](Self::STRIDE) bytes apart (a slot: the
+    /// stamp and the value). For a writer that fills the slots in place; nothing else may
+    /// access them until [`commit`](Self::commit).
+    #[inline]
+    pub fn runs(&mut self) -> [(*mut MaybeUninit<T>, usize); 2] {
+        let p = &*self.producer;
+        let start = p.tail & p.mask;
+        let first = self.len.min(p.mask + 1 - start);
+        // The values' addresses only; nothing is accessed here.
+        let value = |s: usize| p.slot(s).value.with_mut(|v| v);
+        [(value(start), first), (value(0), self.len - first)]
+    }
+
+    /// Bytes from one slot's value to the next one's in a run of [`runs`](Self::runs).
+    pub const STRIDE: usize = core::mem::size_of::<Slot<T>>();
+
+    /// Publishes the first `n` claimed slots (cut to the claim), with every deferred item
+    /// before them: one stamp store each, in order.
+    ///
+    /// # Safety
+    ///
+    /// The first `n` claimed slots (`n` cut to [`len`](Self::len)) hold values written since
+    /// the claim, through [`write`](Self::write) or [`runs`](Self::runs)' pointers.
+    #[inline]
+    pub unsafe fn commit(self, n: usize) {
+        let n = n.min(self.len);
+        self.producer.tail = self.producer.tail.wrapping_add(n);
+        self.producer.publish_all();
+    }
+}
+
+impl<T> core::fmt::Debug for StampedWriteChunk<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("StampedWriteChunk")
+            .field("len", &self.len)
             .finish_non_exhaustive()
     }
 }

@@ -433,3 +433,41 @@ fn stamped_drop_publishes_deferred() {
         t.join().unwrap();
     });
 }
+
+/// `StampedRing`: chunks written in place and partly committed through a ring of 2 (the
+/// uncommitted slot is claimed again), read with `peek`/`pop`.
+#[test]
+fn stamped_chunks() {
+    loom::model(|| {
+        let (mut p, mut c) = rings::StampedRing::<u32>::new(2);
+        let t = thread::spawn(move || {
+            let mut next = 0;
+            while next < 3 {
+                let mut chunk = p.write_chunk_up_to(2);
+                let n = chunk.len();
+                for k in 0..n {
+                    chunk.write(k, next + k as u32);
+                }
+                // Commit one of two: the second slot is written again by the next claim.
+                let commit = n.min(1 + (next as usize % 2));
+                // SAFETY: every claimed slot was written just above.
+                unsafe { chunk.commit(commit) };
+                next += commit as u32;
+                if n == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        for want in 0..3 {
+            loop {
+                if let Ok(v) = c.peek() {
+                    assert_eq!(*v, want);
+                    break;
+                }
+                thread::yield_now();
+            }
+            assert_eq!(c.pop(), Ok(want));
+        }
+        t.join().unwrap();
+    });
+}

@@ -116,6 +116,62 @@ fn peek_into_keeps_items_until_released() {
     assert!(p.is_abandoned());
 }
 
+#[test]
+fn write_chunks_in_place_and_partial_commits() {
+    let (mut p, mut c) = StampedRing::<u64>::new(4);
+    p.push(100).unwrap();
+    assert_eq!(c.pop(), Ok(100));
+    // Tail at 1: a claim of 4 wraps (slots 1, 2, 3, then 0) and sees only 4 free.
+    let mut chunk = p.write_chunk_up_to(8);
+    assert_eq!(chunk.len(), 4);
+    let runs = chunk.runs();
+    assert_eq!((runs[0].1, runs[1].1), (3, 1));
+    let stride = rings::StampedWriteChunk::<u64>::STRIDE;
+    let mut v = 0;
+    for (ptr, n) in runs {
+        for k in 0..n {
+            // SAFETY: `k < n`: a claimed slot's value, `stride` bytes after the previous one.
+            unsafe {
+                ptr.cast::<u8>()
+                    .add(k * stride)
+                    .cast::<std::mem::MaybeUninit<u64>>()
+                    .write(std::mem::MaybeUninit::new(v))
+            };
+            v += 1;
+        }
+    }
+    // Publish 3 of the 4: the fourth is not visible and its slot is claimed again next.
+    // SAFETY: all four were written above.
+    unsafe { chunk.commit(3) };
+    let mut out = [MaybeUninit::uninit(); 8];
+    assert_eq!(c.peek_into(&mut out), &[0, 1, 2]);
+    let mut chunk = p.write_chunk_up_to(8);
+    assert_eq!(chunk.len(), 1);
+    chunk.write(0, 42);
+    // Dropping a chunk publishes nothing.
+    drop(chunk);
+    assert_eq!(c.peek_into(&mut out), &[0, 1, 2]);
+    let mut chunk = p.write_chunk_up_to(1);
+    chunk.write(0, 43);
+    // SAFETY: slot 0 written just above.
+    unsafe { chunk.commit(5) };
+    assert_eq!(c.peek_into(&mut out), &[0, 1, 2, 43]);
+    assert_eq!(p.write_chunk_up_to(8).len(), 0);
+    c.release(4);
+    assert_eq!(p.write_chunk_up_to(8).len(), 4);
+    assert_eq!(c.peek(), Err(rings::PeekError::Empty));
+    p.push(7).unwrap();
+    assert_eq!(c.peek(), Ok(&7));
+    assert_eq!(c.pop(), Ok(7));
+}
+
+#[test]
+#[should_panic(expected = "slot 1 of a chunk of 1")]
+fn chunk_write_out_of_range_panics() {
+    let (mut p, _c) = StampedRing::<u64>::new(1);
+    p.write_chunk_up_to(4).write(1, 0);
+}
+
 /// A small xorshift generator (no dependency).
 struct Rng(u64);
 
@@ -171,6 +227,24 @@ fn two_threads_random_mix() {
             while i < n {
                 assert!(start.elapsed() < DEADLINE, "producer stuck at {i}");
                 let item = [i, !i];
+                if rng.below(5) == 0 {
+                    // A chunk written in place, partly committed.
+                    let want = (n - i).min(1 + rng.below(8)) as usize;
+                    let mut chunk = p.write_chunk_up_to(want);
+                    let k = chunk.len();
+                    for j in 0..k {
+                        let v = i + j as u64;
+                        chunk.write(j, [v, !v]);
+                    }
+                    let commit = rng.below(k as u64 + 1) as usize;
+                    // SAFETY: every claimed slot was written just above.
+                    unsafe { chunk.commit(commit) };
+                    i += commit as u64;
+                    if k == 0 {
+                        thread::yield_now();
+                    }
+                    continue;
+                }
                 let r = match rng.below(4) {
                     0 | 1 => p.push(item),
                     2 => p.push_deferred(item),
