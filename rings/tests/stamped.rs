@@ -145,11 +145,12 @@ fn write_chunks_in_place_and_partial_commits() {
     unsafe { chunk.commit(3) };
     let mut out = [MaybeUninit::uninit(); 8];
     assert_eq!(c.peek_into(&mut out), &[0, 1, 2]);
-    let mut chunk = p.write_chunk_up_to(8);
-    assert_eq!(chunk.len(), 1);
-    chunk.write(0, 42);
-    // Dropping a chunk publishes nothing.
-    drop(chunk);
+    {
+        let mut chunk = p.write_chunk_up_to(8);
+        assert_eq!(chunk.len(), 1);
+        chunk.write(0, 42);
+        // A chunk that goes out of scope uncommitted publishes nothing.
+    }
     assert_eq!(c.peek_into(&mut out), &[0, 1, 2]);
     let mut chunk = p.write_chunk_up_to(1);
     chunk.write(0, 43);
