@@ -179,7 +179,7 @@ impl Down {
 pub(crate) struct AppRings {
     pub(crate) tx: StampedProducer<TxDesc>,
     pub(crate) free: Consumer<u32>,
-    pub(crate) rx: Consumer<RxDesc>,
+    pub(crate) rx: StampedConsumer<RxDesc>,
     pub(crate) release: Producer<u32>,
 }
 
@@ -285,7 +285,9 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
         // Capacity >= count, so this cannot fail.
         let _ = free_p.push(i);
     }
-    let (rx_p, rx_c) = RingBuffer::<RxDesc>::new(cfg.depth.max(1));
+    // Stamped too: the application waiting for a delivery checks the next slot's stamp, in the
+    // line that holds a small message's descriptor and payload.
+    let (rx_p, rx_c) = StampedRing::<RxDesc>::new(cfg.depth.max(1));
     let (rel_p, rel_c) =
         RingBuffer::<u32>::new((rx_pool.count() as usize + rx_large.count() as usize).max(1));
     let shared = Arc::new(ConnShared::new(id));
@@ -359,7 +361,7 @@ pub(crate) struct PollerConn<C> {
     pub(crate) fabric: C,
     pub(crate) tx: StampedConsumer<TxDesc>,
     pub(crate) free: Producer<u32>,
-    pub(crate) rx: Producer<RxDesc>,
+    pub(crate) rx: StampedProducer<RxDesc>,
     pub(crate) release: Consumer<u32>,
     /// Send buffers held by the poller/fabric: bit `i` of word `i / 64`.
     pub(crate) tx_owned: Box<[u64]>,

@@ -40,10 +40,32 @@ struct Slot<T> {
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
-/// Alignment of the slot array: a cache line, so that a slot whose size divides or is a
-/// multiple of 64 bytes (16 for an 8-byte item, 128 for a 120-byte one) never straddles lines
-/// it does not need: its stamp and the item's first bytes share one line.
-const SLOTS_ALIGN: usize = 64;
+/// Bytes per cache line (64 on every target this crate is tuned for).
+const LINE: usize = 64;
+
+/// Bytes from one slot to the next: the slot's size rounded up to a power of two up to a line
+/// (16 for an 8-byte item: four slots a line), to whole lines above (192 for a 128-byte item).
+/// With the array line-aligned, a slot then never straddles a line it does not need: its stamp
+/// and the item's first bytes share one line.
+const fn stride<T>() -> usize {
+    let size = core::mem::size_of::<Slot<T>>();
+    if size <= LINE {
+        size.next_power_of_two()
+    } else {
+        size.div_ceil(LINE) * LINE
+    }
+}
+
+/// Slot `s` of the array at `slots`.
+///
+/// # Safety
+///
+/// `slots` is a slot array of more than `s` slots (or `T`'s slots are zero-sized).
+#[inline(always)]
+unsafe fn slot_ptr<T>(slots: *mut Slot<T>, s: usize) -> *mut Slot<T> {
+    // SAFETY: per the contract, slot `s` starts `s * stride` bytes into the array.
+    unsafe { slots.cast::<u8>().add(s * stride::<T>()).cast() }
+}
 
 /// What both handles share.
 struct Shared<T> {
@@ -52,8 +74,8 @@ struct Shared<T> {
     head: CachePadded<AtomicUsize>,
     /// Set by the first handle to be dropped.
     abandoned: AtomicBool,
-    /// `capacity` initialized slots, allocated with [`Shared::layout`] in `try_new`, freed in
-    /// `drop`; never reallocated.
+    /// `capacity` initialized slots, `stride::<T>()` bytes apart, allocated with
+    /// [`Shared::layout`] in `try_new`, freed in `drop`; never reallocated.
     slots: NonNull<Slot<T>>,
     /// `capacity` (a power of two).
     cap: usize,
@@ -62,8 +84,8 @@ struct Shared<T> {
 impl<T> Shared<T> {
     /// The slot array's layout, or `None` when it does not fit `isize::MAX` bytes.
     fn layout(cap: usize) -> Option<Layout> {
-        let bytes = core::mem::size_of::<Slot<T>>().checked_mul(cap)?;
-        Layout::from_size_align(bytes, SLOTS_ALIGN.max(core::mem::align_of::<Slot<T>>())).ok()
+        let bytes = stride::<T>().checked_mul(cap)?;
+        Layout::from_size_align(bytes, LINE.max(core::mem::align_of::<Slot<T>>())).ok()
     }
 }
 
@@ -76,7 +98,9 @@ impl<T> Drop for Shared<T> {
             // no drop, the stamps do under loom. The array was allocated with `layout`
             // (non-zero size: `try_new` gives a zero-sized array a dangling pointer instead).
             unsafe {
-                ptr::drop_in_place(ptr::slice_from_raw_parts_mut(self.slots.as_ptr(), self.cap));
+                for s in 0..self.cap {
+                    ptr::drop_in_place(slot_ptr(self.slots.as_ptr(), s));
+                }
                 if layout.size() != 0 {
                     dealloc(self.slots.as_ptr().cast(), layout);
                 }
@@ -163,7 +187,7 @@ impl<T: Copy> StampedRing<T> {
         for s in 0..cap {
             // SAFETY: `s < cap`: inside the array just allocated (or a zero-sized slot).
             unsafe {
-                slots.as_ptr().add(s).write(Slot {
+                slot_ptr(slots.as_ptr(), s).write(Slot {
                     // Index `i`'s item is there when the stamp is `i + 1`; slot `s` first holds
                     // index `s`, so 0 never matches.
                     stamp: AtomicUsize::new(0),
@@ -234,7 +258,7 @@ impl<T: Copy> StampedProducer<T> {
     fn slot(&self, i: usize) -> &Slot<T> {
         // SAFETY: `i & mask < capacity`, and the slots live as long as `shared`, which this
         // handle keeps alive.
-        unsafe { &*self.slots.add(i & self.mask) }
+        unsafe { &*slot_ptr(self.slots.cast_mut(), i & self.mask) }
     }
 
     /// Writes `value` into `tail`'s slot and advances `tail`, storing no stamp.
@@ -357,7 +381,7 @@ impl<T> Drop for StampedProducer<T> {
             let i = self.published;
             self.published = i.wrapping_add(1);
             // SAFETY: as in `slot`.
-            let slot = unsafe { &*self.slots.add(i & self.mask) };
+            let slot = unsafe { &*slot_ptr(self.slots.cast_mut(), i & self.mask) };
             // Release: as in `publish_all`.
             slot.stamp.store(self.published, Ordering::Release);
         }
@@ -409,7 +433,7 @@ impl<T: Copy> StampedConsumer<T> {
     fn slot(&self, i: usize) -> &Slot<T> {
         // SAFETY: `i & mask < capacity`, and the slots live as long as `shared`, which this
         // handle keeps alive.
-        unsafe { &*self.slots.add(i & self.mask) }
+        unsafe { &*slot_ptr(self.slots.cast_mut(), i & self.mask) }
     }
 
     /// Whether the item of index `seen` is there (one stamp load); advances `seen` past it.
@@ -603,7 +627,7 @@ impl<T: Copy> StampedWriteChunk<'_, T> {
     }
 
     /// Bytes from one slot's value to the next one's in a run of [`runs`](Self::runs).
-    pub const STRIDE: usize = core::mem::size_of::<Slot<T>>();
+    pub const STRIDE: usize = stride::<T>();
 
     /// Publishes the first `n` claimed slots (cut to the claim), with every deferred item
     /// before them: one stamp store each, in order.

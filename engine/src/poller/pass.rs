@@ -168,19 +168,18 @@ impl<C: FabricConn> PollerConn<C> {
             block,
             ..
         } = self;
-        let mut chunk = rx.write_chunk_uninit_up_to(batch);
+        let mut chunk = rx.write_chunk_up_to(batch);
         if chunk.is_empty() {
             counters.rx_ring_full.add(1);
             *drained = false;
             return Ok(0);
         }
-        let (a, b) = chunk.as_mut_slices();
-        let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
+        let mut sink = RxSink::stamped(&mut chunk, rx_pool).with_large(rx_large);
         let res = fabric.poll_rx(&mut sink);
         let n = sink.written();
         *drained = sink.room() > 0;
         let bytes = sink.bytes();
-        // SAFETY: the sink initialised exactly its first `n` slots, in order.
+        // SAFETY: the sink initialised exactly its first `n` slots, in order (and is gone).
         unsafe { chunk.commit(n) };
         res?;
         if n > 0 {
