@@ -78,6 +78,7 @@ impl<'a> RxSink<'a> {
     /// A sink over the free slots a stamped receive ring claimed (the application's, with
     /// dedicated pollers and run-to-completion alike); the claimer commits the first
     /// [`written`](Self::written) of them once the sink is gone.
+    #[inline(always)]
     pub(crate) fn stamped(
         chunk: &'a mut StampedWriteChunk<'_, RxDesc>,
         pool: &PoolView,
