@@ -53,9 +53,12 @@ pub struct TxDesc {
 /// byte offset [`offset`](Self::offset) (kept in the first 4 bytes of `data`, which a pooled
 /// descriptor does not otherwise use).
 ///
-/// 128 bytes: two cache lines, so a 64-byte message (plus its header) is delivered inline.
+/// 128 bytes, so a 64-byte message (plus its header) is delivered inline. In the receive ring
+/// (a [`rings::StampedRing`]) it follows its slot's 8-byte stamp at the start of a cache line:
+/// the stamp, the header and a message of up to 48 bytes share one line, which brings the
+/// application a small message and the news that it is there.
 #[derive(Clone, Copy)]
-#[repr(C, align(64))]
+#[repr(C)]
 pub struct RxDesc {
     pub(crate) len: u32,
     pub(crate) buf: u32,

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
-use rings::{Consumer, Producer, RingBuffer};
+use rings::{Consumer, Producer, RingBuffer, StampedConsumer, StampedProducer, StampedRing};
 
 use crate::config::Config;
 use crate::desc::{PoolView, RxDesc, TxDesc};
@@ -177,9 +177,9 @@ impl Down {
 
 /// The application's ring ends of a connection.
 pub(crate) struct AppRings {
-    pub(crate) tx: Producer<TxDesc>,
+    pub(crate) tx: StampedProducer<TxDesc>,
     pub(crate) free: Consumer<u32>,
-    pub(crate) rx: Consumer<RxDesc>,
+    pub(crate) rx: StampedConsumer<RxDesc>,
     pub(crate) release: Producer<u32>,
 }
 
@@ -277,13 +277,17 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
     // Ordinary buffers and large slots share the send, free and release rings (a large slot is
     // `LARGE_BIT | slot`) and the ownership bitmap (the slots after the buffers).
     let count = tx_pool.count() as usize + tx_large.count() as usize;
-    let (tx_p, tx_c) = RingBuffer::<TxDesc>::new(count.max(1));
+    // The send ring is stamped: a poller waiting for sends checks the next slot, which brings
+    // the descriptor with the news that it is there (one line, not the tail's and the slot's).
+    let (tx_p, tx_c) = StampedRing::<TxDesc>::new(count.max(1));
     let (mut free_p, free_c) = RingBuffer::<u32>::new(count.max(1));
     for i in (0..tx_pool.count()).chain((0..tx_large.count()).map(|s| crate::desc::LARGE_BIT | s)) {
         // Capacity >= count, so this cannot fail.
         let _ = free_p.push(i);
     }
-    let (rx_p, rx_c) = RingBuffer::<RxDesc>::new(cfg.depth.max(1));
+    // Stamped too: the application waiting for a delivery checks the next slot's stamp, in the
+    // line that holds a small message's descriptor and payload.
+    let (rx_p, rx_c) = StampedRing::<RxDesc>::new(cfg.depth.max(1));
     let (rel_p, rel_c) =
         RingBuffer::<u32>::new((rx_pool.count() as usize + rx_large.count() as usize).max(1));
     let shared = Arc::new(ConnShared::new(id));
@@ -355,9 +359,9 @@ pub(crate) fn direct_parts(
 pub(crate) struct PollerConn<C> {
     pub(crate) id: u64,
     pub(crate) fabric: C,
-    pub(crate) tx: Consumer<TxDesc>,
+    pub(crate) tx: StampedConsumer<TxDesc>,
     pub(crate) free: Producer<u32>,
-    pub(crate) rx: Producer<RxDesc>,
+    pub(crate) rx: StampedProducer<RxDesc>,
     pub(crate) release: Consumer<u32>,
     /// Send buffers held by the poller/fabric: bit `i` of word `i / 64`.
     pub(crate) tx_owned: Box<[u64]>,

@@ -168,14 +168,9 @@ impl<C: FabricConn> PollerConn<C> {
             return Err(self.take_deferred());
         }
         let rx_pending = self.fabric.rx_pending();
-        // `is_empty_spinning`: an idle dedicated poller prefetches the send ring's next slot
-        // with each re-read of its tail, so that a send's descriptor arrives with its index
-        // (measured in `rings::Consumer::refresh_empty`'s notes).
-        if !rx_pending
-            && self.tx.is_empty_spinning()
-            && self.release.is_empty()
-            && self.fabric.quiescent()
-        {
+        // The send ring is stamped: the check loads the next slot's stamp, so a send's
+        // descriptor arrives with the news of it (one line; see `link::conn_pair`).
+        if !rx_pending && self.tx.is_empty() && self.release.is_empty() && self.fabric.quiescent() {
             self.drained = true;
             return Ok(0);
         }

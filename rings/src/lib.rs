@@ -40,21 +40,18 @@
 //! // Across threads.
 //! let t = std::thread::spawn(move || {
 //!     for i in 0..1000u64 {
-//!         let mut item = i;
-//!         while let Err(PushError::Full(back)) = producer.push(item) {
-//!             item = back;
+//!         while producer.push(i).is_err() {
 //!             std::thread::yield_now();
 //!         }
 //!     }
 //! });
 //! let mut next = 0;
 //! while next < 1000 {
-//!     match consumer.pop() {
-//!         Ok(v) => {
-//!             assert_eq!(v, next);
-//!             next += 1;
-//!         }
-//!         Err(PopError::Empty) => std::thread::yield_now(),
+//!     if let Ok(v) = consumer.pop() {
+//!         assert_eq!(v, next);
+//!         next += 1;
+//!     } else {
+//!         std::thread::yield_now();
 //!     }
 //! }
 //! t.join().unwrap();
@@ -93,7 +90,8 @@
 //!   misses of the next poll overlap instead of following each other.
 //! * Nothing blocks. `push`/`pop` return an error immediately on a full/empty ring; waiting, and
 //!   how to wait (spin, yield, park), is the caller's idle strategy.
-//! * No allocation happens after [`RingBuffer::new`].
+//! * No allocation happens after [`RingBuffer::new`]. [`StampedRing`]: `Copy` items, a stamp
+//!   in each slot, so that its consumer never reads the producer's index.
 //!
 //! # Resource cleanup
 //!
@@ -117,6 +115,7 @@ mod deferred;
 mod error;
 mod primitive;
 mod spinning;
+mod stamped;
 
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
@@ -129,6 +128,7 @@ use crate::primitive::track::SlotTrackers;
 
 pub use crate::chunks::{ReadChunk, ReadChunkIntoIter, WriteChunk, WriteChunkUninit};
 pub use crate::error::{CapacityError, ChunkError, PeekError, PopError, PushError};
+pub use crate::stamped::{StampedConsumer, StampedProducer, StampedRing, StampedWriteChunk};
 
 /// The shared part of a ring: the two indices and the slot buffer.
 ///

@@ -25,6 +25,36 @@ pub(crate) mod sync {
     }
 }
 
+/// A cell with loom's closure API (`with`, `with_mut`), so that loom tracks the accesses of
+/// the stamped ring's slot values ([`crate::StampedRing`]); a plain `UnsafeCell` outside loom.
+#[cfg(not(loom))]
+pub(crate) mod cell {
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        #[inline(always)]
+        pub(crate) fn new(value: T) -> Self {
+            UnsafeCell(core::cell::UnsafeCell::new(value))
+        }
+
+        #[inline(always)]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}
+
+#[cfg(loom)]
+pub(crate) mod cell {
+    pub(crate) use loom::cell::UnsafeCell;
+}
+
 #[cfg(not(loom))]
 pub(crate) mod track {
     /// Per-slot access trackers; zero-sized outside loom.

@@ -444,18 +444,11 @@ impl Polled {
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
         // Read where it lies in the ring (only the payload's bytes are copied, into the slot),
-        // then popped: the 128-byte descriptor is not copied out. The ring first: an empty
-        // one (every run-to-completion direct receive looks) takes no slot to give back.
-        // Dedicated pollers: `peek_spinning`, so that a message's descriptor arrives with the
-        // ring's index (measured at `rings::Consumer::refresh_empty`); run-to-completion reads
-        // a ring this thread filled, where the counter would be a cost only (callgrind, `bench
-        // cost --fabric mem`: 14 more instructions per round trip).
-        let peeked = if self.run_to_completion {
-            s.rings.rx.peek()
-        } else {
-            s.rings.rx.peek_spinning()
-        };
-        let Ok(desc) = peeked else {
+        // then released: the 120-byte descriptor is not copied out. The ring first: an empty
+        // one (every run-to-completion direct receive looks) takes no slot to give back. The
+        // ring is stamped: the check loads the slot's stamp, in the line that brings a small
+        // message's descriptor and payload (see `link::conn_pair`).
+        let Ok(desc) = s.rings.rx.peek() else {
             // A receive that finds nothing publishes a batched send run (a reply may wait on it).
             s.publish_run();
             return None;
@@ -464,7 +457,7 @@ impl Polled {
         // SAFETY: the slot is ours; the poller's sink checked a pooled descriptor's buffer,
         // offset and length, and the buffer is lent to us until released.
         let m = unsafe { Message::from_desc(conn, desc, slot) };
-        let _ = s.rings.rx.pop();
+        s.rings.rx.release(1);
         s.counts.received += 1;
         Some(m)
     }

@@ -2,9 +2,10 @@
 //! into free slots of the receive ring) and [`TxDone`] (freed send buffers and returned
 //! credits).
 
+use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 
-use rings::Producer;
+use rings::{Producer, StampedWriteChunk};
 
 use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
 use crate::error::FabricError;
@@ -18,8 +19,16 @@ use super::FabricConn;
 /// Every push is checked: a pooled message must name a buffer of the receive pool and fit it, so
 /// nothing a peer wrote can make the application read outside the pool.
 pub struct RxSink<'a> {
-    first: &'a mut [MaybeUninit<RxDesc>],
-    second: &'a mut [MaybeUninit<RxDesc>],
+    /// The free slots, as up to two runs (`first_len` from `first`, then `second_len` from
+    /// `second`) of descriptors `stride` bytes apart: a slice's (`stride` is the size of a
+    /// descriptor), or a stamped ring's (its slots hold a stamp too). Borrowed mutably for
+    /// `'a`; written only through [`next_slot`](Self::next_slot).
+    first: *mut MaybeUninit<RxDesc>,
+    first_len: usize,
+    second: *mut MaybeUninit<RxDesc>,
+    second_len: usize,
+    stride: usize,
+    _slots: PhantomData<&'a mut [MaybeUninit<RxDesc>]>,
     written: usize,
     bytes: u64,
     pool_count: u32,
@@ -27,6 +36,13 @@ pub struct RxSink<'a> {
     large_count: u32,
     large_size: u32,
 }
+
+// SAFETY: the raw runs stand for the `&'a mut` borrow of the free slots the sink had as
+// slices (and has as `_slots`): moving the sink to another thread moves that borrow, as a
+// `&mut [MaybeUninit<RxDesc>]` may move (`RxDesc` is plain data).
+unsafe impl Send for RxSink<'_> {}
+// SAFETY: a shared `&RxSink` reads the counts only; every slot access takes `&mut self`.
+unsafe impl Sync for RxSink<'_> {}
 
 impl core::fmt::Debug for RxSink<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -44,14 +60,38 @@ impl<'a> RxSink<'a> {
         pool: &PoolView,
     ) -> RxSink<'a> {
         RxSink {
-            first,
-            second,
+            first_len: first.len(),
+            first: first.as_mut_ptr(),
+            second_len: second.len(),
+            second: second.as_mut_ptr(),
+            stride: core::mem::size_of::<RxDesc>(),
+            _slots: PhantomData,
             written: 0,
             bytes: 0,
             pool_count: pool.count(),
             buf_size: u32::try_from(pool.buf_size()).unwrap_or(u32::MAX),
             large_count: 0,
             large_size: 0,
+        }
+    }
+
+    /// A sink over the free slots a stamped receive ring claimed (the application's, with
+    /// dedicated pollers and run-to-completion alike); the claimer commits the first
+    /// [`written`](Self::written) of them once the sink is gone.
+    #[inline(always)]
+    pub(crate) fn stamped(
+        chunk: &'a mut StampedWriteChunk<'_, RxDesc>,
+        pool: &PoolView,
+    ) -> RxSink<'a> {
+        let [(first, first_len), (second, second_len)] = chunk.runs();
+        RxSink {
+            first,
+            first_len,
+            second,
+            second_len,
+            stride: StampedWriteChunk::<RxDesc>::STRIDE,
+            _slots: PhantomData,
+            ..RxSink::new(&mut [], &mut [], pool)
         }
     }
 
@@ -66,7 +106,7 @@ impl<'a> RxSink<'a> {
     /// How many more messages fit.
     #[inline]
     pub fn room(&self) -> usize {
-        self.first.len() + self.second.len() - self.written
+        self.first_len + self.second_len - self.written
     }
 
     /// Messages delivered so far.
@@ -78,14 +118,19 @@ impl<'a> RxSink<'a> {
     #[inline]
     fn next_slot(&mut self) -> Result<&mut MaybeUninit<RxDesc>, FabricError> {
         let i = self.written;
-        let slot = if i < self.first.len() {
-            self.first.get_mut(i)
+        let (run, k) = if i < self.first_len {
+            (self.first, i)
+        } else if i - self.first_len < self.second_len {
+            (self.second, i - self.first_len)
         } else {
-            self.second.get_mut(i - self.first.len())
+            return Err(FabricError::Protocol(
+                "receive sink overflow (fabric ignored room())",
+            ));
         };
-        slot.ok_or(FabricError::Protocol(
-            "receive sink overflow (fabric ignored room())",
-        ))
+        // SAFETY: `k` is below its run's length, so the descriptor `k * stride` bytes into the
+        // run is one of the free slots this sink borrows mutably for `'a` (see the fields);
+        // the returned borrow of `self` keeps it unique.
+        Ok(unsafe { &mut *run.cast::<u8>().add(k * self.stride).cast() })
     }
 
     /// Delivers a message by copying `payload` into the descriptor.

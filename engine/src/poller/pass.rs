@@ -5,8 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use rings::Consumer;
+use core::mem::MaybeUninit;
 
+use rings::{Consumer, StampedConsumer};
+
+use crate::config::MAX_BATCH;
 use crate::desc::{PoolView, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{FabricConn, RxSink, TxDone};
@@ -30,7 +33,7 @@ pub(super) fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
 #[inline(always)]
 pub(super) fn post_ring<C: FabricConn>(
     fabric: &mut C,
-    tx: &mut Consumer<TxDesc>,
+    tx: &mut StampedConsumer<TxDesc>,
     done: &mut TxDone<'_>,
     tx_pool: &PoolView,
     tx_large: &PoolView,
@@ -38,14 +41,16 @@ pub(super) fn post_ring<C: FabricConn>(
     batch: usize,
     counters: &PollerCounters,
 ) -> Result<usize, FabricError> {
-    let chunk = tx.read_chunk_up_to(batch);
-    if chunk.is_empty() {
+    // Copied out of the stamped slots (8 bytes each) into one slice for the fabric; left in
+    // the ring until released, so what the fabric does not accept stays queued.
+    let mut scratch = [MaybeUninit::<TxDesc>::uninit(); MAX_BATCH];
+    let a = tx.peek_into(&mut scratch[..batch.min(MAX_BATCH)]);
+    if a.is_empty() {
         return Ok(0);
     }
-    let (a, b) = chunk.as_slices();
-    let offered = a.len() + b.len();
+    let offered = a.len();
     let mut bytes = 0u64;
-    for d in a.iter().chain(b) {
+    for d in a {
         if !valid_tx(d, tx_pool, tx_large) {
             return Err(FabricError::Protocol("invalid send descriptor"));
         }
@@ -54,23 +59,19 @@ pub(super) fn post_ring<C: FabricConn>(
         }
         bytes += u64::from(d.len);
     }
-    let mut accepted = fabric.post_send(a, done)?;
-    if accepted == a.len() && !b.is_empty() {
-        accepted += fabric.post_send(b, done)?;
-    }
-    let accepted = accepted.min(offered);
+    let accepted = fabric.post_send(a, done)?.min(offered);
     if accepted < offered {
         counters.tx_stalls.add(1);
         shared.counters.tx_stalls.add(1);
         // Not accepted: still the application's queue, offered again next cycle.
-        for d in a.iter().chain(b).skip(accepted) {
+        for d in a.iter().skip(accepted) {
             if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
                 done.mark_owned(d.buf, false);
             }
             bytes -= u64::from(d.len);
         }
     }
-    chunk.release(accepted);
+    tx.release(accepted);
     if accepted > 0 {
         counters.tx_msgs.add(accepted as u64);
         counters.tx_batches.add(1);
@@ -86,7 +87,7 @@ pub(super) fn post_ring<C: FabricConn>(
 pub(super) struct TxStep<'a, C> {
     pub(super) fabric: &'a mut C,
     pub(super) done: TxDone<'a>,
-    pub(super) tx: &'a mut Consumer<TxDesc>,
+    pub(super) tx: &'a mut StampedConsumer<TxDesc>,
     pub(super) release: &'a mut Consumer<u32>,
     pub(super) tx_pool: &'a PoolView,
     pub(super) tx_large: &'a PoolView,
@@ -167,19 +168,18 @@ impl<C: FabricConn> PollerConn<C> {
             block,
             ..
         } = self;
-        let mut chunk = rx.write_chunk_uninit_up_to(batch);
+        let mut chunk = rx.write_chunk_up_to(batch);
         if chunk.is_empty() {
             counters.rx_ring_full.add(1);
             *drained = false;
             return Ok(0);
         }
-        let (a, b) = chunk.as_mut_slices();
-        let mut sink = RxSink::new(a, b, rx_pool).with_large(rx_large);
+        let mut sink = RxSink::stamped(&mut chunk, rx_pool).with_large(rx_large);
         let res = fabric.poll_rx(&mut sink);
         let n = sink.written();
         *drained = sink.room() > 0;
         let bytes = sink.bytes();
-        // SAFETY: the sink initialised exactly its first `n` slots, in order.
+        // SAFETY: the sink initialised exactly its first `n` slots, in order (and is gone).
         unsafe { chunk.commit(n) };
         res?;
         if n > 0 {
