@@ -116,6 +116,34 @@ unsafe impl<T: Send> Sync for Shared<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Send for Shared<T> {}
 
+/// One handle's view of the ring: the shared part it keeps alive, and the slot array's start
+/// and mask kept beside it, so that the hot path does not load them through `shared`.
+struct Ring<T> {
+    shared: Arc<Shared<T>>,
+    /// `shared.slots`' start.
+    slots: *const Slot<T>,
+    /// `capacity - 1`.
+    mask: usize,
+}
+
+impl<T> Ring<T> {
+    fn new(shared: Arc<Shared<T>>) -> Self {
+        Ring {
+            slots: shared.slots.as_ptr().cast_const(),
+            mask: shared.cap - 1,
+            shared,
+        }
+    }
+
+    /// Slot of index `i`.
+    #[inline(always)]
+    fn slot(&self, i: usize) -> &Slot<T> {
+        // SAFETY: `i & mask < capacity`, and the slots live as long as `shared`, which this
+        // view keeps alive.
+        unsafe { &*slot_ptr(self.slots.cast_mut(), i & self.mask) }
+    }
+}
+
 /// A bounded SPSC ring of `Copy` items whose slots carry stamps: the consumer learns that an
 /// item is there from a stamp stored in its slot after it (one line brings both), never from
 /// the producer's index; the consumer publishes its head once per
@@ -201,20 +229,15 @@ impl<T: Copy> StampedRing<T> {
             slots,
             cap,
         });
-        let slots = shared.slots.as_ptr().cast_const();
         let producer = StampedProducer {
-            shared: shared.clone(),
-            slots,
-            mask: cap - 1,
+            ring: Ring::new(shared.clone()),
             tail: 0,
             published: 0,
             cached_head: 0,
             _not_sync: PhantomData,
         };
         let consumer = StampedConsumer {
-            shared,
-            slots,
-            mask: cap - 1,
+            ring: Ring::new(shared),
             head: 0,
             seen: 0,
             _not_sync: PhantomData,
@@ -232,11 +255,7 @@ impl<T: Copy> StampedRing<T> {
 /// shared::<rings::StampedProducer<u8>>();
 /// ```
 pub struct StampedProducer<T> {
-    shared: Arc<Shared<T>>,
-    /// `shared.slots`' start, kept here so the hot path does not load it through `shared`.
-    slots: *const Slot<T>,
-    /// `capacity - 1`.
-    mask: usize,
+    ring: Ring<T>,
     /// Index of the next slot to write. The items of `published .. tail` are written and
     /// their stamps not stored yet ([`push_deferred`](Self::push_deferred)).
     tail: usize,
@@ -256,19 +275,17 @@ impl<T: Copy> StampedProducer<T> {
     /// Slot of index `i`.
     #[inline(always)]
     fn slot(&self, i: usize) -> &Slot<T> {
-        // SAFETY: `i & mask < capacity`, and the slots live as long as `shared`, which this
-        // handle keeps alive.
-        unsafe { &*slot_ptr(self.slots.cast_mut(), i & self.mask) }
+        self.ring.slot(i)
     }
 
     /// Writes `value` into `tail`'s slot and advances `tail`, storing no stamp.
     #[inline(always)]
     fn write_next(&mut self, value: T) -> Result<(), PushError<T>> {
-        if self.tail.wrapping_sub(self.cached_head) > self.mask {
+        if self.tail.wrapping_sub(self.cached_head) > self.ring.mask {
             // Acquire: pairs with the consumer's Release store in `release`, so its reads of
             // the slots it released happen before we overwrite them.
-            self.cached_head = self.shared.head.load(Ordering::Acquire);
-            if self.tail.wrapping_sub(self.cached_head) > self.mask {
+            self.cached_head = self.ring.shared.head.load(Ordering::Acquire);
+            if self.tail.wrapping_sub(self.cached_head) > self.ring.mask {
                 return Err(PushError::Full(value));
             }
         }
@@ -332,11 +349,11 @@ impl<T: Copy> StampedProducer<T> {
     /// cached one says fewer than `max` are free.
     #[inline]
     pub fn write_chunk_up_to(&mut self, max: usize) -> StampedWriteChunk<'_, T> {
-        let cap = self.mask + 1;
+        let cap = self.ring.mask + 1;
         let mut free = cap - self.tail.wrapping_sub(self.cached_head);
         if free < max {
             // Acquire: as in `write_next`.
-            self.cached_head = self.shared.head.load(Ordering::Acquire);
+            self.cached_head = self.ring.shared.head.load(Ordering::Acquire);
             free = cap - self.tail.wrapping_sub(self.cached_head);
         }
         let len = free.min(max);
@@ -356,21 +373,21 @@ impl<T: Copy> StampedProducer<T> {
     #[inline]
     pub fn slots(&mut self) -> usize {
         // Acquire: as in `write_next`.
-        self.cached_head = self.shared.head.load(Ordering::Acquire);
-        self.mask + 1 - self.tail.wrapping_sub(self.cached_head)
+        self.cached_head = self.ring.shared.head.load(Ordering::Acquire);
+        self.ring.mask + 1 - self.tail.wrapping_sub(self.cached_head)
     }
 
     /// The ring's capacity (a power of two).
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.mask + 1
+        self.ring.mask + 1
     }
 
     /// Whether the consumer has been dropped.
     #[inline]
     pub fn is_abandoned(&self) -> bool {
         // Acquire: pairs with the consumer's Release store in its `Drop`.
-        self.shared.abandoned.load(Ordering::Acquire)
+        self.ring.shared.abandoned.load(Ordering::Acquire)
     }
 }
 
@@ -380,20 +397,19 @@ impl<T> Drop for StampedProducer<T> {
         while self.published != self.tail {
             let i = self.published;
             self.published = i.wrapping_add(1);
-            // SAFETY: as in `slot`.
-            let slot = unsafe { &*slot_ptr(self.slots.cast_mut(), i & self.mask) };
+            let slot = self.ring.slot(i);
             // Release: as in `publish_all`.
             slot.stamp.store(self.published, Ordering::Release);
         }
         // Release: the stamps above happen before a consumer's Acquire load of the flag.
-        self.shared.abandoned.store(true, Ordering::Release);
+        self.ring.shared.abandoned.store(true, Ordering::Release);
     }
 }
 
 impl<T> core::fmt::Debug for StampedProducer<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("StampedProducer")
-            .field("capacity", &(self.mask + 1))
+            .field("capacity", &(self.ring.mask + 1))
             .field("tail", &self.tail)
             .field("published", &self.published)
             .field("cached_head", &self.cached_head)
@@ -410,11 +426,7 @@ impl<T> core::fmt::Debug for StampedProducer<T> {
 /// shared::<rings::StampedConsumer<u8>>();
 /// ```
 pub struct StampedConsumer<T> {
-    shared: Arc<Shared<T>>,
-    /// `shared.slots`' start.
-    slots: *const Slot<T>,
-    /// `capacity - 1`.
-    mask: usize,
+    ring: Ring<T>,
     /// Index of the oldest item not released. `shared.head` equals it outside a method call.
     head: usize,
     /// The items of `head .. seen` have had their stamps seen: they are readable without
@@ -431,9 +443,7 @@ impl<T: Copy> StampedConsumer<T> {
     /// Slot of index `i`.
     #[inline(always)]
     fn slot(&self, i: usize) -> &Slot<T> {
-        // SAFETY: `i & mask < capacity`, and the slots live as long as `shared`, which this
-        // handle keeps alive.
-        unsafe { &*slot_ptr(self.slots.cast_mut(), i & self.mask) }
+        self.ring.slot(i)
     }
 
     /// Whether the item of index `seen` is there (one stamp load); advances `seen` past it.
@@ -466,7 +476,7 @@ impl<T: Copy> StampedConsumer<T> {
     fn publish_head(&mut self) {
         // Release: our reads of the released slots happen before the producer's Acquire load
         // of `head` lets it overwrite them.
-        self.shared.head.store(self.head, Ordering::Release);
+        self.ring.shared.head.store(self.head, Ordering::Release);
     }
 
     /// Whether the ring is empty now: one load of the head slot's stamp when no item is
@@ -546,7 +556,7 @@ impl<T: Copy> StampedConsumer<T> {
     /// The ring's capacity (a power of two).
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.mask + 1
+        self.ring.mask + 1
     }
 
     /// Whether the producer has been dropped. Items it pushed (or deferred) before are still
@@ -555,21 +565,21 @@ impl<T: Copy> StampedConsumer<T> {
     pub fn is_abandoned(&self) -> bool {
         // Acquire: pairs with the producer's Release store in its `Drop`, so a check after
         // this returned `true` sees every stamp it stored.
-        self.shared.abandoned.load(Ordering::Acquire)
+        self.ring.shared.abandoned.load(Ordering::Acquire)
     }
 }
 
 impl<T> Drop for StampedConsumer<T> {
     fn drop(&mut self) {
         // Release: pairs with the producer's Acquire load in `is_abandoned`.
-        self.shared.abandoned.store(true, Ordering::Release);
+        self.ring.shared.abandoned.store(true, Ordering::Release);
     }
 }
 
 impl<T> core::fmt::Debug for StampedConsumer<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("StampedConsumer")
-            .field("capacity", &(self.mask + 1))
+            .field("capacity", &(self.ring.mask + 1))
             .field("head", &self.head)
             .field("seen", &self.seen)
             .finish_non_exhaustive()
@@ -619,8 +629,8 @@ impl<T: Copy> StampedWriteChunk<'_, T> {
     #[inline]
     pub fn runs(&mut self) -> [(*mut MaybeUninit<T>, usize); 2] {
         let p = &*self.producer;
-        let start = p.tail & p.mask;
-        let first = self.len.min(p.mask + 1 - start);
+        let start = p.tail & p.ring.mask;
+        let first = self.len.min(p.ring.mask + 1 - start);
         // The values' addresses only; nothing is accessed here.
         let value = |s: usize| p.slot(s).value.with_mut(|v| v);
         [(value(start), first), (value(0), self.len - first)]
