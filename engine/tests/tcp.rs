@@ -167,6 +167,31 @@ fn hostile_peers_fail_only_their_connection() {
     assert_blamed(&mut raw);
     drop(raw);
 
+    // A small DATA record with a reserved field set, and a CREDIT record of the wrong size:
+    // the receive side's fast path for small records passes both to the checked path.
+    for rec in [
+        [
+            13u8, 0, 0, 0, 1, 0, 1, 0, b'h', b'e', b'l', b'l', b'o', 0, 0, 0,
+        ],
+        [
+            16, 0, 0, 0, 1, 2, 0, 0, b'h', b'e', b'l', b'l', b'o', 0, 0, 0,
+        ],
+    ] {
+        let (mut raw, conn) = raw_peer(&engine, &listener, &addr);
+        raw.write_all(&rec).unwrap();
+        protocol(wait_failed(&conn));
+        assert_blamed(&mut raw);
+        drop(raw);
+    }
+    let (mut raw, conn) = raw_peer(&engine, &listener, &addr);
+    let mut rec = [0u8; 24];
+    rec[0] = 24;
+    rec[4] = 4;
+    raw.write_all(&rec).unwrap();
+    protocol(wait_failed(&conn));
+    assert_blamed(&mut raw);
+    drop(raw);
+
     // A truncated header, then the end of stream.
     let (mut raw, conn) = raw_peer(&engine, &listener, &addr);
     raw.write_all(&[16, 0, 0]).unwrap();
