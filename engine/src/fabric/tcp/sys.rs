@@ -21,7 +21,6 @@ pub(crate) struct Iov {
 pub(crate) struct IovList {
     iov: [MaybeUninit<libc::iovec>; IOV_BATCH],
     len: usize,
-    bytes: usize,
 }
 
 impl IovList {
@@ -30,7 +29,6 @@ impl IovList {
         IovList {
             iov: [const { MaybeUninit::uninit() }; IOV_BATCH],
             len: 0,
-            bytes: 0,
         }
     }
 
@@ -48,14 +46,7 @@ impl IovList {
             iov_len: iov.len,
         });
         self.len += 1;
-        self.bytes += iov.len;
         true
-    }
-
-    /// Bytes described.
-    #[inline]
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes
     }
 
     /// Entries used.
