@@ -243,7 +243,14 @@ impl FabricConn for TcpConn {
     #[inline]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         self.rx_drained = false;
-        let (mut n, blocked) = self.parse(sink)?;
+        // What an earlier `recv` left unparsed first; with nothing there (a ping-pong's every
+        // receive) the parse is skipped, not entered and left (callgrind: ~20 instructions).
+        let buffered = self.head != self.tail_rx || self.large_rx.is_some();
+        let (mut n, blocked) = if buffered {
+            self.parse(sink)?
+        } else {
+            (0, false)
+        };
         if !blocked && !self.eof && sink.room() > 0 {
             if self.fill()? {
                 n += self.parse(sink)?.0;
