@@ -46,6 +46,25 @@ fn pop_wait<T>(c: &mut rings::Consumer<T>) -> Option<T> {
     }
 }
 
+/// For each of `want` in order: `take(ring, false)` (a peek) until it shows the item, then
+/// `take(ring, true)` (a pop) must return the same.
+fn peek_then_pop_each<R>(
+    want: impl IntoIterator<Item = u32>,
+    ring: &mut R,
+    mut take: impl FnMut(&mut R, bool) -> Option<u32>,
+) {
+    for want in want {
+        loop {
+            if let Some(v) = take(ring, false) {
+                assert_eq!(v, want);
+                break;
+            }
+            thread::yield_now();
+        }
+        assert_eq!(take(ring, true), Some(want));
+    }
+}
+
 #[test]
 fn push_pop_fifo() {
     for cap in 1..=4 {
@@ -99,16 +118,13 @@ fn peek_then_pop() {
             assert!(push_wait(&mut p, 7));
             assert!(push_wait(&mut p, 8));
         });
-        for want in [7, 8] {
-            loop {
-                if let Ok(v) = c.peek() {
-                    assert_eq!(*v, want);
-                    break;
-                }
-                thread::yield_now();
+        peek_then_pop_each([7, 8], &mut c, |c, pop| {
+            if pop {
+                c.pop().ok()
+            } else {
+                c.peek().ok().copied()
             }
-            assert_eq!(c.pop(), Ok(want));
-        }
+        });
         t.join().unwrap();
     });
 }
@@ -458,16 +474,13 @@ fn stamped_chunks() {
                 }
             }
         });
-        for want in 0..3 {
-            loop {
-                if let Ok(v) = c.peek() {
-                    assert_eq!(*v, want);
-                    break;
-                }
-                thread::yield_now();
+        peek_then_pop_each(0..3, &mut c, |c, pop| {
+            if pop {
+                c.pop().ok()
+            } else {
+                c.peek().ok().copied()
             }
-            assert_eq!(c.pop(), Ok(want));
-        }
+        });
         t.join().unwrap();
     });
 }
