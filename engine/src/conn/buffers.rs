@@ -99,20 +99,32 @@ impl SendBuf<'_> {
     /// The start of the buffer (or of the claimed record's payload).
     #[inline(always)]
     fn ptr(&self) -> NonNull<u8> {
-        if !is_large(self.idx()) {
+        self.ptr_cap().0
+    }
+
+    /// The start of the buffer and its capacity, from one dispatch on the kind (with
+    /// [`ptr`](Self::ptr) and [`capacity`](Self::capacity) apart, `copy_from` tested the kind
+    /// twice: callgrind of `bench cost`'s claim stage).
+    #[inline(always)]
+    fn ptr_cap(&self) -> (NonNull<u8>, usize) {
+        let idx = self.idx();
+        if !is_large(idx) {
             // SAFETY: `idx < count` (the field's invariant: every constructor checks it).
-            unsafe { self.conn.tx_pool.buf_ptr_unchecked(self.idx()) }
-        } else if self.idx() == RING_CLAIM {
-            self.conn.ring_claim().0
+            let p = unsafe { self.conn.tx_pool.buf_ptr_unchecked(idx) };
+            (p, self.conn.tx_pool.buf_size())
+        } else if idx == RING_CLAIM {
+            self.conn.ring_claim()
         } else {
             // SAFETY: `slot < large count` (the field's invariant: `take_large` checks it).
-            unsafe { self.conn.tx_large.buf_ptr_unchecked(large_slot(self.idx())) }
+            let p = unsafe { self.conn.tx_large.buf_ptr_unchecked(large_slot(idx)) };
+            (p, self.conn.tx_large.buf_size())
         }
     }
 
     /// The whole buffer, for writing in place; then [`set_len`](Self::set_len).
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let (ptr, cap) = self.ptr_cap();
         // SAFETY: `ptr .. ptr + cap` is this buffer of the send pool, kept mapped by the
         // connection this borrows; the buffer is owned by this handle alone (the poller hands a
         // buffer out once and the engine's ownership bitmap rejects double frees; on a direct
@@ -120,7 +132,7 @@ impl SendBuf<'_> {
         // For a ring claim it is the claimed record's payload in the ring: the producer writes
         // nothing else while the claim is open (`RingError::ClaimOpen`), the peer does not read
         // it before the commit, and the connection allows one open claim.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr().as_ptr(), self.capacity()) }
+        unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), cap) }
     }
 
     /// Sets the message length.
@@ -148,7 +160,7 @@ impl SendBuf<'_> {
     /// [`Error::MessageTooLarge`] when `data` is longer than the capacity.
     #[inline]
     pub fn copy_from(&mut self, data: &[u8]) -> Result<(), Error> {
-        let cap = self.capacity();
+        let (ptr, cap) = self.ptr_cap();
         if data.len() > cap {
             return Err(Error::MessageTooLarge {
                 size: data.len(),
@@ -157,7 +169,7 @@ impl SendBuf<'_> {
         }
         // SAFETY: `data.len() <= cap` bytes into this buffer (see `as_mut_slice`), which does
         // not overlap `data` (a shared borrow cannot alias the buffer this handle owns).
-        unsafe { copy_bytes(data.as_ptr(), self.ptr().as_ptr(), data.len()) };
+        unsafe { copy_bytes(data.as_ptr(), ptr.as_ptr(), data.len()) };
         self.put_len(data.len() as u32);
         Ok(())
     }

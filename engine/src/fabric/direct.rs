@@ -163,6 +163,15 @@ impl DirectPath {
         }
     }
 
+    /// [`claim`](Self::claim)'s common case alone (room known, no claim open): `None`,
+    /// nothing claimed, `claim` does the rest. The caller checked `len <= inline_max`.
+    #[inline(always)]
+    pub(crate) fn try_claim(&self, len: usize) -> Option<core::ptr::NonNull<u8>> {
+        match self {
+            DirectPath::Shm(d) => d.try_claim(len),
+        }
+    }
+
     /// Publishes the open claim as a `len`-byte message.
     #[inline(always)]
     pub(crate) fn commit_claim(&self, len: usize) {

@@ -275,8 +275,19 @@ impl Producer {
     /// As [`claim`](Self::claim), and [`RingError::ClaimOpen`].
     #[inline(always)]
     pub fn claim_raw(&mut self, payload: usize) -> Result<Option<NonNull<u8>>, RingError> {
-        // The common case as in `try_put_data`: no PAD, room known, no claim open, not failed
-        // (`room_end` is 0 then); the rest through `claim`, which handles or reports it.
+        match self.try_claim_raw(payload) {
+            Some(ptr) => Ok(Some(ptr)),
+            None => self.claim_raw_slow(payload),
+        }
+    }
+
+    /// [`claim_raw`](Self::claim_raw)'s common case alone, as in
+    /// [`try_put_data`](Self::try_put_data): no PAD, room known, no claim open, not failed
+    /// (`room_end` is 0 then). `None`: nothing done; `claim_raw` handles or reports the rest.
+    /// Returns an `Option`, so that a caller with a slow path of its own keeps the pointer in
+    /// a register.
+    #[inline(always)]
+    pub fn try_claim_raw(&mut self, payload: usize) -> Option<NonNull<u8>> {
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         let off = self.tail as usize & (self.cap - 1);
         if payload <= self.max_payload
@@ -294,10 +305,10 @@ impl Producer {
             if let Some(ptr) = NonNull::new(ptr) {
                 self.raw = Some(payload);
                 self.room_end = 0;
-                return Ok(Some(ptr));
+                return Some(ptr);
             }
         }
-        self.claim_raw_slow(payload)
+        None
     }
 
     /// [`claim_raw`](Self::claim_raw) through [`claim`](Self::claim): a PAD first, the
@@ -314,6 +325,12 @@ impl Producer {
         self.raw = Some(payload);
         self.room_end = 0;
         Ok(Some(ptr))
+    }
+
+    /// Whether a raw claim ([`claim_raw`](Self::claim_raw)) is open.
+    #[inline(always)]
+    pub fn is_claim_open(&self) -> bool {
+        self.raw.is_some()
     }
 
     /// Publishes the open raw claim as a DATA record of `len` bytes (at most the claimed size,

@@ -188,6 +188,12 @@ impl TxRing {
         &mut self.ring
     }
 
+    /// The record ring's producer, to read.
+    #[inline(always)]
+    pub(crate) fn producer_ref(&self) -> &Producer {
+        &self.ring
+    }
+
     /// Sends `payload` inline as a `DATA` record; visible to the receiver when this returns
     /// `Ok(true)`. `Ok(false)`: the ring is full (back-pressure).
     ///
