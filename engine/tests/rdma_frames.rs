@@ -419,3 +419,84 @@ fn frames_taken_in_several_steps_return_the_whole_window() {
     assert_clean(&before);
     assert!(client.is_open() && server.is_open());
 }
+
+/// The engines of the window tests: `batch(depth)` (a sender's run of up to `depth` is one
+/// frame), twice as many buffers as the window (as `bench`: a sender never short of buffers,
+/// whose `alloc` would run a cycle that posts what is queued), liveness off (no control-thread
+/// cycle of an idle run-to-completion engine returns credits behind the test's back: a credit
+/// that does not go back is a hang, not a delay).
+fn window_engine(depth: usize) -> Engine {
+    rtc_builder(4096, 2 * depth)
+        .depth(depth)
+        .batch(depth)
+        .signal_every(8)
+        .connect_timeout(T)
+        .liveness_timeout(Duration::ZERO)
+        .build()
+        .expect("engine")
+}
+
+/// A plain-`send` stream that starts after a ping-pong's direct send (one message posted
+/// alone, straight to the QP) still leaves in whole windows, one frame each: the send that
+/// finds the window spent runs the cycle that posts the queued run, and the next run counts
+/// from there. Counted on from the direct send, each later window's first send completed a
+/// `batch` and went out alone, unframed, and the other 127 as a frame (`bench rate --fabric
+/// rdma`, whose client receives the server's ready message first: two SENDs a window).
+#[test]
+fn a_stream_after_a_direct_send_goes_in_whole_windows() {
+    let Some(ip) = vm_ip() else { return };
+    let before = rdma::stats();
+    const DEPTH: u64 = 128;
+    const N: u64 = 6 * DEPTH;
+    let (se, ce) = (window_engine(DEPTH as usize), window_engine(DEPTH as usize));
+    let (server, client) = pair(&se, &ce, &format!("rdma://{ip}:20108"));
+    // A ping: the client's next send is a ping-pong's reply, posted directly and alone.
+    let mut b = server.alloc_timeout(T).expect("alloc");
+    b.copy_from(b"ping").expect("copy");
+    server.send(b).expect("send");
+    server.flush().expect("flush");
+    assert_eq!(&*client.recv_timeout(T).expect("ping"), b"ping");
+    let sent = rdma::stats();
+    // One thread: a send refused for credit lets the server take what arrived.
+    let mut taken = 0;
+    let take = |taken: &mut u64| {
+        while let Some(m) = server.try_recv().expect("try_recv") {
+            assert_eq!(
+                u64::from_le_bytes(m[..].try_into().expect("8 bytes")),
+                *taken
+            );
+            *taken += 1;
+        }
+    };
+    for seq in 0..N {
+        let end = Instant::now() + T;
+        loop {
+            let mut b = client.alloc_timeout(T).expect("alloc");
+            b.copy_from(&seq.to_le_bytes()).expect("copy");
+            match client.send(b) {
+                Ok(()) => break,
+                Err(SendError::WouldBlock(_)) => {
+                    assert!(Instant::now() < end, "message {seq}: no credit came back");
+                    take(&mut taken);
+                }
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+    }
+    client.flush().expect("flush");
+    let end = Instant::now() + T;
+    while taken < N {
+        assert!(Instant::now() < end, "message {taken} did not arrive");
+        take(&mut taken);
+    }
+    let after = rdma::stats();
+    assert_eq!(
+        N - (after.framed_messages - sent.framed_messages),
+        1,
+        "only the ping-pong's reply travels unframed ({} frames, {} SENDs)",
+        after.frames - sent.frames,
+        (after.inline_sends + after.pooled_sends) - (sent.inline_sends + sent.pooled_sends)
+    );
+    assert_clean(&before);
+    assert!(client.is_open() && server.is_open());
+}
