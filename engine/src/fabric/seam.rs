@@ -131,6 +131,17 @@ pub trait FabricConn: Send + 'static {
         self.rx_pending()
     }
 
+    /// Cheap hint, right after [`poll_rx`](Self::poll_rx) delivered: whether a unit of the
+    /// fabric's is delivered in part, and what it holds goes back only once the rest is (RDMA: a
+    /// frame split over several calls, whose receive buffer is re-posted, and its records'
+    /// credit owed, with its last record). Run-to-completion's direct receive then moves on
+    /// into the receive ring, as far as the ring has room, so that it goes back at this take
+    /// as in the pass. The default: `false`.
+    #[inline]
+    fn rx_split(&mut self) -> bool {
+        false
+    }
+
     /// Cheap hint: `true` when [`reclaim`](FabricConn::reclaim) and [`flush`](FabricConn::flush)
     /// certainly have nothing to do now (no send buffers or credits to collect, nothing waiting
     /// to be published). Together with [`rx_pending`](FabricConn::rx_pending) `false` and empty

@@ -377,6 +377,13 @@ impl FabricConn for RdmaConn {
         self.rx_pending.len != 0 || self.rx_frame.is_some() || self.large.reads_pending()
     }
 
+    /// A frame split by a take whose sink had no room for all of it: its buffer is re-posted,
+    /// and its records' credit owed, with its last record (see `deliver`).
+    #[inline]
+    fn rx_split(&mut self) -> bool {
+        self.rx_frame.is_some()
+    }
+
     /// The pass's `flush` for the receive side: credits owed go back in a credit message once
     /// due (the same rule as the pass's), rendezvous acknowledgements owed go out. Each direct
     /// take otherwise only re-posts buffers: a receiver that always finds a message runs no
