@@ -543,6 +543,18 @@ fn a_stream_after_a_direct_send_goes_in_whole_windows() {
         after.frames - sent.frames,
         (after.inline_sends + after.pooled_sends) - (sent.inline_sends + sent.pooled_sends)
     );
+    // The stream's sends skipped the direct way (`DIRECT_SEND_AFTER_RECV`); a message
+    // delivered makes the next plain send a ping-pong's again: it leaves at once, without a
+    // flush, and the client's engine runs nothing after it.
+    let mut b = server.alloc_timeout(T).expect("alloc");
+    b.copy_from(b"ping").expect("copy");
+    server.send(b).expect("send");
+    server.flush().expect("flush");
+    assert_eq!(&*client.recv_timeout(T).expect("ping"), b"ping");
+    let mut b = client.alloc_timeout(T).expect("alloc");
+    b.copy_from(b"pong").expect("copy");
+    client.send(b).expect("send");
+    assert_eq!(&*server.recv_timeout(T).expect("pong, unflushed"), b"pong");
     assert_clean(&before);
     assert!(client.is_open() && server.is_open());
 }

@@ -291,7 +291,7 @@ impl Polled {
         // SAFETY: no other reference to the state is live; none is taken while this one is used
         // (the engine pass below runs no application code).
         let s = unsafe { self.state() };
-        if self.direct && !batched {
+        if self.direct && !batched && !conn.shared.rtc.is_stream() {
             let posted = self
                 .with_direct(conn, |h| h.send_one(TxDesc { buf: idx, len }))
                 .unwrap_or(Posted::No);

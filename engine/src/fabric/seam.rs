@@ -85,6 +85,14 @@ pub trait FabricConn: Send + 'static {
     /// read in place). The default: `false` (every message goes through the rings and a pass).
     const RTC_DIRECT: bool = false;
 
+    /// With [`RTC_DIRECT`](Self::RTC_DIRECT): [`post_one`](Self::post_one) is for a
+    /// ping-pong's send, and declines a stream's (nothing delivered since the last send), which
+    /// goes through the send ring and leaves batched. After such a decline the application's
+    /// sends skip the direct way (the run-to-completion guard's compare-and-swap, the lookup of
+    /// the half, the decline) until a message is delivered on the connection again. The
+    /// default: `false` (`post_one` is asked for every send).
+    const DIRECT_SEND_AFTER_RECV: bool = false;
+
     /// The connection was put in slot `slot` of its poller's table (RDMA: encode it in `wr_id` so
     /// [`Fabric::poll_shared`] can find the connection through [`ConnTable::get_mut`]).
     #[inline]
