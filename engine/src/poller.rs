@@ -55,7 +55,8 @@ pub(crate) const COMMAND_BUDGET: usize = 8;
 /// ([`RunToCompletion::poll_if_idle`]): enough to drain a full command ring.
 pub(crate) const IDLE_CYCLES: usize = COMMAND_RING / COMMAND_BUDGET + 1;
 /// Most messages a run-to-completion direct receive moves into the receive ring after the one
-/// it hands over (`RtcConn::recv_one`): the engine's default batch.
+/// it hands over (`RtcConn::recv_one`), per burst: the engine's default batch. More bursts
+/// follow while the fabric holds a unit split (`FabricConn::rx_split`, an rdma frame).
 pub(crate) const DIRECT_BURST: usize = 32;
 /// A poller runs the per-connection liveness check every this many cycles...
 const CHECK_EVERY: u64 = 4096;

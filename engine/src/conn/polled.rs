@@ -271,6 +271,11 @@ impl Polled {
         let units = unsafe { self.state() }.window.units(buf.len());
         if !self.has_credit(conn, units) {
             self.drive(conn);
+            // SAFETY: no other reference to the state is live; none is taken while this one is used.
+            let s = unsafe { self.state() };
+            // The cycle posted the queued run: the next run counts from here. Counted on, the next
+            // window's first send made a run of its own (rdma: each window 1 + 127 SENDs).
+            (s.unflushed, s.unflushed_units) = (0, 0);
             if !self.has_credit(conn, units) {
                 // SAFETY: no other reference to the state is live; none is taken while this one is used.
                 let s = unsafe { self.state() };
@@ -286,7 +291,7 @@ impl Polled {
         // SAFETY: no other reference to the state is live; none is taken while this one is used
         // (the engine pass below runs no application code).
         let s = unsafe { self.state() };
-        if self.direct && !batched {
+        if self.direct && !batched && !conn.shared.rtc.is_stream() {
             let posted = self
                 .with_direct(conn, |h| h.send_one(TxDesc { buf: idx, len }))
                 .unwrap_or(Posted::No);

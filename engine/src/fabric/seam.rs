@@ -85,6 +85,14 @@ pub trait FabricConn: Send + 'static {
     /// read in place). The default: `false` (every message goes through the rings and a pass).
     const RTC_DIRECT: bool = false;
 
+    /// With [`RTC_DIRECT`](Self::RTC_DIRECT): [`post_one`](Self::post_one) is for a
+    /// ping-pong's send, and declines a stream's (nothing delivered since the last send), which
+    /// goes through the send ring and leaves batched. After such a decline the application's
+    /// sends skip the direct way (the run-to-completion guard's compare-and-swap, the lookup of
+    /// the half, the decline) until a message is delivered on the connection again. The
+    /// default: `false` (`post_one` is asked for every send).
+    const DIRECT_SEND_AFTER_RECV: bool = false;
+
     /// The connection was put in slot `slot` of its poller's table (RDMA: encode it in `wr_id` so
     /// [`Fabric::poll_shared`] can find the connection through [`ConnTable::get_mut`]).
     #[inline]
@@ -129,6 +137,17 @@ pub trait FabricConn: Send + 'static {
     #[inline]
     fn rx_more(&mut self) -> bool {
         self.rx_pending()
+    }
+
+    /// Cheap hint, right after [`poll_rx`](Self::poll_rx) delivered: whether a unit of the
+    /// fabric's is delivered in part, and what it holds goes back only once the rest is (RDMA: a
+    /// frame split over several calls, whose receive buffer is re-posted, and its records'
+    /// credit owed, with its last record). Run-to-completion's direct receive then moves on
+    /// into the receive ring, as far as the ring has room, so that it goes back at this take
+    /// as in the pass. The default: `false`.
+    #[inline]
+    fn rx_split(&mut self) -> bool {
+        false
     }
 
     /// Cheap hint: `true` when [`reclaim`](FabricConn::reclaim) and [`flush`](FabricConn::flush)

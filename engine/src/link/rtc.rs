@@ -11,7 +11,7 @@
 //! cycle goes through (no pointer into the table is kept).
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::desc::{RxDesc, TxDesc};
 
@@ -61,6 +61,9 @@ pub(crate) struct RtcSlot {
     tag: AtomicU64,
     /// The half's slot in that agent's connection table.
     slot: AtomicU32,
+    /// The half declined a direct send as a stream's and nothing was delivered since
+    /// (`FabricConn::DIRECT_SEND_AFTER_RECV`): the next sends skip the direct way.
+    stream: AtomicBool,
 }
 
 impl RtcSlot {
@@ -90,5 +93,28 @@ impl RtcSlot {
     #[inline]
     pub(crate) fn is_registered(&self) -> bool {
         self.tag.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether the half declined its last direct send as a stream's and nothing was delivered
+    /// since: the send goes through the send ring without asking it. A hint for the sending
+    /// thread: written under the run-to-completion guard (the same thread, in that mode).
+    #[inline]
+    pub(crate) fn is_stream(&self) -> bool {
+        self.stream.load(Ordering::Relaxed)
+    }
+
+    /// The half declined a direct send as a stream's.
+    #[inline]
+    pub(crate) fn set_stream(&self) {
+        self.stream.store(true, Ordering::Relaxed);
+    }
+
+    /// A message was delivered: the next send may be a ping-pong's again. Stores only when set
+    /// (a dedicated poller's passes, which never set it, only read the line).
+    #[inline]
+    pub(crate) fn clear_stream(&self) {
+        if self.is_stream() {
+            self.stream.store(false, Ordering::Relaxed);
+        }
     }
 }

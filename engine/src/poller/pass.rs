@@ -183,6 +183,10 @@ impl<C: FabricConn> PollerConn<C> {
         unsafe { chunk.commit(n) };
         res?;
         if n > 0 {
+            if C::DIRECT_SEND_AFTER_RECV {
+                // The next send may be a ping-pong's (run-to-completion's direct send).
+                shared.rtc.clear_stream();
+            }
             if *block {
                 // An application thread may sleep in `recv_timeout`.
                 shared.bell().ring();
