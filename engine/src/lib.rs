@@ -110,12 +110,15 @@
 //!   flag, one compare-and-swap), `send` posts the message straight to the fabric (for `mem://`
 //!   the record is in the peer's ring when it returns, for `tcp://` it is written to the socket;
 //!   a tcp `send` with nothing received since the last one is a stream and goes through the
-//!   send ring, a batch per write; for `rdma://` it is posted to the QP), `send_batched` runs
-//!   are posted at
-//!   `flush` or the `batch`-th without a whole poller cycle, and `try_recv`/`poll` take
-//!   straight from the fabric (`rdma://`: when nothing is pending, the take polls the poller's
-//!   shared CQ first and files other connections' completions for the next cycle); no
-//!   application↔poller ring and no pass for the other connections in between. When another thread has the poller, or the rings hold anything in
+//!   send ring, a batch per write; for `rdma://` a ping-pong's send is posted to the QP, and
+//!   the sends of a stream skip the direct way until a message is delivered, going through
+//!   the send ring into frames), `send_batched` runs are posted at `flush` or the `batch`-th
+//!   without a whole poller cycle, and `try_recv`/`poll` take straight from the fabric
+//!   (`rdma://`: when nothing is pending, the take polls the poller's shared CQ first and files
+//!   other connections' completions for the next cycle; a take that starts a frame moves the
+//!   rest of it into the receive ring, so that its credit goes back at once); no
+//!   application↔poller ring and no pass for the other connections in between. When another
+//!   thread has the poller, or the rings hold anything in
 //!   that direction, the call goes through the rings as before, so the order is kept. The full
 //!   cycle still runs when a call finds nothing (or no credit, no buffer), so other connections,
 //!   commands, credits and liveness are served as before. Not with [`IdleStrategy::Block`]
