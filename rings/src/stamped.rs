@@ -135,6 +135,12 @@ impl<T> Ring<T> {
         }
     }
 
+    /// Slots in the ring.
+    #[inline(always)]
+    fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
     /// Slot of index `i`.
     #[inline(always)]
     fn slot(&self, i: usize) -> &Slot<T> {
@@ -272,12 +278,6 @@ pub struct StampedProducer<T> {
 unsafe impl<T: Send> Send for StampedProducer<T> {}
 
 impl<T: Copy> StampedProducer<T> {
-    /// Slot of index `i`.
-    #[inline(always)]
-    fn slot(&self, i: usize) -> &Slot<T> {
-        self.ring.slot(i)
-    }
-
     /// Writes `value` into `tail`'s slot and advances `tail`, storing no stamp.
     #[inline(always)]
     fn write_next(&mut self, value: T) -> Result<(), PushError<T>> {
@@ -292,7 +292,8 @@ impl<T: Copy> StampedProducer<T> {
         // SAFETY: the slot is free (`tail - head < capacity`): the consumer released the item
         // it held (or it never held one) and does not read its value until we store the
         // stamp `tail + 1` below, after this write.
-        self.slot(self.tail)
+        self.ring
+            .slot(self.tail)
             .value
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(value)) });
         self.tail = self.tail.wrapping_add(1);
@@ -307,7 +308,10 @@ impl<T: Copy> StampedProducer<T> {
             self.published = i.wrapping_add(1);
             // Release: the item's write happens before the consumer's Acquire load of the
             // stamp sees it.
-            self.slot(i).stamp.store(self.published, Ordering::Release);
+            self.ring
+                .slot(i)
+                .stamp
+                .store(self.published, Ordering::Release);
         }
     }
 
@@ -349,7 +353,7 @@ impl<T: Copy> StampedProducer<T> {
     /// cached one says fewer than `max` are free.
     #[inline]
     pub fn write_chunk_up_to(&mut self, max: usize) -> StampedWriteChunk<'_, T> {
-        let cap = self.ring.mask + 1;
+        let cap = self.ring.capacity();
         let mut free = cap - self.tail.wrapping_sub(self.cached_head);
         if free < max {
             // Acquire: as in `write_next`.
@@ -374,13 +378,13 @@ impl<T: Copy> StampedProducer<T> {
     pub fn slots(&mut self) -> usize {
         // Acquire: as in `write_next`.
         self.cached_head = self.ring.shared.head.load(Ordering::Acquire);
-        self.ring.mask + 1 - self.tail.wrapping_sub(self.cached_head)
+        self.ring.capacity() - self.tail.wrapping_sub(self.cached_head)
     }
 
     /// The ring's capacity (a power of two).
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.ring.mask + 1
+        self.ring.capacity()
     }
 
     /// Whether the consumer has been dropped.
@@ -409,7 +413,7 @@ impl<T> Drop for StampedProducer<T> {
 impl<T> core::fmt::Debug for StampedProducer<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("StampedProducer")
-            .field("capacity", &(self.ring.mask + 1))
+            .field("capacity", &(self.ring.capacity()))
             .field("tail", &self.tail)
             .field("published", &self.published)
             .field("cached_head", &self.cached_head)
@@ -440,19 +444,13 @@ pub struct StampedConsumer<T> {
 unsafe impl<T: Send> Send for StampedConsumer<T> {}
 
 impl<T: Copy> StampedConsumer<T> {
-    /// Slot of index `i`.
-    #[inline(always)]
-    fn slot(&self, i: usize) -> &Slot<T> {
-        self.ring.slot(i)
-    }
-
     /// Whether the item of index `seen` is there (one stamp load); advances `seen` past it.
     #[inline(always)]
     fn see_next(&mut self) -> bool {
         let next = self.seen.wrapping_add(1);
         // Acquire: pairs with the producer's Release store of the stamp, so its write of the
         // item happens before our read of it.
-        if self.slot(self.seen).stamp.load(Ordering::Acquire) == next {
+        if self.ring.slot(self.seen).stamp.load(Ordering::Acquire) == next {
             self.seen = next;
             true
         } else {
@@ -466,7 +464,8 @@ impl<T: Copy> StampedConsumer<T> {
         // SAFETY: `head <= i < seen`: the stamp `i + 1` was loaded with Acquire, so the
         // producer's write of the value happened before, and it does not write the slot again
         // until we release the index (the head we publish passes `i`).
-        self.slot(i)
+        self.ring
+            .slot(i)
             .value
             .with(|p| unsafe { (*p).assume_init_read() })
     }
@@ -501,6 +500,7 @@ impl<T: Copy> StampedConsumer<T> {
         // stamp's Acquire load, and the producer keeps off its slot while the reference
         // borrows `self` (only this handle releases it).
         Ok(self
+            .ring
             .slot(self.head)
             .value
             .with(|p| unsafe { (*p).assume_init_ref() }))
@@ -556,7 +556,7 @@ impl<T: Copy> StampedConsumer<T> {
     /// The ring's capacity (a power of two).
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.ring.mask + 1
+        self.ring.capacity()
     }
 
     /// Whether the producer has been dropped. Items it pushed (or deferred) before are still
@@ -579,7 +579,7 @@ impl<T> Drop for StampedConsumer<T> {
 impl<T> core::fmt::Debug for StampedConsumer<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("StampedConsumer")
-            .field("capacity", &(self.ring.mask + 1))
+            .field("capacity", &(self.ring.capacity()))
             .field("head", &self.head)
             .field("seen", &self.seen)
             .finish_non_exhaustive()
@@ -617,7 +617,8 @@ impl<T: Copy> StampedWriteChunk<'_, T> {
         let p = &*self.producer;
         // SAFETY: a claimed slot is free: the consumer does not read its value until the
         // commit stores its stamp, after this write.
-        p.slot(p.tail.wrapping_add(k))
+        p.ring
+            .slot(p.tail.wrapping_add(k))
             .value
             .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
     }
@@ -630,9 +631,9 @@ impl<T: Copy> StampedWriteChunk<'_, T> {
     pub fn runs(&mut self) -> [(*mut MaybeUninit<T>, usize); 2] {
         let p = &*self.producer;
         let start = p.tail & p.ring.mask;
-        let first = self.len.min(p.ring.mask + 1 - start);
+        let first = self.len.min(p.ring.capacity() - start);
         // The values' addresses only; nothing is accessed here.
-        let value = |s: usize| p.slot(s).value.with_mut(|v| v);
+        let value = |s: usize| p.ring.slot(s).value.with_mut(|v| v);
         [(value(start), first), (value(0), self.len - first)]
     }
 
