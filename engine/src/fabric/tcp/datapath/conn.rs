@@ -213,7 +213,7 @@ impl FabricConn for TcpConn {
     #[inline]
     fn rx_pending(&mut self) -> bool {
         self.rx_asked = true;
-        let buffered = self.head != self.tail_rx || self.large_rx.is_some();
+        let buffered = self.buffered();
         // Asked right after a `poll_rx` whose `recv` found the socket empty (run-to-completion's
         // direct receive asks before it takes the rest of a burst): nothing more, without the
         // `recv` that would only return EAGAIN, once (an `EAGAIN` costs about as much as the
@@ -245,8 +245,7 @@ impl FabricConn for TcpConn {
         self.rx_drained = false;
         // What an earlier `recv` left unparsed first; with nothing there (a ping-pong's every
         // receive) the parse is skipped, not entered and left (callgrind: ~20 instructions).
-        let buffered = self.head != self.tail_rx || self.large_rx.is_some();
-        let (mut n, blocked) = if buffered {
+        let (mut n, blocked) = if self.buffered() {
             self.parse(sink)?
         } else {
             (0, false)

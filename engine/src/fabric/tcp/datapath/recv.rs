@@ -162,7 +162,44 @@ fn check_partial(buf: &[u8], max_payload: usize) -> Result<(), FabricError> {
     }
 }
 
+/// The common records without the general reader: a complete `DATA` record of at most
+/// `lend_max` bytes or a `CREDIT` record at the front of `buf`, with the bytes it uses (`None`:
+/// anything else, or not complete, is the general reader's). Every byte of the header is
+/// checked as [`RecordHeader::parse_word`](crate::record::RecordHeader::parse_word) does: the
+/// type, zero flags and aux (the header's upper half is the type alone), the length.
+///
+/// Measured (callgrind, `bench cost --fabric tcp --sizes 8 --iters 20000`, collected in the
+/// round trips only): a delivering `try_recv` (a ping-pong's record and the credit riding on
+/// it) 792 -> 613 instructions, `parse` 459 -> 280 of it.
+#[inline(always)]
+fn small_record(buf: &[u8], lend_max: usize) -> Option<(Record<'_>, usize)> {
+    let word = u64::from_le_bytes(*buf.first_chunk::<RECORD_HEADER>()?);
+    let len = word as u32 as usize;
+    let ty = word >> 32;
+    if ty == RecordType::Data as u64 {
+        // `len < 8` wraps to a huge payload and fails the compare (the general reader reports
+        // it).
+        let used = len + pad_of(len);
+        if len.wrapping_sub(RECORD_HEADER) > lend_max || used > buf.len() {
+            return None;
+        }
+        return Some((Record::Data(&buf[RECORD_HEADER..len]), used));
+    }
+    if ty == RecordType::Credit as u64 && len == RECORD_HEADER + 8 {
+        let c = buf.get(RECORD_HEADER..len)?.first_chunk::<8>()?;
+        return Some((Record::Credit(u64::from_le_bytes(*c)), len));
+    }
+    None
+}
+
 impl TcpConn {
+    /// Whether received bytes wait to be delivered: unparsed bytes in the chunk, or a large
+    /// record being received.
+    #[inline(always)]
+    pub(super) fn buffered(&self) -> bool {
+        self.head != self.tail_rx || self.large_rx.is_some()
+    }
+
     /// The unparsed bytes of the current chunk.
     #[inline]
     fn unparsed(&self) -> &[u8] {
@@ -212,14 +249,9 @@ impl TcpConn {
                     self.tail_rx - head,
                 )
             };
-            if let Some(used) = self.parse_small(buf, sink, &mut blocked)? {
-                if blocked {
-                    break;
-                }
-                self.head = head + used;
-                continue;
-            }
-            if let Some(payload) = large_data(buf, self.lend_max, self.max_payload)? {
+            let (rec, used) = if let Some(small) = small_record(buf, self.lend_max) {
+                small
+            } else if let Some(payload) = large_data(buf, self.lend_max, self.max_payload)? {
                 // A large record: into a free large slot, or wait here (the socket is not read
                 // meanwhile: TCP's window holds the sender back).
                 if sink.room() == 0 {
@@ -253,13 +285,14 @@ impl TcpConn {
                     total,
                 });
                 continue;
-            }
-            let mut reader = RecordReader::stream(buf, self.lend_max).map_err(record_err)?;
-            let Some(rec) = reader.next_record().map_err(record_err)? else {
-                check_partial(buf, self.lend_max)?;
-                break;
+            } else {
+                let mut reader = RecordReader::stream(buf, self.lend_max).map_err(record_err)?;
+                let Some(rec) = reader.next_record().map_err(record_err)? else {
+                    check_partial(buf, self.lend_max)?;
+                    break;
+                };
+                (rec, reader.position())
             };
-            let used = reader.position();
             match self.rx.deliver(rec, sink, &mut self.flow)? {
                 Deliver::Done => self.head = head + used,
                 Deliver::Blocked => {
@@ -269,58 +302,6 @@ impl TcpConn {
             }
         }
         Ok((sink.written() - before, blocked))
-    }
-
-    /// The common records without the general reader: a complete `DATA` record of at most
-    /// `lend_max` bytes or a `CREDIT` record at the front of `buf` (every byte of its header
-    /// checked as [`RecordHeader::parse_word`](crate::record::RecordHeader::parse_word) does:
-    /// the type, zero flags and aux, the length). Returns the bytes it used (`None`: anything
-    /// else, or not complete, is the general path's); a `DATA` record the sink has no room for
-    /// sets `blocked` and uses nothing.
-    ///
-    /// Measured (callgrind, `bench cost --fabric tcp --sizes 8 --iters 20000`, collected in
-    /// the round trips only): a delivering `try_recv` (a ping-pong's record and the credit
-    /// riding on it) 792 -> 613 instructions, `parse` 459 -> 280 of it.
-    #[inline(always)]
-    fn parse_small(
-        &mut self,
-        buf: &[u8],
-        sink: &mut RxSink<'_>,
-        blocked: &mut bool,
-    ) -> Result<Option<usize>, FabricError> {
-        let Some(head) = buf.first_chunk::<RECORD_HEADER>() else {
-            return Ok(None);
-        };
-        let word = u64::from_le_bytes(*head);
-        let len = word as u32 as usize;
-        // The type byte, then zero flags and aux: the header's upper half is the type alone.
-        let ty = word >> 32;
-        if ty == RecordType::Data as u64 {
-            // `len < 8` wraps to a huge payload and fails the compare (the general path
-            // reports it).
-            let payload = len.wrapping_sub(RECORD_HEADER);
-            let used = len + pad_of(len);
-            if payload > self.lend_max || used > buf.len() {
-                return Ok(None);
-            }
-            let rec = Record::Data(&buf[RECORD_HEADER..len]);
-            return Ok(match self.rx.deliver(rec, sink, &mut self.flow)? {
-                Deliver::Done => Some(used),
-                Deliver::Blocked => {
-                    *blocked = true;
-                    Some(0)
-                }
-            });
-        }
-        if ty == RecordType::Credit as u64 && len == RECORD_HEADER + 8 {
-            if let Some(c) = buf.get(RECORD_HEADER..len) {
-                let mut v = [0u8; 8];
-                v.copy_from_slice(c);
-                self.flow.on_credit(u64::from_le_bytes(v))?;
-                return Ok(Some(len));
-            }
-        }
-        Ok(None)
     }
 
     /// Makes room in the current chunk for the next `recv`, or moves on to a free chunk (see
