@@ -36,16 +36,101 @@ pub const fn large_slot(idx: u32) -> u32 {
     idx & !LARGE_BIT
 }
 
+/// Largest message a send descriptor carries inline ([`TxDesc::is_inline`]): with dedicated
+/// pollers (and run-to-completion's send ring) a message this small is copied into the send
+/// ring's slot, whose line brings the poller the descriptor, the payload and the news that it
+/// is there at once, and its buffer is the application's again at once (no free-ring round
+/// trip). 16 bytes: the descriptor is 24 and its stamped slot 32, two to a cache line.
+pub const TX_INLINE_MAX: usize = 16;
+
 /// A send descriptor: application -> poller. The payload is in buffer `buf` of the connection's send
-/// pool, or, with [`LARGE_BIT`] set, in slot `buf & !LARGE_BIT` of its large send pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// pool, or, with [`LARGE_BIT`] set, in slot `buf & !LARGE_BIT` of its large send pool, or, with
+/// `buf == u32::MAX` ([`is_inline`](Self::is_inline)), in the descriptor itself (at most
+/// [`TX_INLINE_MAX`] bytes; only for a fabric that takes them,
+/// [`FabricConn::INLINE_SENDS`](crate::fabric::FabricConn::INLINE_SENDS)).
+#[derive(Clone, Copy)]
 #[repr(C)]
 pub struct TxDesc {
     /// Buffer index in the send pool, `< pool.count()`; or `LARGE_BIT | slot` with
-    /// `slot < large_pool.count()`.
+    /// `slot < large_pool.count()`; or `u32::MAX`: the payload is inline.
     pub buf: u32,
-    /// Payload bytes, `<=` the buffer's (or the large slot's) size.
+    /// Payload bytes, `<=` the buffer's (or the large slot's) size, or `<= TX_INLINE_MAX`
+    /// inline.
     pub len: u32,
+    data: [MaybeUninit<u8>; TX_INLINE_MAX],
+}
+
+const _: () = assert!(core::mem::size_of::<TxDesc>() == 24);
+
+impl TxDesc {
+    /// A descriptor of a message of `len` bytes in send buffer (or large slot) `buf`.
+    #[inline(always)]
+    pub const fn new(buf: u32, len: u32) -> TxDesc {
+        TxDesc {
+            buf,
+            len,
+            data: [MaybeUninit::uninit(); TX_INLINE_MAX],
+        }
+    }
+
+    /// A descriptor carrying its `len` bytes at `src` inline.
+    ///
+    /// # Safety
+    ///
+    /// `len <= TX_INLINE_MAX`, and `src` is valid for reads of `len` bytes.
+    #[inline(always)]
+    pub(crate) unsafe fn inline_from(src: *const u8, len: u32) -> TxDesc {
+        let mut d = TxDesc::new(BUF_INLINE, len);
+        // SAFETY: the caller's contract: `len <= TX_INLINE_MAX` bytes readable at `src`; the
+        // destination is the descriptor's own array, which does not overlap it.
+        unsafe {
+            crate::record::copy::copy_bytes(src, d.data.as_mut_ptr().cast::<u8>(), len as usize)
+        };
+        d
+    }
+
+    /// True when the payload is in the descriptor (`buf == u32::MAX`).
+    #[inline(always)]
+    pub fn is_inline(&self) -> bool {
+        self.buf == BUF_INLINE
+    }
+
+    /// Where an inline descriptor's payload starts (its first `len` bytes are initialised
+    /// when [`is_inline`](Self::is_inline); the pointer is valid while the descriptor is).
+    #[inline(always)]
+    pub(crate) fn data_ptr(&self) -> *const u8 {
+        self.data.as_ptr().cast::<u8>()
+    }
+
+    /// An inline descriptor's payload (`None` for a pooled one, or a length past
+    /// [`TX_INLINE_MAX`], which the poller rejects).
+    #[inline(always)]
+    pub fn inline_payload(&self) -> Option<&[u8]> {
+        if !self.is_inline() || self.len as usize > TX_INLINE_MAX {
+            return None;
+        }
+        // SAFETY: an inline descriptor is only built by `inline_from`, which initialised its
+        // first `len` bytes (the field is private); `len <= TX_INLINE_MAX` is checked above.
+        Some(unsafe { core::slice::from_raw_parts(self.data.as_ptr().cast::<u8>(), self.len as usize) })
+    }
+}
+
+impl PartialEq for TxDesc {
+    fn eq(&self, other: &TxDesc) -> bool {
+        self.buf == other.buf && self.len == other.len && self.inline_payload() == other.inline_payload()
+    }
+}
+
+impl Eq for TxDesc {}
+
+impl core::fmt::Debug for TxDesc {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TxDesc")
+            .field("buf", &self.buf)
+            .field("len", &self.len)
+            .field("inline", &self.inline_payload())
+            .finish()
+    }
 }
 
 /// A receive descriptor: poller -> application. Either the payload is inline (`buf == u32::MAX`,

@@ -181,6 +181,9 @@ pub(crate) struct AppRings {
     pub(crate) free: Consumer<u32>,
     pub(crate) rx: StampedConsumer<RxDesc>,
     pub(crate) release: Producer<u32>,
+    /// The send ring takes inline descriptors ([`TxDesc::is_inline`]): the fabric's
+    /// [`FabricConn::INLINE_SENDS`](crate::fabric::FabricConn::INLINE_SENDS).
+    pub(crate) inline_sends: bool,
 }
 
 /// How the application reaches a connection's data path.
@@ -325,6 +328,7 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
             free: free_c,
             rx: rx_c,
             release: rel_p,
+            inline_sends: C::INLINE_SENDS,
         }),
         pools,
         keep,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::spare::{Counts, Next, Spares, Wait};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
-use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE};
+use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE, TX_INLINE_MAX};
 use crate::error::Error;
 use crate::flow::Policy;
 use crate::idle::{IdleStrategy, Idler};
@@ -103,6 +103,11 @@ pub(super) struct Polled {
     /// Dedicated pollers (not `Block`): a batched send is written into the send ring but
     /// published with its run ([`Connection::send_batched`]), one tail store per run.
     defer_batched: bool,
+    /// The fabric takes inline descriptors: a message of at most [`TX_INLINE_MAX`] bytes goes
+    /// through the send ring in its descriptor. Its slot brings the poller the payload (no line
+    /// of the buffer to fetch from this thread's cache), and the buffer is free again at once
+    /// (no free-ring round trip).
+    inline_sends: bool,
 }
 
 impl Polled {
@@ -113,6 +118,7 @@ impl Polled {
         bytes: Option<u64>,
         cfg: &Config,
     ) -> Polled {
+        let inline_sends = rings.inline_sends;
         Polled {
             state: UnsafeCell::new(PolledState {
                 rings,
@@ -129,6 +135,7 @@ impl Polled {
             direct: cfg.run_to_completion() && !matches!(cfg.idle, IdleStrategy::Block { .. }),
             defer_batched: !cfg.run_to_completion()
                 && !matches!(cfg.idle, IdleStrategy::Block { .. }),
+            inline_sends,
         }
     }
 
@@ -293,7 +300,7 @@ impl Polled {
         let s = unsafe { self.state() };
         if self.direct && !batched && !conn.shared.rtc.is_stream() {
             let posted = self
-                .with_direct(conn, |h| h.send_one(TxDesc { buf: idx, len }))
+                .with_direct(conn, |h| h.send_one(TxDesc::new(idx, len)))
                 .unwrap_or(Posted::No);
             if posted != Posted::No {
                 std::mem::forget(buf);
@@ -307,7 +314,14 @@ impl Polled {
                 return Ok(());
             }
         }
-        let desc = TxDesc { buf: idx, len };
+        let inline = self.inline_sends && len as usize <= TX_INLINE_MAX && !is_large(idx);
+        let desc = if inline {
+            // SAFETY: `idx` is an ordinary buffer of the pool (`idx < count`, `SendBuf`'s
+            // invariant) holding the `len <= TX_INLINE_MAX` bytes of the message.
+            unsafe { TxDesc::inline_from(conn.tx_pool.buf_ptr_unchecked(idx).as_ptr(), len) }
+        } else {
+            TxDesc::new(idx, len)
+        };
         let pushed = if batched && self.defer_batched {
             s.push_batched(desc, self.batch)
         } else {
@@ -321,7 +335,12 @@ impl Polled {
             return Err(SendError::WouldBlock(buf));
         }
         std::mem::forget(buf);
-        s.spare.sent(idx);
+        if inline {
+            // In the descriptor: the buffer is ours again at once.
+            s.spare.copied(idx);
+        } else {
+            s.spare.sent(idx);
+        }
         s.window.on_sent(units);
         if self.block {
             // A fence and two loads per send, only for an engine whose poller may sleep.

@@ -93,6 +93,14 @@ pub trait FabricConn: Send + 'static {
     /// default: `false` (`post_one` is asked for every send).
     const DIRECT_SEND_AFTER_RECV: bool = false;
 
+    /// [`post_send`](Self::post_send) takes descriptors whose payload is in the descriptor
+    /// ([`TxDesc::is_inline`], at most [`TX_INLINE_MAX`](crate::desc::TX_INLINE_MAX) bytes), and
+    /// copies it into its own records: such a descriptor names no buffer, so there is nothing to
+    /// free for it. The application then sends a message that small that way through the send
+    /// ring. The default: `false` (every descriptor names a buffer; the poller fails a
+    /// connection whose send ring holds an inline one).
+    const INLINE_SENDS: bool = false;
+
     /// The connection was put in slot `slot` of its poller's table (RDMA: encode it in `wr_id` so
     /// [`Fabric::poll_shared`] can find the connection through [`ConnTable::get_mut`]).
     #[inline]
@@ -201,8 +209,9 @@ pub trait FabricConn: Send + 'static {
 
     /// Posts a batch of sends and returns how many (a prefix of `descs`) were accepted; the rest
     /// are offered again next cycle. Each `desc.buf < pool count` and `desc.len <= buf_size` (the
-    /// engine checked). A fabric that copies a message (inline) frees its buffer at once through
-    /// `done`.
+    /// engine checked), or, with [`INLINE_SENDS`](Self::INLINE_SENDS), the descriptor is inline
+    /// (`desc.len <= TX_INLINE_MAX`, checked too). A fabric that copies a message from a buffer
+    /// frees that buffer at once through `done`.
     ///
     /// # Errors
     ///

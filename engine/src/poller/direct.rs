@@ -7,9 +7,9 @@
 
 use std::mem::MaybeUninit;
 
-use super::pass::{post_ring, valid_tx, TxStep};
+use super::pass::{holds_buf, post_ring, valid_tx, TxStep};
 use super::{Fabric, Poller, DIRECT_BURST};
-use crate::desc::{is_large, RxDesc, TxDesc};
+use crate::desc::{RxDesc, TxDesc};
 use crate::error::FabricError;
 use crate::fabric::{ConnTable, FabricConn, RxSink};
 use crate::link::{ConnShared, PollerConn, Posted, RtcConn};
@@ -138,11 +138,11 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
             rtc_counters,
             ..
         } = self.tx_step();
-        if !valid_tx(&d, tx_pool, tx_large) {
+        if !valid_tx::<C>(&d, tx_pool, tx_large) {
             // The pass fails the connection with it.
             return Posted::No;
         }
-        let held = is_large(d.buf) || !fabric.copies(d.len);
+        let held = holds_buf(&*fabric, &d);
         if held {
             done.mark_owned(d.buf, true);
         }

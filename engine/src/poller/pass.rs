@@ -10,21 +10,31 @@ use core::mem::MaybeUninit;
 use rings::{Consumer, StampedConsumer};
 
 use crate::config::MAX_BATCH;
-use crate::desc::{PoolView, TxDesc};
+use crate::desc::{PoolView, TxDesc, TX_INLINE_MAX};
 use crate::error::FabricError;
 use crate::fabric::{FabricConn, RxSink, TxDone};
 use crate::link::{ConnShared, PollerConn};
 use crate::stats::PollerCounters;
 
 /// The poller side of a connection's send buffers: index and length checks (a large slot
-/// against the large pool).
+/// against the large pool; an inline descriptor, only where the fabric takes them, against
+/// [`TX_INLINE_MAX`]).
 #[inline]
-pub(super) fn valid_tx(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
-    if crate::desc::is_large(d.buf) {
+pub(super) fn valid_tx<C: FabricConn>(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
+    if d.is_inline() {
+        C::INLINE_SENDS && (d.len as usize) <= TX_INLINE_MAX
+    } else if crate::desc::is_large(d.buf) {
         crate::desc::large_slot(d.buf) < large.count() && (d.len as usize) <= large.buf_size()
     } else {
         d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
     }
+}
+
+/// Whether the engine tracks `d`'s buffer as held by the fabric while it is posted: a large
+/// slot, or a buffer the fabric does not copy (an inline descriptor names none).
+#[inline(always)]
+pub(super) fn holds_buf<C: FabricConn>(fabric: &C, d: &TxDesc) -> bool {
+    !d.is_inline() && (crate::desc::is_large(d.buf) || !fabric.copies(d.len))
 }
 
 /// The send step of the pass: one batch (at most `batch`) of the application's send ring,
@@ -51,10 +61,10 @@ pub(super) fn post_ring<C: FabricConn>(
     let offered = a.len();
     let mut bytes = 0u64;
     for d in a {
-        if !valid_tx(d, tx_pool, tx_large) {
+        if !valid_tx::<C>(d, tx_pool, tx_large) {
             return Err(FabricError::Protocol("invalid send descriptor"));
         }
-        if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+        if holds_buf(fabric, d) {
             done.mark_owned(d.buf, true);
         }
         bytes += u64::from(d.len);
@@ -65,7 +75,7 @@ pub(super) fn post_ring<C: FabricConn>(
         shared.counters.tx_stalls.add(1);
         // Not accepted: still the application's queue, offered again next cycle.
         for d in a.iter().skip(accepted) {
-            if crate::desc::is_large(d.buf) || !fabric.copies(d.len) {
+            if holds_buf(fabric, d) {
                 done.mark_owned(d.buf, false);
             }
             bytes -= u64::from(d.len);

@@ -49,10 +49,7 @@ fn send(p: &mut ConnParts, buf: u32, bytes: &[u8]) {
     unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.as_ptr(), bytes.len()) };
     rings(p)
         .tx
-        .push(TxDesc {
-            buf,
-            len: bytes.len() as u32,
-        })
+        .push(TxDesc::new(buf, bytes.len() as u32))
         .expect("send ring room");
 }
 

@@ -415,19 +415,24 @@ impl MemConn {
         for (slot, d) in a.iter_mut().chain(b.iter_mut()).zip(descs) {
             let p = slot.as_mut_ptr();
             let len = d.len as usize;
-            let inline = !is_large(d.buf) && len <= *copy_max;
+            // From the descriptor (the engine checked `len <= TX_INLINE_MAX`), or copied from
+            // a small message's buffer, or lent by reference.
+            let copied = !d.is_inline() && !is_large(d.buf) && len <= *copy_max;
             // SAFETY: `p` is a claimed, writable ring slot; fields are written through raw
-            // pointers without reading. For an inline message the engine checked `d.buf <
-            // count` and `len <= buf_size`, and `len <= copy_max <= RECORD_INLINE`: the source
-            // is `len` bytes of a send buffer the poller owns now, in the pool `_keep` holds,
-            // and the destination the record's data, which does not overlap it.
+            // pointers without reading. For an inline descriptor the source is its own `len <=
+            // TX_INLINE_MAX <= RECORD_INLINE` initialised bytes; for a copied message the engine
+            // checked `d.buf < count` and `len <= buf_size`, and `len <= copy_max <=
+            // RECORD_INLINE`: the source is `len` bytes of a send buffer the poller owns now, in
+            // the pool `_keep` holds. The destination, the record's data, overlaps neither.
             unsafe {
                 core::ptr::addr_of_mut!((*p).seq).write(*seq_out);
                 core::ptr::addr_of_mut!((*p).len).write(d.len);
-                if inline {
-                    let src = tx_pool.buf_ptr_unchecked(d.buf).as_ptr();
-                    let dst = core::ptr::addr_of_mut!((*p).data).cast::<u8>();
-                    copy_bytes(src, dst, len);
+                let dst = core::ptr::addr_of_mut!((*p).data).cast::<u8>();
+                if d.is_inline() {
+                    copy_bytes(d.data_ptr(), dst, len);
+                    core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
+                } else if copied {
+                    copy_bytes(tx_pool.buf_ptr_unchecked(d.buf).as_ptr(), dst, len);
                     core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
                 } else {
                     core::ptr::addr_of_mut!((*p).buf).write(d.buf);
@@ -435,7 +440,7 @@ impl MemConn {
             }
             *seq_out = seq_out.wrapping_add(1);
             n += 1;
-            if inline {
+            if copied {
                 // Copied: free at once (`copies` said so, the engine did not mark it held).
                 if let Err(e) = done.free_copied(d.buf) {
                     res = Err(e);
@@ -468,6 +473,9 @@ impl FabricConn for MemConn {
     // One record written or read in place per message: `post_send` and `poll_rx` cost about
     // what a pass's share of them does, without the rings and the pass around them.
     const RTC_DIRECT: bool = true;
+
+    // Copied into the record like any small message, from the descriptor instead.
+    const INLINE_SENDS: bool = true;
 
     fn attach_wake(&mut self, wake: &Arc<PollerWake>) {
         let _ = self.mine().wake.set(wake.clone());

@@ -184,7 +184,7 @@ fn a_zero_grace_finishes_at_once_and_a_failure_is_reported_once() {
         panic!("rings")
     };
     let buf = r.free.pop().unwrap();
-    r.tx.push(TxDesc { buf, len: 8 }).unwrap();
+    r.tx.push(TxDesc::new(buf, 8)).unwrap();
     for _ in 0..4 {
         rig.poller.do_work(0);
         rig.drain();
