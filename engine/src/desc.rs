@@ -111,13 +111,17 @@ impl TxDesc {
         }
         // SAFETY: an inline descriptor is only built by `inline_from`, which initialised its
         // first `len` bytes (the field is private); `len <= TX_INLINE_MAX` is checked above.
-        Some(unsafe { core::slice::from_raw_parts(self.data.as_ptr().cast::<u8>(), self.len as usize) })
+        Some(unsafe {
+            core::slice::from_raw_parts(self.data.as_ptr().cast::<u8>(), self.len as usize)
+        })
     }
 }
 
 impl PartialEq for TxDesc {
     fn eq(&self, other: &TxDesc) -> bool {
-        self.buf == other.buf && self.len == other.len && self.inline_payload() == other.inline_payload()
+        self.buf == other.buf
+            && self.len == other.len
+            && self.inline_payload() == other.inline_payload()
     }
 }
 

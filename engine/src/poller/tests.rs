@@ -176,3 +176,51 @@ fn remove_retires_and_the_peer_drains_then_sees_the_close() {
     assert_eq!(payload(&b, &d), b"last words");
     assert!(p.active.is_empty());
 }
+
+#[test]
+fn inline_descriptors_are_delivered_and_an_overlong_one_fails_the_connection() {
+    use crate::desc::TX_INLINE_MAX;
+    let cfg = cfg();
+    let (mut p, mut link) = poller();
+    let (mut a, mut b) = connect(&mut link, &cfg);
+    run(&mut p, 1);
+    assert!(rings(&mut a).inline_sends, "mem takes inline descriptors");
+    // Every inline length, 0 ..= TX_INLINE_MAX, in order; no buffer is taken or freed.
+    let free_before = rings(&mut a).free.slots();
+    for len in 0..=TX_INLINE_MAX {
+        let bytes: Vec<u8> = (0..len as u8).map(|i| i ^ len as u8).collect();
+        // SAFETY: `len <= TX_INLINE_MAX` bytes of `bytes`.
+        let d = unsafe { TxDesc::inline_from(bytes.as_ptr(), len as u32) };
+        assert_eq!(d.inline_payload(), Some(&bytes[..]));
+        rings(&mut a).tx.push(d).expect("send ring room");
+        // depth 4: take each at once.
+        let got = loop {
+            if let Ok(d) = rings(&mut b).rx.pop() {
+                break d;
+            }
+            run(&mut p, 1);
+        };
+        assert_eq!(payload(&b, &got), bytes, "length {len}");
+    }
+    assert_eq!(
+        rings(&mut a).free.slots(),
+        free_before,
+        "no buffer went through the free ring"
+    );
+    assert!(a.shared.down().is_none());
+
+    // A descriptor marked inline but longer than a descriptor holds: a protocol failure of
+    // the connection, nothing delivered.
+    rings(&mut a)
+        .tx
+        .push(TxDesc::new(u32::MAX, TX_INLINE_MAX as u32 + 1))
+        .expect("send ring room");
+    run(&mut p, 3);
+    assert_eq!(
+        a.shared.down(),
+        Some(crate::link::Down::Failed(FabricError::Protocol(
+            "invalid send descriptor"
+        )))
+    );
+    assert!(rings(&mut b).rx.pop().is_err());
+}
