@@ -353,9 +353,25 @@ impl<T: Copy> StampedProducer<T> {
     /// cached one says fewer than `max` are free.
     #[inline]
     pub fn write_chunk_up_to(&mut self, max: usize) -> StampedWriteChunk<'_, T> {
+        self.write_chunk_refresh_below(max, max)
+    }
+
+    /// As [`write_chunk_up_to`](Self::write_chunk_up_to), but reads the consumer's index only
+    /// when the cached one says fewer than `below` slots are free (`below <= max`): the chunk
+    /// may then be shorter than what is free. A producer that writes a few items at a time
+    /// into a ring the consumer keeps draining (a ping-pong's deliveries) asks for a large
+    /// chunk with a small `below`, and reads the consumer's line once per `capacity - below`
+    /// items instead of on every call (every call where anything is unreleased, with
+    /// `below == max == capacity`), which would take that line from the consumer each time.
+    #[inline]
+    pub fn write_chunk_refresh_below(
+        &mut self,
+        max: usize,
+        below: usize,
+    ) -> StampedWriteChunk<'_, T> {
         let cap = self.ring.capacity();
         let mut free = cap - self.tail.wrapping_sub(self.cached_head);
-        if free < max {
+        if free < below.min(max) {
             // Acquire: as in `write_next`.
             self.cached_head = self.ring.shared.head.load(Ordering::Acquire);
             free = cap - self.tail.wrapping_sub(self.cached_head);

@@ -363,3 +363,28 @@ fn two_threads_spinning_ping_pong() {
     }
     echo.join().expect("echo");
 }
+
+#[test]
+fn write_chunk_refresh_below_reads_the_head_only_below_its_mark() {
+    let (mut p, mut c) = StampedRing::<u32>::new(8);
+    // 6 written and taken: the producer's cached head still says 2 free.
+    for v in 0..6 {
+        p.push(v).unwrap();
+    }
+    for v in 0..6 {
+        assert_eq!(c.pop(), Ok(v));
+    }
+    // 2 look free, not below 2: the head is not read, the chunk is what the cache says.
+    assert_eq!(p.write_chunk_refresh_below(8, 2).len(), 2);
+    // 2 look free, below 3: the head is read, all 8 are free.
+    assert_eq!(p.write_chunk_refresh_below(8, 3).len(), 8);
+    // And the chunk never exceeds `max`.
+    assert_eq!(p.write_chunk_refresh_below(4, 1).len(), 4);
+    // A full ring (as cached and as read) gives an empty chunk even with `below == 1`.
+    for v in 0..8 {
+        p.push(v).unwrap();
+    }
+    assert_eq!(p.write_chunk_refresh_below(8, 1).len(), 0);
+    assert_eq!(c.pop(), Ok(0));
+    assert_eq!(p.write_chunk_refresh_below(8, 1).len(), 1);
+}
