@@ -122,7 +122,9 @@ impl Polled {
         bytes: Option<u64>,
         cfg: &Config,
     ) -> Polled {
-        let inline_sends = rings.inline_sends && !cfg.run_to_completion();
+        // `TxDesc::inline_from` reads `TX_INLINE_MAX` bytes of the buffer, whatever the length.
+        let inline_sends =
+            rings.inline_sends && !cfg.run_to_completion() && pools.tx.buf_size() >= TX_INLINE_MAX;
         Polled {
             state: UnsafeCell::new(PolledState {
                 rings,
@@ -321,7 +323,9 @@ impl Polled {
         let inline = self.inline_sends && len as usize <= TX_INLINE_MAX && !is_large(idx);
         let desc = if inline {
             // SAFETY: `idx` is an ordinary buffer of the pool (`idx < count`, `SendBuf`'s
-            // invariant) holding the `len <= TX_INLINE_MAX` bytes of the message.
+            // invariant), at least `TX_INLINE_MAX` bytes long (`inline_sends` checked it) and
+            // initialised (pool memory is zero-filled when mapped), holding the `len <=
+            // TX_INLINE_MAX` bytes of the message at its start.
             unsafe { TxDesc::inline_from(conn.tx_pool.buf_ptr_unchecked(idx).as_ptr(), len) }
         } else {
             TxDesc::new(idx, len)

@@ -188,10 +188,14 @@ fn inline_descriptors_are_delivered_and_an_overlong_one_fails_the_connection() {
     // Every inline length, 0 ..= TX_INLINE_MAX, in order; no buffer is taken or freed.
     let free_before = rings(&mut a).free.slots();
     for len in 0..=TX_INLINE_MAX {
-        let bytes: Vec<u8> = (0..len as u8).map(|i| i ^ len as u8).collect();
-        // SAFETY: `len <= TX_INLINE_MAX` bytes of `bytes`.
-        let d = unsafe { TxDesc::inline_from(bytes.as_ptr(), len as u32) };
-        assert_eq!(d.inline_payload(), Some(&bytes[..]));
+        let mut src = [0xeeu8; TX_INLINE_MAX];
+        for (i, b) in src[..len].iter_mut().enumerate() {
+            *b = i as u8 ^ len as u8;
+        }
+        let bytes = &src[..len];
+        // SAFETY: `len <= TX_INLINE_MAX`, and `src` is `TX_INLINE_MAX` initialised bytes.
+        let d = unsafe { TxDesc::inline_from(src.as_ptr(), len as u32) };
+        assert_eq!(d.inline_payload(), Some(bytes));
         rings(&mut a).tx.push(d).expect("send ring room");
         // depth 4: take each at once.
         let got = loop {
