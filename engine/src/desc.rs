@@ -84,24 +84,42 @@ impl TxDesc {
     ///
     /// # Safety
     ///
-    /// `len <= TX_INLINE_MAX`, and `src` is valid for reads of `TX_INLINE_MAX` initialised
-    /// bytes (a pool buffer at least that long: the bytes past the message are carried along
-    /// and never read as payload).
+    /// As [`inline_words`](Self::inline_words).
+    #[cfg(test)]
     #[inline(always)]
     pub(crate) unsafe fn inline_from(src: *const u8, len: u32) -> TxDesc {
+        // SAFETY: the caller's contract.
+        TxDesc::from_parts(BUF_INLINE, len, unsafe { TxDesc::inline_words(src) })
+    }
+
+    /// The words an inline descriptor of the message at `src` carries
+    /// ([`from_parts`](Self::from_parts) with `u32::MAX` builds it): the [`TX_INLINE_MAX`]
+    /// bytes from `src`, two word loads.
+    ///
+    /// # Safety
+    ///
+    /// `src` is valid for reads of `TX_INLINE_MAX` initialised bytes (a pool buffer at least
+    /// that long: the bytes past the message are carried along and never read as payload).
+    #[inline(always)]
+    pub(crate) unsafe fn inline_words(src: *const u8) -> [u64; 2] {
         // SAFETY: the caller's contract: 16 readable, initialised bytes at `src`; unaligned
         // reads need no alignment.
-        let (a, b) = unsafe {
-            (
+        unsafe {
+            [
                 src.cast::<u64>().read_unaligned(),
                 src.add(8).cast::<u64>().read_unaligned(),
-            )
-        };
-        TxDesc {
-            buf: BUF_INLINE,
-            len,
-            data: [a, b],
+            ]
         }
+    }
+
+    /// A descriptor of its fields: with `buf == u32::MAX` the first `len <= TX_INLINE_MAX`
+    /// bytes of `data` are the message. Scalars in, so that a caller that picks between an
+    /// inline and a pooled descriptor keeps it in registers (built in memory by either arm of
+    /// an `if`, it was stored narrowly and loaded wide by the ring's write: a store-forwarding
+    /// stall per send, behind the slot's own miss).
+    #[inline(always)]
+    pub(crate) const fn from_parts(buf: u32, len: u32, data: [u64; 2]) -> TxDesc {
+        TxDesc { buf, len, data }
     }
 
     /// True when the payload is in the descriptor (`buf == u32::MAX`).

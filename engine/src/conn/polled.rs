@@ -58,9 +58,16 @@ impl PolledState {
     /// Out of line, so that the plain send's code stays what it was before this path existed,
     /// plus one test: inlined into `send`, plain-send runs of `bench rate --fabric mem --mode
     /// dedicated --one-thread` measured 3-6 % below that build (medians; runs overlap).
+    ///
+    /// The descriptor comes as its fields (registers), not as a `TxDesc` (passed in memory).
     #[inline(never)]
-    fn push_batched(&mut self, desc: TxDesc, batch: u32) -> bool {
-        if self.rings.tx.push_deferred(desc).is_err() {
+    fn push_batched(&mut self, buf: u32, len: u32, data: [u64; 2], batch: u32) -> bool {
+        if self
+            .rings
+            .tx
+            .push_deferred(TxDesc::from_parts(buf, len, data))
+            .is_err()
+        {
             return false;
         }
         self.deferred += 1;
@@ -290,14 +297,7 @@ impl Polled {
             // window's first send made a run of its own (rdma: each window 1 + 127 SENDs).
             (s.unflushed, s.unflushed_units) = (0, 0);
             if !self.has_credit(conn, units) {
-                // SAFETY: no other reference to the state is live; none is taken while this one is used.
-                let s = unsafe { self.state() };
-                // A sender waiting for credits publishes its batched run (the credits come
-                // back for it).
-                s.publish_run();
-                s.counts.would_block += 1;
-                conn.shared.app.would_block.add(1);
-                return Err(SendError::WouldBlock(buf));
+                return Err(self.no_credit(conn, buf));
             }
         }
         let (idx, len) = buf.parts();
@@ -321,19 +321,24 @@ impl Polled {
             }
         }
         let inline = self.inline_sends && len as usize <= TX_INLINE_MAX && !is_large(idx);
-        let desc = if inline {
+        let (buf_field, data) = if inline {
             // SAFETY: `idx` is an ordinary buffer of the pool (`idx < count`, `SendBuf`'s
             // invariant), at least `TX_INLINE_MAX` bytes long (`inline_sends` checked it) and
             // initialised (pool memory is zero-filled when mapped), holding the `len <=
             // TX_INLINE_MAX` bytes of the message at its start.
-            unsafe { TxDesc::inline_from(conn.tx_pool.buf_ptr_unchecked(idx).as_ptr(), len) }
+            let words =
+                unsafe { TxDesc::inline_words(conn.tx_pool.buf_ptr_unchecked(idx).as_ptr()) };
+            (BUF_INLINE, words)
         } else {
-            TxDesc::new(idx, len)
+            (idx, [0; 2])
         };
         let pushed = if batched && self.defer_batched {
-            s.push_batched(desc, self.batch)
+            s.push_batched(buf_field, len, data, self.batch)
         } else {
-            s.rings.tx.push(desc).is_ok()
+            s.rings
+                .tx
+                .push(TxDesc::from_parts(buf_field, len, data))
+                .is_ok()
         };
         if !pushed {
             // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
@@ -364,6 +369,23 @@ impl Polled {
             }
         }
         Ok(())
+    }
+
+    /// `send` found no credit: a sender waiting for credits publishes its batched run (the
+    /// credits come back for it), and the buffer goes back in the error. Out of line, the
+    /// handle arriving in registers: inline, the error was built by a 16-byte load of the
+    /// handle's two 8-byte spills, a store-forwarding stall per refused send behind the
+    /// pending stores (a third of `Polled::send`'s samples under `perf` of `bench rate --fabric
+    /// mem --mode dedicated --one-thread`, where about a third of the sends are refused).
+    #[cold]
+    #[inline(never)]
+    fn no_credit<'c>(&self, conn: &Connection, buf: SendBuf<'c>) -> SendError<'c> {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        s.publish_run();
+        s.counts.would_block += 1;
+        conn.shared.app.would_block.add(1);
+        SendError::WouldBlock(buf)
     }
 
     /// Whether the window has room for a message of `units` ([`AppWindow::units`]).
