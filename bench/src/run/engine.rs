@@ -259,6 +259,9 @@ pub(super) struct EngineConn {
     large_above: usize,
     /// `--api`: which calls send and receive.
     api: Api,
+    /// How many times a send refused for credit is tried again at once
+    /// ([`SEND_RETRIES`]; 0 with `--one-thread`, see [`one_thread`](Self::one_thread)).
+    send_retries: u32,
 }
 
 /// `--api poll-copy`: the largest message sent with `send_copy` from a stack copy (a longer
@@ -270,6 +273,16 @@ const COPY_MAX: usize = 256;
 const SEND_RETRIES: u32 = 256;
 
 impl EngineConn {
+    /// This thread also runs the peer's end (`--one-thread`): a send refused for credit is not
+    /// tried again at once, since only this thread's own receives on the other end make the
+    /// credit (the retries spun for nothing: each of up to [`SEND_RETRIES`] a refused send,
+    /// about a third of the sends of `bench rate --fabric mem --mode dedicated --one-thread`).
+    /// The caller steps the other end and tries again.
+    pub(super) fn one_thread(mut self) -> Self {
+        self.send_retries = 0;
+        self
+    }
+
     fn new(conn: Connection, engine: &Engine, g: &EngineCfg) -> Self {
         let large_above = if conn.max_message_size() > g.buffer_size {
             g.effective_large_threshold()
@@ -281,6 +294,7 @@ impl EngineConn {
             engine: engine.clone(),
             large_above,
             api: g.api,
+            send_retries: SEND_RETRIES,
         }
     }
 
@@ -394,7 +408,7 @@ impl EngineConn {
             self.conn.send(buf)
         };
         if let Err(SendError::WouldBlock(b)) = r {
-            r = resend(&self.conn, b, batched);
+            r = resend(&self.conn, b, batched, self.send_retries);
         }
         match r {
             Ok(()) => Ok(true),
@@ -414,9 +428,14 @@ impl EngineConn {
 /// rounds) without running.
 #[cold]
 #[inline(never)]
-fn resend<'c>(conn: &'c Connection, buf: SendBuf<'c>, batched: bool) -> Result<(), SendError<'c>> {
+fn resend<'c>(
+    conn: &'c Connection,
+    buf: SendBuf<'c>,
+    batched: bool,
+    retries: u32,
+) -> Result<(), SendError<'c>> {
     let mut r = Err(SendError::WouldBlock(buf));
-    for _ in 0..SEND_RETRIES {
+    for _ in 0..retries {
         match r {
             Err(SendError::WouldBlock(b)) if batched => r = conn.send_batched(b),
             Err(SendError::WouldBlock(b)) => r = conn.send(b),

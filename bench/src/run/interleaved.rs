@@ -301,8 +301,8 @@ impl Plan {
                                 secs: g.connect_timeout.as_secs_f64(),
                             })?;
                         let mut conn = Interleaved::new(
-                            client,
-                            server,
+                            client.one_thread(),
+                            server.one_thread(),
                             g.idle,
                             self.stall_timeout,
                             g.buffer_size,
