@@ -350,7 +350,7 @@ pub use conn::{Connection, Listener, Message, RecvIntoError, SendBuf, SendError}
 pub use desc::INLINE_MAX;
 // Descriptors and pool views: the fabric seam's types, hidden like `fabric`.
 #[doc(hidden)]
-pub use desc::{PoolView, RxDesc, TxDesc, LARGE_BIT};
+pub use desc::{PoolView, RxDesc, TxDesc, LARGE_BIT, TX_INLINE_MAX};
 pub use endpoint::MAX_SHM_NAME;
 pub use engine::Engine;
 pub use error::{AbortReason, BoxError, ConfigError, Error, FabricError, SetupError};
