@@ -21,12 +21,14 @@ use crate::stats::PollerCounters;
 /// [`TX_INLINE_MAX`]).
 #[inline]
 pub(super) fn valid_tx<C: FabricConn>(d: &TxDesc, pool: &PoolView, large: &PoolView) -> bool {
-    if d.is_inline() {
-        C::INLINE_SENDS && (d.len as usize) <= TX_INLINE_MAX
-    } else if crate::desc::is_large(d.buf) {
-        crate::desc::large_slot(d.buf) < large.count() && (d.len as usize) <= large.buf_size()
-    } else {
+    // The pool buffer first: one test on the common path (the inline marker, `u32::MAX`, has
+    // the large bit set).
+    if !crate::desc::is_large(d.buf) {
         d.buf < pool.count() && (d.len as usize) <= pool.buf_size()
+    } else if d.is_inline() {
+        C::INLINE_SENDS && (d.len as usize) <= TX_INLINE_MAX
+    } else {
+        crate::desc::large_slot(d.buf) < large.count() && (d.len as usize) <= large.buf_size()
     }
 }
 
@@ -34,7 +36,11 @@ pub(super) fn valid_tx<C: FabricConn>(d: &TxDesc, pool: &PoolView, large: &PoolV
 /// slot, or a buffer the fabric does not copy (an inline descriptor names none).
 #[inline(always)]
 pub(super) fn holds_buf<C: FabricConn>(fabric: &C, d: &TxDesc) -> bool {
-    !d.is_inline() && (crate::desc::is_large(d.buf) || !fabric.copies(d.len))
+    if crate::desc::is_large(d.buf) {
+        !d.is_inline()
+    } else {
+        !fabric.copies(d.len)
+    }
 }
 
 /// The send step of the pass: one batch (at most `batch`) of the application's send ring,

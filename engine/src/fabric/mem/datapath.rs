@@ -417,7 +417,8 @@ impl MemConn {
             let len = d.len as usize;
             // From the descriptor (the engine checked `len <= TX_INLINE_MAX`), or copied from
             // a small message's buffer, or lent by reference.
-            let copied = !d.is_inline() && !is_large(d.buf) && len <= *copy_max;
+            // (The inline marker has the large bit set.)
+            let copied = !is_large(d.buf) && len <= *copy_max;
             // SAFETY: `p` is a claimed, writable ring slot; fields are written through raw
             // pointers without reading. For an inline descriptor the source is its own `len <=
             // TX_INLINE_MAX <= RECORD_INLINE` initialised bytes; for a copied message the engine
@@ -428,11 +429,11 @@ impl MemConn {
                 core::ptr::addr_of_mut!((*p).seq).write(*seq_out);
                 core::ptr::addr_of_mut!((*p).len).write(d.len);
                 let dst = core::ptr::addr_of_mut!((*p).data).cast::<u8>();
-                if d.is_inline() {
-                    copy_bytes(d.data_ptr(), dst, len);
-                    core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
-                } else if copied {
+                if copied {
                     copy_bytes(tx_pool.buf_ptr_unchecked(d.buf).as_ptr(), dst, len);
+                    core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
+                } else if d.is_inline() {
+                    copy_bytes(d.data_ptr(), dst, len);
                     core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
                 } else {
                     core::ptr::addr_of_mut!((*p).buf).write(d.buf);

@@ -293,7 +293,8 @@ impl FabricConn for TcpConn {
             }
             let room = self.stage.len() - self.stage_len;
             // A large slot is always written from the slot (the engine marked it held).
-            if d.is_inline() || (!is_large(d.buf) && self.copies(d.len)) {
+            // (The inline marker has the large bit set.)
+            if (!is_large(d.buf) && self.copies(d.len)) || d.is_inline() {
                 let need = RECORD_HEADER + len + pad_of(len);
                 if room < need + CTL_ROOM {
                     break;
