@@ -1072,6 +1072,58 @@ fn mem_with_one_app_thread_and_one_dedicated_poller() {
     }
 }
 
+#[test]
+fn one_thread_floor_runs_between_the_app_and_the_poller_core() {
+    let _s = serial();
+    let cores = spinwire_bench::machine::available_cores();
+    // With one core the app and the poller share it, and the floor is not measured (said so).
+    let (app, poller) = (cores[0], cores[cores.len() - 1]);
+    let dir = out_dir("e2e-mem-one-thread-floor");
+    let out = run_ok(
+        &[
+            "lat",
+            "--fabric",
+            "mem",
+            "--mode",
+            "dedicated",
+            "--one-thread",
+            "--app-cores",
+            &app.to_string(),
+            "--poller-cores",
+            &poller.to_string(),
+            "--idle",
+            "backoff",
+            "--size",
+            "8",
+            "--iters",
+            "500",
+            "--warmup",
+            "50",
+            "--floor",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let s = summary(&dir);
+    let p = &s["points"][0];
+    assert_eq!(p["test"], "lat");
+    if app == poller {
+        assert!(text.contains("floor not measured"), "{text}");
+        return;
+    }
+    assert!(
+        text.contains(&format!("floor (cores {app} <-> {poller})")),
+        "{text}"
+    );
+    assert!(
+        p["rtt_x_floor"]["p50"].as_f64().expect("x floor") > 0.0,
+        "{p}"
+    );
+}
+
 /// `--hugepages`: `off` reports every region on 4 KiB pages (console line and summary);
 /// `require` with no free 2 MiB page fails with the error that says how to reserve them, and
 /// with free pages reports the segment on hugepages.

@@ -210,7 +210,7 @@ impl Plan {
         let groups = cross_groups(base, cross, c.buffers, &pollers)?;
         warn_oversubscription(&c, &role, &groups, app_cores);
         let (iters, rate_iters) = run_iters(&c, &tests, rate_iters)?;
-        let floor_cores = resolve_floor_cores(&c, &role, app_cores);
+        let floor_cores = resolve_floor_cores(&c, &role, app_cores, &pollers);
         let is_client = matches!(role, Role::Client(_));
         Ok(Self {
             role,
@@ -518,14 +518,21 @@ fn resolve_app_cores(c: &CommonArgs) -> Result<[usize; 2], BenchError> {
     Ok([app[0], *app.get(1).unwrap_or(&app[0])])
 }
 
-/// The two cores the floor runs between: the app cores in loopback; with `--client` (one app
-/// thread here) the client's core and the second `--app-cores` entry, else the first other
-/// core this process may use. `Err` says why there are not two.
+/// The two cores the floor runs between: the app cores in loopback (with `--one-thread` and
+/// dedicated pollers, the app core and the first poller's: the cores a round trip crosses);
+/// with `--client` (one app thread here) the client's core and the second `--app-cores` entry,
+/// else the first other core this process may use. `Err` says why there are not two.
 fn resolve_floor_cores(
     c: &CommonArgs,
     role: &Role,
     app_cores: [usize; 2],
+    pollers: &[usize],
 ) -> Result<[usize; 2], String> {
+    if *role == Role::Loopback && c.one_thread && app_cores[0] == app_cores[1] {
+        if let Some(&p) = pollers.first().filter(|&&p| p != app_cores[0]) {
+            return Ok([app_cores[0], p]);
+        }
+    }
     if *role == Role::Loopback || app_cores[0] != app_cores[1] {
         if app_cores[0] == app_cores[1] {
             return Err(format!(
