@@ -44,7 +44,9 @@
 //!      from its peer than the sink has room for: that is how back-pressure reaches the sender);
 //!    * [`FabricConn::post_send`] gets the application's send descriptors ([`TxDesc`], a batch
 //!      of at most `batch`) and returns how many it accepted; the rest stay queued in the
-//!      application's send ring and are offered again next cycle;
+//!      application's send ring and are offered again next cycle. With dedicated pollers a
+//!      message of at most `TX_INLINE_MAX` (16) bytes comes in its descriptor, naming no buffer,
+//!      to a fabric that takes that ([`FabricConn::INLINE_SENDS`]: mem, tcp);
 //!    * [`FabricConn::release_rx`] gets receive buffers the application dropped (RDMA: re-post
 //!      them as receives);
 //!    * [`FabricConn::reclaim`] reports send buffers that are free again ([`TxDone::free_buf`])
