@@ -47,35 +47,62 @@ pub const TX_INLINE_MAX: usize = 16;
 /// pool, or, with [`LARGE_BIT`] set, in slot `buf & !LARGE_BIT` of its large send pool, or, with
 /// `buf == u32::MAX` ([`is_inline`](Self::is_inline)), in the descriptor itself (at most
 /// [`TX_INLINE_MAX`] bytes; only for a fabric that takes them,
-/// [`FabricConn::INLINE_SENDS`](crate::fabric::FabricConn::INLINE_SENDS)).
+/// `FabricConn::INLINE_SENDS`).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct TxDesc {
     /// Buffer index in the send pool, `< pool.count()`; or `LARGE_BIT | slot` with
-    /// `slot < large_pool.count()`; or `u32::MAX`: the payload is inline.
-    pub buf: u32,
+    /// `slot < large_pool.count()`; or `u32::MAX`: the payload is inline. Crate code never
+    /// sets it to `u32::MAX` on a descriptor it did not build inline (see
+    /// [`from_parts`](Self::from_parts)).
+    pub(crate) buf: u32,
     /// Payload bytes, `<=` the buffer's (or the large slot's) size, or `<= TX_INLINE_MAX`
     /// inline.
-    pub len: u32,
+    pub(crate) len: u32,
     /// The inline payload, as two words: moved whole, never byte by byte (built with narrow
     /// stores and copied with wide loads, or the reverse, a descriptor stalled each send on
     /// store forwarding: half of the application's time in `Polled::send` under `perf` of
-    /// `bench rate --fabric mem --mode dedicated`).
-    data: [u64; 2],
+    /// `bench rate --fabric mem --mode dedicated`). Left uninitialised in a pooled descriptor
+    /// built by `from_parts`: zeroing it cost run-to-completion's streamed `poll` 1.5 ns a
+    /// message (`bench cost --fabric mem --sizes 8`: 20.6 -> 22.1 ns), two stores per send
+    /// and the ring slot's whole width read back.
+    data: [MaybeUninit<u64>; 2],
 }
 
 const _: () = assert!(core::mem::size_of::<TxDesc>() == 24);
 const _: () = assert!(TX_INLINE_MAX == 16);
 
+/// The payload words of a pooled descriptor ([`TxDesc::from_parts`]): not used, not written.
+pub(crate) const NO_WORDS: [MaybeUninit<u64>; 2] = [MaybeUninit::uninit(); 2];
+
 impl TxDesc {
-    /// A descriptor of a message of `len` bytes in send buffer (or large slot) `buf`.
+    /// A descriptor of a message of `len` bytes in send buffer (or large slot) `buf` (with
+    /// `buf == u32::MAX`, an inline one of `len` zero bytes).
     #[inline(always)]
     pub const fn new(buf: u32, len: u32) -> TxDesc {
         TxDesc {
             buf,
             len,
-            data: [0; 2],
+            data: [MaybeUninit::new(0); 2],
         }
+    }
+
+    /// The buffer index (see [`TxDesc`]).
+    #[inline(always)]
+    pub fn buf(&self) -> u32 {
+        self.buf
+    }
+
+    /// The payload length.
+    #[inline(always)]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// True for an empty message.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// A descriptor carrying the `len`-byte message at `src` inline: the [`TX_INLINE_MAX`]
@@ -88,37 +115,47 @@ impl TxDesc {
     #[cfg(test)]
     #[inline(always)]
     pub(crate) unsafe fn inline_from(src: *const u8, len: u32) -> TxDesc {
-        // SAFETY: the caller's contract.
-        TxDesc::from_parts(BUF_INLINE, len, unsafe { TxDesc::inline_words(src) })
+        // SAFETY: the caller's contract; `inline_words` initialises both words.
+        unsafe { TxDesc::from_parts(BUF_INLINE, len, TxDesc::inline_words(src)) }
     }
 
     /// The words an inline descriptor of the message at `src` carries
     /// ([`from_parts`](Self::from_parts) with `u32::MAX` builds it): the [`TX_INLINE_MAX`]
-    /// bytes from `src`, two word loads.
+    /// bytes from `src`, two word loads. Both are initialised.
     ///
     /// # Safety
     ///
     /// `src` is valid for reads of `TX_INLINE_MAX` initialised bytes (a pool buffer at least
     /// that long: the bytes past the message are carried along and never read as payload).
     #[inline(always)]
-    pub(crate) unsafe fn inline_words(src: *const u8) -> [u64; 2] {
+    pub(crate) unsafe fn inline_words(src: *const u8) -> [MaybeUninit<u64>; 2] {
         // SAFETY: the caller's contract: 16 readable, initialised bytes at `src`; unaligned
         // reads need no alignment.
         unsafe {
             [
-                src.cast::<u64>().read_unaligned(),
-                src.add(8).cast::<u64>().read_unaligned(),
+                MaybeUninit::new(src.cast::<u64>().read_unaligned()),
+                MaybeUninit::new(src.add(8).cast::<u64>().read_unaligned()),
             ]
         }
     }
 
     /// A descriptor of its fields: with `buf == u32::MAX` the first `len <= TX_INLINE_MAX`
-    /// bytes of `data` are the message. Scalars in, so that a caller that picks between an
+    /// bytes of `data` are the message ([`inline_words`](Self::inline_words)); otherwise
+    /// `data` is unused ([`NO_WORDS`]). Scalars in, so that a caller that picks between an
     /// inline and a pooled descriptor keeps it in registers (built in memory by either arm of
     /// an `if`, it was stored narrowly and loaded wide by the ring's write: a store-forwarding
     /// stall per send, behind the slot's own miss).
+    ///
+    /// # Safety
+    ///
+    /// With `buf == u32::MAX`, both words of `data` are initialised (the inline payload is
+    /// read from them).
     #[inline(always)]
-    pub(crate) const fn from_parts(buf: u32, len: u32, data: [u64; 2]) -> TxDesc {
+    pub(crate) const unsafe fn from_parts(
+        buf: u32,
+        len: u32,
+        data: [MaybeUninit<u64>; 2],
+    ) -> TxDesc {
         TxDesc { buf, len, data }
     }
 
@@ -142,8 +179,10 @@ impl TxDesc {
         if !self.is_inline() || self.len as usize > TX_INLINE_MAX {
             return None;
         }
-        // SAFETY: `data` is 16 initialised bytes (every constructor writes both words), and
-        // `len <= TX_INLINE_MAX` is checked above.
+        // SAFETY: an inline descriptor's two words are initialised: `new` writes them, and
+        // `from_parts` requires them with `buf == u32::MAX`; the field is crate-private and
+        // crate code never turns a pooled descriptor into an inline one. `len <=
+        // TX_INLINE_MAX` is checked above.
         Some(unsafe {
             core::slice::from_raw_parts(self.data.as_ptr().cast::<u8>(), self.len as usize)
         })

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::spare::{Counts, Spares};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
-use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE, TX_INLINE_MAX};
+use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE, NO_WORDS, TX_INLINE_MAX};
 use crate::error::Error;
 use crate::flow::Policy;
 use crate::idle::{IdleStrategy, Idler};
@@ -63,13 +63,20 @@ impl PolledState {
     ///
     /// The descriptor comes as its fields (registers), not as a `TxDesc` (passed in memory).
     #[inline(never)]
-    fn push_batched(&mut self, buf: u32, len: u32, data: [u64; 2], batch: u32) -> bool {
-        if self
-            .rings
-            .tx
-            .push_deferred(TxDesc::from_parts(buf, len, data))
-            .is_err()
-        {
+    ///
+    /// # Safety
+    ///
+    /// As [`TxDesc::from_parts`]: with `buf == u32::MAX` both words of `data` are initialised.
+    unsafe fn push_batched(
+        &mut self,
+        buf: u32,
+        len: u32,
+        data: [MaybeUninit<u64>; 2],
+        batch: u32,
+    ) -> bool {
+        // SAFETY: the caller's contract.
+        let desc = unsafe { TxDesc::from_parts(buf, len, data) };
+        if self.rings.tx.push_deferred(desc).is_err() {
             return false;
         }
         self.deferred += 1;
@@ -308,7 +315,13 @@ impl Polled {
         let s = unsafe { self.state() };
         if self.direct && !batched && !conn.shared.rtc.is_stream() {
             let posted = self
-                .with_direct(conn, |h| h.send_one(TxDesc::new(idx, len)))
+                .with_direct(conn, |h| {
+                    // SAFETY: `idx` is a pool index (`< MAX_BUFFERS`) or `LARGE_BIT | slot`
+                    // (`slot < MAX_LARGE_BUFFERS`), never `u32::MAX` (a polled connection
+                    // never hands out the ring-claim marker, which only the shm direct path
+                    // uses): a pooled descriptor.
+                    h.send_one(unsafe { TxDesc::from_parts(idx, len, NO_WORDS) })
+                })
                 .unwrap_or(Posted::No);
             if posted != Posted::No {
                 std::mem::forget(buf);
@@ -332,15 +345,18 @@ impl Polled {
                 unsafe { TxDesc::inline_words(conn.tx_pool.buf_ptr_unchecked(idx).as_ptr()) };
             (BUF_INLINE, words)
         } else {
-            (idx, [0; 2])
+            // A pool index or a large slot's, never the inline marker: no payload words.
+            (idx, NO_WORDS)
         };
+        // With the inline marker the words are initialised (`inline_words`); otherwise
+        // `buf_field` is `idx`, never `u32::MAX` (above): `from_parts`' contract either way.
         let pushed = if batched && self.defer_batched {
-            s.push_batched(buf_field, len, data, self.batch)
+            // SAFETY: see above.
+            unsafe { s.push_batched(buf_field, len, data, self.batch) }
         } else {
-            s.rings
-                .tx
-                .push(TxDesc::from_parts(buf_field, len, data))
-                .is_ok()
+            // SAFETY: see above.
+            let desc = unsafe { TxDesc::from_parts(buf_field, len, data) };
+            s.rings.tx.push(desc).is_ok()
         };
         if !pushed {
             // The send ring holds the whole pool, so this cannot happen; treat it as back-pressure.
