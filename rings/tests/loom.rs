@@ -484,3 +484,37 @@ fn stamped_chunks() {
         t.join().unwrap();
     });
 }
+
+/// `StampedRing`: chunks claimed with `write_chunk_refresh_below(2, 1)` through a ring of 2:
+/// the producer reads the consumer's head only when its cached copy says no slot is free, so
+/// its chunks are often shorter than what is free (a stale cache is never too generous).
+#[test]
+fn stamped_chunks_read_head_lazily() {
+    loom::model(|| {
+        let (mut p, mut c) = rings::StampedRing::<u32>::new(2);
+        let t = thread::spawn(move || {
+            let mut next = 0;
+            while next < 3 {
+                let mut chunk = p.write_chunk_refresh_below(2, 1);
+                let n = chunk.len().min(3 - next as usize);
+                for k in 0..n {
+                    chunk.write(k, next + k as u32);
+                }
+                // SAFETY: the first `n` claimed slots were written just above.
+                unsafe { chunk.commit(n) };
+                next += n as u32;
+                if n == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        peek_then_pop_each(0..3, &mut c, |c, pop| {
+            if pop {
+                c.pop().ok()
+            } else {
+                c.peek().ok().copied()
+            }
+        });
+        t.join().unwrap();
+    });
+}
