@@ -37,7 +37,7 @@ pub const fn large_slot(idx: u32) -> u32 {
 }
 
 /// Largest message a send descriptor carries inline ([`TxDesc::is_inline`]): with dedicated
-/// pollers (and run-to-completion's send ring) a message this small is copied into the send
+/// pollers (not in run-to-completion mode) a message this small is copied into the send
 /// ring's slot, whose line brings the poller the descriptor, the payload and the news that it
 /// is there at once, and its buffer is the application's again at once (no free-ring round
 /// trip). 16 bytes: the descriptor is 24 and its stamped slot 32, two to a cache line.

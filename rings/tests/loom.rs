@@ -65,6 +65,15 @@ fn peek_then_pop_each<R>(
     }
 }
 
+/// [`peek_then_pop_each`]'s `take` for a `StampedConsumer`.
+fn stamped_take(c: &mut rings::StampedConsumer<u32>, pop: bool) -> Option<u32> {
+    if pop {
+        c.pop().ok()
+    } else {
+        c.peek().ok().copied()
+    }
+}
+
 #[test]
 fn push_pop_fifo() {
     for cap in 1..=4 {
@@ -474,13 +483,7 @@ fn stamped_chunks() {
                 }
             }
         });
-        peek_then_pop_each(0..3, &mut c, |c, pop| {
-            if pop {
-                c.pop().ok()
-            } else {
-                c.peek().ok().copied()
-            }
-        });
+        peek_then_pop_each(0..3, &mut c, stamped_take);
         t.join().unwrap();
     });
 }
@@ -508,13 +511,7 @@ fn stamped_chunks_read_head_lazily() {
                 }
             }
         });
-        peek_then_pop_each(0..3, &mut c, |c, pop| {
-            if pop {
-                c.pop().ok()
-            } else {
-                c.peek().ok().copied()
-            }
-        });
+        peek_then_pop_each(0..3, &mut c, stamped_take);
         t.join().unwrap();
     });
 }

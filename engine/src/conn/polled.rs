@@ -138,7 +138,7 @@ impl Polled {
         bytes: Option<u64>,
         cfg: &Config,
     ) -> Polled {
-        // `TxDesc::inline_from` reads `TX_INLINE_MAX` bytes of the buffer, whatever the length.
+        // `TxDesc::inline_words` reads `TX_INLINE_MAX` bytes of the buffer, whatever the length.
         let inline_sends =
             rings.inline_sends && !cfg.run_to_completion() && pools.tx.buf_size() >= TX_INLINE_MAX;
         Polled {

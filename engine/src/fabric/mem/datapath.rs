@@ -415,9 +415,9 @@ impl MemConn {
         for (slot, d) in a.iter_mut().chain(b.iter_mut()).zip(descs) {
             let p = slot.as_mut_ptr();
             let len = d.len as usize;
-            // From the descriptor (the engine checked `len <= TX_INLINE_MAX`), or copied from
-            // a small message's buffer, or lent by reference.
-            // (The inline marker has the large bit set.)
+            // Copied from a small message's buffer, or from the descriptor (the engine checked
+            // `len <= TX_INLINE_MAX`), or lent by reference. The inline marker has the large
+            // bit set, so `copied` excludes it.
             let copied = !is_large(d.buf) && len <= *copy_max;
             // SAFETY: `p` is a claimed, writable ring slot; fields are written through raw
             // pointers without reading. For an inline descriptor the source is its own `len <=
