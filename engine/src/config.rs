@@ -20,6 +20,11 @@ pub const MAX_MESSAGE_SIZE: usize = 1 << 30;
 /// Largest [`EngineBuilder::large_buffers`] (so `LARGE_BIT | slot` never meets the inline
 /// marker).
 pub const MAX_LARGE_BUFFERS: usize = 1 << 12;
+
+// `LARGE_BIT | slot` (slot below the cap) never equals a receive descriptor's markers.
+const _: () = assert!(
+    crate::desc::LARGE_BIT as u64 + MAX_LARGE_BUFFERS as u64 <= crate::desc::BUF_PACKED as u64
+);
 /// Largest send batch (items drained from a send ring and posted per doorbell).
 pub const MAX_BATCH: usize = 256;
 

@@ -12,6 +12,17 @@ pub const INLINE_MAX: usize = 120;
 /// `RxDesc::buf` value meaning "the payload is inline".
 pub(crate) const BUF_INLINE: u32 = u32::MAX;
 
+/// `RxDesc::buf` value meaning "several small messages are packed into `data`" (dedicated
+/// pollers: see [`RxSink::packing`](crate::fabric::RxSink::packing)). The low 16 bits of
+/// `len` are the first message's length (its bytes start `data`); the high 16 bits are how many
+/// messages follow it, each a native-endian `u16` length and its bytes, back to back.
+pub(crate) const BUF_PACKED: u32 = u32::MAX - 1;
+
+/// Bytes of a packed message's length field.
+pub(crate) const PACKED_HDR: usize = 2;
+
+const _: () = assert!(INLINE_MAX <= u16::MAX as usize);
+
 /// Set in a buffer index that names a slot of the connection's **large pool**
 /// instead of a buffer of its ordinary pool: `LARGE_BIT | slot`, in the same direction. Such
 /// indices travel wherever pool-buffer indices do ([`TxDesc::buf`], the free and release rings,
@@ -279,6 +290,41 @@ impl core::fmt::Debug for RxDesc {
             .field("buf", &self.buf())
             .field("offset", &self.offset())
             .finish()
+    }
+}
+
+/// The next message of packed descriptor `desc` (the receive ring's head), given what was taken
+/// of it (`left`, `next`: the consumer's cursor, updated): where its bytes
+/// are, its length, and whether it was the descriptor's last (the slot may be released).
+///
+/// # Safety
+///
+/// `desc` was written by an [`RxSink`](crate::fabric::RxSink) as a packed descriptor ([`BUF_PACKED`]), and
+/// `left`/`next` are what the earlier calls for it left (both 0 before the first).
+#[inline(always)]
+pub(crate) unsafe fn packed_entry(
+    desc: &RxDesc,
+    left: &mut u32,
+    next: &mut u32,
+) -> (*const u8, u32, bool) {
+    let data = desc.data.as_ptr().cast::<u8>();
+    if *left == 0 {
+        let len = desc.len & 0xffff;
+        *left = desc.len >> 16;
+        *next = len;
+        return (data, len, false);
+    }
+    let at = *next as usize;
+    debug_assert!(at + PACKED_HDR <= INLINE_MAX);
+    // SAFETY: the sink wrote a length field at `at` and that many bytes after it, inside
+    // `data` (`RxSink::pack_at`), for each of the `desc.len >> 16` messages after the first.
+    unsafe {
+        let len = u32::from(u16::from_ne_bytes(
+            data.add(at).cast::<[u8; PACKED_HDR]>().read_unaligned(),
+        ));
+        *next = (at + PACKED_HDR) as u32 + len;
+        *left -= 1;
+        (data.add(at + PACKED_HDR), len, *left == 0)
     }
 }
 

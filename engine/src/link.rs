@@ -317,6 +317,7 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
         drained: false,
         free_scratch: [0; FREE_BATCH],
         block: false,
+        pack_rx: false,
         deferred: None,
         rtc_counters: None,
     });
@@ -390,6 +391,10 @@ pub(crate) struct PollerConn<C> {
     /// Its poller may sleep, and so may the application thread: ring [`ConnShared::bell`]
     /// after delivering (set by the poller when it starts serving it).
     pub(crate) block: bool,
+    /// Its poller is a dedicated thread: the receive step packs small messages into shared
+    /// receive slots ([`RxSink::packing`](crate::fabric::RxSink::packing); set by the poller
+    /// when it starts serving it).
+    pub(crate) pack_rx: bool,
     /// A failure met outside the pass (a run-to-completion direct send or receive, see
     /// [`RtcConn`]): the next pass reports it as its own.
     pub(crate) deferred: Option<FabricError>,

@@ -265,12 +265,18 @@ pub(crate) struct Poller<F: Fabric> {
     /// A direct receive's shared poll ([`Fabric::SHARED_COMPLETIONS`]) filed completions that
     /// no pass has served yet: the agent does not sleep before its next cycle.
     unserved: bool,
+    /// A dedicated poller thread: its connections' receive steps pack small messages
+    /// ([`PollerConn::pack_rx`]).
+    pack_rx: bool,
 }
 
 impl<F: Fabric> Poller<F> {
     /// A poller with room for `max_conns` connections (allocated now, never again) and the
     /// control thread's end of its rings ([`COMMAND_RING`] commands, a notice for every
     /// connection slot plus slack). `wake`: its wake-up, when it may sleep (`Block`).
+    /// `pack_rx`: a dedicated poller thread (not run to completion on the application's), whose
+    /// receive steps pack small messages into shared receive slots
+    /// ([`RxSink::packing`](crate::fabric::RxSink::packing)).
     pub(crate) fn with_link(
         fabric: F,
         waker: Arc<Waker>,
@@ -278,6 +284,7 @@ impl<F: Fabric> Poller<F> {
         max_conns: usize,
         batch: usize,
         wake: Option<Arc<PollerWake>>,
+        pack_rx: bool,
     ) -> (Poller<F>, PollerLink<F>) {
         let (cmd_p, cmd_c) = RingBuffer::new(COMMAND_RING);
         let (note_p, note_c) = RingBuffer::new(max_conns + 64);
@@ -298,6 +305,7 @@ impl<F: Fabric> Poller<F> {
             next_check_ns: 0,
             wake: wake.clone(),
             unserved: false,
+            pack_rx,
         };
         (poller, PollerLink::new(cmd_p, note_c, wake))
     }
@@ -415,6 +423,7 @@ impl<F: Fabric> Poller<F> {
             Command::Add(mut conn) => match self.free_slots.pop() {
                 Some(slot) => {
                     conn.fabric.attached(slot);
+                    conn.pack_rx = self.pack_rx;
                     if let Some(w) = &self.wake {
                         // Before the first service pass, so before it can ever sleep.
                         conn.block = true;
@@ -568,7 +577,9 @@ macro_rules! agent_set {
             /// fabrics of one poller), and the control thread's ends of their rings.
             ///
             /// `sleep`: the engine's strategy is `Block`, with `tick` the longest sleep its
-            /// liveness checks allow; each set gets a wake-up (an eventfd).
+            /// liveness checks allow; each set gets a wake-up (an eventfd). `pack_rx`: the
+            /// pollers are dedicated threads, and pack small received messages
+            /// ([`Poller::with_link`]).
             ///
             /// # Errors
             ///
@@ -579,6 +590,7 @@ macro_rules! agent_set {
                 max_conns: usize,
                 batch: usize,
                 sleep: Option<std::time::Duration>,
+                pack_rx: bool,
             ) -> std::io::Result<(Vec<Agents>, AgentLinks)> {
                 let mut links = AgentLinks {
                     $($(#[$attr])* $name: Vec::with_capacity(counters.len()),)*
@@ -599,6 +611,7 @@ macro_rules! agent_set {
                                 max_conns,
                                 batch,
                                 wake.clone(),
+                                pack_rx,
                             );
                             links.$name.push(link);
                             poller

@@ -13,12 +13,16 @@ use std::time::{Duration, Instant};
 use super::spare::{Counts, Spares};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
-use crate::desc::{is_large, RxDesc, TxDesc, BUF_INLINE, NO_WORDS, TX_INLINE_MAX};
+use crate::desc::{
+    is_large, packed_entry, RxDesc, TxDesc, BUF_INLINE, BUF_PACKED, INLINE_MAX, NO_WORDS,
+    TX_INLINE_MAX,
+};
 use crate::error::Error;
 use crate::flow::Policy;
 use crate::idle::{IdleStrategy, Idler};
 use crate::link::{AppRings, Pools, Posted, RtcConn};
 use crate::poller::RtcGuard;
+use crate::record::copy::copy_bytes;
 use crate::stats::ConnStats;
 
 use super::window::AppWindow;
@@ -49,6 +53,10 @@ struct PolledState {
     /// loading the ring's shared tail line). A plain `send` publishes them with its own; the
     /// count left over then only costs the next publication point a look at the ring.
     deferred: u32,
+    /// The packed descriptor at the receive ring's head ([`BUF_PACKED`]): messages of it left
+    /// after the one taken last (0: none taken yet), and where the next one's length field is.
+    packed_left: u32,
+    packed_next: u32,
     counts: Counts,
 }
 
@@ -149,6 +157,8 @@ impl Polled {
                 unflushed: 0,
                 unflushed_units: 0,
                 deferred: 0,
+                packed_left: 0,
+                packed_next: 0,
                 counts: Counts::default(),
             }),
             run_to_completion: cfg.run_to_completion(),
@@ -526,11 +536,42 @@ impl Polled {
             return None;
         };
         let slot = conn.stash.take()?;
-        // SAFETY: the slot is ours; the poller's sink checked a pooled descriptor's buffer,
-        // offset and length, and the buffer is lent to us until released.
-        let m = unsafe { Message::from_desc(conn, desc, slot) };
-        s.rings.rx.release(1);
         s.counts.received += 1;
+        // The inline case first, as `Message::from_desc` has it (a packed descriptor costs
+        // the others no compare).
+        let m = if desc.buf == BUF_INLINE {
+            // SAFETY: the poller's `RxSink` initialised `len <= INLINE_MAX` bytes of `data`;
+            // the slot is ours, has room for `INLINE_MAX` and does not overlap the ring.
+            unsafe {
+                copy_bytes(
+                    desc.data.as_ptr().cast::<u8>(),
+                    slot.as_ptr(),
+                    desc.len as usize,
+                );
+                Message::inline(conn, slot, desc.len)
+            }
+        } else if desc.buf == BUF_PACKED {
+            // SAFETY: the poller's sink packed `desc`; the state is what the earlier takes of
+            // it left.
+            let (src, len, last) =
+                unsafe { packed_entry(desc, &mut s.packed_left, &mut s.packed_next) };
+            // SAFETY: `len` bytes at `src` lie in `desc.data` (`packed_entry`); the slot is
+            // ours, holds `INLINE_MAX` bytes and overlaps no descriptor.
+            let m = unsafe {
+                copy_bytes(src, slot.as_ptr(), len as usize);
+                Message::inline(conn, slot, len)
+            };
+            if !last {
+                // More of it to take: the slot stays the ring's head.
+                return Some(m);
+            }
+            m
+        } else {
+            // SAFETY: the slot is ours; the poller's sink checked a pooled descriptor's
+            // buffer, offset and length, and the buffer is lent to us until released.
+            unsafe { Message::from_desc(conn, desc, slot) }
+        };
+        s.rings.rx.release(1);
         Some(m)
     }
 
@@ -614,13 +655,36 @@ impl Polled {
                 // SAFETY: no other reference to the state is live, and this one ends before
                 // the handler runs (the handler may call back into this connection).
                 let s = unsafe { self.state() };
-                let Ok(desc) = s.rings.rx.pop() else {
+                let Ok(head) = s.rings.rx.peek() else {
                     // A receive that finds nothing publishes a batched send run.
                     s.publish_run();
                     break;
                 };
                 s.counts.received += 1;
-                desc
+                if head.buf == BUF_PACKED {
+                    // The next message of it, copied out as an inline descriptor of its own
+                    // (the handler may receive on this connection, which takes the next).
+                    // SAFETY: the poller's sink packed `head`; the state is what the earlier
+                    // takes of it left.
+                    let (src, len, last) =
+                        unsafe { packed_entry(head, &mut s.packed_left, &mut s.packed_next) };
+                    let mut one = RxDesc {
+                        len,
+                        buf: BUF_INLINE,
+                        data: [MaybeUninit::uninit(); INLINE_MAX],
+                    };
+                    // SAFETY: `len <= INLINE_MAX` bytes at `src` lie in `head.data`
+                    // (`packed_entry`), and `one` is a local.
+                    unsafe { copy_bytes(src, one.data.as_mut_ptr().cast(), len as usize) };
+                    if last {
+                        s.rings.rx.release(1);
+                    }
+                    one
+                } else {
+                    let one = *head;
+                    s.rings.rx.release(1);
+                    one
+                }
             };
             n += 1;
             if desc.buf == BUF_INLINE {

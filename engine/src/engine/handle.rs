@@ -109,6 +109,7 @@ impl Engine {
             cfg.max_connections_per_poller,
             cfg.batch,
             sleep,
+            !cfg.run_to_completion(),
         )
         .map_err(|source| Error::Thread {
             what: "poller wake-up",

@@ -7,7 +7,7 @@ use core::mem::MaybeUninit;
 
 use rings::{Producer, StampedWriteChunk};
 
-use crate::desc::{PoolView, RxDesc, BUF_INLINE, INLINE_MAX, OFF_BYTES};
+use crate::desc::{PoolView, RxDesc, BUF_INLINE, BUF_PACKED, INLINE_MAX, OFF_BYTES, PACKED_HDR};
 use crate::error::FabricError;
 use crate::link::{owned_bit, FREE_BATCH};
 
@@ -29,7 +29,15 @@ pub struct RxSink<'a> {
     second_len: usize,
     stride: usize,
     _slots: PhantomData<&'a mut [MaybeUninit<RxDesc>]>,
+    /// Slots written (the claimer commits these).
+    slots: usize,
+    /// Messages delivered (more than `slots` once messages are packed).
     written: usize,
+    /// With [`packing`](Self::packing): the last slot written, while it holds only inline
+    /// messages (null otherwise), and the end of its payload bytes in `data`.
+    last: *mut RxDesc,
+    last_end: usize,
+    pack: bool,
     bytes: u64,
     pool_count: u32,
     buf_size: u32,
@@ -66,7 +74,11 @@ impl<'a> RxSink<'a> {
             second: second.as_mut_ptr(),
             stride: core::mem::size_of::<RxDesc>(),
             _slots: PhantomData,
+            slots: 0,
             written: 0,
+            last: core::ptr::null_mut(),
+            last_end: 0,
+            pack: false,
             bytes: 0,
             pool_count: pool.count(),
             buf_size: u32::try_from(pool.buf_size()).unwrap_or(u32::MAX),
@@ -103,10 +115,21 @@ impl<'a> RxSink<'a> {
         self
     }
 
-    /// How many more messages fit.
+    /// Small inline messages delivered one after another share a slot, as many as its 120
+    /// bytes hold (each after the first with a 2-byte length): for dedicated pollers, whose
+    /// application reads each slot's lines from the poller's core, so that a stream of small
+    /// messages moves a fraction of a line per message instead of one. The application's
+    /// receive takes them out one by one ([`BUF_PACKED`]).
+    #[inline]
+    pub(crate) fn packing(mut self, pack: bool) -> RxSink<'a> {
+        self.pack = pack;
+        self
+    }
+
+    /// How many more messages fit, at least (packed ones take no slot of their own).
     #[inline]
     pub fn room(&self) -> usize {
-        self.first_len + self.second_len - self.written
+        self.first_len + self.second_len - self.slots
     }
 
     /// Messages delivered so far.
@@ -115,9 +138,46 @@ impl<'a> RxSink<'a> {
         self.written
     }
 
+    /// Slots written so far: the first ones of the sink's, in order (fewer than
+    /// [`written`](Self::written) when messages were packed).
+    #[inline]
+    pub(crate) fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Room for a `len`-byte inline message in the last slot written, packed after what it
+    /// holds: the offset of its length field in `data`. `None`: it takes a slot of its own.
+    #[inline(always)]
+    fn pack_at(&self, len: usize) -> Option<usize> {
+        let at = self.last_end;
+        (!self.last.is_null() && at + PACKED_HDR + len <= INLINE_MAX).then_some(at)
+    }
+
+    /// Counts a `len`-byte message that [`pack_copy`] or [`pack_with`] packed at `at` into
+    /// the last slot.
+    #[inline(always)]
+    fn packed(&mut self, at: usize, len: usize) {
+        self.last_end = at + PACKED_HDR + len;
+        self.written += 1;
+        self.bytes += len as u64;
+    }
+
+    /// A `len`-byte inline message took slot `p` (the next one): counted, and with
+    /// [`packing`](Self::packing) the slot the next small messages may join.
+    #[inline(always)]
+    fn wrote_inline(&mut self, pack: bool, p: *mut RxDesc, len: usize) {
+        self.slots += 1;
+        self.written += 1;
+        self.bytes += len as u64;
+        if pack {
+            self.last = p;
+            self.last_end = len;
+        }
+    }
+
     #[inline]
     fn next_slot(&mut self) -> Result<&mut MaybeUninit<RxDesc>, FabricError> {
-        let i = self.written;
+        let i = self.slots;
         let (run, k) = if i < self.first_len {
             (self.first, i)
         } else if i - self.first_len < self.second_len {
@@ -147,6 +207,13 @@ impl<'a> RxSink<'a> {
                 "inline message longer than the inline limit",
             ));
         }
+        if let Some(at) = self.pack_at(len) {
+            // SAFETY: `last` is a slot this sink wrote and still borrows; `at` from `pack_at`.
+            unsafe { pack_copy(self.last, at, payload) };
+            self.packed(at, len);
+            return Ok(());
+        }
+        let pack = self.pack;
         let slot = self.next_slot()?;
         let p = slot.as_mut_ptr();
         // SAFETY: `p` points to a writable slot we own (a claimed ring slot); fields are written
@@ -158,8 +225,7 @@ impl<'a> RxSink<'a> {
             let data = core::ptr::addr_of_mut!((*p).data).cast::<u8>();
             core::ptr::copy_nonoverlapping(payload.as_ptr(), data, len);
         }
-        self.written += 1;
-        self.bytes += len as u64;
+        self.wrote_inline(pack, p.cast(), len);
         Ok(())
     }
 
@@ -172,7 +238,7 @@ impl<'a> RxSink<'a> {
     ///
     /// [`FabricError::Protocol`] when `len` exceeds the inline limit or the buffer size, when
     /// there is no room, or when `fill` does not report `len` bytes written; `fill`'s own error.
-    #[inline]
+    #[inline(always)]
     pub fn push_inline_with<F>(&mut self, len: usize, fill: F) -> Result<(), FabricError>
     where
         F: FnOnce(&mut [MaybeUninit<u8>]) -> Result<usize, FabricError>,
@@ -182,6 +248,13 @@ impl<'a> RxSink<'a> {
                 "inline message longer than the inline limit",
             ));
         }
+        if let Some(at) = self.pack_at(len) {
+            // SAFETY: `last` is a slot this sink wrote and still borrows; `at` from `pack_at`.
+            unsafe { pack_with(self.last, at, len, fill)? };
+            self.packed(at, len);
+            return Ok(());
+        }
+        let pack = self.pack;
         let slot = self.next_slot()?;
         let p = slot.as_mut_ptr();
         // SAFETY: `p` points to a writable slot we own (a claimed ring slot); `data` is an array
@@ -197,8 +270,7 @@ impl<'a> RxSink<'a> {
             core::ptr::addr_of_mut!((*p).len).write(len as u32);
             core::ptr::addr_of_mut!((*p).buf).write(BUF_INLINE);
         }
-        self.written += 1;
-        self.bytes += len as u64;
+        self.wrote_inline(pack, p.cast(), len);
         Ok(())
     }
 
@@ -245,7 +317,9 @@ impl<'a> RxSink<'a> {
                 .cast::<[u8; OFF_BYTES]>()
                 .write_unaligned(off.to_ne_bytes());
         }
+        self.slots += 1;
         self.written += 1;
+        self.last = core::ptr::null_mut();
         self.bytes += u64::from(len);
         Ok(())
     }
@@ -279,13 +353,78 @@ impl<'a> RxSink<'a> {
                 .cast::<[u8; OFF_BYTES]>()
                 .write_unaligned(0u32.to_ne_bytes());
         }
+        self.slots += 1;
         self.written += 1;
+        self.last = core::ptr::null_mut();
         self.bytes += u64::from(len);
         Ok(())
     }
 
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
+    }
+}
+
+/// Packs `payload` into the inline descriptor at `last` (its length field at `at`, its bytes
+/// after it) and marks the descriptor packed ([`BUF_PACKED`], one more message in the high
+/// half of `len`). Out of line and not a method: the plain push stays as short as it was, and
+/// the sink, a local of a run-to-completion receive, stays in registers.
+///
+/// # Safety
+///
+/// `last` is a receive slot the caller's sink wrote with inline messages only and still
+/// borrows, and `at + PACKED_HDR + payload.len() <= INLINE_MAX`.
+#[inline(never)]
+unsafe fn pack_copy(last: *mut RxDesc, at: usize, payload: &[u8]) {
+    // SAFETY: the caller's contract: the bytes written lie in `data`; `payload` is fabric
+    // memory, not the ring's.
+    unsafe {
+        let data = core::ptr::addr_of_mut!((*last).data).cast::<u8>();
+        core::ptr::copy_nonoverlapping(payload.as_ptr(), data.add(at + PACKED_HDR), payload.len());
+        mark_packed(last, at, payload.len());
+    }
+}
+
+/// [`pack_copy`] with the bytes written by `fill` (as [`RxSink::push_inline_with`]'s): the
+/// descriptor changes only once `fill` has written all `len` of them.
+///
+/// # Safety
+///
+/// As [`pack_copy`], for `len` bytes.
+#[inline(never)]
+unsafe fn pack_with<F>(last: *mut RxDesc, at: usize, len: usize, fill: F) -> Result<(), FabricError>
+where
+    F: FnOnce(&mut [MaybeUninit<u8>]) -> Result<usize, FabricError>,
+{
+    let start = at + PACKED_HDR;
+    // SAFETY: `data` is an array of `MaybeUninit<u8>`, valid in any state, of a slot the caller
+    // borrows, so a unique reference to it is sound; `start + len <= INLINE_MAX` (the contract).
+    let data = unsafe { &mut (&mut *core::ptr::addr_of_mut!((*last).data))[start..start + len] };
+    if fill(data)? != len {
+        return Err(FabricError::Protocol("inline payload copy came up short"));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { mark_packed(last, at, len) };
+    Ok(())
+}
+
+/// Writes the length field of a message packed at `at` and counts it in the descriptor.
+///
+/// # Safety
+///
+/// As [`pack_copy`]'s.
+#[inline(always)]
+unsafe fn mark_packed(last: *mut RxDesc, at: usize, len: usize) {
+    // SAFETY: the length field lies in `data` (the caller's contract); `len` and `buf` were
+    // written with the slot's first message, and are read and written through raw pointers.
+    unsafe {
+        let data = core::ptr::addr_of_mut!((*last).data).cast::<u8>();
+        data.add(at)
+            .cast::<[u8; PACKED_HDR]>()
+            .write_unaligned((len as u16).to_ne_bytes());
+        core::ptr::addr_of_mut!((*last).buf).write(BUF_PACKED);
+        let l = core::ptr::addr_of_mut!((*last).len);
+        l.write(l.read() + (1 << 16));
     }
 }
 
@@ -460,5 +599,120 @@ impl<'a> TxDone<'a> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desc::packed_entry;
+
+    /// The messages of the first `slots` descriptors, unpacked as the application does.
+    fn messages(slots: &[MaybeUninit<RxDesc>]) -> Vec<Result<Vec<u8>, u32>> {
+        let mut out = Vec::new();
+        for s in slots {
+            // SAFETY: the caller passes slots a sink wrote.
+            let d = unsafe { s.assume_init_ref() };
+            match d.buf {
+                BUF_INLINE => out.push(Ok(d.data[..d.len()]
+                    .iter()
+                    // SAFETY: an inline descriptor's first `len` bytes are initialised.
+                    .map(|b| unsafe { b.assume_init() })
+                    .collect())),
+                BUF_PACKED => {
+                    let (mut left, mut next) = (0, 0);
+                    loop {
+                        // SAFETY: a packed descriptor, its cursor as the earlier calls left it.
+                        let (src, len, last) = unsafe { packed_entry(d, &mut left, &mut next) };
+                        // SAFETY: `packed_entry` points at `len` initialised bytes of `data`.
+                        out.push(Ok(
+                            unsafe { std::slice::from_raw_parts(src, len as usize) }.to_vec()
+                        ));
+                        if last {
+                            break;
+                        }
+                    }
+                }
+                buf => out.push(Err(buf)),
+            }
+        }
+        out
+    }
+
+    fn msg(len: usize, tag: u8) -> Vec<u8> {
+        (0..len).map(|i| tag ^ i as u8).collect()
+    }
+
+    #[test]
+    fn packing_shares_slots_in_order_and_a_pooled_message_or_a_full_slot_starts_a_new_one() {
+        let mut mem = vec![0u8; 4 * 256];
+        // SAFETY: `mem` holds 4 buffers of 256 bytes and outlives the view.
+        let pool =
+            unsafe { PoolView::new(core::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 256, 4) };
+        let mut slots = [MaybeUninit::<RxDesc>::uninit(); 4];
+        let mut sink = RxSink::new(&mut slots, &mut [], &pool).packing(true);
+        let mut want = Vec::new();
+        // 8 + (2 + 8) * 2 + 2 + (2 + 17) = 49 bytes: one slot.
+        for (i, len) in [8, 8, 8, 0, 17].into_iter().enumerate() {
+            let m = msg(len, i as u8);
+            sink.push_inline(&m).unwrap();
+            want.push(Ok(m));
+        }
+        assert_eq!((sink.written(), sink.slots(), sink.room()), (5, 1, 3));
+        // 49 + 2 + 100 > INLINE_MAX: a slot of its own, written by `fill`; the next one (70
+        // bytes after it) does not fit either.
+        let m = msg(100, 5);
+        sink.push_inline_with(100, |d| {
+            for (d, s) in d.iter_mut().zip(&m) {
+                d.write(*s);
+            }
+            Ok(100)
+        })
+        .unwrap();
+        want.push(Ok(m));
+        // A `fill` that comes up short changes nothing, packed or not.
+        assert!(sink.push_inline_with(10, |_| Ok(9)).is_err());
+        assert_eq!((sink.written(), sink.slots()), (6, 2));
+        let m = msg(18, 6);
+        sink.push_inline_with(18, |d| {
+            for (d, s) in d.iter_mut().zip(&m) {
+                d.write(*s);
+            }
+            Ok(18)
+        })
+        .unwrap();
+        want.push(Ok(m));
+        assert_eq!((sink.written(), sink.slots()), (7, 2), "100 + 2 + 18 fits");
+        // A pooled message takes a slot, and nothing packs after it into that slot.
+        sink.push_pooled(2, 64).unwrap();
+        want.push(Err(2));
+        let m = msg(8, 7);
+        sink.push_inline(&m).unwrap();
+        want.push(Ok(m));
+        assert_eq!((sink.written(), sink.slots(), sink.room()), (9, 4, 0));
+        // No slot left, but room in the last one: still delivered.
+        let m = msg(3, 8);
+        sink.push_inline(&m).unwrap();
+        want.push(Ok(m));
+        assert!(sink.push_inline(&[0; 120]).is_err(), "no slot, no room");
+        assert_eq!((sink.written(), sink.slots()), (10, 4));
+        assert_eq!(messages(&slots), want);
+    }
+
+    #[test]
+    fn without_packing_every_message_has_its_slot() {
+        let mut mem = vec![0u8; 256];
+        // SAFETY: `mem` holds 1 buffer of 256 bytes and outlives the view.
+        let pool =
+            unsafe { PoolView::new(core::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 256, 1) };
+        let mut slots = [MaybeUninit::<RxDesc>::uninit(); 3];
+        let mut sink = RxSink::new(&mut slots, &mut [], &pool);
+        for i in 0..3 {
+            sink.push_inline(&msg(8, i)).unwrap();
+        }
+        assert!(sink.push_inline(&msg(8, 3)).is_err(), "full");
+        assert_eq!((sink.written(), sink.slots(), sink.room()), (3, 3, 0));
+        let want: Vec<_> = (0..3).map(|i| Ok(msg(8, i))).collect();
+        assert_eq!(messages(&slots), want);
     }
 }

@@ -182,6 +182,7 @@ impl<C: FabricConn> PollerConn<C> {
             shared,
             drained,
             block,
+            pack_rx,
             ..
         } = self;
         // The application's head is read only once fewer than a quarter of the slots look
@@ -197,13 +198,16 @@ impl<C: FabricConn> PollerConn<C> {
             *drained = false;
             return Ok(0);
         }
-        let mut sink = RxSink::stamped(&mut chunk, rx_pool).with_large(rx_large);
+        let mut sink = RxSink::stamped(&mut chunk, rx_pool)
+            .with_large(rx_large)
+            .packing(*pack_rx);
         let res = fabric.poll_rx(&mut sink);
         let n = sink.written();
+        let slots = sink.slots();
         *drained = sink.room() > 0;
         let bytes = sink.bytes();
-        // SAFETY: the sink initialised exactly its first `n` slots, in order (and is gone).
-        unsafe { chunk.commit(n) };
+        // SAFETY: the sink initialised exactly its first `slots` slots, in order (and is gone).
+        unsafe { chunk.commit(slots) };
         res?;
         if n > 0 {
             if C::DIRECT_SEND_AFTER_RECV {

@@ -238,6 +238,8 @@ macro_rules! conformance {
                     c::send::send_batched_dedicated_poller_publishes_runs,
                 send_batched_stream_dedicated_poller =>
                     c::send::send_batched_stream_dedicated_poller,
+                send_batched_stream_to_a_dedicated_poller =>
+                    c::send::send_batched_stream_to_a_dedicated_poller,
                 recv_into_copies_or_hands_back => c::send::recv_into_copies_or_hands_back,
                 poll_fifo_limit_and_recycling => c::send::poll_fifo_limit_and_recycling,
                 poll_handler_panic_recycles => c::send::poll_handler_panic_recycles,

@@ -45,7 +45,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let waker = Arc::new(cm::control::Waker::new().expect("eventfd"));
-        let (poller, link) = Poller::with_link(MemFabric, waker, Arc::default(), 4, 8, None);
+        let (poller, link) = Poller::with_link(MemFabric, waker, Arc::default(), 4, 8, None, true);
         let (events, seen) = RingBuffer::new(64);
         Rig {
             cfg: cfg(),
