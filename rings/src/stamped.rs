@@ -56,6 +56,29 @@ const fn stride<T>() -> usize {
     }
 }
 
+/// Slots in a line (1 for a slot of a line or more).
+const fn slots_per_line<T>() -> usize {
+    let n = LINE / stride::<T>();
+    if n == 0 {
+        1
+    } else {
+        n
+    }
+}
+
+/// Whether this CPU executes `prefetchw` (CPUID 0x8000_0001, ECX bit 8: every x86-64 CPU
+/// since Intel's Broadwell, and AMD's since the first; asked once per ring).
+fn prefetchw_supported() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    {
+        // `cpuid` exists on every x86-64 CPU; the highest extended leaf is checked first.
+        use core::arch::x86_64::__cpuid;
+        __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    false
+}
+
 /// Slot `s` of the array at `slots`.
 ///
 /// # Safety
@@ -240,6 +263,7 @@ impl<T: Copy> StampedRing<T> {
             tail: 0,
             published: 0,
             cached_head: 0,
+            prefetch: slots_per_line::<T>() > 1 && prefetchw_supported(),
             _not_sync: PhantomData,
         };
         let consumer = StampedConsumer {
@@ -270,6 +294,9 @@ pub struct StampedProducer<T> {
     /// The last head read from `shared.head`; the real head is never behind it, so
     /// `tail - cached_head` (in `0 ..= capacity`) bounds the fill level from above.
     cached_head: usize,
+    /// Several slots share a line, and the CPU has `prefetchw`: each line is asked for ahead
+    /// of its first write ([`prefetch_for_write`](Self::prefetch_for_write)).
+    prefetch: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -296,8 +323,38 @@ impl<T: Copy> StampedProducer<T> {
             .slot(self.tail)
             .value
             .with_mut(|p| unsafe { p.write(MaybeUninit::new(value)) });
+        // The first slot of a line: the next line is asked for now, so that the write of its
+        // first slot finds it owned (see `prefetch_for_write`).
+        if self.prefetch && self.tail & (slots_per_line::<T>() - 1) == 0 {
+            self.prefetch_for_write(self.tail.wrapping_add(slots_per_line::<T>()));
+        }
         self.tail = self.tail.wrapping_add(1);
         Ok(())
+    }
+
+    /// Asks for the line of slot `i` to be brought into this core's cache for writing (x86's
+    /// `prefetchw`), ahead of the write: the consumer read that line a lap ago, so the write
+    /// must first take it back, and a producer that writes each slot as the consumer follows
+    /// (a stream through a ring of small slots) otherwise stalls on that transfer once a line.
+    /// The prefetch is a hint: it reads and writes nothing and never faults.
+    #[inline(always)]
+    fn prefetch_for_write(&self, i: usize) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            let p: *const Slot<T> = self.ring.slot(i);
+            // SAFETY: `prefetchw` only moves a cache line; it has no architectural effect and
+            // does not fault (and `p` points into the slot array). Executed only where CPUID
+            // reports the instruction (`prefetchw_supported`).
+            unsafe {
+                core::arch::asm!(
+                    "prefetchw [{}]",
+                    in(reg) p,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = i;
     }
 
     /// Stores the stamps of every written item, in order.
@@ -676,5 +733,30 @@ impl<T> core::fmt::Debug for StampedWriteChunk<'_, T> {
         f.debug_struct("StampedWriteChunk")
             .field("len", &self.len)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_per_line_follows_the_stride() {
+        assert_eq!(slots_per_line::<u8>(), 4, "16-byte slots");
+        assert_eq!(
+            slots_per_line::<[u64; 3]>(),
+            2,
+            "32-byte slots (a send descriptor's)"
+        );
+        assert_eq!(slots_per_line::<[u64; 7]>(), 1, "one slot a line");
+        assert_eq!(slots_per_line::<[u8; 128]>(), 1, "a slot of three lines");
+    }
+
+    #[test]
+    fn the_producer_prefetches_only_where_slots_share_a_line() {
+        let (p, _c) = StampedRing::<[u64; 3]>::new(8);
+        assert_eq!(p.prefetch, prefetchw_supported());
+        let (p, _c) = StampedRing::<[u8; 128]>::new(8);
+        assert!(!p.prefetch);
     }
 }
