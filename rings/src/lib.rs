@@ -113,6 +113,7 @@
 mod chunks;
 mod deferred;
 mod error;
+pub mod prefetch;
 mod primitive;
 mod spinning;
 mod stamped;

@@ -66,19 +66,6 @@ const fn slots_per_line<T>() -> usize {
     }
 }
 
-/// Whether this CPU executes `prefetchw` (CPUID 0x8000_0001, ECX bit 8: every x86-64 CPU
-/// since Intel's Broadwell, and AMD's since the first; asked once per ring).
-fn prefetchw_supported() -> bool {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    {
-        // `cpuid` exists on every x86-64 CPU; the highest extended leaf is checked first.
-        use core::arch::x86_64::__cpuid;
-        __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    false
-}
-
 /// Slot `s` of the array at `slots`.
 ///
 /// # Safety
@@ -263,7 +250,7 @@ impl<T: Copy> StampedRing<T> {
             tail: 0,
             published: 0,
             cached_head: 0,
-            prefetch: slots_per_line::<T>() > 1 && prefetchw_supported(),
+            prefetch: slots_per_line::<T>() > 1 && crate::prefetch::prefetchw_supported(),
             _not_sync: PhantomData,
         };
         let consumer = StampedConsumer {
@@ -332,29 +319,15 @@ impl<T: Copy> StampedProducer<T> {
         Ok(())
     }
 
-    /// Asks for the line of slot `i` to be brought into this core's cache for writing (x86's
-    /// `prefetchw`), ahead of the write: the consumer read that line a lap ago, so the write
-    /// must first take it back, and a producer that writes each slot as the consumer follows
-    /// (a stream through a ring of small slots) otherwise stalls on that transfer once a line.
-    /// The prefetch is a hint: it reads and writes nothing and never faults.
+    /// Asks for the line of slot `i` to be brought into this core's cache for writing, ahead
+    /// of the write: the consumer read that line a lap ago, so the write must first take it
+    /// back, and a producer that writes each slot as the consumer follows (a stream through a
+    /// ring of small slots) otherwise stalls on that transfer once a line.
     #[inline(always)]
     fn prefetch_for_write(&self, i: usize) {
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
-        {
-            let p: *const Slot<T> = self.ring.slot(i);
-            // SAFETY: `prefetchw` only moves a cache line; it has no architectural effect and
-            // does not fault (and `p` points into the slot array). Executed only where CPUID
-            // reports the instruction (`prefetchw_supported`).
-            unsafe {
-                core::arch::asm!(
-                    "prefetchw [{}]",
-                    in(reg) p,
-                    options(nostack, preserves_flags, readonly)
-                );
-            }
-        }
-        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-        let _ = i;
+        let p: *const Slot<T> = self.ring.slot(i);
+        // SAFETY: `prefetch` is set only where `prefetchw_supported()` said so.
+        unsafe { crate::prefetch::prefetch_write(p) };
     }
 
     /// Stores the stamps of every written item, in order.
@@ -755,7 +728,7 @@ mod tests {
     #[test]
     fn the_producer_prefetches_only_where_slots_share_a_line() {
         let (p, _c) = StampedRing::<[u64; 3]>::new(8);
-        assert_eq!(p.prefetch, prefetchw_supported());
+        assert_eq!(p.prefetch, crate::prefetch::prefetchw_supported());
         let (p, _c) = StampedRing::<[u8; 128]>::new(8);
         assert!(!p.prefetch);
     }
