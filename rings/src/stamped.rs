@@ -245,12 +245,14 @@ impl<T: Copy> StampedRing<T> {
             slots,
             cap,
         });
+        let prefetchw = crate::prefetch::prefetchw_supported();
         let producer = StampedProducer {
             ring: Ring::new(shared.clone()),
             tail: 0,
             published: 0,
             cached_head: 0,
-            prefetch: slots_per_line::<T>() > 1 && crate::prefetch::prefetchw_supported(),
+            prefetch: slots_per_line::<T>() > 1 && prefetchw,
+            can_prefetch: prefetchw,
             _not_sync: PhantomData,
         };
         let consumer = StampedConsumer {
@@ -284,6 +286,8 @@ pub struct StampedProducer<T> {
     /// Several slots share a line, and the CPU has `prefetchw`: each line is asked for ahead
     /// of its first write ([`prefetch_for_write`](Self::prefetch_for_write)).
     prefetch: bool,
+    /// The CPU has `prefetchw` ([`prefetch_next`](Self::prefetch_next)).
+    can_prefetch: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -410,6 +414,21 @@ impl<T: Copy> StampedProducer<T> {
         StampedWriteChunk {
             producer: self,
             len,
+        }
+    }
+
+    /// Asks for the first line of the next slot to be written to be brought into this core's
+    /// cache, owned (x86's `prefetchw`; nothing where the CPU lacks it): for a producer that
+    /// knows it is streaming (it just wrote several items), so that its next write does not
+    /// stall taking back the line the consumer read a lap ago. Not after a lone item: a
+    /// consumer that waits for the next one spins on that very line, and would have to fetch
+    /// it back at once (a ping-pong's round trip grew by about 2 %).
+    #[inline]
+    pub fn prefetch_next(&self) {
+        if self.can_prefetch {
+            let p: *const Slot<T> = self.ring.slot(self.tail);
+            // SAFETY: `can_prefetch` is what `prefetchw_supported()` said.
+            unsafe { crate::prefetch::prefetch_write(p) };
         }
     }
 
@@ -729,7 +748,14 @@ mod tests {
     fn the_producer_prefetches_only_where_slots_share_a_line() {
         let (p, _c) = StampedRing::<[u64; 3]>::new(8);
         assert_eq!(p.prefetch, crate::prefetch::prefetchw_supported());
-        let (p, _c) = StampedRing::<[u8; 128]>::new(8);
+        let (mut p, mut c) = StampedRing::<[u8; 128]>::new(2);
         assert!(!p.prefetch);
+        assert_eq!(p.can_prefetch, crate::prefetch::prefetchw_supported());
+        // A hint: the ring goes on as before, wrapping included.
+        for i in 0..5u8 {
+            p.prefetch_next();
+            p.push([i; 128]).unwrap();
+            assert_eq!(c.pop().unwrap(), [i; 128]);
+        }
     }
 }
