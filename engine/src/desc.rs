@@ -223,7 +223,8 @@ impl core::fmt::Debug for TxDesc {
 /// A receive descriptor: poller -> application. Either the payload is inline (`buf == u32::MAX`,
 /// first `len` bytes of `data` initialised) or it is in buffer `buf` of the receive pool, at
 /// byte offset [`offset`](Self::offset) (kept in the first 4 bytes of `data`, which a pooled
-/// descriptor does not otherwise use).
+/// descriptor does not otherwise use). A dedicated poller may also pack several small inline
+/// messages into one (`BUF_PACKED`), which the application's receive takes apart.
 ///
 /// 128 bytes, so a 64-byte message (plus its header) is delivered inline. In the receive ring
 /// (a [`rings::StampedRing`]) it follows its slot's 8-byte stamp at the start of a cache line:
