@@ -282,7 +282,10 @@ pub(crate) fn conn_pair<C: crate::fabric::FabricConn>(
     let count = tx_pool.count() as usize + tx_large.count() as usize;
     // The send ring is stamped: a poller waiting for sends checks the next slot, which brings
     // the descriptor with the news that it is there (one line, not the tail's and the slot's).
-    let (tx_p, tx_c) = StampedRing::<TxDesc>::new(count.max(1));
+    let (mut tx_p, tx_c) = StampedRing::<TxDesc>::new(count.max(1));
+    // With dedicated pollers the application asks for each send-ring line ahead of its first
+    // write (the poller's core read it last); run to completion reads it on the same core.
+    tx_p.set_prefetch(!cfg.run_to_completion());
     let (mut free_p, free_c) = RingBuffer::<u32>::new(count.max(1));
     for i in (0..tx_pool.count()).chain((0..tx_large.count()).map(|s| crate::desc::LARGE_BIT | s)) {
         // Capacity >= count, so this cannot fail.

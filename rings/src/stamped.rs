@@ -417,6 +417,14 @@ impl<T: Copy> StampedProducer<T> {
         }
     }
 
+    /// Whether the producer asks for each line ahead of its first write (see
+    /// [`push`](Self::push)): on by default where slots share a line and the CPU has
+    /// `prefetchw`; off for a ring whose consumer runs on the producer's core, where there is
+    /// no line to take back. Turning it on does nothing where it was never possible.
+    pub fn set_prefetch(&mut self, on: bool) {
+        self.prefetch = on && slots_per_line::<T>() > 1 && self.can_prefetch;
+    }
+
     /// Asks for the first line of the next slot to be written to be brought into this core's
     /// cache, owned (x86's `prefetchw`; nothing where the CPU lacks it): for a producer that
     /// knows it is streaming (it just wrote several items), so that its next write does not
@@ -746,10 +754,16 @@ mod tests {
 
     #[test]
     fn the_producer_prefetches_only_where_slots_share_a_line() {
-        let (p, _c) = StampedRing::<[u64; 3]>::new(8);
+        let (mut p, _c) = StampedRing::<[u64; 3]>::new(8);
+        assert_eq!(p.prefetch, crate::prefetch::prefetchw_supported());
+        p.set_prefetch(false);
+        assert!(!p.prefetch);
+        p.set_prefetch(true);
         assert_eq!(p.prefetch, crate::prefetch::prefetchw_supported());
         let (mut p, mut c) = StampedRing::<[u8; 128]>::new(2);
         assert!(!p.prefetch);
+        p.set_prefetch(true);
+        assert!(!p.prefetch, "one slot a line: nothing to ask for ahead");
         assert_eq!(p.can_prefetch, crate::prefetch::prefetchw_supported());
         // A hint: the ring goes on as before, wrapping included.
         for i in 0..5u8 {

@@ -208,9 +208,9 @@ impl<C: FabricConn> PollerConn<C> {
         let bytes = sink.bytes();
         // SAFETY: the sink initialised exactly its first `slots` slots, in order (and is gone).
         unsafe { chunk.commit(slots) };
-        if n > 1 {
-            // A stream: the next slot's line, which the application read a lap ago, is asked
-            // back now rather than at the next pass's first write.
+        if *pack_rx && n > 1 {
+            // A dedicated poller's stream: the next slot's line, which the application read a
+            // lap ago on its core, is asked back now rather than at the next pass's first write.
             rx.prefetch_next();
         }
         res?;
