@@ -263,6 +263,12 @@ impl EngineBuilder {
     /// what it sent and the peer has not taken fills it, whatever the messages' size. Set, it
     /// is every fabric's message window, tcp's too (beside its byte window, which then bounds
     /// only what the fabric posts).
+    ///
+    /// With pollers (not shm's direct path) it is also the number of slots of the application's
+    /// receive ring, where a message counts as taken. A dedicated poller packs small messages
+    /// that arrive together into shared slots (up to 120 bytes of them, each with a 2-byte
+    /// length), so that ring may then hold more than `depth` small messages: its memory, not
+    /// its count of messages, is what stays fixed.
     pub fn depth(mut self, depth: usize) -> Self {
         self.cfg.depth = depth;
         self.cfg.depth_set = true;
