@@ -237,18 +237,31 @@ impl<'c> Message<'c> {
         if desc.buf == BUF_INLINE {
             // SAFETY: the poller's `RxSink::push_inline` initialised `len <= INLINE_MAX` bytes
             // of `data`; the slot has room for `INLINE_MAX` and does not overlap it.
-            unsafe {
-                copy_bytes(
-                    desc.data.as_ptr().cast::<u8>(),
-                    slot.as_ptr(),
-                    desc.len as usize,
-                );
-                Message::inline(conn, slot, desc.len)
-            }
+            unsafe { Message::copied(conn, desc.data.as_ptr().cast(), desc.len, slot) }
         } else {
             conn.stash.give_back(slot);
             // SAFETY: the caller's contract, passed on.
             unsafe { Message::pooled(conn, desc.buf, desc.len, desc.offset()) }
+        }
+    }
+
+    /// The `len` bytes at `src` copied into stash slot `slot`, as an inline message.
+    ///
+    /// # Safety
+    ///
+    /// `slot` was taken from `conn`'s stash and is owned by the caller; `len <= INLINE_MAX`
+    /// bytes at `src` are initialised and do not overlap the slot.
+    #[inline(always)]
+    pub(super) unsafe fn copied(
+        conn: &'c Connection,
+        src: *const u8,
+        len: u32,
+        slot: NonNull<u8>,
+    ) -> Message<'c> {
+        // SAFETY: the caller's contract; a stash slot holds `INLINE_MAX` bytes.
+        unsafe {
+            copy_bytes(src, slot.as_ptr(), len as usize);
+            Message::inline(conn, slot, len)
         }
     }
 

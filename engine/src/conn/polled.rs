@@ -541,26 +541,16 @@ impl Polled {
         // the others no compare).
         let m = if desc.buf == BUF_INLINE {
             // SAFETY: the poller's `RxSink` initialised `len <= INLINE_MAX` bytes of `data`;
-            // the slot is ours, has room for `INLINE_MAX` and does not overlap the ring.
-            unsafe {
-                copy_bytes(
-                    desc.data.as_ptr().cast::<u8>(),
-                    slot.as_ptr(),
-                    desc.len as usize,
-                );
-                Message::inline(conn, slot, desc.len)
-            }
+            // the slot is ours and does not overlap the ring.
+            unsafe { Message::copied(conn, desc.data.as_ptr().cast(), desc.len, slot) }
         } else if desc.buf == BUF_PACKED {
             // SAFETY: the poller's sink packed `desc`; the state is what the earlier takes of
             // it left.
             let (src, len, last) =
                 unsafe { packed_entry(desc, &mut s.packed_left, &mut s.packed_next) };
-            // SAFETY: `len` bytes at `src` lie in `desc.data` (`packed_entry`); the slot is
-            // ours, holds `INLINE_MAX` bytes and overlaps no descriptor.
-            let m = unsafe {
-                copy_bytes(src, slot.as_ptr(), len as usize);
-                Message::inline(conn, slot, len)
-            };
+            // SAFETY: `len <= INLINE_MAX` bytes at `src` lie in `desc.data` (`packed_entry`);
+            // the slot is ours and overlaps no descriptor.
+            let m = unsafe { Message::copied(conn, src, len, slot) };
             if !last {
                 // More of it to take: the slot stays the ring's head.
                 return Some(m);

@@ -643,6 +643,16 @@ mod tests {
         (0..len).map(|i| tag ^ i as u8).collect()
     }
 
+    /// `m` pushed with `push_inline_with`, its `fill` writing every byte.
+    fn push_with(sink: &mut RxSink<'_>, m: &[u8]) -> Result<(), FabricError> {
+        sink.push_inline_with(m.len(), |d| {
+            for (d, s) in d.iter_mut().zip(m) {
+                d.write(*s);
+            }
+            Ok(m.len())
+        })
+    }
+
     #[test]
     fn packing_shares_slots_in_order_and_a_pooled_message_or_a_full_slot_starts_a_new_one() {
         let mut mem = vec![0u8; 4 * 256];
@@ -659,28 +669,15 @@ mod tests {
             want.push(Ok(m));
         }
         assert_eq!((sink.written(), sink.slots(), sink.room()), (5, 1, 3));
-        // 49 + 2 + 100 > INLINE_MAX: a slot of its own, written by `fill`; the next one (70
-        // bytes after it) does not fit either.
+        // 49 + 2 + 100 > INLINE_MAX: a slot of its own, written by `fill`.
         let m = msg(100, 5);
-        sink.push_inline_with(100, |d| {
-            for (d, s) in d.iter_mut().zip(&m) {
-                d.write(*s);
-            }
-            Ok(100)
-        })
-        .unwrap();
+        push_with(&mut sink, &m).unwrap();
         want.push(Ok(m));
         // A `fill` that comes up short changes nothing, packed or not.
         assert!(sink.push_inline_with(10, |_| Ok(9)).is_err());
         assert_eq!((sink.written(), sink.slots()), (6, 2));
         let m = msg(18, 6);
-        sink.push_inline_with(18, |d| {
-            for (d, s) in d.iter_mut().zip(&m) {
-                d.write(*s);
-            }
-            Ok(18)
-        })
-        .unwrap();
+        push_with(&mut sink, &m).unwrap();
         want.push(Ok(m));
         assert_eq!((sink.written(), sink.slots()), (7, 2), "100 + 2 + 18 fits");
         // A pooled message takes a slot, and nothing packs after it into that slot.
