@@ -25,6 +25,7 @@ pub const MAX_LARGE_BUFFERS: usize = 1 << 12;
 const _: () = assert!(
     crate::desc::LARGE_BIT as u64 + MAX_LARGE_BUFFERS as u64 <= crate::desc::BUF_PACKED as u64
 );
+
 /// Largest send batch (items drained from a send ring and posted per doorbell).
 pub const MAX_BATCH: usize = 256;
 

@@ -295,13 +295,14 @@ impl core::fmt::Debug for RxDesc {
 }
 
 /// The next message of packed descriptor `desc` (the receive ring's head), given what was taken
-/// of it (`left`, `next`: the consumer's cursor, updated): where its bytes
-/// are, its length, and whether it was the descriptor's last (the slot may be released).
+/// of it (`left`, `next`: the consumer's cursor, updated): where its bytes are, its length, and
+/// whether it was the descriptor's last (the slot may be released).
 ///
 /// # Safety
 ///
-/// `desc` was written by an [`RxSink`](crate::fabric::RxSink) as a packed descriptor ([`BUF_PACKED`]), and
-/// `left`/`next` are what the earlier calls for it left (both 0 before the first).
+/// `desc` was written by an [`RxSink`](crate::fabric::RxSink) as a packed descriptor
+/// ([`BUF_PACKED`]), and `left`/`next` are what the earlier calls for it left (both 0 before
+/// the first).
 #[inline(always)]
 pub(crate) unsafe fn packed_entry(
     desc: &RxDesc,

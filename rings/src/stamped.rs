@@ -245,16 +245,16 @@ impl<T: Copy> StampedRing<T> {
             slots,
             cap,
         });
-        let prefetchw = crate::prefetch::prefetchw_supported();
-        let producer = StampedProducer {
+        let mut producer = StampedProducer {
             ring: Ring::new(shared.clone()),
             tail: 0,
             published: 0,
             cached_head: 0,
-            prefetch: slots_per_line::<T>() > 1 && prefetchw,
-            can_prefetch: prefetchw,
+            prefetch: false,
+            can_prefetch: crate::prefetch::prefetchw_supported(),
             _not_sync: PhantomData,
         };
+        producer.set_prefetch(true);
         let consumer = StampedConsumer {
             ring: Ring::new(shared),
             head: 0,
@@ -330,7 +330,8 @@ impl<T: Copy> StampedProducer<T> {
     #[inline(always)]
     fn prefetch_for_write(&self, i: usize) {
         let p: *const Slot<T> = self.ring.slot(i);
-        // SAFETY: `prefetch` is set only where `prefetchw_supported()` said so.
+        // SAFETY: called only where `can_prefetch` (what `prefetchw_supported()` said) holds:
+        // `prefetch` implies it.
         unsafe { crate::prefetch::prefetch_write(p) };
     }
 
@@ -434,9 +435,7 @@ impl<T: Copy> StampedProducer<T> {
     #[inline]
     pub fn prefetch_next(&self) {
         if self.can_prefetch {
-            let p: *const Slot<T> = self.ring.slot(self.tail);
-            // SAFETY: `can_prefetch` is what `prefetchw_supported()` said.
-            unsafe { crate::prefetch::prefetch_write(p) };
+            self.prefetch_for_write(self.tail);
         }
     }
 
