@@ -5,7 +5,19 @@
 //! lag. Its readers (the pollers' liveness checks and heartbeats) need no finer resolution.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// A deadline for a timeout beyond what an `Instant` holds: about a century.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The instant `timeout` after `now`: every `*_timeout` call's deadline. A timeout too long for
+/// an `Instant` (`Duration::MAX`, "forever") gives one a century ahead instead of overflowing
+/// (`Instant + Duration` panics there).
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(FOREVER))
+        .unwrap_or(now)
+}
 
 /// The engine's coarse clock: nanoseconds since start, advanced by the control thread, read by
 /// pollers without a syscall or vDSO call.

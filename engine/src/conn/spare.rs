@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::clock::deadline_after;
 use crate::desc::{is_large, large_slot, LARGE_BIT};
 use crate::idle::{IdleStrategy, Idler, Step};
 use crate::link::Pools;
@@ -200,8 +201,15 @@ impl Counts {
 
 /// The bounded wait of the `*_timeout` calls: idles per the engine's strategy between tries
 /// and ends at the deadline (read every 64 tries, not per try, while spinning).
+///
+/// The clock is first read when a try found nothing, not when the wait is made: a
+/// `*_timeout` call whose first try succeeds (a free buffer, a message already there) costs
+/// what the call without a timeout does. Two clock reads a round trip on each side were a
+/// fifth of the Rust ping-pong example's round trip above `bench lat`'s.
 pub(super) struct Wait {
-    deadline: Instant,
+    /// Set by the first idle: `timeout` from then.
+    deadline: Option<Instant>,
+    timeout: Duration,
     idler: Idler,
     spins: u32,
 }
@@ -218,12 +226,27 @@ pub(super) enum Next {
 }
 
 impl Wait {
-    /// A wait of at most `timeout` from now.
+    /// A wait of at most `timeout` from its first idle (the first try that found nothing).
     pub(super) fn new(idle: IdleStrategy, timeout: Duration) -> Wait {
         Wait {
-            deadline: Instant::now() + timeout,
+            deadline: None,
+            timeout,
             idler: Idler::new(idle),
             spins: 0,
+        }
+    }
+
+    /// Whether the deadline has passed: set from the clock on the first call, then read
+    /// every 64th (a spinning wait reads the clock once per 64 tries, not per try). A
+    /// timeout too long for an `Instant` never ends the wait (`Duration::MAX` is forever).
+    #[inline]
+    fn expired(&mut self) -> bool {
+        match self.deadline {
+            None => {
+                self.deadline = Some(deadline_after(Instant::now(), self.timeout));
+                false
+            }
+            Some(d) => self.spins % 64 == 0 && Instant::now() >= d,
         }
     }
 
@@ -233,7 +256,7 @@ impl Wait {
     #[inline]
     pub(super) fn idle(&mut self, work: usize) -> bool {
         self.spins = self.spins.wrapping_add(1);
-        if self.spins % 64 == 0 && Instant::now() >= self.deadline {
+        if self.expired() {
             return false;
         }
         self.idler.idle(work);
@@ -245,12 +268,15 @@ impl Wait {
     #[inline]
     pub(super) fn next(&mut self, work: usize) -> Next {
         self.spins = self.spins.wrapping_add(1);
-        if self.spins % 64 == 0 && Instant::now() >= self.deadline {
+        if self.expired() {
             return Next::Timeout;
         }
         match self.idler.step(work) {
             Step::Again => Next::Again,
-            Step::Sleep(max) => match self.deadline.checked_duration_since(Instant::now()) {
+            Step::Sleep(max) => match self
+                .deadline
+                .and_then(|d| d.checked_duration_since(Instant::now()))
+            {
                 Some(left) if !left.is_zero() => Next::Sleep(left.min(max)),
                 _ => Next::Timeout,
             },
@@ -261,6 +287,33 @@ impl Wait {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_reads_the_clock_at_its_first_idle_and_ends_at_its_deadline() {
+        let mut w = Wait::new(IdleStrategy::BusySpin, Duration::ZERO);
+        assert!(w.deadline.is_none(), "made without reading the clock");
+        assert!(w.idle(0), "the first idle starts the wait");
+        let start = w.deadline.expect("the first idle set the deadline");
+        // Past a zero timeout's deadline: over at the next look (every 64th try), not before.
+        let over = (2..=64).find(|_| !w.idle(0));
+        assert_eq!(over, Some(64));
+        assert_eq!(w.deadline, Some(start));
+        let mut w = Wait::new(IdleStrategy::BusySpin, Duration::ZERO);
+        assert!(!matches!(w.next(0), Next::Timeout));
+        assert!((2..=64).any(|_| matches!(w.next(0), Next::Timeout)));
+    }
+
+    #[test]
+    fn a_timeout_beyond_an_instant_waits_without_end_and_does_not_panic() {
+        let mut w = Wait::new(IdleStrategy::BusySpin, Duration::MAX);
+        assert!((0..1000).all(|_| w.idle(0)));
+        let left = w.deadline.unwrap() - Instant::now();
+        assert!(left > Duration::from_secs(50 * 365 * 24 * 3600), "{left:?}");
+        let mut w = Wait::new(IdleStrategy::block(), Duration::MAX);
+        for _ in 0..1000 {
+            assert!(!matches!(w.next(0), Next::Timeout));
+        }
+    }
 
     /// `count` free ordinary buffers, no large slots (as `Spares::full` over such pools).
     fn spares(count: u32) -> Spares {

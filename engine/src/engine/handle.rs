@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use rings::{Consumer, RingBuffer};
 
+use crate::clock::deadline_after;
 use crate::clock::Clock;
 use crate::config::{Config, EngineBuilder};
 use crate::control::{self, Request};
@@ -216,7 +217,7 @@ impl Engine {
         }
         // Run-to-completion: keep the poller turning while we wait (other connections of this
         // engine may be served by this thread only).
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         let mut idler = Idler::new(IdleStrategy::backoff());
         loop {
             match rx.try_recv() {
@@ -269,7 +270,7 @@ impl Engine {
     ///
     /// [`Error::Timeout`].
     pub fn event_timeout(&self, timeout: Duration) -> Result<Event, Error> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         let mut idler = Idler::new(IdleStrategy::backoff());
         loop {
             if let Some(e) = self.try_event() {

@@ -178,3 +178,63 @@ pub fn rtc_receiver_that_always_finds_a_message_returns_credit(s: &'static Schem
     let target = CREDIT_DEPTH as u32 + 1;
     send_past_window_while_taking(&c, &ce, &srv, target, half, CREDIT_LEN);
 }
+
+/// Every `*_timeout` call takes any `Duration`, `Duration::MAX` (forever) included: a call
+/// that can go ahead returns at once, one that must wait waits until what it waits for comes,
+/// and none panics (a deadline beyond what an `Instant` holds once overflowed in the wait).
+pub fn timeouts_of_any_length_wait_and_never_panic(s: &'static Scheme) {
+    const FOREVER: Duration = Duration::MAX;
+    let se = s.build((s.tweak)(rtc_builder(256, 8).depth(8)));
+    let ce = s.build((s.tweak)(rtc_builder(256, 8).depth(8)));
+    let ep = (s.endpoint)("forever");
+    let l = se.listen(&ep).expect("listen");
+    let c = ce.connect_timeout(&ep, FOREVER).expect("connect_timeout(MAX)");
+    let srv = l.accept_timeout(FOREVER).expect("accept_timeout(MAX)");
+    // Ready at once.
+    let mut b = c.alloc_timeout(FOREVER).expect("alloc_timeout(MAX)");
+    b.set_len(32).expect("set_len");
+    fill(&mut b, 0);
+    c.send_timeout(b, FOREVER).expect("send_timeout(MAX)");
+    c.flush().expect("flush");
+    srv.wait_timeout(FOREVER).expect("wait_timeout(MAX)");
+    recv_msg(&srv, 0, 32);
+    // Waiting: the message comes 20 ms later from another thread.
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        send_msg(&c, 1, 32);
+        c
+    });
+    let m = srv.recv_timeout(FOREVER).expect("recv_timeout(MAX) waited");
+    drop(m);
+    let c = sender.join().expect("sender");
+    // A full window: the send waits for the credit the receiver returns 20 ms later.
+    let mut sent = 2;
+    while let Ok(mut b) = c.alloc() {
+        b.set_len(32).expect("set_len");
+        fill(&mut b, sent);
+        match c.send(b) {
+            Ok(()) => sent += 1,
+            Err(SendError::WouldBlock(_)) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+        assert!(sent < 64, "the window must close");
+    }
+    c.flush().expect("flush");
+    let receiver = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        for seq in 2..=sent {
+            recv_msg(&srv, seq, 32);
+        }
+        srv
+    });
+    let mut b = c
+        .alloc_timeout(FOREVER)
+        .expect("alloc_timeout(MAX) with a window full");
+    b.set_len(32).expect("set_len");
+    fill(&mut b, sent);
+    c.send_timeout(b, FOREVER)
+        .expect("send_timeout(MAX) waited for credit");
+    c.flush().expect("flush");
+    let srv = receiver.join().expect("receiver");
+    assert!(matches!(srv.try_recv(), Ok(None)));
+}

@@ -249,6 +249,8 @@ macro_rules! conformance {
                 back_pressure_run_to_completion => c::flow::back_pressure_run_to_completion,
                 back_pressure_dedicated_pollers => c::flow::back_pressure_dedicated_pollers,
                 send_timeout_without_credits => c::flow::send_timeout_without_credits,
+                timeouts_of_any_length_wait_and_never_panic =>
+                    c::flow::timeouts_of_any_length_wait_and_never_panic,
                 rtc_receiver_that_always_finds_a_message_returns_credit =>
                     c::flow::rtc_receiver_that_always_finds_a_message_returns_credit,
                 connect_waits_for_a_listener => c::connect::connect_waits_for_a_listener,

@@ -17,6 +17,7 @@ use std::os::fd::RawFd;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use crate::clock::deadline_after;
 use crate::config::Config;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
@@ -414,7 +415,7 @@ fn connect_waiting<A: Accepting>(
     timeout: Duration,
 ) -> Result<A::Est, Error> {
     let start = Instant::now();
-    let deadline = start + timeout;
+    let deadline = deadline_after(start, timeout);
     let mut pause = RETRY_MIN;
     let gave_up = |refusal: Error| Error::NoListener {
         endpoint: raw.to_owned(),

@@ -318,7 +318,7 @@ pub(crate) fn connect(
         },
     };
     let ours = params_for(cfg)?;
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = crate::clock::deadline_after(std::time::Instant::now(), timeout);
     let left = || deadline.saturating_duration_since(std::time::Instant::now());
     let mut stream = uds::connect(name, left()).map_err(cerr)?;
     stream

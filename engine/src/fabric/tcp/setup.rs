@@ -16,6 +16,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::deadline_after;
 use crate::config::Config;
 use crate::desc::PoolView;
 use crate::error::{Error, SetupError};
@@ -225,7 +226,7 @@ pub(crate) fn connect(
         )
     };
     let ours = params_for(cfg)?;
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_after(Instant::now(), timeout);
     let left = || deadline.saturating_duration_since(Instant::now());
     let addrs = resolve(host, port).map_err(cerr)?;
     let mut last = None;

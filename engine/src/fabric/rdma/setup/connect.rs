@@ -12,6 +12,7 @@ use super::large;
 use super::prepare::{our_private, prepare, Pending};
 use super::setup_err;
 use super::RdmaDevices;
+use crate::clock::deadline_after;
 use crate::config::Config;
 use crate::error::Error;
 use crate::fabric::rdma::error::RdmaSetupError;
@@ -56,7 +57,7 @@ pub(crate) fn connect(
     devices: &RdmaDevices,
     timeout: Duration,
 ) -> Result<Established, Error> {
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_after(Instant::now(), timeout);
     let opts = conn_opts(timeout);
     let addr = rcm::resolve_host(host, port).map_err(|e| map_cm(endpoint, e))?;
     let (id, choice) = match cfg.rdma_gid_index {
