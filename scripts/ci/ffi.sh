@@ -16,10 +16,12 @@
 #     17 / 20, with and without SPINWIRE_EXCEPTIONS), the held-message test and a ping-pong
 #     under AddressSanitizer;
 #   - runs the C, C++ and Rust ping-pongs (two processes each, shm, FFI_MESSAGES verified
-#     messages each way, default 100000) interleaved, round robin over FFI_ROUNDS rounds
-#     (default 3), and the one-way streams of C (sw_poll + sw_offer_batched) and Rust (poll +
-#     send_batched, ffi/examples/stream.rs) the same way, and prints the medians and their
-#     ratios against the targets (C and C++ RTT p50 <= 1.05x Rust, C stream >= 0.95x Rust).
+#     messages each way, default 100000) and `bench lat --size 32` on the same cores,
+#     interleaved, round robin over FFI_ROUNDS rounds (default 3), and the one-way streams of C
+#     (sw_poll + sw_offer_batched) and Rust (poll + send_batched, ffi/examples/stream.rs) the
+#     same way, and prints the medians and their ratios against the targets (C and C++ RTT p50
+#     <= 1.05x Rust, each example's <= 1.05x `bench lat`'s: what an embedding application
+#     gets is what the benchmark reports; C stream >= 0.95x Rust).
 # The performance figures are informational (shared machines are noisy); correctness fails the
 # step. Every process is bounded by `timeout`.
 #
@@ -55,6 +57,7 @@ echo "gcc $(gcc -dumpversion), $(clang --version | head -1), $(cmake --version |
 echo "--- build: libspinwire (release), the Rust comparison examples"
 cargo build --release -p spinwire-ffi --lib --example stream
 cargo build --release -p spinwire --example pingpong
+cargo build --release -p bench
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 major=${version%%.*}
 soname=$(readelf -d "$lib/libspinwire.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -249,8 +252,8 @@ rate() { sed -n 's/.*: \([0-9.]*\) Mmsg\/s.*/\1/p' "$out/$1.server.log" | head -
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 echo "--- ping-pong: $msgs verified messages each way, two processes, cores $core_a/$core_b," \
-  "C / C++ / Rust round robin, $rounds rounds"
-c_rtt=() cpp_rtt=() rust_rtt=()
+  "C / C++ / Rust / bench lat round robin, $rounds rounds"
+c_rtt=() cpp_rtt=() rust_rtt=() bench_rtt=()
 for r in $(seq 1 "$rounds"); do
   run_two c "$out/pingpong" server "$(ep c$r)" "$msgs" -- "$out/pingpong" client "$(ep c$r)" "$msgs" 32
   run_two cpp "$out/pingpong_cpp" server "$(ep cpp$r)" "$msgs" -- \
@@ -259,7 +262,14 @@ for r in $(seq 1 "$rounds"); do
   STOP_SERVER=1 run_two rust "$lib/examples/pingpong" server "$(ep rust$r)" -- \
     "$lib/examples/pingpong" client "$(ep rust$r)" "$msgs" 32
   c_rtt+=("$(p50 c)") cpp_rtt+=("$(p50 cpp)") rust_rtt+=("$(p50 rust)")
-  echo "round $r: RTT p50 C ${c_rtt[-1]} ns, C++ ${cpp_rtt[-1]} ns, Rust ${rust_rtt[-1]} ns"
+  # The benchmark, on the same two cores (its client on the examples' client core).
+  timeout 300 "$lib/bench" lat --size 32 --iters "$msgs" --app-cores "$core_b,$core_a" --unit ns \
+    >"$out/bench.log" 2>&1 || { cat "$out/bench.log" >&2; exit 1; }
+  # The p50: the second figure after "RTT" (min, p50, ...; a "!" may flag the point).
+  bench_rtt+=("$(awk '$1 == "32B" { for (i = 2; i < NF; i++) if ($i == "RTT") { print int($(i + 2)); exit } }' \
+    "$out/bench.log")")
+  echo "round $r: RTT p50 C ${c_rtt[-1]} ns, C++ ${cpp_rtt[-1]} ns, Rust ${rust_rtt[-1]} ns," \
+    "bench lat ${bench_rtt[-1]} ns"
 done
 
 echo "--- one-way stream: $stream messages of 32 B, C / Rust round robin, $rounds rounds"
@@ -274,14 +284,21 @@ for r in $(seq 1 "$rounds"); do
 done
 
 c=$(median "${c_rtt[@]}") cpp=$(median "${cpp_rtt[@]}") rust=$(median "${rust_rtt[@]}")
+b=$(median "${bench_rtt[@]}")
 cr=$(median "${c_rate[@]}") rr=$(median "${rust_rate[@]}")
 echo "=== ffi results: medians of $rounds interleaved rounds (informational; shared machines are noisy)"
-awk -v c="$c" -v cpp="$cpp" -v r="$rust" -v cr="$cr" -v rr="$rr" 'BEGIN {
+awk -v c="$c" -v cpp="$cpp" -v r="$rust" -v b="$b" -v cr="$cr" -v rr="$rr" 'BEGIN {
   verdict = "met"; if (c / r > 1.05) verdict = "missed"
   printf "RTT p50, 32 B: C %d ns, C++ %d ns, Rust %d ns\n", c, cpp, r
   printf "  C/Rust %.3f (target <= 1.05: %s)\n", c / r, verdict
   verdict = "met"; if (cpp / r > 1.05) verdict = "missed"
   printf "  C++/Rust %.3f (target <= 1.05: %s)\n", cpp / r, verdict
+  printf "  bench lat --size 32: %d ns\n", b
+  split("C C++ Rust", name); v[1] = c; v[2] = cpp; v[3] = r
+  for (i = 1; i <= 3; i++) {
+    verdict = "met"; if (v[i] / b > 1.05) verdict = "missed"
+    printf "  %s/bench lat %.3f (target <= 1.05: %s)\n", name[i], v[i] / b, verdict
+  }
   verdict = "met"; if (cr / rr < 0.95) verdict = "missed"
   printf "stream, 32 B: C sw_poll + sw_offer_batched %.2f Mmsg/s, Rust poll + send_batched %.2f Mmsg/s\n", cr, rr
   printf "  C/Rust %.3f (target >= 0.95: %s)\n", cr / rr, verdict
