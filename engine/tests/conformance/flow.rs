@@ -188,7 +188,9 @@ pub fn timeouts_of_any_length_wait_and_never_panic(s: &'static Scheme) {
     let ce = s.build((s.tweak)(rtc_builder(256, 8).depth(8)));
     let ep = (s.endpoint)("forever");
     let l = se.listen(&ep).expect("listen");
-    let c = ce.connect_timeout(&ep, FOREVER).expect("connect_timeout(MAX)");
+    let c = ce
+        .connect_timeout(&ep, FOREVER)
+        .expect("connect_timeout(MAX)");
     let srv = l.accept_timeout(FOREVER).expect("accept_timeout(MAX)");
     // Ready at once.
     let mut b = c.alloc_timeout(FOREVER).expect("alloc_timeout(MAX)");
