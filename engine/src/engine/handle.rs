@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use rings::{Consumer, RingBuffer};
 
-use crate::clock::deadline_after;
-use crate::clock::Clock;
+use crate::clock::{deadline_after, Clock};
 use crate::config::{Config, EngineBuilder};
 use crate::control::{self, Request};
 use crate::counters::publish::Publisher;
