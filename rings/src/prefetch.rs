@@ -41,26 +41,8 @@ pub unsafe fn prefetch_write<T>(p: *const T) {
     let _ = p;
 }
 
-/// Asks for the cache line holding `p` to be brought into this core's cache for reading. A
-/// hint: it reads and writes nothing, and never faults, whatever `p` is (x86-64's
-/// `prefetcht0`, part of its baseline; nothing on other architectures and under loom).
-#[inline(always)]
-pub fn prefetch_read<T>(p: *const T) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: `prefetcht0` (SSE, which every x86-64 CPU has) has no architectural effect and
-    // does not fault on any address.
-    unsafe {
-        core::arch::asm!(
-            "prefetcht0 [{}]",
-            in(reg) p,
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = p;
-}
-
-/// [`prefetch_read`] of every cache line of `*p` after the one holding its first byte: for a
+/// A read prefetch (`prefetcht0`, the crate's one read-prefetch helper) of every
+/// cache line of `*p` after the one holding its first byte, a hint on any address: for a
 /// consumer that has just read the start of an object of several lines (a receive slot's
 /// stamp) and will read the rest, so that the later lines' transfers overlap instead of
 /// following one another as the reads reach them.
@@ -71,7 +53,7 @@ pub fn prefetch_read_rest<T>(p: *const T) {
     let first_next = (start | (LINE - 1)).wrapping_add(1);
     let mut off = first_next.wrapping_sub(start);
     while off < core::mem::size_of::<T>() {
-        prefetch_read(p.cast::<u8>().wrapping_add(off));
+        crate::primitive::prefetch_read(p.cast::<u8>().wrapping_add(off));
         off += LINE;
     }
 }
@@ -89,7 +71,7 @@ mod tests {
             prefetch_read_rest(buf[at..].as_ptr().cast::<[u8; 136]>());
             prefetch_read_rest(buf[at..].as_ptr().cast::<[u8; 8]>());
         }
-        prefetch_read(core::ptr::null::<u64>());
+        prefetch_read_rest(core::ptr::null::<[u8; 256]>());
         prefetch_read_rest(core::ptr::NonNull::<[u8; 256]>::dangling().as_ptr());
         assert_eq!(buf, [7u8; 512]);
     }
