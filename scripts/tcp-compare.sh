@@ -2,10 +2,12 @@
 # scripts/tcp-compare.sh - issue #22's peers, measured beside `--fabric tcp` in one run: ZeroMQ
 # (PUSH/PULL and REQ/REP, the system libzmq) and sockperf (`--tcp --nonblocked`) next to
 # spinwire's `bench lat` / `bench rate --fabric tcp` and the raw busy-polled TCP floor
-# (`bench floor --fabric tcp`), on loopback (127.0.0.1 only), on the same two cores, for 8-B and
-# 64-B messages. A benchmark, not a CI test: it asserts nothing about the numbers.
+# (`bench floor --fabric tcp`), on loopback (127.0.0.1 only) or across two network namespaces
+# (`WHERE=netns`: scripts/netns-two, 198.18.0.1 <-> 198.18.0.2 over a veth pair, root needed),
+# on the same two cores, for 8-B and 64-B messages. A benchmark, not a CI test: it asserts
+# nothing about the numbers.
 #
-# usage: scripts/tcp-compare.sh
+# usage: scripts/tcp-compare.sh            (WHERE=netns scripts/tcp-compare.sh)
 #
 # Each round runs four groups, their order rotated by one each round (so no peer always runs
 # first or last on a machine that warms up or gets busier):
@@ -18,9 +20,13 @@
 #   zeromq    bench/peers/zmq_peer.c (REQ/REP)     RTT p50, p99.9 (CLOCK_MONOTONIC per trip)
 #             bench/peers/zmq_peer.c (PUSH/PULL)   msgs/s at the receiver
 # The client side (spinwire's client thread, sockperf ping-pong, REQ, PUSH) runs on the first of
-# CORES and the server side (server thread, sockperf server, REP, PULL) on the second; spinwire
-# runs both in one process (--app-cores), the peers as two processes under taskset. ZeroMQ keeps
-# its stock settings, so each side's I/O thread shares that side's core with its app thread.
+# CORES and the server side (server thread, sockperf server, REP, PULL) on the second; on
+# loopback spinwire and the floor run both in one process (--app-cores), the peers as two
+# processes under taskset. Across the namespaces every step is two processes, the server's in
+# namespace A (198.18.0.1) and the client's in B, each pair on a fresh pair of namespaces
+# (scripts/netns-two), the client started once the server listens; spinwire and the floor as
+# `--server ... --once` / `--client` processes. ZeroMQ keeps its stock settings, so each side's
+# I/O thread shares that side's core with its app thread.
 # It prints a table per round, then the medians over the rounds and the ratios issue #22 targets,
 # each marked met or missed:
 #   spinwire RTT p50 / floor RTT p50       <= 1.1   (8 B and 64 B)
@@ -33,6 +39,7 @@
 # installed or built.
 #
 # Knobs (environment):
+#   WHERE=loopback      loopback (127.0.0.1), or netns (across two namespaces, as root)
 #   ROUNDS=3            rounds (the medians are over these)
 #   CORES=0,1           client core, server core
 #   ITERS=300000        round trips per latency step (floor, bench lat, REQ/REP)
@@ -42,7 +49,7 @@
 #                       its own 400 ms warm-up and the edges from the figures)
 #   ZMQ_MSGS=10000000   messages per PUSH/PULL step
 #   STEP_TIMEOUT=300    seconds any one step may take before it counts as failed
-#   PORT=               first TCP port (default derived from the pid); the steps use PORT..PORT+7
+#   PORT=               first TCP port (default derived from the pid); round r uses PORT+10r .. PORT+10r+9
 #   BENCH=              a prebuilt bench binary (default: nice -n 15 cargo build --release -p bench)
 #   OUT=                keep every step's output under this directory (default: a temporary one)
 set -euo pipefail
@@ -60,6 +67,7 @@ zmq_msgs=${ZMQ_MSGS:-10000000}
 step_timeout=${STEP_TIMEOUT:-300}
 port=${PORT:-$((22000 + $$ % 20000))}
 sizes=(8 64)
+where=${WHERE:-loopback}
 
 say() { echo "tcp-compare: $*" >&2; }
 fail() {
@@ -70,6 +78,16 @@ unbuildable() {
   say "$*"
   exit 2
 }
+
+case $where in
+  loopback) host=127.0.0.1 ;;
+  netns)
+    host=198.18.0.1 # scripts/netns-two's namespace A
+    export ZMQ_PEER_HOST=$host
+    [ "$(id -u)" = 0 ] || unbuildable "WHERE=netns needs root (network namespaces)"
+    ;;
+  *) unbuildable "WHERE=$where: loopback or netns" ;;
+esac
 
 # --- the peers: install, build -------------------------------------------------------------
 missing=()
@@ -160,6 +178,16 @@ pair_step() {
     shift
   done
   shift
+  if [ "$where" = netns ]; then
+    # sockperf's server runs until stopped; the ZeroMQ peers exit by themselves (netns-two
+    # checks their exit status).
+    local stop=0
+    [ "${server[0]}" = sockperf ] && stop=1
+    ns_step "$name" "$p" "$stop" "taskset -c $server_core $(printf '%q ' "${server[@]}")" \
+      "taskset -c $client_core $(printf '%q ' "$@")"
+    server_pid=""
+    return
+  fi
   timeout "$step_timeout" taskset -c "$server_core" "${server[@]}" \
     >"$out/$name.server.log" 2>&1 &
   server_pid=$!
@@ -177,6 +205,7 @@ pair_step() {
 # server_done NAME: wait for a server that exits by itself; a failure fails step NAME.
 server_done() {
   local rc=0
+  [ -n "$server_pid" ] || return 0 # across the namespaces: ns_step checked it
   wait "$server_pid" || rc=$?
   server_pid=""
   [ "$rc" = 0 ] || {
@@ -185,18 +214,60 @@ server_done() {
   }
 }
 
+# ns_step NAME PORT STOP SERVER_CMD CLIENT_CMD (WHERE=netns): one pair across the namespaces,
+# on a fresh pair of them (scripts/netns-two): SERVER_CMD in namespace A, CLIENT_CMD in B once
+# something listens on the server's PORT (at most 10 s); their output goes to
+# $out/NAME.server.log and $out/NAME.client.log. STOP=1: the server runs until stopped (it is
+# stopped when the client is done).
+ns_step() {
+  local name=$1 p=$2 stop=$3 server=$4 client=$5 rc=0
+  local listening="for _ in \$(seq 1 200); do
+  ip netns exec \"\$NETNS_A\" ss -Hltn 'sport = :$p' | grep -q . && break; sleep 0.05; done"
+  NETNS_TWO_STOP_SERVER=$stop NETNS_TWO_TIMEOUT=$step_timeout bash scripts/netns-two \
+    "exec $server >'$out/$name.server.log' 2>&1" \
+    "$listening; exec $client >'$out/$name.client.log' 2>&1" 2>"$out/$name.netns.log" || rc=$?
+  [ "$rc" = 0 ] || {
+    cat "$out/$name.netns.log" "$out/$name.server.log" "$out/$name.client.log" >&2 2>/dev/null
+    fail "step $name (across the namespaces) failed (exit $rc)"
+  }
+}
+
+# bench_pair NAME PORT ARGS: one bench figure; on loopback both sides in one process
+# (bench_step), across the namespaces a `--server --once` and a `--client` process (ADDR is
+# tcp://HOST:PORT for lat and rate, HOST:PORT for floor); the client's summary.json lands in
+# $out/NAME.
+bench_pair() {
+  local name=$1 p=$2 args=$3
+  if [ "$where" = loopback ]; then
+    bench_step "$name" "$args"
+    return
+  fi
+  local addr="tcp://$host:$p"
+  [ "${args%% *}" = floor ] && addr="$host:$p"
+  rm -rf "${out:?}/$name"
+  ns_step "$name" "$p" 0 \
+    "'$BENCH' $args --server $addr --once --app-cores $server_core" \
+    "'$BENCH' $args --client $addr --app-cores $client_core --out '$out/$name'"
+}
+
 floor_group() {
-  local r=$1 s
-  for s in "${sizes[@]}"; do
-    bench_step "r$r-floor-$s" "floor --fabric tcp --size $s --iters $iters --warmup $warmup"
+  local r=$1 i
+  for i in "${!sizes[@]}"; do
+    local s=${sizes[$i]}
+    bench_pair "r$r-floor-$s" $((port + 10 * r + 6 + i)) \
+      "floor --fabric tcp --size $s --iters $iters --warmup $warmup"
   done
 }
 
 spinwire_group() {
-  local r=$1 s
-  for s in "${sizes[@]}"; do
-    bench_step "r$r-spin-lat-$s" "lat --fabric tcp --size $s --iters $iters --warmup $warmup"
-    bench_step "r$r-spin-rate-$s" "rate --fabric tcp --size $s --duration $duration --no-floor"
+  local r=$1 i
+  for i in "${!sizes[@]}"; do
+    local s=${sizes[$i]}
+    bench_pair "r$r-spin-lat-$s" $((port + 10 * r + 8 + i)) \
+      "lat --fabric tcp --size $s --iters $iters --warmup $warmup"
+    # Its own namespaces across them (the lat step's port is free again); on loopback none.
+    bench_pair "r$r-spin-rate-$s" $((port + 10 * r + 8 + i)) \
+      "rate --fabric tcp --size $s --duration $duration --no-floor"
   done
 }
 
@@ -208,8 +279,8 @@ sockperf_group() {
     local s=${sizes[$i]}
     p=$((port + 10 * r + i))
     pair_step "r$r-sockperf-$s" "$p" \
-      sockperf server --tcp --nonblocked -i 127.0.0.1 -p "$p" -- \
-      sockperf ping-pong --tcp --nonblocked -i 127.0.0.1 -p "$p" -m $((s > 14 ? s : 14)) \
+      sockperf server --tcp --nonblocked -i "$host" -p "$p" -- \
+      sockperf ping-pong --tcp --nonblocked -i "$host" -p "$p" -m $((s > 14 ? s : 14)) \
       -t "$sockperf_time" --full-rtt
     stop_server
   done
@@ -363,10 +434,10 @@ for r in $(seq 1 "$rounds"); do
   order=()
   for i in 0 1 2 3; do order+=("${groups[$(((r - 1 + i) % 4))]}"); done
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-  say "round $r of $rounds: ${order[*]} (load average $load_before)"
+  say "round $r of $rounds ($where): ${order[*]} (load average $load_before)"
   for g in "${order[@]}"; do "${g}_group" "$r"; done
   echo
-  echo "round $r of $rounds (order: ${order[*]}; load average $load_before before," \
+  echo "round $r of $rounds ($where; order: ${order[*]}; load average $load_before before," \
     "$(cut -d' ' -f1-3 /proc/loadavg) after)"
   python3 "$out/report.py" "$out" "$rounds" "$r" || exit 1
 done

@@ -2,8 +2,10 @@
  * zmq_peer: the ZeroMQ side of scripts/tcp-compare.sh, a benchmark peer, not a test.
  *
  * One process per side, each pinned by the script (taskset) to its own core, over
- * tcp://127.0.0.1:PORT with stock libzmq settings (one I/O thread per context, default
- * high-water marks, no socket options but the bounded waits below):
+ * tcp://HOST:PORT with stock libzmq settings (one I/O thread per context, default
+ * high-water marks, no socket options but the bounded waits below). HOST is 127.0.0.1, or the
+ * IPv4 address in ZMQ_PEER_HOST (the server's, where both sides bind and connect: across
+ * scripts/netns-two, 198.18.0.1):
  *
  *   zmq_peer pull PORT N SIZE          bind PULL, receive N messages of SIZE bytes, print
  *                                      "msgs_per_sec=R" (first to last message, at the receiver)
@@ -75,7 +77,14 @@ static void *open_socket(void *ctx, int type, int bind, long port)
     set_int(sock, ZMQ_RCVTIMEO, WAIT_MS, "ZMQ_RCVTIMEO");
     set_int(sock, ZMQ_SNDTIMEO, WAIT_MS, "ZMQ_SNDTIMEO");
     set_int(sock, ZMQ_LINGER, WAIT_MS, "ZMQ_LINGER");
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%ld", port);
+    const char *host = getenv("ZMQ_PEER_HOST");
+    if (host == NULL || *host == '\0')
+        host = "127.0.0.1";
+    int len = snprintf(endpoint, sizeof endpoint, "tcp://%s:%ld", host, port);
+    if (len < 0 || (size_t)len >= sizeof endpoint) {
+        fprintf(stderr, "zmq_peer: ZMQ_PEER_HOST is too long: %s\n", host);
+        exit(2);
+    }
     if ((bind ? zmq_bind(sock, endpoint) : zmq_connect(sock, endpoint)) != 0)
         die(bind ? "zmq_bind" : "zmq_connect");
     return sock;
