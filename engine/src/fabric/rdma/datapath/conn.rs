@@ -444,7 +444,7 @@ impl FabricConn for RdmaConn {
                 };
                 match self.hdr {
                     Some(h) => self.post_plan_hdr(std::slice::from_ref(&p), h)?,
-                    None => self.post_plan(std::slice::from_ref(&p))?,
+                    None => self.post_lone_inline(p.buf, p.len)?,
                 }
                 done.free_buf(d.buf)?;
                 self.counters.inline_sends.add(1);
