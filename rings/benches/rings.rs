@@ -1,4 +1,5 @@
-//! Two-thread ring benchmarks: ours vs rtrb vs crossbeam-queue's `ArrayQueue`, in one run.
+//! Two-thread ring benchmarks: ours (the index ring `RingBuffer` and the stamped ring
+//! `StampedRing`) vs rtrb vs crossbeam-queue's `ArrayQueue`, in one run.
 //!
 //! * `throughput_single`: items/s through one ring with `push`/`pop`, producer pinned to core 0
 //!   and consumer to core 1.
@@ -15,9 +16,15 @@
 //! between lines of the same run, never asserted.
 //!
 //! `RINGS_BENCH_PAIRS=21 cargo bench -p rings --bench rings` skips criterion and prints those
-//! ratios directly, from back-to-back rings/rtrb pairs of the two-thread workloads (see
-//! `interleaved`): on a shared machine that is the comparison to trust, because criterion runs
-//! all of one implementation's samples before the other's.
+//! ratios directly, from back-to-back rings/rtrb pairs of the two-thread workloads, then
+//! stamped/rtrb pairs (see `interleaved`): on a shared machine that is the comparison to
+//! trust, because criterion runs all of one implementation's samples before the other's.
+//!
+//! The stamped ring (`stamped`) keeps a stamp beside each item, which says the slot is
+//! written: its consumer learns of an item from the item's own line, where an index ring's
+//! (rings', rtrb's) reads the producer's index line first and the slot line after it. It is
+//! the crate's ring for `Copy` items between two pinned threads (the engine's application and
+//! poller rings).
 //!
 //! On a shared machine, give the run its own scheduler autogroup. With
 //! `kernel.sched_autogroup_enabled = 1` (the default on most distributions) `nice` only ranks
@@ -117,6 +124,50 @@ impl Spsc for Ours {
         *sum += a.iter().chain(b).sum::<u64>();
         let n = chunk.len();
         chunk.release_all();
+        n
+    }
+}
+
+/// spinwire's stamped ring: a stamp per slot instead of a published index.
+struct Stamped;
+
+impl Spsc for Stamped {
+    type P = rings::StampedProducer<u64>;
+    type C = rings::StampedConsumer<u64>;
+
+    fn new(capacity: usize) -> (Self::P, Self::C) {
+        rings::StampedRing::new(capacity)
+    }
+
+    #[inline]
+    fn push(p: &mut Self::P, value: u64) -> bool {
+        p.push(value).is_ok()
+    }
+
+    #[inline]
+    fn pop(c: &mut Self::C) -> Option<u64> {
+        c.pop().ok()
+    }
+
+    #[inline]
+    fn push_batch(p: &mut Self::P, start: u64, max: usize) -> usize {
+        let mut chunk = p.write_chunk_up_to(max.min(BATCH));
+        let n = chunk.len();
+        for k in 0..n {
+            chunk.write(k, start + k as u64);
+        }
+        // SAFETY: every claimed slot was written above.
+        unsafe { chunk.commit(n) };
+        n
+    }
+
+    #[inline]
+    fn pop_batch(c: &mut Self::C, sum: &mut u64) -> usize {
+        let mut out = [std::mem::MaybeUninit::<u64>::uninit(); BATCH];
+        let items = c.peek_into(&mut out);
+        *sum += items.iter().sum::<u64>();
+        let n = items.len();
+        c.release(n);
         n
     }
 }
@@ -457,23 +508,29 @@ fn median(v: &mut [f64]) -> f64 {
 /// Criterion's groups run every sample of one implementation before the next one starts, so on
 /// a shared machine a load change between them shows up as a ratio; adjacent pairs do not.
 fn interleaved(pairs: usize) {
+    interleaved_against_rtrb::<Ours>("rings", pairs);
+    interleaved_against_rtrb::<Stamped>("stamped", pairs);
+}
+
+/// [`interleaved`] for one of ours, `Q`, printed as `label`.
+fn interleaved_against_rtrb<Q: Spsc>(label: &str, pairs: usize) {
     type Driver = fn(u64) -> Duration;
     let workloads: [(&str, u64, Driver, Driver); 3] = [
         (
             "throughput_single",
             2_000_000,
-            throughput_single::<Ours>,
+            throughput_single::<Q>,
             throughput_single::<Rtrb>,
         ),
         (
             "throughput_batch32",
             8_000_000,
-            throughput_batch::<Ours>,
+            throughput_batch::<Q>,
             throughput_batch::<Rtrb>,
         ),
-        ("rtt", 20_000, rtt::<Ours>, rtt::<Rtrb>),
+        ("rtt", 20_000, rtt::<Q>, rtt::<Rtrb>),
     ];
-    println!("interleaved rings vs rtrb, {pairs} pairs per workload (ns/item, medians)");
+    println!("interleaved {label} vs rtrb, {pairs} pairs per workload (ns/item, medians)");
     for (name, items, ours, theirs) in workloads {
         // One untimed pair: page faults, frequency ramp-up.
         ours(items / 4);
@@ -492,7 +549,7 @@ fn interleaved(pairs: usize) {
             ratio.push(y / x);
         }
         println!(
-            "{name:20} rings {:9.3}  rtrb {:9.3}  rings/rtrb throughput {:5.2}x",
+            "{name:20} {label:7} {:9.3}  rtrb {:9.3}  {label}/rtrb throughput {:5.2}x",
             median(&mut a),
             median(&mut b),
             median(&mut ratio),
@@ -510,26 +567,31 @@ fn main() {
     let mut c = Criterion::default().sample_size(20).configure_from_args();
     compare!(c, "throughput_single", throughput_single, [
         "rings" => Ours,
+        "stamped" => Stamped,
         "rtrb" => Rtrb,
         "arrayqueue" => ArrayQ,
     ]);
     compare!(c, "throughput_batch32", throughput_batch, [
         "rings" => Ours,
+        "stamped" => Stamped,
         "rtrb" => Rtrb,
         "arrayqueue" => ArrayQ,
     ]);
     compare!(c, "same_thread_single", same_thread_single, [
         "rings" => Ours,
+        "stamped" => Stamped,
         "rtrb" => Rtrb,
         "arrayqueue" => ArrayQ,
     ]);
     compare!(c, "same_thread_batch32", same_thread_batch, [
         "rings" => Ours,
+        "stamped" => Stamped,
         "rtrb" => Rtrb,
         "arrayqueue" => ArrayQ,
     ]);
     compare!(c, "rtt", rtt, [
         "rings" => Ours,
+        "stamped" => Stamped,
         "rtrb" => Rtrb,
         "arrayqueue" => ArrayQ,
     ], extra: "cacheline_floor" => rtt_floor);
