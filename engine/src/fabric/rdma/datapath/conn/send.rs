@@ -170,6 +170,20 @@ impl RdmaConn {
         held_after * 2 >= self.tx_pool.count() as usize
     }
 
+    /// A SEND's work request and scatter entry for `out`, from zero (`sg_list` and `next`
+    /// null: the caller links them where they lie when posted).
+    #[inline(always)]
+    fn send_request(&mut self, out: Outgoing) -> (SendWr, Sge) {
+        let mut wr = verbs::send_wr_zeroed();
+        let mut sge = Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        self.fill_send(&mut wr, &mut sge, out);
+        (wr, sge)
+    }
+
     /// [`post_plan`](Self::post_plan) of one unframed inline SEND of `len` bytes from send
     /// buffer `buf` (RoCE, InfiniBand): a ping-pong's message, the caller having checked the
     /// credit, the send-queue room, the length and that it goes inline. The same work request,
@@ -187,13 +201,7 @@ impl RdmaConn {
             // `hoarding` of a plan of one inline SEND: it holds no buffer itself.
             force_signal: self.held.len * 2 >= self.tx_pool.count() as usize,
         };
-        let mut wr = verbs::send_wr_zeroed();
-        let mut sge = Sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        };
-        self.fill_send(&mut wr, &mut sge, out);
+        let (mut wr, mut sge) = self.send_request(out);
         if wr.num_sge > 0 {
             wr.sg_list = &mut sge;
         }
@@ -226,13 +234,7 @@ impl RdmaConn {
                 inline: self.send_inline(p.len),
                 force_signal: p.rndv || (i + 1 == n && hoarding),
             };
-            let mut wr = verbs::send_wr_zeroed();
-            let mut sge = Sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            };
-            self.fill_send(&mut wr, &mut sge, out);
+            let (wr, mut sge) = self.send_request(out);
             sge.lkey = lkey;
             sges[i].write(sge);
             wrs[i].write(wr);
