@@ -49,7 +49,8 @@
 #                       its own 400 ms warm-up and the edges from the figures)
 #   ZMQ_MSGS=10000000   messages per PUSH/PULL step
 #   STEP_TIMEOUT=300    seconds any one step may take before it counts as failed
-#   PORT=               first TCP port (default derived from the pid); round r uses PORT+10r .. PORT+10r+9
+#   PORT=               first TCP port (default derived from the pid); round r uses
+#                       PORT+10r .. PORT+10r+9
 #   BENCH=              a prebuilt bench binary (default: nice -n 15 cargo build --release -p bench)
 #   OUT=                keep every step's output under this directory (default: a temporary one)
 set -euo pipefail
