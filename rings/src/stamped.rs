@@ -29,7 +29,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::primitive::cell::UnsafeCell;
 use crate::primitive::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::{CapacityError, PeekError, PopError, PushError};
+use crate::{CapacityError, PeekError, PopError, PushError, LINE};
 
 /// One slot: the stamp that says which index's item it holds, and the item.
 #[repr(C)]
@@ -39,9 +39,6 @@ struct Slot<T> {
     stamp: AtomicUsize,
     value: UnsafeCell<MaybeUninit<T>>,
 }
-
-/// Bytes per cache line (64 on every target this crate is tuned for).
-const LINE: usize = 64;
 
 /// Bytes from one slot to the next: the slot's size rounded up to a power of two up to a line
 /// (16 for an 8-byte item: four slots a line), to whole lines above (192 for a 128-byte item).
