@@ -167,7 +167,14 @@ impl RdmaConn {
                 .iter()
                 .filter(|p| !p.rndv && !self.send_inline(p.len))
                 .count();
-        held_after * 2 >= self.tx_pool.count() as usize
+        self.holds_half_pool(held_after)
+    }
+
+    /// Whether `held` send buffers waiting for a completion are half the pool or more (then
+    /// the next SEND is signalled, so that a completion frees them).
+    #[inline]
+    fn holds_half_pool(&self, held: usize) -> bool {
+        held * 2 >= self.tx_pool.count() as usize
     }
 
     /// A SEND's work request and scatter entry for `out`, from zero (`sg_list` and `next`
@@ -199,7 +206,7 @@ impl RdmaConn {
             imm: self.send_word(false),
             inline: true,
             // `hoarding` of a plan of one inline SEND: it holds no buffer itself.
-            force_signal: self.held.len * 2 >= self.tx_pool.count() as usize,
+            force_signal: self.holds_half_pool(self.held.len),
         };
         let (mut wr, mut sge) = self.send_request(out);
         if wr.num_sge > 0 {
