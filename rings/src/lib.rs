@@ -298,16 +298,12 @@ impl<T> Drop for RingBuffer<T> {
     }
 }
 
-/// Bytes per cache line (64 on every target this crate is tuned for): the unit of the slot
-/// layouts and of the prefetches.
-const LINE: usize = 64;
-
 /// The consumer's read-ahead distance for `T` (see `Consumer::prefetch_ahead`).
 struct PrefetchAhead<T>(PhantomData<T>);
 
 impl<T> PrefetchAhead<T> {
     /// Bytes per cache line.
-    const LINE_BYTES: usize = LINE;
+    const LINE_BYTES: usize = primitive::LINE;
     /// Slots a cache line holds (at least 1); `0` for zero-sized `T`.
     const LINE_SLOTS: usize = match core::mem::size_of::<T>() {
         0 => 0,

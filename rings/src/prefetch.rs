@@ -48,7 +48,7 @@ pub unsafe fn prefetch_write<T>(p: *const T) {
 /// following one another as the reads reach them.
 #[inline(always)]
 pub fn prefetch_read_rest<T>(p: *const T) {
-    use crate::LINE;
+    use crate::primitive::LINE;
     let start = p as usize;
     let first_next = (start | (LINE - 1)).wrapping_add(1);
     let mut off = first_next.wrapping_sub(start);

@@ -167,6 +167,10 @@ pub(crate) mod track {
     }
 }
 
+/// Bytes per cache line (64 on every target this crate is tuned for): the unit of the slot
+/// layouts and of the prefetches.
+pub(crate) const LINE: usize = 64;
+
 /// Hints the CPU to start loading the cache line at `ptr` into this core's cache (x86_64 only;
 /// a no-op elsewhere, under loom and under Miri). A hint has no effect on program semantics:
 /// `ptr` is never dereferenced, so any address is fine, in or out of bounds.

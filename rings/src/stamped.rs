@@ -29,7 +29,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::primitive::cell::UnsafeCell;
 use crate::primitive::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::{CapacityError, PeekError, PopError, PushError, LINE};
+use crate::primitive::LINE;
+use crate::{CapacityError, PeekError, PopError, PushError};
 
 /// One slot: the stamp that says which index's item it holds, and the item.
 #[repr(C)]
