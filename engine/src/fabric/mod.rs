@@ -160,4 +160,5 @@ pub use crate::desc::PoolView;
 pub use crate::wake::{PollerWake, WaitSet};
 pub(crate) use direct::{DirectPath, Sent};
 pub use seam::{ConnTable, Fabric, FabricConn};
+pub(crate) use sink::SinkTotals;
 pub use sink::{RxSink, TxDone};

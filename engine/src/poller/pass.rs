@@ -10,9 +10,9 @@ use core::mem::MaybeUninit;
 use rings::{Consumer, StampedConsumer};
 
 use crate::config::MAX_BATCH;
-use crate::desc::{PoolView, TxDesc, TX_INLINE_MAX};
+use crate::desc::{PoolView, RxDesc, TxDesc, TX_INLINE_MAX};
 use crate::error::FabricError;
-use crate::fabric::{FabricConn, RxSink, TxDone};
+use crate::fabric::{FabricConn, RxSink, SinkTotals, TxDone};
 use crate::link::{ConnShared, PollerConn};
 use crate::stats::PollerCounters;
 
@@ -198,14 +198,20 @@ impl<C: FabricConn> PollerConn<C> {
             *drained = false;
             return Ok(0);
         }
-        let mut sink = RxSink::stamped(&mut chunk, rx_pool)
-            .with_large(rx_large)
-            .packing(*pack_rx);
+        let mut scratch = MaybeUninit::<RxDesc>::uninit();
+        let mut sink = RxSink::stamped(&mut chunk, rx_pool).with_large(rx_large);
+        if *pack_rx {
+            sink = sink.packing(&mut scratch);
+        }
         let res = fabric.poll_rx(&mut sink);
-        let n = sink.written();
-        let slots = sink.slots();
-        *drained = sink.room() > 0;
-        let bytes = sink.bytes();
+        // The slot it was packing is written into the ring as it finishes.
+        let SinkTotals {
+            written: n,
+            slots,
+            room,
+            bytes,
+        } = sink.finish();
+        *drained = room > 0;
         // SAFETY: the sink initialised exactly its first `slots` slots, in order (and is gone).
         unsafe { chunk.commit(slots) };
         if *pack_rx && n > 1 {
