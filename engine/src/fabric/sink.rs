@@ -34,8 +34,9 @@ pub struct RxSink<'a> {
     slots: usize,
     /// Messages delivered (more than `slots` once messages are packed).
     written: usize,
-    /// With [`packing`](Self::packing): the last slot written, while it holds only inline
-    /// messages (null otherwise), and the end of its payload bytes in `data`.
+    /// With [`packing`](Self::packing): the last slot taken, while it holds only inline
+    /// messages (null otherwise), and the end of its payload bytes in `data`; its content is
+    /// in `scratch` until [`finish_packed`](Self::finish_packed) writes it.
     last: *mut RxDesc,
     last_end: usize,
     pack: bool,
@@ -51,8 +52,9 @@ pub struct RxSink<'a> {
 }
 
 // SAFETY: the raw runs stand for the `&'a mut` borrow of the free slots the sink had as
-// slices (and has as `_slots`): moving the sink to another thread moves that borrow, as a
-// `&mut [MaybeUninit<RxDesc>]` may move (`RxDesc` is plain data).
+// slices (and has as `_slots`), and `scratch` for the `&'a mut` borrow `packing` took: moving
+// the sink to another thread moves those borrows, as a `&mut [MaybeUninit<RxDesc>]` may move
+// (`RxDesc` is plain data).
 unsafe impl Send for RxSink<'_> {}
 // SAFETY: a shared `&RxSink` reads the counts only; every slot access takes `&mut self`.
 unsafe impl Sync for RxSink<'_> {}
