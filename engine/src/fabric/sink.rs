@@ -36,7 +36,8 @@ pub struct RxSink<'a> {
     written: usize,
     /// With [`packing`](Self::packing): the last slot taken, while it holds only inline
     /// messages (null otherwise), and the end of its payload bytes in `data`; its content is
-    /// in `scratch` until [`finish_packed`](Self::finish_packed) writes it.
+    /// in `scratch`, and in the slot itself but for the messages packed after its first
+    /// (`dirty`), which [`finish_packed`](Self::finish_packed) writes.
     last: *mut RxDesc,
     last_end: usize,
     pack: bool,
@@ -44,6 +45,8 @@ pub struct RxSink<'a> {
     /// borrowed for `'a`; null without packing), to be written into `last` once, by
     /// [`finish_packed`](Self::finish_packed).
     scratch: *mut RxDesc,
+    /// Messages were packed into `scratch` after `last`'s first: the slot is behind it.
+    dirty: bool,
     bytes: u64,
     pool_count: u32,
     buf_size: u32,
@@ -87,6 +90,7 @@ impl<'a> RxSink<'a> {
             last_end: 0,
             pack: false,
             scratch: core::ptr::null_mut(),
+            dirty: false,
             bytes: 0,
             pool_count: pool.count(),
             buf_size: u32::try_from(pool.buf_size()).unwrap_or(u32::MAX),
@@ -129,13 +133,18 @@ impl<'a> RxSink<'a> {
     /// messages moves a fraction of a line per message instead of one. The application's
     /// receive takes them out one by one ([`BUF_PACKED`]).
     ///
-    /// A slot is built in `scratch` and written into the ring once, when it is done: when the
-    /// next slot is taken, or at [`finish`](Self::finish), which gives the claimer the count of
-    /// slots to commit. The application spins on the stamp of the very slot a pass fills, which
-    /// shares the slot's first line with its header and first messages: packed in place, every
-    /// message took the line back from the application's core, and the application's next look
-    /// took it again (`bench rate --fabric mem --mode dedicated --one-thread --size 8`: 4-8 %
-    /// more messages a second, 8-10 % with `--app-batch 32`).
+    /// A slot's first message is written into the slot and into `scratch`; the messages packed
+    /// after it go into `scratch` only, and the slot is written from it once, when it is done:
+    /// when the next slot is taken, or at [`finish`](Self::finish), which gives the claimer the
+    /// count of slots to commit. The application spins on the stamp of the very slot a pass
+    /// fills, which shares the slot's first line with its header and first messages: packed in
+    /// place, every message took the line back from the application's core, and the
+    /// application's next look took it again. A lone message (a ping-pong's) is written once,
+    /// in place, as soon as it is there. Measured (`bench rate|lat --fabric mem --mode
+    /// dedicated --one-thread --size 8`, interleaved with the in-place packing, 3-5 rounds):
+    /// 3-5 % more messages a second, 4-7 % with `--app-batch 32`, the round trip unchanged
+    /// (628-637 / 629-632 ns); a slot written only once, from the scratch, the lone message
+    /// too, gave 5 % / 9 % but a round trip 1.6 % longer (636-655 ns).
     #[inline]
     pub(crate) fn packing(mut self, scratch: &'a mut MaybeUninit<RxDesc>) -> RxSink<'a> {
         self.pack = true;
@@ -172,7 +181,8 @@ impl<'a> RxSink<'a> {
     }
 
     /// Where a slot's first inline message is written: with packing, `scratch` (the slot
-    /// packed before it written out first); else the slot itself, `p`.
+    /// packed before it written out first; `wrote_inline` copies the message into the slot
+    /// too); else the slot itself, `p`.
     #[inline(always)]
     fn first_target(&mut self, pack: bool, p: *mut RxDesc) -> *mut RxDesc {
         if pack {
@@ -183,18 +193,19 @@ impl<'a> RxSink<'a> {
         }
     }
 
-    /// Writes the slot built in `scratch` (if one is) into its ring slot, `last`: its header
-    /// and the payload bytes it holds. Nothing packs into it afterwards.
+    /// Writes the slot built in `scratch` (if one is, and messages were packed into it after
+    /// its first) into its ring slot, `last`: its header and the payload bytes it holds.
+    /// Nothing packs into it afterwards.
     #[inline(always)]
     fn finish_packed(&mut self) {
-        if !self.last.is_null() {
+        if !self.last.is_null() && self.dirty {
             // SAFETY: `last` (set only with packing, which sets `scratch`) is a slot this sink
             // took and still borrows, `scratch` the caller's descriptor borrowed for `'a`; its
             // header and first `last_end` bytes of `data` were written with the slot's
             // messages.
             unsafe { write_back(self.scratch, self.last, self.last_end) };
-            self.last = core::ptr::null_mut();
         }
+        self.last = core::ptr::null_mut();
     }
 
     /// Counts a `len`-byte message that [`pack_copy`] or [`pack_with`] packed at `at` into
@@ -202,6 +213,7 @@ impl<'a> RxSink<'a> {
     #[inline(always)]
     fn packed(&mut self, at: usize, len: usize) {
         self.last_end = at + PACKED_HDR + len;
+        self.dirty = true;
         self.written += 1;
         self.bytes += len as u64;
     }
@@ -214,6 +226,10 @@ impl<'a> RxSink<'a> {
         self.written += 1;
         self.bytes += len as u64;
         if pack {
+            // SAFETY: the message went into `scratch` (`first_target`), header and `len` bytes;
+            // `p` is the slot this sink just took and borrows; the two do not overlap.
+            unsafe { write_back(self.scratch, p, len) };
+            self.dirty = false;
             self.last = p;
             self.last_end = len;
         }

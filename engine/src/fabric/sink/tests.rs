@@ -109,59 +109,58 @@ fn without_packing_every_message_has_its_slot() {
     assert_eq!(messages(&slots), want);
 }
 
-/// A slot marked as never written: `len` and `buf` hold values no push writes.
-fn untouched() -> MaybeUninit<RxDesc> {
-    MaybeUninit::new(RxDesc {
-        len: 0xdead_beef,
-        buf: 0xdead_beef,
-        data: [MaybeUninit::new(0xAA); INLINE_MAX],
-    })
-}
-
-fn is_untouched(slot: &MaybeUninit<RxDesc>) -> bool {
-    // SAFETY: the caller passes a slot `untouched` initialised, written by a sink or not.
-    let d = unsafe { slot.assume_init_ref() };
-    d.len == 0xdead_beef && d.buf == 0xdead_beef
+/// A slot's header, `(len, buf)`, as the ring holds it now.
+fn header(slot: *const MaybeUninit<RxDesc>) -> (u32, u32) {
+    // SAFETY: the caller passes a slot of an initialised array (the test's), which the sink
+    // may also write (through its own raw pointers, never while this reads).
+    let d = unsafe { (*slot).assume_init_ref() };
+    (d.len, d.buf)
 }
 
 #[test]
-fn a_packing_sink_writes_each_slot_once_when_it_is_done() {
+fn a_packing_sink_writes_a_first_message_at_once_and_what_packs_after_it_when_the_slot_is_done() {
     let mut mem = vec![0u8; 2 * 256];
     // SAFETY: `mem` holds 2 buffers of 256 bytes and outlives the view.
     let pool = unsafe { PoolView::new(core::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 256, 2) };
-    let mut slots = [untouched(), untouched(), untouched()];
+    let blank = MaybeUninit::new(RxDesc {
+        len: 0xdead_beef,
+        buf: 0xdead_beef,
+        data: [MaybeUninit::new(0xAA); INLINE_MAX],
+    });
+    let mut slots = [blank; 3];
     let mut scratch = MaybeUninit::uninit();
     let mut sink = RxSink::new(&mut slots, &mut [], &pool).packing(&mut scratch);
+    // The ring's slots, seen through the sink's own pointer to them (its first run).
+    let base = sink.first.cast_const();
+    let slot = |k: usize| base.wrapping_add(k);
     let mut want = Vec::new();
-    for i in 0..3 {
+    let m = msg(8, 0);
+    sink.push_inline(&m).unwrap();
+    want.push(Ok(m));
+    // A lone message is in its slot at once, written as without packing.
+    assert_eq!(header(slot(0)), (8, BUF_INLINE));
+    for i in 1..3 {
         let m = msg(8, i);
         sink.push_inline(&m).unwrap();
         want.push(Ok(m));
     }
-    // Slot 0 is still being packed: the ring has seen nothing of it yet.
-    // SAFETY: peeks at the ring memory the sink borrows, only through its raw runs' base,
-    // which is where slot 0 lies; the sink writes nothing meanwhile.
-    let slot0 = unsafe { &*sink.first.cast_const() };
-    assert!(
-        is_untouched(slot0),
-        "a slot being packed is not written in place"
-    );
-    // A pooled message ends it: slot 0 is written out, slot 1 is the pooled one.
+    // The two packed behind it are not written in place while the slot is being packed.
+    assert_eq!(header(slot(0)), (8, BUF_INLINE), "packed in place");
+    // A pooled message ends the slot: it is written out, with the two.
     sink.push_pooled(1, 100).unwrap();
     want.push(Err(1));
-    // SAFETY: as above.
-    assert!(!is_untouched(unsafe { &*sink.first.cast_const() }));
+    assert_eq!(header(slot(0)), (8 | 2 << 16, BUF_PACKED));
+    assert_eq!(header(slot(1)), (100, 1));
     let m = msg(20, 9);
     push_with(&mut sink, &m).unwrap();
     want.push(Ok(m));
     let m = msg(3, 10);
     sink.push_inline(&m).unwrap();
     want.push(Ok(m));
-    // SAFETY: slot 2 is `2 * stride` bytes into the first run, which has 3 slots.
-    let slot2 = unsafe { &*sink.first.cast_const().add(2) };
-    assert!(is_untouched(slot2), "slot 2 is being packed");
+    assert_eq!(header(slot(2)), (20, BUF_INLINE), "slot 2 is being packed");
     let totals = sink.finish();
     assert_eq!((totals.written, totals.slots, totals.room), (6, 3, 0));
     assert_eq!(totals.bytes, 3 * 8 + 100 + 20 + 3);
+    assert_eq!(header(&slots[2]), (20 | 1 << 16, BUF_PACKED));
     assert_eq!(messages(&slots), want);
 }
