@@ -480,23 +480,23 @@ unsafe fn write_back(from: *const RxDesc, to: *mut RxDesc, end: usize) {
     }
 }
 
-/// Packs `payload` into the inline descriptor at `last` (its length field at `at`, its bytes
+/// Packs `payload` into the inline descriptor at `desc` (its length field at `at`, its bytes
 /// after it) and marks the descriptor packed ([`BUF_PACKED`], one more message in the high
 /// half of `len`). Out of line and not a method: the plain push stays as short as it was, and
 /// the sink, a local of a run-to-completion receive, stays in registers.
 ///
 /// # Safety
 ///
-/// `last` is the descriptor the caller's sink packs (its scratch copy of a slot that holds
+/// `desc` is the descriptor the caller's sink packs (its scratch copy of a slot that holds
 /// inline messages only), and `at + PACKED_HDR + payload.len() <= INLINE_MAX`.
 #[inline(never)]
-unsafe fn pack_copy(last: *mut RxDesc, at: usize, payload: &[u8]) {
+unsafe fn pack_copy(desc: *mut RxDesc, at: usize, payload: &[u8]) {
     // SAFETY: the caller's contract: the bytes written lie in `data`; `payload` is fabric
     // memory, not the ring's.
     unsafe {
-        let data = core::ptr::addr_of_mut!((*last).data).cast::<u8>();
+        let data = core::ptr::addr_of_mut!((*desc).data).cast::<u8>();
         core::ptr::copy_nonoverlapping(payload.as_ptr(), data.add(at + PACKED_HDR), payload.len());
-        mark_packed(last, at, payload.len());
+        mark_packed(desc, at, payload.len());
     }
 }
 
@@ -507,19 +507,20 @@ unsafe fn pack_copy(last: *mut RxDesc, at: usize, payload: &[u8]) {
 ///
 /// As [`pack_copy`], for `len` bytes.
 #[inline(never)]
-unsafe fn pack_with<F>(last: *mut RxDesc, at: usize, len: usize, fill: F) -> Result<(), FabricError>
+unsafe fn pack_with<F>(desc: *mut RxDesc, at: usize, len: usize, fill: F) -> Result<(), FabricError>
 where
     F: FnOnce(&mut [MaybeUninit<u8>]) -> Result<usize, FabricError>,
 {
     let start = at + PACKED_HDR;
-    // SAFETY: `data` is an array of `MaybeUninit<u8>`, valid in any state, of a slot the caller
-    // borrows, so a unique reference to it is sound; `start + len <= INLINE_MAX` (the contract).
-    let data = unsafe { &mut (&mut *core::ptr::addr_of_mut!((*last).data))[start..start + len] };
+    // SAFETY: `data` is an array of `MaybeUninit<u8>`, valid in any state, of the descriptor
+    // the caller borrows, so a unique reference to it is sound; `start + len <= INLINE_MAX`
+    // (the contract).
+    let data = unsafe { &mut (&mut *core::ptr::addr_of_mut!((*desc).data))[start..start + len] };
     if fill(data)? != len {
         return Err(FabricError::Protocol("inline payload copy came up short"));
     }
     // SAFETY: the caller's contract.
-    unsafe { mark_packed(last, at, len) };
+    unsafe { mark_packed(desc, at, len) };
     Ok(())
 }
 
@@ -529,16 +530,16 @@ where
 ///
 /// As [`pack_copy`]'s.
 #[inline(always)]
-unsafe fn mark_packed(last: *mut RxDesc, at: usize, len: usize) {
+unsafe fn mark_packed(desc: *mut RxDesc, at: usize, len: usize) {
     // SAFETY: the length field lies in `data` (the caller's contract); `len` and `buf` were
     // written with the slot's first message, and are read and written through raw pointers.
     unsafe {
-        let data = core::ptr::addr_of_mut!((*last).data).cast::<u8>();
+        let data = core::ptr::addr_of_mut!((*desc).data).cast::<u8>();
         data.add(at)
             .cast::<[u8; PACKED_HDR]>()
             .write_unaligned((len as u16).to_ne_bytes());
-        core::ptr::addr_of_mut!((*last).buf).write(BUF_PACKED);
-        let l = core::ptr::addr_of_mut!((*last).len);
+        core::ptr::addr_of_mut!((*desc).buf).write(BUF_PACKED);
+        let l = core::ptr::addr_of_mut!((*desc).len);
         l.write(l.read() + (1 << 16));
     }
 }
