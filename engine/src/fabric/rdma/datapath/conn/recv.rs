@@ -2,7 +2,7 @@
 //! the message queued), delivery to the application (messages, frames split into records,
 //! large messages), and the re-posting of receive buffers in chains.
 
-use super::super::chain::{post_recv_chains, CHAIN};
+use super::super::chain::{post_recv_chains, post_recv_one, CHAIN};
 use super::super::frame::FrameCursor;
 use super::super::rndv::Rndv;
 use super::{RdmaConn, RxKind};
@@ -127,6 +127,21 @@ impl RdmaConn {
             return self.post_recvs_hdr(bufs, h);
         }
         let (qp, gen, owed) = (&self.qp, self.gen, &mut self.rx_return);
+        if let [buf] = *bufs {
+            // A ping-pong's re-post: one work request, without the chains' arrays and loops.
+            return post_recv_one(
+                &self.rx_pool,
+                self.rx_lkey,
+                buf,
+                recv_wr_id(gen, buf),
+                |wr| {
+                    // SAFETY: as below, for a chain of one.
+                    unsafe { qp.post_recv(wr) }.map_err(|e| FabricError::Io(e.errno))?;
+                    owed.on_consumed(1);
+                    Ok(())
+                },
+            );
+        }
         post_recv_chains(
             &self.rx_pool,
             self.rx_lkey,
@@ -165,6 +180,27 @@ impl RdmaConn {
             // (a busy-polling receiver takes this way on almost every call: about 100 of its
             // 144 instructions per empty call were the set-up, under callgrind on rxe).
             return self.check().map(|()| 0);
+        }
+        if self.rx_pending.len == 1 && self.rx_frame.is_none() && !self.large.reads_pending() {
+            // A ping-pong's receive: one lone message, nothing else queued. What the loop
+            // below does for it (delivered inline, its buffer re-posted with its credit),
+            // without the loop's set-up (the re-post array zeroed, the rendezvous check).
+            if let Some((buf, len, RxKind::Message)) = self.rx_pending.front() {
+                if len <= self.rx_inline && sink.room() > 0 {
+                    self.rx_pending.pop();
+                    let pool = self.rx_pool;
+                    // SAFETY: as in the loop: a completed receive of `len <= buf_size` bytes,
+                    // ours until re-posted below.
+                    let data = unsafe { rx_bytes(&pool, buf, len) };
+                    sink.push_inline(data)?;
+                    if self.error.is_none() || self.srq.is_some() {
+                        self.post_recvs(std::slice::from_ref(&buf))?;
+                    }
+                    self.msg_return.on_consumed(1);
+                    self.received = true;
+                    return Ok(1);
+                }
+            }
         }
         let mut delivered = 0;
         let mut repost = [0u32; CHAIN];
