@@ -164,8 +164,10 @@ impl<C: FabricConn> RtcConn for PollerConn<C> {
         }
         // Copied and freed by this very post: the caller keeps the buffer, without the free
         // ring's push and pop (callgrind, `bench cost --fabric mem`: 2024 -> 2007 instructions
-        // per round trip).
-        let free = accepted == 1 && !held && done.take_only(d.buf);
+        // per round trip). Also a buffer marked held above that the post freed at once (rdma's
+        // lone inline SEND: `free_buf` cleared its mark): it came back through the free ring,
+        // a push, a publication and the next `alloc`'s pop per ping-pong send.
+        let free = accepted == 1 && done.take_only(d.buf);
         if let Err(e) = done.publish() {
             failed = failed.or(Some(e));
         }
