@@ -403,7 +403,7 @@ impl PoolView {
     /// If `idx >= count` (in every build: an out-of-range index never yields an out-of-bounds
     /// pointer). Use [`get`](Self::get) to test an index, or
     /// [`buf_ptr_unchecked`](Self::buf_ptr_unchecked) where the index is already validated.
-    #[inline]
+    #[inline(always)]
     pub fn buf_ptr(&self, idx: u32) -> NonNull<u8> {
         assert!(
             idx < self.count,

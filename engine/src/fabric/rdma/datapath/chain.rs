@@ -42,36 +42,6 @@ impl SrqShared {
     }
 }
 
-/// [`post_recv_chains`] of the one buffer `buf`, whose work request's id is `wr_id`: the
-/// request is built where it is posted (a ping-pong re-posts one buffer per message; through
-/// the chains it paid their arrays, loops and closures, about 40 instructions, callgrind on rxe).
-#[inline]
-pub(super) fn post_recv_one(
-    pool: &PoolView,
-    lkey: u32,
-    buf: u32,
-    wr_id: u64,
-    post: impl FnOnce(*mut RecvWr) -> Result<(), FabricError>,
-) -> Result<(), FabricError> {
-    if buf >= pool.count() {
-        return Err(FabricError::Protocol(
-            "released receive buffer out of range",
-        ));
-    }
-    let mut sge = Sge {
-        addr: pool.buf_ptr(buf).as_ptr() as u64,
-        length: u32::try_from(pool.buf_size()).unwrap_or(u32::MAX),
-        lkey,
-    };
-    let mut wr = RecvWr {
-        wr_id,
-        next: std::ptr::null_mut(),
-        sg_list: &mut sge,
-        num_sge: 1,
-    };
-    post(&mut wr)
-}
-
 /// Posts `bufs` of `pool` as single-SGE receives, one chained `ibv_post_recv` (through `post`)
 /// per [`CHAIN`] buffers. Each index is checked against the pool first; `wr_id` names the
 /// buffer in its completion. `post` gets the head of an initialised chain of `n` WRs whose WRs

@@ -320,7 +320,7 @@ impl RdmaConn {
     }
 
     /// Fills `wr`/`sge` for one send and assigns its sequence number.
-    #[inline]
+    #[inline(always)]
     fn fill_send(&mut self, wr: &mut SendWr, sge: &mut Sge, out: Outgoing) {
         let Outgoing {
             addr,
@@ -407,12 +407,15 @@ impl FabricConn for RdmaConn {
         true
     }
 
-    #[inline]
+    #[inline(always)]
     fn poll_rx(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         self.deliver(sink)
     }
 
-    #[inline]
+    /// The lone small message inline (a ping-pong's), the rest ([`RdmaConn::post_planned`])
+    /// out of line: under the VM's emulation a call and its return cost more than their
+    /// instructions.
+    #[inline(always)]
     fn post_send(&mut self, descs: &[TxDesc], done: &mut TxDone<'_>) -> Result<usize, FabricError> {
         self.received = false;
         self.check()?;
@@ -430,43 +433,19 @@ impl FabricConn for RdmaConn {
                 && !is_large(d.buf)
                 && d.len <= self.peer_buffer_size
                 && self.send_inline(d.len)
+                && self.hdr.is_none()
             {
                 // A lone small message, a ping-pong's: what `plan_sends` and `finish_sends` make
                 // of it (one unframed inline SEND, its buffer free at once), without their loops
-                // (about 190 of a send's instructions, callgrind on rxe).
-                let p = Planned {
-                    buf: d.buf,
-                    len: d.len,
-                    frame: false,
-                    first: 0,
-                    msgs: 1,
-                    rndv: false,
-                };
-                match self.hdr {
-                    Some(h) => self.post_plan_hdr(std::slice::from_ref(&p), h)?,
-                    None => self.post_lone_inline(p.buf, p.len)?,
-                }
+                // (about 190 of a send's instructions, callgrind on rxe). iWARP's header
+                // slots take the plan.
+                self.post_lone_inline(d.buf, d.len)?;
                 done.free_buf(d.buf)?;
                 self.counters.inline_sends.add(1);
                 return Ok(1);
             }
         }
-        // Uninitialised: `plan_sends` writes the entries it plans (no 1-KiB zeroing per call).
-        let mut plan = [const { std::mem::MaybeUninit::<Planned>::uninit() }; CHAIN];
-        let (plan, taken) = self.plan_sends(descs, max_sends, &mut plan)?;
-        let nplan = plan.len();
-        if taken < descs.len() && nplan == max_sends && max_sends < CHAIN {
-            self.counters.credit_stalls.add(1);
-        }
-        if nplan == 0 {
-            return Ok(0);
-        }
-        match self.hdr {
-            Some(h) => self.post_plan_hdr(plan, h)?,
-            None => self.post_plan(plan)?,
-        }
-        self.finish_sends(descs, plan, done)?;
-        Ok(taken)
+        self.post_planned(descs, max_sends, done)
     }
 
     /// Run-to-completion's direct send: [`post_send`](FabricConn::post_send) of the one

@@ -327,7 +327,7 @@ impl Fabric for RdmaFabric {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn poll_shared(&mut self, conns: &mut ConnTable<'_, RdmaConn>) -> usize {
         let mut work = 0;
         // Completions parked last cycles go first, before anything newer of their QP.

@@ -323,7 +323,7 @@ impl QueuePair {
     /// must stay valid and unmodified until the request's completion has been polled (with
     /// selective signalling: until a later signalled completion of this QP), or the QP has been
     /// destroyed. Inline data is copied during the call.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn post_send(&self, wr: *mut SendWr) -> Result<(), PostError> {
         let mut bad = ptr::null_mut();
         // SAFETY: forwarded from the caller's contract; the QP is valid.
@@ -339,7 +339,7 @@ impl QueuePair {
     ///
     /// # Safety
     /// As [`SharedReceiveQueue::post_recv`], for this QP (which must not use an SRQ).
-    #[inline]
+    #[inline(always)]
     pub unsafe fn post_recv(&self, wr: *mut RecvWr) -> Result<(), PostError> {
         let mut bad = ptr::null_mut();
         // SAFETY: forwarded from the caller's contract; the QP is valid.

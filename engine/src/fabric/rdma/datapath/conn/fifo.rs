@@ -33,7 +33,7 @@ impl<T: Copy + Default> Fifo<T> {
             len: 0,
         }
     }
-    #[inline]
+    #[inline(always)]
     pub(super) fn push(&mut self, v: T) -> bool {
         if self.len == self.cap {
             return false;
@@ -44,7 +44,7 @@ impl<T: Copy + Default> Fifo<T> {
         self.len += 1;
         true
     }
-    #[inline]
+    #[inline(always)]
     pub(super) fn front(&self) -> Option<T> {
         (self.len > 0).then(|| self.buf[self.head])
     }
@@ -57,7 +57,7 @@ impl<T: Copy + Default> Fifo<T> {
             None
         }
     }
-    #[inline]
+    #[inline(always)]
     pub(super) fn pop(&mut self) -> Option<T> {
         let v = self.front()?;
         self.head = (self.head + 1) & self.mask;

@@ -2,7 +2,7 @@
 //! the message queued), delivery to the application (messages, frames split into records,
 //! large messages), and the re-posting of receive buffers in chains.
 
-use super::super::chain::{post_recv_chains, post_recv_one, CHAIN};
+use super::super::chain::{post_recv_chains, CHAIN};
 use super::super::frame::FrameCursor;
 use super::super::rndv::Rndv;
 use super::{RdmaConn, RxKind};
@@ -10,7 +10,7 @@ use crate::desc::PoolView;
 use crate::error::FabricError;
 use crate::fabric::rdma::counters::{bump, COUNTERS};
 use crate::fabric::rdma::header::{read_hdr, IMM_CREDITS_MAX, IMM_CREDIT_ONLY, IMM_FRAME};
-use crate::fabric::rdma::verbs::{self, WorkCompletion};
+use crate::fabric::rdma::verbs::{self, RecvWr, Sge, WorkCompletion};
 use crate::fabric::rdma::wr_id::{recv_wr_id, WR_RECV, WR_SRQ, WR_VALUE_MASK};
 use crate::fabric::RxSink;
 use crate::record::Record;
@@ -18,7 +18,7 @@ use crate::record::Record;
 impl RdmaConn {
     /// Files one completion of this connection (called from
     /// [`Fabric::poll_shared`](crate::fabric::Fabric::poll_shared)).
-    #[inline]
+    #[inline(always)]
     pub(in super::super) fn on_completion(&mut self, wc: &WorkCompletion) {
         let is_srq_recv = wc.wr_id() & WR_SRQ != 0;
         if is_srq_recv {
@@ -114,6 +114,41 @@ impl RdmaConn {
         }
     }
 
+    /// [`post_recvs`](Self::post_recvs) of one buffer, inline for a RoCE/InfiniBand QP of
+    /// its own (a ping-pong's receive); the shared queue and iWARP's header slots take the
+    /// general call.
+    #[inline(always)]
+    fn repost_one(&mut self, buf: u32) -> Result<(), FabricError> {
+        if self.srq.is_some() || self.hdr.is_some() {
+            return self.post_recvs(std::slice::from_ref(&buf));
+        }
+        // Built where it is posted: through the chains a one-buffer re-post paid their arrays,
+        // loops and closures (about 40 instructions, callgrind on rxe).
+        if buf >= self.rx_pool.count() {
+            return Err(FabricError::Protocol(
+                "released receive buffer out of range",
+            ));
+        }
+        let mut sge = Sge {
+            // SAFETY: `buf < count`, checked above.
+            addr: unsafe { self.rx_pool.buf_ptr_unchecked(buf) }.as_ptr() as u64,
+            length: u32::try_from(self.rx_pool.buf_size()).unwrap_or(u32::MAX),
+            lkey: self.rx_lkey,
+        };
+        let mut wr = RecvWr {
+            wr_id: recv_wr_id(self.gen, buf),
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        // SAFETY: one initialised work request whose scatter entry `sge` lives until the call
+        // returns; the buffer is a receive-pool buffer (index checked) inside the region
+        // registered with LOCAL_WRITE, owned by the fabric until its completion is polled.
+        unsafe { self.qp.post_recv(&mut wr) }.map_err(|e| FabricError::Io(e.errno))?;
+        self.rx_return.on_consumed(1);
+        Ok(())
+    }
+
     /// Re-posts receive buffers `bufs`, one chain (one `ibv_post_recv`) per [`CHAIN`] buffers.
     fn post_recvs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
         if let Some(srq) = &self.srq {
@@ -126,22 +161,11 @@ impl RdmaConn {
         if let Some(h) = self.hdr {
             return self.post_recvs_hdr(bufs, h);
         }
-        let (qp, gen, owed) = (&self.qp, self.gen, &mut self.rx_return);
         if let [buf] = *bufs {
             // A ping-pong's re-post: one work request, without the chains' arrays and loops.
-            return post_recv_one(
-                &self.rx_pool,
-                self.rx_lkey,
-                buf,
-                recv_wr_id(gen, buf),
-                |wr| {
-                    // SAFETY: as below, for a chain of one.
-                    unsafe { qp.post_recv(wr) }.map_err(|e| FabricError::Io(e.errno))?;
-                    owed.on_consumed(1);
-                    Ok(())
-                },
-            );
+            return self.repost_one(buf);
         }
+        let (qp, gen, owed) = (&self.qp, self.gen, &mut self.rx_return);
         post_recv_chains(
             &self.rx_pool,
             self.rx_lkey,
@@ -173,18 +197,22 @@ impl RdmaConn {
 
     /// [`FabricConn::poll_rx`](crate::fabric::FabricConn::poll_rx): delivers what was received, in
     /// order, and re-posts the buffers that are free again.
-    #[inline]
+    ///
+    /// Its two common cases inline, the general loop ([`deliver_all`](Self::deliver_all)) out
+    /// of line: under the VM's emulation a call and its return cost more than their
+    /// instructions (`scripts/rdma-vm-ab.sh`: fewer calls per message, a shorter round trip).
+    #[inline(always)]
     pub(super) fn deliver(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         if self.rx_pending.len == 0 && self.rx_frame.is_none() && !self.large.reads_pending() {
-            // Nothing received: what the loop below would find at once, without setting it up
+            // Nothing received: what the loop would find at once, without setting it up
             // (a busy-polling receiver takes this way on almost every call: about 100 of its
             // 144 instructions per empty call were the set-up, under callgrind on rxe).
             return self.check().map(|()| 0);
         }
         if self.rx_pending.len == 1 && self.rx_frame.is_none() && !self.large.reads_pending() {
             // A ping-pong's receive: one lone message, nothing else queued. What the loop
-            // below does for it (delivered inline, its buffer re-posted with its credit),
-            // without the loop's set-up (the re-post array zeroed, the rendezvous check).
+            // does for it (delivered inline, its buffer re-posted with its credit), without
+            // the loop's set-up (the re-post array zeroed, the rendezvous check).
             if let Some((buf, len, RxKind::Message)) = self.rx_pending.front() {
                 if len <= self.rx_inline && sink.room() > 0 {
                     self.rx_pending.pop();
@@ -194,7 +222,7 @@ impl RdmaConn {
                     let data = unsafe { rx_bytes(&pool, buf, len) };
                     sink.push_inline(data)?;
                     if self.error.is_none() || self.srq.is_some() {
-                        self.post_recvs(std::slice::from_ref(&buf))?;
+                        self.repost_one(buf)?;
                     }
                     self.msg_return.on_consumed(1);
                     self.received = true;
@@ -202,6 +230,13 @@ impl RdmaConn {
                 }
             }
         }
+        self.deliver_all(sink)
+    }
+
+    /// [`deliver`](Self::deliver) of everything else: frames, large messages, several
+    /// messages, credit messages.
+    #[inline(never)]
+    fn deliver_all(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
         let mut delivered = 0;
         let mut repost = [0u32; CHAIN];
         let mut nrepost = 0;

@@ -198,7 +198,7 @@ impl RdmaConn {
     /// callgrind in the Soft-RoCE VM (`bench lat --fabric rdma --mode rtc --size 8`, the
     /// client under valgrind) put `post_plan` of one at 490 instructions a call, 261 of them
     /// rxe's own `ibv_post_send`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn post_lone_inline(&mut self, buf: u32, len: u32) -> Result<(), FabricError> {
         let out = Outgoing {
             addr: self.tx_pool.buf_ptr(buf).as_ptr() as u64,
@@ -221,6 +221,34 @@ impl RdmaConn {
         // call, from send-pool buffer `buf` (the index checked by `buf_ptr`), which holds `len`
         // bytes the engine handed over with this send.
         unsafe { self.qp.post_send(&mut wr) }.map_err(|e| FabricError::Io(e.errno))
+    }
+
+    /// [`post_send`](crate::fabric::FabricConn::post_send) of what its lone-message case
+    /// leaves: `descs` planned (at most `max_sends` SENDs: the credits and the send queue's
+    /// room), posted in one chain, and the buffers that are free at once handed back.
+    #[inline(never)]
+    pub(super) fn post_planned(
+        &mut self,
+        descs: &[TxDesc],
+        max_sends: usize,
+        done: &mut TxDone<'_>,
+    ) -> Result<usize, FabricError> {
+        // Uninitialised: `plan_sends` writes the entries it plans (no 1-KiB zeroing per call).
+        let mut plan = [const { std::mem::MaybeUninit::<Planned>::uninit() }; CHAIN];
+        let (plan, taken) = self.plan_sends(descs, max_sends, &mut plan)?;
+        let nplan = plan.len();
+        if taken < descs.len() && nplan == max_sends && max_sends < CHAIN {
+            self.counters.credit_stalls.add(1);
+        }
+        if nplan == 0 {
+            return Ok(0);
+        }
+        match self.hdr {
+            Some(h) => self.post_plan_hdr(plan, h)?,
+            None => self.post_plan(plan)?,
+        }
+        self.finish_sends(descs, plan, done)?;
+        Ok(taken)
     }
 
     /// Posts `plan` (already limited to the credits and send-queue room) as one chain of
