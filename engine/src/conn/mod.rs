@@ -487,7 +487,7 @@ impl Connection {
     ///
     /// [`Error::Disconnected`] / [`Error::Fabric`] when the connection is down: what was
     /// queued may not reach the peer.
-    #[inline]
+    #[inline(always)]
     pub fn flush(&self) -> Result<(), Error> {
         match &self.path {
             // One look at the state, after: publishing what a down connection's batch wrote

@@ -27,6 +27,7 @@ use crate::stats::ConnStats;
 
 use super::window::AppWindow;
 
+mod bufs;
 mod wait;
 
 /// Longest a run-to-completion close drives the engine's poller for the connection's last
@@ -218,80 +219,6 @@ impl Polled {
         conn.engine.rtc_guard()?.direct(&conn.shared, f)
     }
 
-    /// [`Connection::alloc`].
-    #[inline]
-    pub(super) fn alloc<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
-        if let Some(idx) = self.take_buf() {
-            return Ok(SendBuf::new(conn, idx, 0));
-        }
-        self.drive(conn);
-        if let Some(idx) = self.take_buf() {
-            return Ok(SendBuf::new(conn, idx, 0));
-        }
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let s = unsafe { self.state() };
-        // The buffers may be in a batched run nobody published yet: it goes now.
-        s.publish_run();
-        s.counts.alloc_failures += 1;
-        // Out of the way (no buffer): shown in the counters file too.
-        conn.shared.app.alloc_failures.add(1);
-        Err(conn.alloc_error(s.spare.all_held(), conn.tx_pool.count()))
-    }
-
-    /// A free ordinary buffer: a spare one, else the next from the free ring (large slots met
-    /// on the way are kept for `alloc_large`).
-    #[inline]
-    fn take_buf(&self) -> Option<u32> {
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let s = unsafe { self.state() };
-        if let Some(idx) = s.spare.pop() {
-            return Some(idx);
-        }
-        loop {
-            let i = s.rings.free.pop().ok()?;
-            if !is_large(i) {
-                return s.spare.hold(i);
-            }
-            s.spare.keep(i);
-        }
-    }
-
-    /// [`Connection::alloc_large`].
-    pub(super) fn alloc_large<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
-        if let Some(idx) = self.take_large() {
-            return Ok(SendBuf::new(conn, idx, 0));
-        }
-        self.drive(conn);
-        if let Some(idx) = self.take_large() {
-            return Ok(SendBuf::new(conn, idx, 0));
-        }
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let s = unsafe { self.state() };
-        // The slots may be in a batched run nobody published yet: it goes now.
-        s.publish_run();
-        s.counts.alloc_failures += 1;
-        // Out of the way (no buffer): shown in the counters file too.
-        conn.shared.app.alloc_failures.add(1);
-        Err(conn.alloc_error(s.spare.all_large_held(), conn.tx_large.count()))
-    }
-
-    /// A free large slot, taking back what the poller freed (ordinary buffers met on the way
-    /// are kept for `alloc`).
-    fn take_large(&self) -> Option<u32> {
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let s = unsafe { self.state() };
-        if s.spare.large_is_empty() {
-            while let Ok(i) = s.rings.free.pop() {
-                let large = is_large(i);
-                s.spare.keep(i);
-                if large {
-                    break;
-                }
-            }
-        }
-        s.spare.pop_large()
-    }
-
     /// [`Connection::send`] (`batched`: [`Connection::send_batched`]): the checks, the window,
     /// then the send ring; run-to-completion on a direct fabric, a plain send is posted straight
     /// to the fabric, and a batched one queued in the ring until [`flush`](Self::flush) or the
@@ -417,7 +344,7 @@ impl Polled {
     }
 
     /// Whether the window has room for a message of `units` ([`AppWindow::units`]).
-    #[inline]
+    #[inline(always)]
     fn has_credit(&self, conn: &Connection, units: u64) -> bool {
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         unsafe { self.state() }.window.has_room(units, &conn.shared)
@@ -425,7 +352,7 @@ impl Polled {
 
     /// [`Connection::flush`]: in run-to-completion mode an engine pass posts the queued sends;
     /// dedicated pollers drain continuously.
-    #[inline]
+    #[inline(always)]
     pub(super) fn flush(&self, conn: &Connection) {
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         unsafe { self.state() }.publish_run();
@@ -714,31 +641,6 @@ impl Polled {
             sleeps: s.counts.sleeps,
             sleeps_unrung: s.counts.sleeps_unrung,
             in_flight: s.window.in_flight(),
-        }
-    }
-
-    /// A `SendBuf` was dropped unsent.
-    pub(super) fn give_back(&self, idx: u32) {
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        unsafe { self.state() }.spare.give_back(idx);
-    }
-
-    /// A received message was dropped: its buffer goes back to the poller.
-    #[inline]
-    pub(super) fn release(&self, idx: u32) {
-        // The release ring holds the whole receive pool; a peer delivering a buffer twice could
-        // overflow it, in which case the buffer is simply not returned (the peer's loss).
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let _ = unsafe { self.state() }.rings.release.push(idx);
-    }
-
-    /// A received message was dropped: its buffer goes back to the poller, which is woken
-    /// if it sleeps (`Block`).
-    #[inline]
-    pub(super) fn release_wake(&self, conn: &Connection, idx: u32) {
-        self.release(idx);
-        if self.block {
-            conn.shared.wake_poller();
         }
     }
 

@@ -259,7 +259,7 @@ impl<'a> RxSink<'a> {
     ///
     /// [`FabricError::Protocol`] when the sink is full or `payload` is longer than
     /// [`INLINE_MAX`] or the pool's buffer size.
-    #[inline]
+    #[inline(always)]
     pub fn push_inline(&mut self, payload: &[u8]) -> Result<(), FabricError> {
         let len = payload.len();
         if len > INLINE_MAX || len > self.buf_size as usize {
@@ -615,7 +615,7 @@ impl<'a> TxDone<'a> {
     ///
     /// [`FabricError::Protocol`] when `buf` is not a buffer the fabric holds (out of range, never
     /// sent, or freed twice): a peer releasing what it never got.
-    #[inline]
+    #[inline(always)]
     pub fn free_buf(&mut self, buf: u32) -> Result<(), FabricError> {
         let (word, bit) = owned_bit(buf, self.count, self.large).ok_or(FabricError::Protocol(
             "peer released a send buffer it does not hold",
