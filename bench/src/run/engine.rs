@@ -504,7 +504,7 @@ impl BenchConn for EngineConn {
             .map_err(|e| engine_err("receiving", e))
     }
 
-    #[inline]
+    #[inline(always)]
     fn flush(&mut self) -> Result<(), BenchError> {
         self.conn.flush().map_err(|e| engine_err("flushing", e))
     }
