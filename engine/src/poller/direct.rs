@@ -85,7 +85,10 @@ impl<F: Fabric> Poller<F> {
     /// ([`Fabric::SHARED_COMPLETIONS`], RDMA's CQ) and a half with nothing pending, the
     /// agent's shared poll runs first, as the cycle's step 2: what it files with other
     /// connections waits there for the next pass, as a backlog does (and keeps the agent from
-    /// sleeping until a pass ran, see `arm`).
+    /// sleeping until a pass ran, see `arm`). When that poll leaves the half nothing to deliver
+    /// and nothing released to give back, `None`: the receive would find nothing, and every
+    /// caller takes `None` as it takes an empty receive (a spinning receiver's turn is one
+    /// call shorter; under the rxe VM's emulation a call costs more than its instructions).
     #[inline]
     pub(crate) fn rtc_conn(
         &mut self,
@@ -93,8 +96,8 @@ impl<F: Fabric> Poller<F> {
         shared: &ConnShared,
         rx: bool,
     ) -> Option<&mut dyn RtcConn> {
-        if F::SHARED_COMPLETIONS && rx {
-            self.direct_shared_poll(slot);
+        if F::SHARED_COMPLETIONS && rx && !self.direct_shared_poll(slot) {
+            return None;
         }
         let c = self.slots.get_mut(slot as usize)?.as_deref_mut()?;
         if !std::ptr::eq(&*c.shared, shared) {
@@ -104,20 +107,28 @@ impl<F: Fabric> Poller<F> {
     }
 
     /// [`rtc_conn`](Self::rtc_conn)'s shared poll, when the half in `slot` is open for the
-    /// direct way and has nothing pending. Out of line: inlined, it kept the whole lookup out
-    /// of line for every fabric (callgrind, `bench cost --fabric mem`: `Polled::send` and
-    /// `try_recv` 16-21 instructions a call more, `Agents::rtc_conn` a call of its own).
+    /// direct way and has nothing pending. `false`: the half is open for the direct way and,
+    /// after the poll, has nothing to deliver and no released buffer to give back (its
+    /// `recv_one` and `recv_burst` would return at once, finding nothing). Out of line:
+    /// inlined, it kept the whole lookup out of line for every fabric (callgrind, `bench cost
+    /// --fabric mem`: `Polled::send` and `try_recv` 16-21 instructions a call more,
+    /// `Agents::rtc_conn` a call of its own).
     #[inline(never)]
-    fn direct_shared_poll(&mut self, slot: u32) {
+    fn direct_shared_poll(&mut self, slot: u32) -> bool {
         let poll = match self.slots.get_mut(slot as usize) {
             Some(Some(c)) => c.direct_open() && !c.fabric.rx_pending(),
             _ => false,
         };
-        if poll {
-            let n = self.fabric.poll_shared(&mut ConnTable {
-                slots: &mut self.slots,
-            });
-            self.unserved |= n > 0;
+        if !poll {
+            return true;
+        }
+        let n = self.fabric.poll_shared(&mut ConnTable {
+            slots: &mut self.slots,
+        });
+        self.unserved |= n > 0;
+        match self.slots.get_mut(slot as usize) {
+            Some(Some(c)) => c.fabric.rx_pending() || !c.release.is_empty(),
+            _ => true,
         }
     }
 }
