@@ -543,7 +543,7 @@ impl BenchConn for EngineConn {
 
     /// One copy, straight from the received buffer into the send buffer; the received message
     /// is held (not recycled) until its echo is sent.
-    #[inline]
+    #[inline(always)]
     fn try_echo(
         &mut self,
         size: usize,

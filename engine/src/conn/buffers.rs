@@ -330,7 +330,7 @@ impl Deref for Message<'_> {
 }
 
 impl Drop for Message<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         if self.buf == BUF_INLINE {
             self.conn.stash.give_back(self.ptr);
