@@ -21,11 +21,22 @@ impl Polled {
     /// [`alloc`](Self::alloc) with no spare buffer: the free ring's, else a cycle first.
     #[inline(never)]
     fn alloc_other<'c>(&'c self, conn: &'c Connection) -> Result<SendBuf<'c>, Error> {
-        if let Some(idx) = self.take_buf() {
+        self.alloc_after_cycle(conn, Self::take_buf, false)
+    }
+
+    /// A buffer (`large`: a large slot) taken by `take`, else one more try after a cycle,
+    /// else the error naming how many the application holds.
+    fn alloc_after_cycle<'c>(
+        &'c self,
+        conn: &'c Connection,
+        take: fn(&Polled) -> Option<u32>,
+        large: bool,
+    ) -> Result<SendBuf<'c>, Error> {
+        if let Some(idx) = take(self) {
             return Ok(SendBuf::new(conn, idx, 0));
         }
         self.drive(conn);
-        if let Some(idx) = self.take_buf() {
+        if let Some(idx) = take(self) {
             return Ok(SendBuf::new(conn, idx, 0));
         }
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
@@ -35,7 +46,12 @@ impl Polled {
         s.counts.alloc_failures += 1;
         // Out of the way (no buffer): shown in the counters file too.
         conn.shared.app.alloc_failures.add(1);
-        Err(conn.alloc_error(s.spare.all_held(), conn.tx_pool.count()))
+        let (held, count) = if large {
+            (s.spare.all_large_held(), conn.tx_large.count())
+        } else {
+            (s.spare.all_held(), conn.tx_pool.count())
+        };
+        Err(conn.alloc_error(held, count))
     }
 
     /// A free ordinary buffer: a spare one, else the next from the free ring (large slots met
@@ -76,21 +92,7 @@ impl Polled {
         &'c self,
         conn: &'c Connection,
     ) -> Result<SendBuf<'c>, Error> {
-        if let Some(idx) = self.take_large() {
-            return Ok(SendBuf::new(conn, idx, 0));
-        }
-        self.drive(conn);
-        if let Some(idx) = self.take_large() {
-            return Ok(SendBuf::new(conn, idx, 0));
-        }
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let s = unsafe { self.state() };
-        // The slots may be in a batched run nobody published yet: it goes now.
-        s.publish_run();
-        s.counts.alloc_failures += 1;
-        // Out of the way (no buffer): shown in the counters file too.
-        conn.shared.app.alloc_failures.add(1);
-        Err(conn.alloc_error(s.spare.all_large_held(), conn.tx_large.count()))
+        self.alloc_after_cycle(conn, Self::take_large, true)
     }
 
     /// A free large slot, taking back what the poller freed (ordinary buffers met on the way
