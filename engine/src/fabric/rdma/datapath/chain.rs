@@ -54,7 +54,7 @@ pub(super) fn post_recv_chains(
     wr_id: impl Fn(u32) -> u64,
     mut post: impl FnMut(*mut RecvWr, u32) -> Result<(), FabricError>,
 ) -> Result<(), FabricError> {
-    let size = u32::try_from(pool.buf_size()).unwrap_or(u32::MAX);
+    let size = recv_len(pool);
     for chunk in bufs.chunks(CHAIN) {
         // Left uninitialised: only the first `n` entries are written and posted. Zeroing both
         // whole arrays was a 2-KiB memset per call, most of a one-buffer re-post's cost under
@@ -63,16 +63,7 @@ pub(super) fn post_recv_chains(
         let mut sges = [const { std::mem::MaybeUninit::<Sge>::uninit() }; CHAIN];
         let n = chunk.len();
         for (i, &buf) in chunk.iter().enumerate() {
-            if buf >= pool.count() {
-                return Err(FabricError::Protocol(
-                    "released receive buffer out of range",
-                ));
-            }
-            sges[i].write(Sge {
-                addr: pool.buf_ptr(buf).as_ptr() as u64,
-                length: size,
-                lkey,
-            });
+            sges[i].write(recv_sge(pool, size, lkey, buf)?);
         }
         let base = wrs.as_mut_ptr().cast::<RecvWr>();
         for (i, &buf) in chunk.iter().enumerate() {
@@ -92,4 +83,28 @@ pub(super) fn post_recv_chains(
         post(base, n as u32)?;
     }
     Ok(())
+}
+
+/// The length a receive of `pool` scatters into: its buffer size (a buffer is never larger
+/// than a work request can describe; saturated if it were).
+#[inline(always)]
+pub(super) fn recv_len(pool: &PoolView) -> u32 {
+    u32::try_from(pool.buf_size()).unwrap_or(u32::MAX)
+}
+
+/// The scatter entry of a receive into buffer `buf` of `pool` (`len`: [`recv_len`]), its
+/// index checked first: a released index comes from the application's side of the pool.
+#[inline(always)]
+pub(super) fn recv_sge(pool: &PoolView, len: u32, lkey: u32, buf: u32) -> Result<Sge, FabricError> {
+    if buf >= pool.count() {
+        return Err(FabricError::Protocol(
+            "released receive buffer out of range",
+        ));
+    }
+    Ok(Sge {
+        // SAFETY: `buf < count`, checked above.
+        addr: unsafe { pool.buf_ptr_unchecked(buf) }.as_ptr() as u64,
+        length: len,
+        lkey,
+    })
 }
