@@ -168,7 +168,7 @@ impl Waiter {
     /// # Errors
     /// [`BenchError::Timeout`] once `limit` passed without progress; [`BenchError::Interrupted`]
     /// after Ctrl-C.
-    #[inline]
+    #[inline(always)]
     pub fn idle(&mut self) -> Result<(), BenchError> {
         self.spins = self.spins.wrapping_add(1);
         if self.spins % 1024 == 0 {
@@ -192,6 +192,7 @@ impl Waiter {
     }
 
     /// Ctrl-C and this waiter's deadline.
+    #[inline(never)]
     fn check(&mut self) -> Result<(), BenchError> {
         if super::stop_requested() {
             return Err(BenchError::Interrupted);
@@ -212,11 +213,13 @@ impl Waiter {
     ///
     /// # Errors
     /// As [`idle`](Self::idle).
-    // Not forced inline: a build that inlined the spinning turn into the timed loop measured
-    // the shm quick-start round trip about 1 % longer against Aeron (three interleaved series,
-    // `scripts/aeron-compare.sh`), so the waiting loop keeps its call.
-    #[inline]
+    #[inline(always)]
     pub fn idle_recv<C: BenchConn>(&mut self, conn: &mut C) -> Result<(), BenchError> {
+        // The spinning strategies inline (a call per empty receive of a timed round trip);
+        // `--idle block`'s wait out of line.
+        if self.idle != Idle::Block {
+            return self.idle();
+        }
         self.idle_recv_until(conn, None)
     }
 
