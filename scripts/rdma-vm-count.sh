@@ -7,9 +7,12 @@
 # Each SERVER runs twice under valgrind with a different number of round trips (its client
 # natively), and the difference of the two runs is divided by the round trips between them,
 # so that setup, teardown and warm-up cancel. The server, not the client: slowed down by
-# valgrind, it finds each ping already there when it looks, so its count is the receive, the
-# echo and the send without empty polls (a client under valgrind spins a number of turns that
-# changes from boot to boot: perftest's client counted 1029 and 2088 a round trip in two).
+# valgrind, it mostly finds each ping already there when it looks (a client under valgrind
+# spins a number of turns that changes from boot to boot: perftest's client counted 1029 and
+# 2088 a round trip in two). Mostly: the server still polls an empty queue now and then, a
+# number that changes from run to run too, so the script prints bench's receive attempts
+# (`Polled::try_recv` calls) per round trip of each run beside the count; read a build's count
+# from runs with few empty attempts, and compare builds over several boots.
 # Both servers answer each ping with a pong from their run-to-completion loop (bench's keeps
 # no histogram and reads no clock per message):
 #   bench lat --fabric rdma --mode rtc --idle spin --size 8 --server (its client: --iters SHORT,
@@ -72,7 +75,7 @@ for n in "$short" "$long"; do
     --callgrind-out-file="$W/bench-$n.cg" "$bench" "${c[@]}" --server "rdma://$IP:$port" --once \
     >"$W/bench-server-$n.log" 2>&1) &
   sleep 5
-  client "bench-client-$n" "$bench" "${c[@]}" --iters "$n" --client "rdma://$IP:$port"
+  client "bench-client-$n" "$bench" "${c[@]}" --iters "$n" --warmup 10000 --client "rdma://$IP:$port"
   wait
   timeout -s KILL 600 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$W/perftest-$n.cg" \
     ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$n" >"$W/perftest-server-$n.log" 2>&1 &
@@ -89,6 +92,13 @@ for f in bench perftest; do
     [ -s "$work/$f-$n.cg" ] || { echo "rdma-vm-count: no callgrind output for $f, $n round trips" >&2; exit 1; }
     callgrind_annotate --auto=no "$work/$f-$n.cg" >"$work/$f-$n.txt"
   done
+done
+# bench's receive attempts per run: the calls of `Polled::try_recv` (the warm-up's included).
+for n in "$short" "$long"; do
+  calls=$(callgrind_annotate --tree=calling --auto=no "$work/bench-$n.cg" |
+    sed -n 's/.*>   .*Polled::try_recv (\([0-9,]*\)x).*/\1/p' | tr -d , |
+    awk '{ s += $1 } END { print s + 0 }')
+  echo "$calls" >"$work/bench-$n.attempts"
 done
 python3 - "$work" "$short" "$long" "$PWD" <<'PY'
 import collections, re, sys
@@ -125,12 +135,17 @@ def group(k):
         return "the program's own loop"
     return "engine and what inlines into it"
 
+attempts = {n: int(open(f"{work}/bench-{n}.attempts").read()) for n in (short, long_)}
 for name in ("bench", "perftest"):
     d = per_rt(name)
     g = collections.Counter()
     for k, v in d.items():
         g[group(k)] += v
     print(f"{name}: {sum(d.values()):.0f} instructions per round trip ({rt} round trips)")
+    if name == "bench":
+        # The client's warm-up (10000 round trips) comes before its measured ones.
+        per = [f"{attempts[n] / (n + 10000):.2f}" for n in (short, long_)]
+        print(f"  receive attempts per round trip: {' and '.join(per)} (1.00: no empty poll)")
     for k, v in g.most_common():
         if abs(v) >= 0.5:
             print(f"  {v:8.1f}  {k}")
