@@ -56,13 +56,14 @@ set -uo pipefail
 bench=$1 short=$2 long=$3 W=$4
 D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
 port=7490
-# client NAME CMD...: the native client, retried while the server (under valgrind, slow to
-# start) does not listen yet.
+# client SERVER_PID NAME CMD...: the native client, retried (at most 30 times) while the
+# server (under valgrind, slow to start) does not listen yet and is still running.
 client() {
-  local name=$1 _
-  shift
-  for _ in $(seq 60); do
+  local spid=$1 name=$2 _
+  shift 2
+  for _ in $(seq 30); do
     timeout -s KILL 300 taskset -c 1 "$@" >"$W/$name.log" 2>&1 && return 0
+    kill -0 "$spid" 2>/dev/null || break
     sleep 1
   done
   echo "rdma-vm-count: FAIL: $name"
@@ -74,13 +75,15 @@ for n in "$short" "$long"; do
   (cd "$W" && timeout -s KILL 600 taskset -c 0 valgrind --tool=callgrind \
     --callgrind-out-file="$W/bench-$n.cg" "$bench" "${c[@]}" --server "rdma://$IP:$port" --once \
     >"$W/bench-server-$n.log" 2>&1) &
+  spid=$!
   sleep 5
-  client "bench-client-$n" "$bench" "${c[@]}" --iters "$n" --warmup 10000 --client "rdma://$IP:$port"
+  client "$spid" "bench-client-$n" "$bench" "${c[@]}" --iters "$n" --warmup 10000 --client "rdma://$IP:$port"
   wait
   timeout -s KILL 600 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$W/perftest-$n.cg" \
     ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$n" >"$W/perftest-server-$n.log" 2>&1 &
+  spid=$!
   sleep 5
-  client "perftest-client-$n" ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$n" "$IP"
+  client "$spid" "perftest-client-$n" ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$n" "$IP"
   wait
 done
 GUEST
