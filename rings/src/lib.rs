@@ -81,6 +81,13 @@
 //!   run's (when the ring is found empty, every quarter ring, or at
 //!   [`Consumer::release_deferred`]), so the other side's cache line of the index moves once
 //!   per run instead of once per item.
+//! * A chunk claim of a run of at least two slots and a line's bytes
+//!   ([`Producer::write_chunk_uninit`], [`Producer::write_chunk_uninit_up_to`],
+//!   [`Producer::write_chunk`]) asks for the cache lines of the next run of the same length,
+//!   owned (x86's `prefetchw`, where the CPU has it), so that a streaming producer's next run
+//!   finds them in its cache instead of stalling on each line its consumer read a lap ago. The
+//!   slot array starts on a cache line, so a run of whole lines shares none with its
+//!   neighbours. A lone item (`push`, a one-slot chunk) asks for nothing.
 //! * [`Consumer::pop`] prefetches the cache line a few slots ahead of the item it reads, but
 //!   only once the producer has published that whole line, so it never pulls a line the
 //!   producer is still filling.
@@ -121,6 +128,7 @@ mod stamped;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 
 use crossbeam_utils::CachePadded;
 
@@ -211,10 +219,17 @@ impl<T> RingBuffer<T> {
         {
             return Err(too_large);
         }
-        let slots: Box<[MaybeUninit<T>]> = core::iter::repeat_with(MaybeUninit::uninit)
-            .take(cap)
-            .collect();
-        let buf = Box::into_raw(slots).cast::<MaybeUninit<T>>();
+        let layout = Self::slots_layout(cap).ok_or(too_large)?;
+        let buf = if layout.size() == 0 {
+            NonNull::<MaybeUninit<T>>::dangling().as_ptr()
+        } else {
+            // SAFETY: `layout` has a non-zero size.
+            let p = unsafe { alloc(layout) }.cast::<MaybeUninit<T>>();
+            if p.is_null() {
+                handle_alloc_error(layout);
+            }
+            p
+        };
         let ring = Box::new(RingBuffer {
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
@@ -231,6 +246,7 @@ impl<T> RingBuffer<T> {
             mask: cap - 1,
             tail: 0,
             cached_head: 0,
+            prefetch: core::mem::size_of::<T>() != 0 && prefetch::prefetchw_supported(),
             _not_sync: PhantomData,
         };
         let consumer = Consumer {
@@ -243,6 +259,13 @@ impl<T> RingBuffer<T> {
             _not_sync: PhantomData,
         };
         Ok((producer, consumer))
+    }
+
+    /// The slot array's layout: `cap` slots from a line boundary (see [`Producer::prefetch_run`]);
+    /// `None` when it does not fit `isize::MAX` bytes.
+    fn slots_layout(cap: usize) -> Option<Layout> {
+        let bytes = core::mem::size_of::<T>().checked_mul(cap)?;
+        Layout::from_size_align(bytes, primitive::LINE.max(core::mem::align_of::<T>())).ok()
     }
 
     /// Drops one handle's share of the ring; the second call frees it.
@@ -293,7 +316,11 @@ impl<T> Drop for RingBuffer<T> {
                 self.buf.cast::<T>(),
                 len - first_len,
             ));
-            drop(Box::from_raw(ptr::slice_from_raw_parts_mut(self.buf, cap)));
+            if let Some(layout) = Self::slots_layout(cap) {
+                if layout.size() != 0 {
+                    dealloc(self.buf.cast(), layout);
+                }
+            }
         }
     }
 }
@@ -309,6 +336,14 @@ impl<T> PrefetchAhead<T> {
         0 => 0,
         size if size >= Self::LINE_BYTES => 1,
         size => Self::LINE_BYTES / size,
+    };
+    /// The shortest run after whose claim the producer asks for the next run's lines
+    /// (`Producer::prefetch_run`): two slots and a line's bytes (a lone item, a ping-pong's, asks
+    /// for nothing).
+    const RUN_SLOTS: usize = if Self::LINE_SLOTS > 2 {
+        Self::LINE_SLOTS
+    } else {
+        2
     };
     /// How far ahead of the read position the consumer prefetches: 4 cache lines' worth of
     /// slots (32 `u64`s), at least 1 slot; `0` (no prefetch) for zero-sized `T`.
@@ -342,6 +377,9 @@ pub struct Producer<T> {
     /// `tail.wrapping_sub(cached_head)` (in range `0 ..= capacity`) is an upper bound of the
     /// fill level; the ring *looks* full when it equals the capacity.
     cached_head: usize,
+    /// Whether a claimed run asks for the lines of the next one ([`Producer::prefetch_run`]):
+    /// the CPU has `prefetchw` and `T` is not zero-sized.
+    prefetch: bool,
     /// Makes the handle `!Sync` (and `!Send`, restored by the `unsafe impl` below).
     _not_sync: PhantomData<*mut T>,
 }
@@ -488,47 +526,6 @@ impl<T> Producer<T> {
         // SAFETY: all `n` slots were initialized by the copies above.
         unsafe { chunk.commit_all() };
         n
-    }
-
-    /// Claims exactly `n` free slots to write in place; publish them with
-    /// [`WriteChunkUninit::commit`]. Dropping the chunk publishes nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`ChunkError::TooFewSlots`] with the number of free slots if fewer than `n` are free.
-    #[inline]
-    pub fn write_chunk_uninit(&mut self, n: usize) -> Result<WriteChunkUninit<'_, T>, ChunkError> {
-        if self.cached_free() < n {
-            let free = self.refresh_free();
-            if free < n {
-                return Err(ChunkError::TooFewSlots(free));
-            }
-        }
-        Ok(WriteChunkUninit::new(self, n))
-    }
-
-    /// Claims up to `max` free slots (as many as are free, possibly none) to write in place.
-    ///
-    /// Reads the consumer's index only if the cached one says fewer than `max` are free.
-    #[inline]
-    pub fn write_chunk_uninit_up_to(&mut self, max: usize) -> WriteChunkUninit<'_, T> {
-        let n = self.claim(max);
-        WriteChunkUninit::new(self, n)
-    }
-
-    /// Claims exactly `n` free slots, fills them with `T::default()`, and returns them as
-    /// initialized slices to overwrite in place; publish them with [`WriteChunk::commit`].
-    /// Dropping the chunk drops the defaults and publishes nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`ChunkError::TooFewSlots`] with the number of free slots if fewer than `n` are free.
-    #[inline]
-    pub fn write_chunk(&mut self, n: usize) -> Result<WriteChunk<'_, T>, ChunkError>
-    where
-        T: Default,
-    {
-        self.write_chunk_uninit(n).map(WriteChunk::from)
     }
 
     /// The exact number of free slots now (reads the consumer's index). The consumer may free
@@ -723,32 +720,6 @@ impl<T> Consumer<T> {
         out[first.len()..n].copy_from_slice(second);
         chunk.release_all();
         n
-    }
-
-    /// Claims exactly the `n` oldest items to read in place; remove them with
-    /// [`ReadChunk::release`]. Dropping the chunk leaves them in the ring.
-    ///
-    /// # Errors
-    ///
-    /// [`ChunkError::TooFewSlots`] with the number of readable items if fewer than `n` are.
-    #[inline]
-    pub fn read_chunk(&mut self, n: usize) -> Result<ReadChunk<'_, T>, ChunkError> {
-        if self.cached_len() < n {
-            let len = self.refresh_len();
-            if len < n {
-                return Err(ChunkError::TooFewSlots(len));
-            }
-        }
-        Ok(ReadChunk::new(self, n))
-    }
-
-    /// Claims up to `max` of the oldest items (as many as are readable, possibly none).
-    ///
-    /// Reads the producer's index only if the cached one says fewer than `max` are readable.
-    #[inline]
-    pub fn read_chunk_up_to(&mut self, max: usize) -> ReadChunk<'_, T> {
-        let n = self.claim(max);
-        ReadChunk::new(self, n)
     }
 
     /// The exact number of readable items now (reads the producer's index). The producer may

@@ -583,3 +583,71 @@ fn spinning_checks_agree_with_plain_ones() {
         assert!(c.is_empty());
     }
 }
+
+/// A 128-byte item, aligned beyond a cache line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(align(128))]
+struct Wide([u64; 16]);
+
+#[test]
+fn slot_array_starts_on_a_cache_line() {
+    fn first_slot<T>(cap: usize) -> usize {
+        let (mut p, _c) = RingBuffer::<T>::new(cap);
+        let mut chunk = p.write_chunk_uninit(1).unwrap();
+        chunk.as_mut_slices().0.as_ptr() as usize
+    }
+    for cap in [1, 2, 3, 8, 64, 4096] {
+        assert_eq!(first_slot::<u8>(cap) % 64, 0, "u8, capacity {cap}");
+        assert_eq!(first_slot::<u32>(cap) % 64, 0, "u32, capacity {cap}");
+        assert_eq!(first_slot::<[u8; 24]>(cap) % 64, 0, "24 B, capacity {cap}");
+        assert_eq!(
+            first_slot::<Wide>(cap) % 128,
+            0,
+            "align 128, capacity {cap}"
+        );
+    }
+}
+
+/// Every chunk length at every position of small rings, the run after it partly or wholly
+/// beyond the array's end, partly or wholly taken: a claim's request for the next run's lines
+/// (a hint) changes nothing, for items smaller than a line, of odd sizes and of several lines.
+#[test]
+fn chunk_claims_at_every_position_keep_fifo() {
+    fn run<T: Copy + PartialEq + core::fmt::Debug>(make: impl Fn(u64) -> T) {
+        for cap in [2usize, 8, 16, 64] {
+            for held in 0..cap {
+                for n in 1..=cap - held {
+                    let (mut p, mut c) = RingBuffer::<T>::new(cap);
+                    // Move the indices to every offset, and leave `held` items in the ring.
+                    for i in 0..(n + held) as u64 {
+                        p.push(make(i)).unwrap();
+                        if i >= held as u64 {
+                            c.pop().unwrap();
+                        }
+                    }
+                    let mut chunk = p.write_chunk_uninit(n).unwrap();
+                    let (a, b) = chunk.as_mut_slices();
+                    for (i, slot) in a.iter_mut().chain(b).enumerate() {
+                        slot.write(make(1000 + i as u64));
+                    }
+                    // SAFETY: all `n` slots were written above.
+                    unsafe { chunk.commit_all() };
+                    let up_to = p.write_chunk_uninit_up_to(cap).len();
+                    assert_eq!(up_to, cap - held - n);
+                    let start = n as u64;
+                    for i in 0..held as u64 {
+                        assert_eq!(c.pop(), Ok(make(start + i)));
+                    }
+                    for i in 0..n as u64 {
+                        assert_eq!(c.pop(), Ok(make(1000 + i)));
+                    }
+                    assert_eq!(c.pop(), Err(PopError::Empty));
+                }
+            }
+        }
+    }
+    run(|i| i as u8);
+    run(|i| i);
+    run(|i| [i as u8; 24]);
+    run(|i| Wide([i; 16]));
+}
