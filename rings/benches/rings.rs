@@ -3,6 +3,8 @@
 //!
 //! * `throughput_single`: items/s through one ring with `push`/`pop`, producer pinned to core 0
 //!   and consumer to core 1.
+//! * `single_waiting` (interleaved mode only): `throughput_single` with the consumer already
+//!   polling the empty ring when the producer starts streaming, timed from the first item.
 //! * `throughput_batch32`: the same with the chunk APIs, up to 32 items per index publication
 //!   (`ArrayQueue` has no chunk API: it runs 32 single operations).
 //! * `same_thread_*`: push then pop on one thread, single items and 32-item chunks: the
@@ -341,6 +343,50 @@ fn throughput_single<Q: Spsc>(items: u64) -> Duration {
     elapsed
 }
 
+/// [`throughput_single`] with the consumer already polling the empty ring when the stream
+/// starts (the producer waits [`STREAM_START`] after the release), as a consumer thread that
+/// waits for work meets a burst; timed from the first item to the last. Where the plain
+/// workload's two threads start together, here the consumer starts right behind the producer,
+/// and which regime the run settles in (see the module docs) can differ.
+fn throughput_single_waiting<Q: Spsc>(items: u64) -> Duration {
+    let (p, mut c) = Q::new(CAPACITY);
+    let (_, t) = two_threads(
+        (items, p),
+        |(n, mut p)| {
+            let start = Instant::now();
+            while start.elapsed() < STREAM_START {
+                std::hint::spin_loop();
+            }
+            for i in 0..n {
+                while !Q::push(&mut p, i) {
+                    std::hint::spin_loop();
+                }
+            }
+        },
+        || {},
+    );
+    let mut sum = 0u64;
+    let mut first = None;
+    for _ in 0..items {
+        loop {
+            if let Some(v) = Q::pop(&mut c) {
+                sum = sum.wrapping_add(v);
+                first.get_or_insert_with(Instant::now);
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    let elapsed = first.map_or(Duration::ZERO, |f| f.elapsed());
+    black_box(sum);
+    t.join().unwrap();
+    // `items - 1` items after the first one.
+    elapsed * items as u32 / (items.max(2) - 1) as u32
+}
+
+/// How long [`throughput_single_waiting`]'s producer waits before it streams.
+const STREAM_START: Duration = Duration::from_micros(200);
+
 fn throughput_batch<Q: Spsc>(items: u64) -> Duration {
     let (p, mut c) = Q::new(CAPACITY);
     let (elapsed, t) = two_threads(
@@ -515,12 +561,18 @@ fn interleaved(pairs: usize) {
 /// [`interleaved`] for one of ours, `Q`, printed as `label`.
 fn interleaved_against_rtrb<Q: Spsc>(label: &str, pairs: usize) {
     type Driver = fn(u64) -> Duration;
-    let workloads: [(&str, u64, Driver, Driver); 3] = [
+    let workloads: [(&str, u64, Driver, Driver); 4] = [
         (
             "throughput_single",
             2_000_000,
             throughput_single::<Q>,
             throughput_single::<Rtrb>,
+        ),
+        (
+            "single_waiting",
+            2_000_000,
+            throughput_single_waiting::<Q>,
+            throughput_single_waiting::<Rtrb>,
         ),
         (
             "throughput_batch32",
