@@ -655,6 +655,7 @@ impl Reconnecting {
     /// # Errors
     ///
     /// As `Connection::alloc_timeout`; [`Error::Disconnected`] with no connection.
+    #[inline]
     pub fn alloc_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
         self.conn()?.alloc_timeout(timeout)
     }
@@ -680,6 +681,7 @@ impl Reconnecting {
     /// # Errors
     ///
     /// As `Connection::send_timeout`.
+    #[inline]
     pub fn send_timeout<'c>(
         &'c self,
         buf: SendBuf<'c>,

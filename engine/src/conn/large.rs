@@ -214,8 +214,13 @@ impl Connection {
     /// # Errors
     ///
     /// As `send_copy`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
+    #[inline]
     pub fn send_copy_timeout(&self, data: &[u8], timeout: Duration) -> Result<(), Error> {
-        self.retry_timeout(timeout, || self.send_copy(data))
+        // `retry_timeout`'s first try written out (as in `alloc_timeout`).
+        match self.send_copy(data) {
+            Err(Error::WouldBlock) => self.retry_wait(timeout, || self.send_copy(data)),
+            other => other,
+        }
     }
 
     /// Receives the next message into a buffer the application supplies (the idiom of UCX's
