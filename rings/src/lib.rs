@@ -159,7 +159,8 @@ pub struct RingBuffer<T> {
     tail: CachePadded<AtomicUsize>,
     /// Set by the first handle to be dropped; the second one frees the ring.
     abandoned: AtomicBool,
-    /// `capacity` slots, allocated in `new` and freed in `drop`; never reallocated.
+    /// `capacity` slots from a cache line (`slots_layout`), allocated in `new` and freed in
+    /// `drop`; never reallocated.
     buf: *mut MaybeUninit<T>,
     /// `capacity - 1`; the capacity is a power of two.
     mask: usize,
@@ -305,8 +306,8 @@ impl<T> Drop for RingBuffer<T> {
             .collect();
         // SAFETY: the slots of `head .. tail` hold initialized items (field invariant), which are
         // `start .. start + first_len` and `0 .. len - first_len` of the buffer; nobody else can
-        // access them any more. The buffer was made from a `Box<[MaybeUninit<T>]>` of `cap`
-        // slots in `try_new`.
+        // access them any more. The buffer was allocated in `try_new` with `slots_layout(cap)`
+        // (the same layout here; none when zero-sized, whose pointer is dangling).
         unsafe {
             ptr::drop_in_place(ptr::slice_from_raw_parts_mut(
                 self.buf.add(start).cast::<T>(),

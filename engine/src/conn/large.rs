@@ -151,7 +151,10 @@ impl Connection {
     ///
     /// As `alloc_large`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
     pub fn alloc_large_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
-        self.retry_timeout(timeout, || self.alloc_large())
+        match self.alloc_large() {
+            Err(Error::WouldBlock) => self.retry_wait(timeout, || self.alloc_large()),
+            other => other,
+        }
     }
 
     /// [`claim`](Self::claim) of more than a pool buffer: a large slot with the length set.
@@ -216,7 +219,7 @@ impl Connection {
     /// As `send_copy`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
     #[inline]
     pub fn send_copy_timeout(&self, data: &[u8], timeout: Duration) -> Result<(), Error> {
-        // `retry_timeout`'s first try written out (as in `alloc_timeout`).
+        // The first try inline, the wait out of line (see `retry_wait`).
         match self.send_copy(data) {
             Err(Error::WouldBlock) => self.retry_wait(timeout, || self.send_copy(data)),
             other => other,
