@@ -122,13 +122,14 @@ mod deferred;
 mod error;
 pub mod prefetch;
 mod primitive;
+mod slots;
 mod spinning;
 mod stamped;
 
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
-use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::alloc::Layout;
 
 use crossbeam_utils::CachePadded;
 
@@ -221,16 +222,7 @@ impl<T> RingBuffer<T> {
             return Err(too_large);
         }
         let layout = Self::slots_layout(cap).ok_or(too_large)?;
-        let buf = if layout.size() == 0 {
-            NonNull::<MaybeUninit<T>>::dangling().as_ptr()
-        } else {
-            // SAFETY: `layout` has a non-zero size.
-            let p = unsafe { alloc(layout) }.cast::<MaybeUninit<T>>();
-            if p.is_null() {
-                handle_alloc_error(layout);
-            }
-            p
-        };
+        let buf = slots::alloc_array::<MaybeUninit<T>>(layout).as_ptr();
         let ring = Box::new(RingBuffer {
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
@@ -265,8 +257,7 @@ impl<T> RingBuffer<T> {
     /// The slot array's layout: `cap` slots from a line boundary (see [`Producer::prefetch_run`]);
     /// `None` when it does not fit `isize::MAX` bytes.
     fn slots_layout(cap: usize) -> Option<Layout> {
-        let bytes = core::mem::size_of::<T>().checked_mul(cap)?;
-        Layout::from_size_align(bytes, primitive::LINE.max(core::mem::align_of::<T>())).ok()
+        slots::layout(core::mem::size_of::<T>(), cap, core::mem::align_of::<T>())
     }
 
     /// Drops one handle's share of the ring; the second call frees it.
@@ -306,8 +297,8 @@ impl<T> Drop for RingBuffer<T> {
             .collect();
         // SAFETY: the slots of `head .. tail` hold initialized items (field invariant), which are
         // `start .. start + first_len` and `0 .. len - first_len` of the buffer; nobody else can
-        // access them any more. The buffer was allocated in `try_new` with `slots_layout(cap)`
-        // (the same layout here; none when zero-sized, whose pointer is dangling).
+        // access them any more. The buffer came from `slots::alloc_array(slots_layout(cap))` in
+        // `try_new` (non-null, dangling when zero-sized), the same layout as here.
         unsafe {
             ptr::drop_in_place(ptr::slice_from_raw_parts_mut(
                 self.buf.add(start).cast::<T>(),
@@ -318,9 +309,7 @@ impl<T> Drop for RingBuffer<T> {
                 len - first_len,
             ));
             if let Some(layout) = Self::slots_layout(cap) {
-                if layout.size() != 0 {
-                    dealloc(self.buf.cast(), layout);
-                }
+                slots::free_array(NonNull::new_unchecked(self.buf), layout);
             }
         }
     }

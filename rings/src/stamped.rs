@@ -22,7 +22,7 @@ use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
 
-use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::alloc::Layout;
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -92,8 +92,7 @@ struct Shared<T> {
 impl<T> Shared<T> {
     /// The slot array's layout, or `None` when it does not fit `isize::MAX` bytes.
     fn layout(cap: usize) -> Option<Layout> {
-        let bytes = stride::<T>().checked_mul(cap)?;
-        Layout::from_size_align(bytes, LINE.max(core::mem::align_of::<Slot<T>>())).ok()
+        crate::slots::layout(stride::<T>(), cap, core::mem::align_of::<Slot<T>>())
     }
 }
 
@@ -103,15 +102,13 @@ impl<T> Drop for Shared<T> {
         if let Some(layout) = Self::layout(self.cap) {
             // SAFETY: `slots` holds `cap` initialized slots (field invariant) that nothing
             // refers to any more (both handles are gone); the values are `MaybeUninit` and need
-            // no drop, the stamps do under loom. The array was allocated with `layout`
-            // (non-zero size: `try_new` gives a zero-sized array a dangling pointer instead).
+            // no drop, the stamps do under loom. The array came from `slots::alloc_array` with
+            // this `layout` in `try_new`.
             unsafe {
                 for s in 0..self.cap {
                     ptr::drop_in_place(slot_ptr(self.slots.as_ptr(), s));
                 }
-                if layout.size() != 0 {
-                    dealloc(self.slots.as_ptr().cast(), layout);
-                }
+                crate::slots::free_array(self.slots, layout);
             }
         }
     }
@@ -219,13 +216,7 @@ impl<T: Copy> StampedRing<T> {
             return Err(too_large);
         }
         let layout = Shared::<T>::layout(cap).ok_or(too_large)?;
-        let slots = if layout.size() == 0 {
-            NonNull::dangling()
-        } else {
-            // SAFETY: `layout` has a non-zero size.
-            let p = unsafe { alloc(layout) }.cast::<Slot<T>>();
-            NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
-        };
+        let slots = crate::slots::alloc_array::<Slot<T>>(layout);
         for s in 0..cap {
             // SAFETY: `s < cap`: inside the array just allocated (or a zero-sized slot).
             unsafe {
