@@ -66,6 +66,10 @@ inline const char *code_name(int64_t code) {
                                                 : sw_strerror(static_cast<int32_t>(code));
 }
 
+/// One turn of a spin-wait (sw_spin_pause): call it in a loop that spins on poll(), hold(),
+/// offer() or try_claim(), after each call that found nothing to do.
+inline void spin_pause() noexcept { sw_spin_pause(); }
+
 #if SPINWIRE_EXCEPTIONS
 /// A failed call (SPINWIRE_EXCEPTIONS): the code and sw_errmsg() at the time of the failure.
 class Error : public std::runtime_error {

@@ -67,7 +67,7 @@ pub use config::*;
 pub use conn::{
     sw_accept, sw_conn, sw_conn_close, sw_conn_get_stats, sw_conn_id, sw_conn_is_open,
     sw_conn_max_message_size, sw_conn_stats, sw_flush, sw_handler, sw_listener, sw_listener_close,
-    sw_offer, sw_offer_batched, sw_poll, sw_wait,
+    sw_offer, sw_offer_batched, sw_poll, sw_spin_pause, sw_wait,
 };
 pub use engine::{
     sw_connect, sw_engine, sw_engine_close, sw_engine_get_stats, sw_engine_new, sw_engine_poll,
