@@ -793,12 +793,13 @@ SW_NODISCARD uint64_t sw_conn_id(const struct sw_conn *conn);
 SW_NODISCARD int32_t sw_conn_is_open(const struct sw_conn *conn);
 
 /**
- * Sends `len` bytes from `data` (copied into a send buffer). Returns the number of messages
- * sent on this handle so far (>= 1, Aeron's "position") or a negative code: `SW_BACK_PRESSURED`
- * (no free buffer or no credit: poll and retry; nothing was sent), `SW_TOO_LARGE`,
- * `SW_POOL_EXHAUSTED` (the application holds every buffer in claims), `SW_CLAIM_OPEN` (a ring
- * claim of this connection is open: commit or abort it first), `SW_CLOSED`, `SW_CONN_FAILED`,
- * `SW_BAD_ARG`.
+ * Sends `len` bytes from `data`, copied: on shm a message up to the inline threshold straight
+ * into its ring record (no send buffer), any other into a send buffer. Returns the number of
+ * messages sent on this handle so far (>= 1, Aeron's "position") or a negative code:
+ * `SW_BACK_PRESSURED` (no free buffer or no credit: poll and retry; nothing was sent),
+ * `SW_TOO_LARGE`, `SW_POOL_EXHAUSTED` (a message that needs a send buffer while the
+ * application holds every buffer in claims), `SW_CLAIM_OPEN` (a ring claim of this connection
+ * is open: commit or abort it first), `SW_CLOSED`, `SW_CONN_FAILED`, `SW_BAD_ARG`.
  *
  * On shm the message is visible to the peer when the call returns. In run-to-completion mode
  * on other fabrics it is posted when `batch` sends have queued, on `sw_flush`, or by the next

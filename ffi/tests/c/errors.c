@@ -391,8 +391,11 @@ int main(void) {
         }
     }
     expect("sw_try_claim(every buffer held)", r, SW_POOL_EXHAUSTED, "exhausted");
-    expect("sw_offer(every buffer held)", sw_offer(client, buf, 8), SW_POOL_EXHAUSTED,
-           "exhausted");
+    expect("sw_offer(POOL_LEN, every buffer held)", sw_offer(client, buf, POOL_LEN),
+           SW_POOL_EXHAUSTED, "exhausted");
+    /* An offer up to the inline threshold is copied into the ring record: no pool buffer. */
+    expect("sw_offer(8, every buffer held)", sw_offer(client, buf, 8) > 0 ? SW_OK : -99, SW_OK,
+           NULL);
     /* A ring claim needs no pool buffer; closing with it open aborts it (checked in Rust). */
     expect("sw_try_claim(16, every buffer held)", sw_try_claim(client, 16, &ring), SW_OK, NULL);
     expect("sw_claim_abort(ring claim)", sw_claim_abort(&ring), SW_OK, NULL);
