@@ -157,6 +157,10 @@ fn claim_buf(conn: &Connection, len: usize) -> Result<SendBuf<'_>, Error> {
 ///
 /// `claim` is NULL or points to a readable `sw_claim` whose `conn` is NULL or a live connection
 /// handle.
+///
+/// Inlined into the commit: as a call it returned the handle and index through memory, read
+/// back at once (36 instructions and a store-forwarding wait per commit).
+#[inline(always)]
 unsafe fn check_claim<'a>(what: &str, claim: *mut sw_claim) -> Result<(&'a sw_conn, usize), i32> {
     if claim.is_null() || !claim.is_aligned() {
         return Err(fail_msg(what, SW_BAD_ARG, "claim is NULL or misaligned"));
