@@ -370,24 +370,16 @@ impl ShmDirect {
         let side = unsafe { self.tx() };
         if len as usize <= self.inline_max
             && !side.window.is_full()
-            && side.ring.producer().try_put_data(
-                len as usize,
-                batched,
-                #[inline(always)]
-                |dst| {
-                    // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size` (this
-                    // fn's contract); the pool stays mapped while `self` lives (the rings hold
-                    // the mapping). `dst` is the record's `len` payload bytes in the ring, which
-                    // do not overlap the pool.
-                    unsafe {
-                        copy_bytes(
-                            pool.buf_ptr_unchecked(idx).as_ptr(),
-                            dst.as_mut_ptr(),
-                            dst.len(),
-                        );
-                    }
-                },
-            )
+            // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size` (this fn's
+            // contract), so its first `len` bytes are readable; the pool stays mapped while
+            // `self` lives (the rings hold the mapping) and does not overlap the ring.
+            && unsafe {
+                side.ring.producer().try_put_copy(
+                    pool.buf_ptr_unchecked(idx).as_ptr(),
+                    len as usize,
+                    batched,
+                )
+            }
         {
             if !batched {
                 side.published();
@@ -411,16 +403,12 @@ impl ShmDirect {
         // An open claim makes the ring refuse (`room_end` is 0 then).
         if data.len() > self.inline_max
             || side.window.is_full()
-            || !side.ring.producer().try_put_data(
-                data.len(),
-                false,
-                #[inline(always)]
-                |dst| {
-                    // SAFETY: `dst` is `data.len()` bytes of the record in the ring, which do
-                    // not overlap `data` (the application's memory).
-                    unsafe { copy_bytes(data.as_ptr(), dst.as_mut_ptr(), dst.len()) }
-                },
-            )
+            // SAFETY: `data` is the application's memory, outside the segment.
+            || !unsafe {
+                side.ring
+                    .producer()
+                    .try_put_copy(data.as_ptr(), data.len(), false)
+            }
         {
             return false;
         }

@@ -296,4 +296,69 @@ mod tests {
         assert_eq!(c.position(), 64 + 32);
         assert_eq!(c.pending_hint(), 0);
     }
+
+    /// `try_put_copy` (its per-size-class paths up to 64 bytes, the general one above) does what
+    /// `try_put_data` with a copy does: the same outcome at every step, the same records
+    /// delivered, through wraps, batches and a full ring; and a class path's padding is zero.
+    #[test]
+    fn try_put_copy_matches_try_put_data() {
+        let cap = 512;
+        let max = max_payload_for(cap);
+        let mem = Arc::new(HeapRegion::new(region_size(cap)));
+        let mut pa = Producer::attach(mem.clone(), max).unwrap();
+        let mut ca = Consumer::attach(mem.clone(), max).unwrap();
+        let (mut pb, mut cb) = with_capacity(cap, max).unwrap();
+        let src: Vec<u8> = (0..=255u8).cycle().take(max + 1).collect();
+        let area = RING_HEADER_SIZE / 8;
+        let (mut sent, mut small) = (0, 0);
+        for step in 0..4000usize {
+            // Every length up to `max` (so every class and the general path), at shifting
+            // offsets into the source, batched every third step.
+            let len = (step * 7) % (max + 1);
+            let data = &src[step % 3..step % 3 + len.min(max - 2)];
+            let batched = step % 3 == 0;
+            let off = pa.position() as usize % cap;
+            // SAFETY: `data` is a live slice outside the ring.
+            let a = unsafe { pa.try_put_copy(data.as_ptr(), data.len(), batched) };
+            let b = pb.try_put_data(data.len(), batched, |d| d.copy_from_slice(data));
+            assert_eq!(a, b, "step {step}, len {}", data.len());
+            if a {
+                sent += 1;
+                small += usize::from(data.len() <= 64);
+                // The padding after a payload of up to 64 bytes, to the record's 8-byte end,
+                // is zero.
+                let end = off + 8 + data.len();
+                let pad_end = if data.len() <= 64 {
+                    (end + 7) & !7
+                } else {
+                    end
+                };
+                for byte in end..pad_end {
+                    let w = mem.word(area + byte / 8).unwrap().load(Ordering::Relaxed);
+                    assert_eq!(w.to_le_bytes()[byte % 8], 0, "step {step}, byte {byte}");
+                }
+            } else {
+                // Full, or the record would wrap (a PAD first): take the general path, then
+                // drain both rings and compare what they deliver.
+                assert!(pa.push(data).unwrap() == pb.push(data).unwrap());
+                pa.publish();
+                pb.publish();
+                let (mut ga, mut gb) = (Vec::new(), Vec::new());
+                let take = |c: &mut Consumer, g: &mut Vec<Vec<u8>>| {
+                    c.poll(usize::MAX, |r| {
+                        if let Record::Data(d) = r {
+                            g.push(d.to_vec())
+                        }
+                    })
+                    .unwrap()
+                };
+                assert_eq!(take(&mut ca, &mut ga), take(&mut cb, &mut gb));
+                assert_eq!(ga, gb, "step {step}");
+            }
+        }
+        assert!(
+            sent > 1000 && small > 500,
+            "only {sent} records took the fast path, {small} of them by class"
+        );
+    }
 }
