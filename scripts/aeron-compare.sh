@@ -3,7 +3,10 @@
 # spinwire's `bench lat --floor` back to back on the same two cores, ROUNDS times, then each
 # round's p50 and p99.9 RTT and the ratios spinwire/Aeron, spinwire/floor (one cache line
 # both ways) and spinwire/two-line floor (one line per direction, the least a design with a
-# ring per direction moves, as Aeron's and spinwire's).
+# ring per direction moves, as Aeron's and spinwire's). The last three columns are each side's
+# mean of the round trips up to its p99 (`tm99`, from the same percentile listing for both:
+# cping's and the bench's .hgrm) and their ratio: where the clock ticks coarsely (10 ns on
+# some VMs' TSC) a p50 moves in whole ticks, and this figure still resolves a few ns.
 #
 # Aeron's binaries: AERON_BIN names a directory that holds aeronmd, cping and cpong (Aeron's C
 # media driver and C samples); or AERON_SRC names an Aeron source tree or git directory (a clone
@@ -61,6 +64,15 @@ hdr_pct() {
     awk -v q="$2" '$1 ~ /^[0-9.]+$/ && $2 >= q { printf "%.0f\n", $1 * 1000; exit }' "$1"
 }
 
+# The mean of the samples up to the 99th percentile, in ns, from the same listing: each row's
+# count since the row before, at the row's value (both sides' listings alike).
+hdr_tm99() {
+    awk '$1 ~ /^[0-9.]+$/ && $2 ~ /^[0-9.]+$/ && $3 ~ /^[0-9]+$/ {
+        if ($2 > 0.99) exit
+        sum += ($3 - n) * $1; n = $3
+    } END { if (n > 0) printf "%.1f\n", sum / n * 1000; else print "nan" }' "$1"
+}
+
 aeron_round() {
     local r=$1
     AERON_DIR_PATH=$(mktemp -d /dev/shm/aeron-compare.XXXXXX)
@@ -84,9 +96,9 @@ spin_round() {
         --app-cores "$CORES" --out "$OUT/spinwire-$r-$api" >"$OUT/spinwire-$r-$api.log" 2>&1
 }
 
-printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s\n' round api floor_p50 \
-    fl2_p50 aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 s/fl2_p50 \
-    s/a_p999 s999/s50
+printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' round \
+    api floor_p50 fl2_p50 aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 \
+    s/fl2_p50 s/a_p999 s999/s50 aeron_tm99 spin_tm99 s/a_tm99
 for r in $(seq "$ROUNDS"); do
     aeron_round "$r"
     for api in $APIS; do
@@ -94,6 +106,7 @@ for r in $(seq "$ROUNDS"); do
     done
     a50=$(hdr_pct "$OUT/cping-$r.log" 0.5)
     a999=$(hdr_pct "$OUT/cping-$r.log" 0.999)
+    atm=$(hdr_tm99 "$OUT/cping-$r.log")
     load=$(cut -d' ' -f1 /proc/loadavg)
     for api in $APIS; do
         read -r f50 f2 s50 s999 < <(python3 -c '
@@ -102,13 +115,15 @@ d = json.load(open(sys.argv[1]))
 p = d["points"][0]["rtt_ns"]
 print(d["floor"]["rtt_ns"]["p50"], d["floor"]["rtt_two_lines_ns"]["p50"], p["p50"], p["p99_9"])' \
             "$OUT/spinwire-$r-$api/summary.json")
+        stm=$(hdr_tm99 "$OUT/spinwire-$r-$api/lat-shm-rtc-${SIZE}B.hgrm")
         python3 -c '
 import sys
-r, api, f50, f2, a50, s50, a999, s999, load = sys.argv[1:]
-f50, f2, a50, s50, a999, s999 = map(float, (f50, f2, a50, s50, a999, s999))
-print("%-6s %-10s %10.0f %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f %9.2f" % (
+r, api, f50, f2, a50, s50, a999, s999, load, atm, stm = sys.argv[1:]
+f50, f2, a50, s50, a999, s999, atm, stm = map(float, (f50, f2, a50, s50, a999, s999, atm, stm))
+print("%-6s %-10s %10.0f %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f %9.2f"
+      " %9.1f %9.1f %9.3f" % (
     r, api, f50, f2, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s50 / f2, s999 / a999,
-    s999 / s50))
-' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load"
+    s999 / s50, atm, stm, stm / atm))
+' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load" "$atm" "$stm"
     done
 done
