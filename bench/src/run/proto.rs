@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::conn::{head, BenchConn, Waiter};
+use super::conn::{fill_from, head, BenchConn, Waiter};
 use super::intervals::Intervals;
 pub use super::session::PointSpec;
 use super::session::{
@@ -139,7 +139,7 @@ pub fn client_lat<C: BenchConn>(
                 t_send = Instant::now();
             }
         }
-        while !conn.try_send_with(spec.size, |b| b.copy_from_slice(&template))? {
+        while !conn.try_send_with(spec.size, |b| fill_from(b, &template))? {
             w.idle()?;
         }
         conn.flush()?;
