@@ -575,8 +575,10 @@ impl Direct {
         mut wait: Wait,
     ) -> Result<Message<'c>, Error> {
         loop {
-            if let Some(m) = self.try_recv(conn)? {
-                return Ok(m);
+            match self.try_recv(conn) {
+                Ok(Some(m)) => return Ok(m),
+                Ok(None) => {}
+                Err(e) => return Err(e),
             }
             match wait.next(0) {
                 Next::Again => {}

@@ -67,6 +67,8 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
 ///
 /// `src` is valid for reads of `len` bytes, and `words` is `len`'s word count as above.
 #[inline(always)]
+// Under loom the ring copies through its stage instead (`Producer::try_put_copy`).
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) unsafe fn last_word(src: *const u8, len: usize, words: usize) -> u64 {
     debug_assert!(len > 8 * (words - 1) && len <= 8 * words);
     let full = 8 * words;

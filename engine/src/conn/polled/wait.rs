@@ -44,8 +44,10 @@ impl Polled {
                 None => 0,
             };
             if work > 0 || guard.is_none() {
-                if let Some(m) = self.try_recv(conn)? {
-                    return Ok(m);
+                match self.try_recv(conn) {
+                    Ok(Some(m)) => return Ok(m),
+                    Ok(None) => {}
+                    Err(e) => return Err(e),
                 }
             } else if let Some(d) = conn.shared.down() {
                 if let Some(m) = self.pop_rx(conn) {
