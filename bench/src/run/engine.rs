@@ -262,6 +262,10 @@ pub(super) struct EngineConn {
     /// How many times a send refused for credit is tried again at once
     /// ([`SEND_RETRIES`]; 0 with `--one-thread`, see [`one_thread`](Self::one_thread)).
     send_retries: u32,
+    /// `--api poll-copy`: where a message is written before `send_copy` copies it, as an
+    /// application builds a message in memory of its own. Kept, not a fresh zeroed array per
+    /// send: zeroing `COPY_MAX` bytes came after `bench lat`'s send timestamp.
+    scratch: Box<[u8; COPY_MAX]>,
 }
 
 /// `--api poll-copy`: the largest message sent with `send_copy` from a stack copy (a longer
@@ -295,6 +299,7 @@ impl EngineConn {
             large_above,
             api: g.api,
             send_retries: SEND_RETRIES,
+            scratch: Box::new([0; COPY_MAX]),
         }
     }
 
@@ -375,11 +380,11 @@ impl EngineConn {
         batched: bool,
     ) -> Result<bool, BenchError> {
         if self.api == Api::PollCopy && len <= COPY_MAX {
-            let mut copy = [0u8; COPY_MAX];
-            fill(&mut copy[..len]);
+            let copy = &mut self.scratch[..len];
+            fill(copy);
             // `send_copy` has no batched form: a batched run is flushed per message.
             let _ = batched;
-            return match self.conn.send_copy(&copy[..len]) {
+            return match self.conn.send_copy(copy) {
                 Ok(()) => Ok(true),
                 Err(Error::WouldBlock) => Ok(false),
                 Err(e) => Err(engine_err("sending", e)),
