@@ -596,15 +596,15 @@ impl Connection {
     /// [`Error::Timeout`], or [`Error::Disconnected`] / [`Error::Fabric`] (promptly: a dead peer is
     /// reported within a second by the control thread).
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Message<'_>, Error> {
+        // A match, not `try_recv()?`: the `?` moved the message out of the first result with
+        // wide loads over the narrow stores that had just built it, a store-forwarding stall
+        // (a 2-thread shm ping-pong echoing from `recv_timeout` took about 7 ns a round trip
+        // more). The waits below match it the same way.
         match self.try_recv() {
             Ok(Some(m)) => return Ok(m),
             Ok(None) => {}
             Err(e) => return Err(e),
         }
-        // (A match, not `try_recv()?`: the `?` moved the message out of the first result with
-        // wide loads over the narrow stores that had just built it, a store-forwarding stall:
-        // a 2-thread shm ping-pong echoing from `recv_timeout` took about 7 ns a round trip
-        // more.)
         let wait = Wait::new(self.idle, timeout);
         match &self.path {
             Path::Direct(d) => d.recv_wait(self, wait),

@@ -187,16 +187,9 @@ impl Producer {
         F: FnOnce(&mut [u8]),
     {
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
-        let off = self.tail as usize & (self.cap - 1);
-        // The record and the zero-ahead word after it, in the free span (`room_end` is 0 while
-        // a raw claim is open or once failed); no PAD needed.
-        if payload > self.max_payload
-            || off + size > self.cap
-            || self.tail + (size + RECORD_ALIGN) as u64 > self.room_end
-        {
+        if !self.fits_fast(payload, size) {
             return false;
         }
-        let alone = !batched && self.first_word == 0;
         // The record is in the area and the free span, checked above (what `reserve` checks
         // for `Claim::payload_mut`).
         let mut claim = Claim {
@@ -206,20 +199,46 @@ impl Producer {
             size,
         };
         fill(claim.payload_mut());
-        if !alone {
-            // Into a batch (or closing one): staged, published with the batch's first header.
-            if batched {
-                claim.commit_batched();
-            } else {
-                claim.commit();
-            }
-            return true;
-        }
-        // Alone: the stores `commit` would make, without staging the header to publish it
-        // (`stage_header` + `publish` kept it back and cleared it again; `publish` went out of
-        // line: 17 instructions and a call per message in callgrind of `bench cost`).
-        self.publish_alone(payload, size);
+        self.commit_data(payload, size, batched);
         true
+    }
+
+    /// Whether a DATA record of `payload` bytes (`size` with padding) and the zero-ahead word
+    /// after it fit before the area's end and in the free span known from the cached consumer
+    /// position, with no PAD needed: three compares against precomputed bounds (`room_end` is
+    /// 0 while a raw claim is open or once failed, so they refuse those cases too).
+    #[inline(always)]
+    fn fits_fast(&self, payload: usize, size: usize) -> bool {
+        let off = self.tail as usize & (self.cap - 1);
+        payload <= self.max_payload
+            && off + size <= self.cap
+            && self.tail + (size + RECORD_ALIGN) as u64 <= self.room_end
+    }
+
+    /// Commits the DATA record of `payload` bytes (`size` with padding) written in place at
+    /// the tail (checked by [`fits_fast`](Self::fits_fast)): into a batch when `batched` or
+    /// one is pending, else published alone.
+    #[inline(always)]
+    fn commit_data(&mut self, payload: usize, size: usize, batched: bool) {
+        if !batched && self.first_word == 0 {
+            // Alone: the stores `commit` would make, without staging the header to publish it
+            // (`stage_header` + `publish` kept it back and cleared it again; `publish` went out
+            // of line: 17 instructions and a call per message in callgrind of `bench cost`).
+            self.publish_alone(payload, size);
+            return;
+        }
+        // Into a batch (or closing one): staged, published with the batch's first header.
+        let claim = Claim {
+            p: self,
+            ty: RecordType::Data,
+            payload,
+            size,
+        };
+        if batched {
+            claim.commit_batched();
+        } else {
+            claim.commit();
+        }
     }
 
     /// [`try_put_data`](Self::try_put_data) of a payload copied from `src` (`len` bytes): the
@@ -282,15 +301,10 @@ impl Producer {
         batched: bool,
     ) -> bool {
         let size = RECORD_HEADER + 8 * W;
-        let off = self.tail as usize & (self.cap - 1);
-        // As in `try_put_data`: the record and the zero-ahead word in the area and the free
-        // span (`room_end` is 0 while a raw claim is open or once failed).
-        if len > self.max_payload
-            || off + size > self.cap
-            || self.tail + (size + RECORD_ALIGN) as u64 > self.room_end
-        {
+        if !self.fits_fast(len, size) {
             return false;
         }
+        let off = self.tail as usize & (self.cap - 1);
         // SAFETY: the record `off .. off + size` is in the area and in the producer's free span
         // (checked above), which the consumer does not read until it is published; `src` holds
         // `len` readable bytes and `len` is in the class (the caller's contract).
@@ -307,21 +321,7 @@ impl Producer {
             dst.add(W - 1)
                 .write_unaligned(super::super::copy::last_word(src, len, W).to_le());
         }
-        if !batched && self.first_word == 0 {
-            self.publish_alone(len, size);
-            return true;
-        }
-        let claim = Claim {
-            p: self,
-            ty: RecordType::Data,
-            payload: len,
-            size,
-        };
-        if batched {
-            claim.commit_batched();
-        } else {
-            claim.commit();
-        }
+        self.commit_data(len, size, batched);
         true
     }
 
@@ -392,11 +392,7 @@ impl Producer {
     #[inline(always)]
     pub fn try_claim_raw(&mut self, payload: usize) -> Option<NonNull<u8>> {
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
-        let off = self.tail as usize & (self.cap - 1);
-        if payload <= self.max_payload
-            && off + size <= self.cap
-            && self.tail + (size + RECORD_ALIGN) as u64 <= self.room_end
-        {
+        if self.fits_fast(payload, size) {
             let ptr = Claim {
                 p: self,
                 ty: RecordType::Data,
