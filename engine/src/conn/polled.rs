@@ -70,21 +70,23 @@ impl PolledState {
     /// plus one test: inlined into `send`, plain-send runs of `bench rate --fabric mem --mode
     /// dedicated --one-thread` measured 3-6 % below that build (medians; runs overlap).
     ///
-    /// The descriptor comes as its fields (registers), not as a `TxDesc` (passed in memory).
-    #[inline(never)]
+    /// The descriptor comes as its fields (registers), not as a `TxDesc` or a `[_; 2]` of
+    /// words (both passed in memory: the words were stored narrowly and loaded wide).
     ///
     /// # Safety
     ///
-    /// As [`TxDesc::from_parts`]: with `buf == u32::MAX` both words of `data` are initialised.
+    /// As [`TxDesc::from_parts`]: with `buf == u32::MAX` both words `w0`, `w1` are initialised.
+    #[inline(never)]
     unsafe fn push_batched(
         &mut self,
         buf: u32,
         len: u32,
-        data: [MaybeUninit<u64>; 2],
+        w0: MaybeUninit<u64>,
+        w1: MaybeUninit<u64>,
         batch: u32,
     ) -> bool {
         // SAFETY: the caller's contract.
-        let desc = unsafe { TxDesc::from_parts(buf, len, data) };
+        let desc = unsafe { TxDesc::from_parts(buf, len, [w0, w1]) };
         if self.rings.tx.push_deferred(desc).is_err() {
             return false;
         }
@@ -273,26 +275,27 @@ impl Polled {
             }
         }
         let inline = self.inline_sends && len as usize <= TX_INLINE_MAX && !is_large(idx);
-        let (buf_field, data) = if inline {
+        let (buf_field, w0, w1) = if inline {
             // SAFETY: `idx` is an ordinary buffer of the pool (`idx < count`, `SendBuf`'s
             // invariant), at least `TX_INLINE_MAX` bytes long (`inline_sends` checked it) and
             // initialised (pool memory is zero-filled when mapped), holding the `len <=
             // TX_INLINE_MAX` bytes of the message at its start.
-            let words =
+            let [w0, w1] =
                 unsafe { TxDesc::inline_words(conn.tx_pool.buf_ptr_unchecked(idx).as_ptr()) };
-            (BUF_INLINE, words)
+            (BUF_INLINE, w0, w1)
         } else {
             // A pool index or a large slot's, never the inline marker: no payload words.
-            (idx, NO_WORDS)
+            let [w0, w1] = NO_WORDS;
+            (idx, w0, w1)
         };
         // With the inline marker the words are initialised (`inline_words`); otherwise
         // `buf_field` is `idx`, never `u32::MAX` (above): `from_parts`' contract either way.
         let pushed = if batched && self.defer_batched {
             // SAFETY: see above.
-            unsafe { s.push_batched(buf_field, len, data, self.batch) }
+            unsafe { s.push_batched(buf_field, len, w0, w1, self.batch) }
         } else {
             // SAFETY: see above.
-            let desc = unsafe { TxDesc::from_parts(buf_field, len, data) };
+            let desc = unsafe { TxDesc::from_parts(buf_field, len, [w0, w1]) };
             s.rings.tx.push(desc).is_ok()
         };
         if !pushed {
