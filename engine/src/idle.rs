@@ -95,6 +95,13 @@ pub(crate) struct Idler {
 const BLOCK_CLOCK_EVERY: u64 = 32;
 
 impl Idler {
+    /// Whether every idle is one spin-loop hint ([`IdleStrategy::BusySpin`]): no sleep, no
+    /// yield, so a run of idles is short and bounded by the count.
+    #[inline(always)]
+    pub(crate) fn busy_spin(&self) -> bool {
+        matches!(self.strategy, IdleStrategy::BusySpin)
+    }
+
     pub(crate) fn new(strategy: IdleStrategy) -> Idler {
         let park = match strategy {
             IdleStrategy::Backoff { min_park, .. } => min_park,

@@ -461,9 +461,12 @@ impl Direct {
         self.fabric.flush();
     }
 
-    /// One receive: the fabric fills the message where the caller's result lies. `empty`
-    /// makes the result when nothing was received: [`try_recv`](Self::try_recv) passes the
-    /// connection's state check (out of line), a second look after it `Ok(None)`.
+    /// One receive: the fabric fills the message where the caller's result lies. The outcome
+    /// is made by the caller's constructors: `found` of the message, `failed` of the error,
+    /// `empty` when nothing was received, `full` when the application holds every stash slot.
+    /// [`try_recv`](Self::try_recv) makes its `Result<Option<Message>, Error>` (its `empty`
+    /// the connection's state check, out of line); [`recv_wait`](Self::recv_wait) an
+    /// `Option<Message>` that stays in registers.
     ///
     /// Each outcome is built once, in the return slot: with one `recv` returning
     /// `Ok(None)` that `try_recv` then matched and returned, the whole 80-byte result (the
@@ -471,13 +474,16 @@ impl Direct {
     /// just built it, stalling on store forwarding (callgrind and `bench cost`: about 10 of
     /// the 29 ns a streamed `try_recv` message took).
     #[inline(always)]
-    fn recv<'c>(
+    fn recv<'c, R>(
         &'c self,
         conn: &'c Connection,
-        empty: impl FnOnce() -> Result<Option<Message<'c>>, Error>,
-    ) -> Result<Option<Message<'c>>, Error> {
+        found: impl FnOnce(Message<'c>) -> R,
+        failed: impl FnOnce(Error) -> R,
+        empty: impl FnOnce() -> R,
+        full: impl FnOnce() -> R,
+    ) -> R {
         let Some(slot) = conn.stash.take() else {
-            return self.recv_stash_full(conn);
+            return full();
         };
         // Filled in place by the fabric: the payload into the slot, `(len, buf)` here.
         let mut got = (0u32, BUF_INLINE);
@@ -494,12 +500,12 @@ impl Direct {
                 }
                 if buf == BUF_INLINE {
                     // SAFETY: the slot is ours, with the payload's `len` bytes written.
-                    Ok(Some(unsafe { Message::inline(conn, slot, len) }))
+                    found(unsafe { Message::inline(conn, slot, len) })
                 } else {
                     conn.stash.give_back(slot);
                     // SAFETY: the wire layer checked the buffer (or large slot) and its length,
                     // and it is held until released (the whole buffer: offset 0).
-                    Ok(Some(unsafe { Message::pooled(conn, buf, len, 0) }))
+                    found(unsafe { Message::pooled(conn, buf, len, 0) })
                 }
             }
             Ok(false) => {
@@ -508,7 +514,7 @@ impl Direct {
             }
             Err(e) => {
                 conn.stash.give_back(slot);
-                Err(conn.fail(e))
+                failed(conn.fail(e))
             }
         }
     }
@@ -532,7 +538,25 @@ impl Direct {
         &'c self,
         conn: &'c Connection,
     ) -> Result<Option<Message<'c>>, Error> {
-        self.recv(conn, || self.try_recv_empty(conn))
+        self.recv(
+            conn,
+            |m| Ok(Some(m)),
+            Err,
+            || self.try_recv_empty(conn),
+            || self.recv_stash_full(conn),
+        )
+    }
+
+    /// What [`try_recv`](Self::try_recv) returns when its look took nothing (the ring empty,
+    /// or every stash slot held): out of line, as both cases are.
+    #[cold]
+    #[inline(never)]
+    fn try_recv_nothing<'c>(&'c self, conn: &'c Connection) -> Result<Option<Message<'c>>, Error> {
+        if conn.stash.is_full() {
+            self.recv_stash_full(conn)
+        } else {
+            self.try_recv_empty(conn)
+        }
     }
 
     /// The ring was found empty: only now look at the connection's state.
@@ -543,7 +567,13 @@ impl Direct {
         // Nothing to receive: let a batch of sends go out (a reply may depend on it).
         self.flush();
         match self.down(conn) {
-            Some(e) => match self.recv(conn, || Ok(None))? {
+            Some(e) => match self.recv(
+                conn,
+                |m| Ok(Some(m)),
+                Err,
+                || Ok(None),
+                || self.recv_stash_full(conn),
+            )? {
                 // Published before the state changed: still ours.
                 Some(m) => Ok(Some(m)),
                 None => Err(e),
@@ -568,14 +598,37 @@ impl Direct {
         conn.down_error()
     }
 
-    /// [`Connection::recv_timeout`] after its first try found nothing.
+    /// [`Connection::recv_timeout`]: [`try_recv`](Self::try_recv)'s outcomes, waiting while
+    /// it finds nothing. The message is taken as an `Option<Message>` (in registers) and
+    /// returned from there, not matched out of `try_recv`'s result: built in memory by the
+    /// loop's several outcomes, that was copied with 8- and 16-byte loads over the 4- and
+    /// 8-byte stores that had just made it, a store-forwarding stall on every message a wait
+    /// ended with. An error is kept aside; nothing taken goes to `try_recv`'s own case.
+    #[inline(always)]
     pub(super) fn recv_wait<'c>(
         &'c self,
         conn: &'c Connection,
         mut wait: Wait,
     ) -> Result<Message<'c>, Error> {
         loop {
-            match self.try_recv(conn) {
+            let mut error = None;
+            let taken = self.recv(
+                conn,
+                Some,
+                |e| {
+                    error = Some(e);
+                    None
+                },
+                || None,
+                || None,
+            );
+            if let Some(m) = taken {
+                return Ok(m);
+            }
+            if let Some(e) = error {
+                return Err(e);
+            }
+            match self.try_recv_nothing(conn) {
                 Ok(Some(m)) => return Ok(m),
                 Ok(None) => {}
                 Err(e) => return Err(e),

@@ -596,19 +596,23 @@ impl Connection {
     /// [`Error::Timeout`], or [`Error::Disconnected`] / [`Error::Fabric`] (promptly: a dead peer is
     /// reported within a second by the control thread).
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Message<'_>, Error> {
-        // A match, not `try_recv()?`: the `?` moved the message out of the first result with
-        // wide loads over the narrow stores that had just built it, a store-forwarding stall
-        // (a 2-thread shm ping-pong echoing from `recv_timeout` took about 7 ns a round trip
-        // more). The waits below match it the same way.
-        match self.try_recv() {
-            Ok(Some(m)) => return Ok(m),
-            Ok(None) => {}
-            Err(e) => return Err(e),
-        }
         let wait = Wait::new(self.idle, timeout);
         match &self.path {
+            // The first try is the wait's first turn (a `Wait` reads no clock until its first
+            // idle), taking the message as the direct wait does (see there).
             Path::Direct(d) => d.recv_wait(self, wait),
-            Path::Polled(p) => p.recv_wait(self, wait),
+            Path::Polled(p) => {
+                // A match, not `try_recv()?`: the `?` moved the message out of the first
+                // result with wide loads over the narrow stores that had just built it, a
+                // store-forwarding stall (a 2-thread shm ping-pong echoing from
+                // `recv_timeout` took about 7 ns a round trip more).
+                match self.try_recv() {
+                    Ok(Some(m)) => return Ok(m),
+                    Ok(None) => {}
+                    Err(e) => return Err(e),
+                }
+                p.recv_wait(self, wait)
+            }
         }
     }
 
