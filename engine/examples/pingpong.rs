@@ -113,8 +113,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             rtts.sort_unstable();
             let q = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize];
+            // The mean up to the p99 ("tm99"): finer than a p50 where the clock ticks coarsely.
+            let upto = &rtts[..=(rtts.len() - 1) * 99 / 100];
+            let tm99 = upto.iter().sum::<u64>() as f64 / upto.len() as f64;
             println!(
-                "{iters} round trips of {size} B: RTT p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns",
+                "{iters} round trips of {size} B: RTT p50 {} ns, tm99 {tm99:.1} ns, p99 {} ns, \
+                 p99.9 {} ns, max {} ns",
                 q(0.5),
                 q(0.99),
                 q(0.999),

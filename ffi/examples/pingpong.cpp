@@ -133,11 +133,13 @@ int main(int argc, char **argv) {
         std::vector<uint8_t> last(4096);
         size_t last_len = 0;
         for (uint64_t seq = 0; seq < count; seq++) {
+            // Echoed from where the message lies (a claim from inside the handler: no copy
+            // first), then kept for the check.
             recv_one(conn, [&](const uint8_t *p, size_t n) {
+                send_claimed(conn, n, [&](uint8_t *dst) { std::memcpy(dst, p, n); });
                 last_len = n;
                 std::memcpy(last.data(), p, n);
             });
-            send_claimed(conn, last_len, [&](uint8_t *dst) { std::memcpy(dst, last.data(), last_len); });
             // Checked once echoed: out of the client's measured round trip.
             if (!check(last.data(), last_len, last_len, seq)) bad++;
         }
@@ -182,11 +184,16 @@ int main(int argc, char **argv) {
         }
         if (rtt.empty()) rtt.push_back(0);
         std::sort(rtt.begin(), rtt.end());
+        // The mean up to the p99 ("tm99"): finer than a p50 where the clock ticks coarsely.
+        const std::size_t last = (rtt.size() - 1) * 99 / 100;
+        double sum = 0;
+        for (std::size_t i = 0; i <= last; i++) sum += static_cast<double>(rtt[i]);
         std::printf("C++ ping-pong: %llu verified round trips of %zu B (%zu timed), %llu bad: "
-                    "RTT p50 %llu ns, p99 %llu ns, max %llu ns\n",
+                    "RTT p50 %llu ns, tm99 %.1f ns, p99 %llu ns, max %llu ns\n",
                     static_cast<unsigned long long>(count), size, rtt.size(),
                     static_cast<unsigned long long>(bad),
                     static_cast<unsigned long long>(rtt[rtt.size() / 2]),
+                    sum / static_cast<double>(last + 1),
                     static_cast<unsigned long long>(rtt[(rtt.size() - 1) * 99 / 100]),
                     static_cast<unsigned long long>(rtt.back()));
         return bad == 0 ? 0 : 1;

@@ -21,7 +21,9 @@
 #     (sw_poll + sw_offer_batched) and Rust (poll + send_batched, ffi/examples/stream.rs) the
 #     same way, and prints the medians and their ratios against the targets (C and C++ RTT p50
 #     <= 1.05x Rust, each example's <= 1.05x `bench lat`'s: what an embedding application
-#     gets is what the benchmark reports; C stream >= 0.95x Rust).
+#     gets is what the benchmark reports; C stream >= 0.95x Rust), the RTT ratios twice: of the
+#     p50s and of the tm99s (the mean up to the p99, which resolves a few ns where a p50 moves
+#     in whole clock ticks).
 # The performance figures are informational (shared machines are noisy); correctness fails the
 # step. Every process is bounded by `timeout`.
 #
@@ -248,12 +250,23 @@ fi
 cat "$out/asan.client.log"
 
 p50() { sed -n 's/.*RTT p50 \([0-9]*\) ns.*/\1/p' "$out/$1.client.log" | head -1; }
+# The mean of the round trips up to the p99 ("tm99"): the examples compute it from their sorted
+# samples, the bench's from its .hgrm percentile listing (each row's count at the row's value),
+# as scripts/aeron-compare.sh does. A p50 moves in whole clock ticks (10 ns on some guests: 7 %
+# of 140 ns), below which a 5 % bound cannot be judged; tm99 resolves a few ns.
+tm99() { sed -n 's/.*tm99 \([0-9.]*\) ns.*/\1/p' "$out/$1.client.log" | head -1; }
+hdr_tm99() {
+  awk '$1 ~ /^[0-9.]+$/ && $2 ~ /^[0-9.]+$/ && $3 ~ /^[0-9]+$/ {
+    if ($2 > 0.99) exit
+    sum += ($3 - n) * $1; n = $3
+  } END { if (n > 0) printf "%.1f\n", sum / n * 1000; else print "nan" }' "$1"
+}
 rate() { sed -n 's/.*: \([0-9.]*\) Mmsg\/s.*/\1/p' "$out/$1.server.log" | head -1; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 echo "--- ping-pong: $msgs verified messages each way, two processes, cores $core_a/$core_b," \
   "C / C++ / Rust / bench lat round robin, $rounds rounds"
-c_rtt=() cpp_rtt=() rust_rtt=() bench_rtt=()
+c_rtt=() cpp_rtt=() rust_rtt=() bench_rtt=() c_tm=() cpp_tm=() rust_tm=() bench_tm=()
 for r in $(seq 1 "$rounds"); do
   run_two c "$out/pingpong" server "$(ep c$r)" "$msgs" -- "$out/pingpong" client "$(ep c$r)" "$msgs" 32
   run_two cpp "$out/pingpong_cpp" server "$(ep cpp$r)" "$msgs" -- \
@@ -262,14 +275,18 @@ for r in $(seq 1 "$rounds"); do
   STOP_SERVER=1 run_two rust "$lib/examples/pingpong" server "$(ep rust$r)" -- \
     "$lib/examples/pingpong" client "$(ep rust$r)" "$msgs" 32
   c_rtt+=("$(p50 c)") cpp_rtt+=("$(p50 cpp)") rust_rtt+=("$(p50 rust)")
+  c_tm+=("$(tm99 c)") cpp_tm+=("$(tm99 cpp)") rust_tm+=("$(tm99 rust)")
   # The benchmark, on the same two cores (its client on the examples' client core).
+  rm -rf "$out/bench-lat"
   timeout 300 "$lib/bench" lat --size 32 --iters "$msgs" --app-cores "$core_b,$core_a" --unit ns \
-    >"$out/bench.log" 2>&1 || { cat "$out/bench.log" >&2; exit 1; }
+    --out "$out/bench-lat" >"$out/bench.log" 2>&1 || { cat "$out/bench.log" >&2; exit 1; }
+  bench_tm+=("$(hdr_tm99 "$out/bench-lat/lat-shm-rtc-32B.hgrm")")
   # The p50: the second figure after "RTT" (min, p50, ...; a "!" may flag the point).
   bench_rtt+=("$(awk '$1 == "32B" { for (i = 2; i < NF; i++) if ($i == "RTT") { print int($(i + 2)); exit } }' \
     "$out/bench.log")")
   echo "round $r: RTT p50 C ${c_rtt[-1]} ns, C++ ${cpp_rtt[-1]} ns, Rust ${rust_rtt[-1]} ns," \
-    "bench lat ${bench_rtt[-1]} ns"
+    "bench lat ${bench_rtt[-1]} ns; tm99 C ${c_tm[-1]}, C++ ${cpp_tm[-1]}, Rust ${rust_tm[-1]}," \
+    "bench lat ${bench_tm[-1]} ns"
 done
 
 echo "--- one-way stream: $stream messages of 32 B, C / Rust round robin, $rounds rounds"
@@ -285,9 +302,12 @@ done
 
 c=$(median "${c_rtt[@]}") cpp=$(median "${cpp_rtt[@]}") rust=$(median "${rust_rtt[@]}")
 b=$(median "${bench_rtt[@]}")
+ctm=$(median "${c_tm[@]}") cpptm=$(median "${cpp_tm[@]}") rtm=$(median "${rust_tm[@]}")
+btm=$(median "${bench_tm[@]}")
 cr=$(median "${c_rate[@]}") rr=$(median "${rust_rate[@]}")
 echo "=== ffi results: medians of $rounds interleaved rounds (informational; shared machines are noisy)"
-awk -v c="$c" -v cpp="$cpp" -v r="$rust" -v b="$b" -v cr="$cr" -v rr="$rr" 'BEGIN {
+awk -v c="$c" -v cpp="$cpp" -v r="$rust" -v b="$b" -v cr="$cr" -v rr="$rr" \
+  -v ctm="$ctm" -v cpptm="$cpptm" -v rtm="$rtm" -v btm="$btm" 'BEGIN {
   verdict = "met"; if (c / r > 1.05) verdict = "missed"
   printf "RTT p50, 32 B: C %d ns, C++ %d ns, Rust %d ns\n", c, cpp, r
   printf "  C/Rust %.3f (target <= 1.05: %s)\n", c / r, verdict
@@ -298,6 +318,16 @@ awk -v c="$c" -v cpp="$cpp" -v r="$rust" -v b="$b" -v cr="$cr" -v rr="$rr" 'BEGI
   for (i = 1; i <= 3; i++) {
     verdict = "met"; if (v[i] / b > 1.05) verdict = "missed"
     printf "  %s/bench lat %.3f (target <= 1.05: %s)\n", name[i], v[i] / b, verdict
+  }
+  printf "RTT tm99 (mean up to the p99), 32 B: C %.1f ns, C++ %.1f ns, Rust %.1f ns, bench lat %.1f ns\n", ctm, cpptm, rtm, btm
+  t[1] = ctm; t[2] = cpptm; t[3] = rtm
+  for (i = 1; i <= 2; i++) {
+    verdict = "met"; if (t[i] / rtm > 1.05) verdict = "missed"
+    printf "  %s/Rust %.3f (target <= 1.05: %s)\n", name[i], t[i] / rtm, verdict
+  }
+  for (i = 1; i <= 3; i++) {
+    verdict = "met"; if (t[i] / btm > 1.05) verdict = "missed"
+    printf "  %s/bench lat %.3f (target <= 1.05: %s)\n", name[i], t[i] / btm, verdict
   }
   verdict = "met"; if (cr / rr < 0.95) verdict = "missed"
   printf "stream, 32 B: C sw_poll + sw_offer_batched %.2f Mmsg/s, Rust poll + send_batched %.2f Mmsg/s\n", cr, rr
