@@ -27,8 +27,9 @@
 # (scripts/netns-two), the client started once the server listens; spinwire and the floor as
 # `--server ... --once` / `--client` processes. ZeroMQ keeps its stock settings, so each side's
 # I/O thread shares that side's core with its app thread.
-# It prints a table per round, then the medians over the rounds and the ratios issue #22 targets,
-# each marked met or missed:
+# It prints a table per round with its placement probes (the cache-line RTT before each group:
+# see "the placement probe" below), then the medians over the rounds that ran in one placement
+# and the ratios issue #22 targets, each marked met or missed:
 #   spinwire RTT p50 / floor RTT p50       <= 1.1   (8 B and 64 B)
 #   spinwire RTT p50 / sockperf RTT p50    <= 1.0   (8 B against sockperf's 14 B; 64 B)
 #   spinwire rate / ZeroMQ PUSH/PULL rate  >= 2 at 8 B (and spinwire >= 10 M msgs/s), >= 1.5 at 64 B
@@ -303,6 +304,19 @@ zeromq_group() {
   done
 }
 
+# --- the placement probe -------------------------------------------------------------------
+# A virtual machine's host may move its vCPUs between placements whose cache-line transfer times
+# differ several-fold (a 2-core KVM guest here: RTT 80-90 ns, or about 380 ns, switching within
+# minutes), and loopback TCP's round trip moves with them (6.7 against about 10 us): a round
+# whose groups ran in different placements compares them across it. Before each group (and once
+# after the last) `bench floor` measures the cache-line RTT on CORES; the report prints the
+# probes, marks a round whose probes differ by more than 2x "mixed", and takes the medians over
+# the rounds that are not (over all of them, said so, when every round is).
+probe() {
+  "$BENCH" floor --size 8 --iters 20000 --app-cores "$cores" 2>/dev/null |
+    sed -n 's/.*cache-line RTT p50 \([0-9.]*\) us.*/\1/p' | head -1 >"$out/r$1-probe-$2.txt" || true
+}
+
 # --- the report ---------------------------------------------------------------------------
 # report.py OUT ROUNDS [ROUND]: ROUND's table, or without it the medians over ROUNDS rounds;
 # exits non-zero, naming the step, when a step's output does not parse.
@@ -347,6 +361,29 @@ def field(step, side, key):
     return float(m.group(1))
 
 disturbed = []
+
+def probes(r):
+    """The round's placement probes (cache-line RTT p50, ns), in the order they ran."""
+    got = []
+    for g in ("floor", "spinwire", "sockperf", "zeromq", "end"):
+        try:
+            with open(f"{out}/r{r}-probe-{g}.txt") as f:
+                got.append((g, float(f.read().strip()) * 1e3))
+        except (OSError, ValueError):
+            pass
+    return got
+
+def mixed(r):
+    v = [ns for _, ns in probes(r)]
+    return bool(v) and max(v) > 2 * min(v)
+
+def placement(r):
+    p = probes(r)
+    if not p:
+        return "placement probes: none"
+    return ("placement probes (cache-line RTT p50 before each group, ns): "
+            + ", ".join(f"{g} {ns:.0f}" for g, ns in p)
+            + (" -> MIXED (the groups ran in different placements)" if mixed(r) else " -> one placement"))
 
 def spin(step):
     p = point(step)
@@ -405,10 +442,16 @@ def table(vals, per_round=None):
 
 if one is not None:
     table(figures(one))
+    print(placement(one))
 else:
-    per = [figures(r) for r in range(1, rounds + 1)]
+    clean = [r for r in range(1, rounds + 1) if not mixed(r)]
+    used = clean or list(range(1, rounds + 1))
+    per = [figures(r) for r in used]
     med = {s: {k: statistics.median(f[s][k] for f in per) for k in per[0][s]} for s in sizes}
-    print(f"\nmedians over {rounds} round(s) (ratios: the median of the rounds' ratios)")
+    which = ("every round ran in one placement" if len(clean) == rounds else
+             f"rounds {', '.join(map(str, used))}: the rounds whose groups ran in one placement" if clean else
+             "every round MIXED placements: all of them, compare with care")
+    print(f"\nmedians over {len(used)} of {rounds} round(s) ({which}; ratios: the median of the rounds' ratios)")
     table(med, per)
     targets = [
         ("spinwire RTT p50 / floor, 8 B", med[8]["x_floor"], "<=", 1.1),
@@ -436,7 +479,11 @@ for r in $(seq 1 "$rounds"); do
   for i in 0 1 2 3; do order+=("${groups[$(((r - 1 + i) % 4))]}"); done
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   say "round $r of $rounds ($where): ${order[*]} (load average $load_before)"
-  for g in "${order[@]}"; do "${g}_group" "$r"; done
+  for g in "${order[@]}"; do
+    probe "$r" "$g"
+    "${g}_group" "$r"
+  done
+  probe "$r" end
   echo
   echo "round $r of $rounds ($where; order: ${order[*]}; load average $load_before before," \
     "$(cut -d' ' -f1-3 /proc/loadavg) after)"
