@@ -7,6 +7,11 @@
 # mean of the round trips up to its p99 (`tm99`, from the same percentile listing for both:
 # cping's and the bench's .hgrm) and their ratio: where the clock ticks coarsely (10 ns on
 # some VMs' TSC) a p50 moves in whole ticks, and this figure still resolves a few ns.
+# `a_fl_p50` is the cache-line floor probed just before and after Aeron's run (`bench floor`,
+# the larger of the two), and `placement` says whether the row's two sides ran in one placement
+# of the VM's vCPUs: a host that moves them between placements whose floors differ several-fold
+# (a 2-core KVM guest: 80-90 against about 380 ns) makes a row whose probes differ by more than
+# 2x (`MIXED`) compare the two sides across the move.
 #
 # Aeron's binaries: AERON_BIN names a directory that holds aeronmd, cping and cpong (Aeron's C
 # media driver and C samples); or AERON_SRC names an Aeron source tree or git directory (a clone
@@ -96,11 +101,22 @@ spin_round() {
         --app-cores "$CORES" --out "$OUT/spinwire-$r-$api" >"$OUT/spinwire-$r-$api.log" 2>&1
 }
 
-printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' round \
+# The cache-line floor's RTT p50 in ns (`bench floor`, a short run), for the placement check.
+probe() {
+    "$BENCH" floor --size 8 --iters 20000 --app-cores "$CORES" 2>/dev/null |
+        sed -n 's/.*cache-line RTT p50 \([0-9.]*\) us.*/\1/p' | head -1 |
+        awk '{ printf "%.0f\n", $1 * 1000 }'
+}
+
+printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' round \
     api floor_p50 fl2_p50 aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 \
-    s/fl2_p50 s/a_p999 s999/s50 aeron_tm99 spin_tm99 s/a_tm99
+    s/fl2_p50 s/a_p999 s999/s50 aeron_tm99 spin_tm99 s/a_tm99 a_fl_p50 placement
 for r in $(seq "$ROUNDS"); do
+    afl1=$(probe)
     aeron_round "$r"
+    afl2=$(probe)
+    afl=$(( ${afl1:-0} > ${afl2:-0} ? ${afl1:-0} : ${afl2:-0} ))
+    aflmin=$(( ${afl1:-0} < ${afl2:-0} ? ${afl1:-0} : ${afl2:-0} ))
     for api in $APIS; do
         spin_round "$r" "$api"
     done
@@ -118,12 +134,15 @@ print(d["floor"]["rtt_ns"]["p50"], d["floor"]["rtt_two_lines_ns"]["p50"], p["p50
         stm=$(hdr_tm99 "$OUT/spinwire-$r-$api/lat-shm-rtc-${SIZE}B.hgrm")
         python3 -c '
 import sys
-r, api, f50, f2, a50, s50, a999, s999, load, atm, stm = sys.argv[1:]
-f50, f2, a50, s50, a999, s999, atm, stm = map(float, (f50, f2, a50, s50, a999, s999, atm, stm))
+r, api, f50, f2, a50, s50, a999, s999, load, atm, stm, afl, aflmin = sys.argv[1:]
+f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin = map(
+    float, (f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin))
+probes = [v for v in (f50, afl, aflmin) if v > 0]
+mixed = len(probes) > 1 and max(probes) > 2 * min(probes)
 print("%-6s %-10s %10.0f %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f %9.2f"
-      " %9.1f %9.1f %9.3f" % (
+      " %9.1f %9.1f %9.3f %9.0f %9s" % (
     r, api, f50, f2, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s50 / f2, s999 / a999,
-    s999 / s50, atm, stm, stm / atm))
-' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load" "$atm" "$stm"
+    s999 / s50, atm, stm, stm / atm, afl, "MIXED" if mixed else "one"))
+' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load" "$atm" "$stm" "$afl" "$aflmin"
     done
 done
