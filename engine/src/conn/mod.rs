@@ -591,6 +591,12 @@ impl Connection {
 
     /// Waits up to `timeout` for the next message.
     ///
+    /// The wait idles per the engine's [`IdleStrategy`]. A [`BusySpin`](IdleStrategy::BusySpin)
+    /// wait reads the clock first at its 64th try and then every 64th (a clock read takes as long
+    /// as a cache-line transfer, and one at the first idle sat in nearly every echo's wait), so it
+    /// may run up to about 128 tries past `timeout` (a few µs on shm); the other strategies
+    /// start the deadline at the first try that found nothing.
+    ///
     /// # Errors
     ///
     /// [`Error::Timeout`], or [`Error::Disconnected`] / [`Error::Fabric`] (promptly: a dead peer is
