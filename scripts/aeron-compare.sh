@@ -50,6 +50,8 @@ for b in aeronmd cping cpong; do
 done
 [[ -x "$BENCH" ]] || { echo "no bench binary $BENCH (cargo build --release -p bench)" >&2; exit 2; }
 mkdir -p "$OUT"
+# hdr_tm99 (each side's mean up to its p99) and placement_probe (the cache-line floor).
+. "$(dirname "$0")/lib/measure.sh"
 
 DRIVER_PID=""
 PONG_PID=""
@@ -67,15 +69,6 @@ trap cleanup EXIT
 # `hdr_percentiles_print` (classic, µs): the first value at or above a percentile, in ns.
 hdr_pct() {
     awk -v q="$2" '$1 ~ /^[0-9.]+$/ && $2 >= q { printf "%.0f\n", $1 * 1000; exit }' "$1"
-}
-
-# The mean of the samples up to the 99th percentile, in ns, from the same listing: each row's
-# count since the row before, at the row's value (both sides' listings alike).
-hdr_tm99() {
-    awk '$1 ~ /^[0-9.]+$/ && $2 ~ /^[0-9.]+$/ && $3 ~ /^[0-9]+$/ {
-        if ($2 > 0.99) exit
-        sum += ($3 - n) * $1; n = $3
-    } END { if (n > 0) printf "%.1f\n", sum / n * 1000; else print "nan" }' "$1"
 }
 
 aeron_round() {
@@ -101,20 +94,13 @@ spin_round() {
         --app-cores "$CORES" --out "$OUT/spinwire-$r-$api" >"$OUT/spinwire-$r-$api.log" 2>&1
 }
 
-# The cache-line floor's RTT p50 in ns (`bench floor`, a short run), for the placement check.
-probe() {
-    "$BENCH" floor --size 8 --iters 20000 --app-cores "$CORES" 2>/dev/null |
-        sed -n 's/.*cache-line RTT p50 \([0-9.]*\) us.*/\1/p' | head -1 |
-        awk '{ printf "%.0f\n", $1 * 1000 }'
-}
-
 printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' round \
     api floor_p50 fl2_p50 aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 \
     s/fl2_p50 s/a_p999 s999/s50 aeron_tm99 spin_tm99 s/a_tm99 a_fl_p50 placement
 for r in $(seq "$ROUNDS"); do
-    afl1=$(probe)
+    afl1=$(placement_probe "$BENCH" "$CORES")
     aeron_round "$r"
-    afl2=$(probe)
+    afl2=$(placement_probe "$BENCH" "$CORES")
     afl=$(( ${afl1:-0} > ${afl2:-0} ? ${afl1:-0} : ${afl2:-0} ))
     aflmin=$(( ${afl1:-0} < ${afl2:-0} ? ${afl1:-0} : ${afl2:-0} ))
     for api in $APIS; do

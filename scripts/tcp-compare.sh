@@ -312,10 +312,8 @@ zeromq_group() {
 # after the last) `bench floor` measures the cache-line RTT on CORES; the report prints the
 # probes, marks a round whose probes differ by more than 2x "mixed", and takes the medians over
 # the rounds that are not (over all of them, said so, when every round is).
-probe() {
-  "$BENCH" floor --size 8 --iters 20000 --app-cores "$cores" 2>/dev/null |
-    sed -n 's/.*cache-line RTT p50 \([0-9.]*\) us.*/\1/p' | head -1 >"$out/r$1-probe-$2.txt" || true
-}
+. scripts/lib/measure.sh # placement_probe (the working directory is the repository's)
+probe() { placement_probe "$BENCH" "$cores" >"$out/r$1-probe-$2.txt" || true; }
 
 # --- the report ---------------------------------------------------------------------------
 # report.py OUT ROUNDS [ROUND]: ROUND's table, or without it the medians over ROUNDS rounds;
@@ -368,7 +366,7 @@ def probes(r):
     for g in ("floor", "spinwire", "sockperf", "zeromq", "end"):
         try:
             with open(f"{out}/r{r}-probe-{g}.txt") as f:
-                got.append((g, float(f.read().strip()) * 1e3))
+                got.append((g, float(f.read().strip())))
         except (OSError, ValueError):
             pass
     return got

@@ -251,16 +251,11 @@ cat "$out/asan.client.log"
 
 p50() { sed -n 's/.*RTT p50 \([0-9]*\) ns.*/\1/p' "$out/$1.client.log" | head -1; }
 # The mean of the round trips up to the p99 ("tm99"): the examples compute it from their sorted
-# samples, the bench's from its .hgrm percentile listing (each row's count at the row's value),
-# as scripts/aeron-compare.sh does. A p50 moves in whole clock ticks (10 ns on some guests: 7 %
+# samples, the bench's from its .hgrm percentile listing (scripts/lib/measure.sh's hdr_tm99, as
+# scripts/aeron-compare.sh uses). A p50 moves in whole clock ticks (10 ns on some guests: 7 %
 # of 140 ns), below which a 5 % bound cannot be judged; tm99 resolves a few ns.
 tm99() { sed -n 's/.*tm99 \([0-9.]*\) ns.*/\1/p' "$out/$1.client.log" | head -1; }
-hdr_tm99() {
-  awk '$1 ~ /^[0-9.]+$/ && $2 ~ /^[0-9.]+$/ && $3 ~ /^[0-9]+$/ {
-    if ($2 > 0.99) exit
-    sum += ($3 - n) * $1; n = $3
-  } END { if (n > 0) printf "%.1f\n", sum / n * 1000; else print "nan" }' "$1"
-}
+. "$root/scripts/lib/measure.sh" # hdr_tm99
 rate() { sed -n 's/.*: \([0-9.]*\) Mmsg\/s.*/\1/p' "$out/$1.server.log" | head -1; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
