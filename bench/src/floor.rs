@@ -10,6 +10,14 @@
 //!   On the 2-core Intel guest it is 1.1-1.4x the one-line floor (a bare C ping-pong over two
 //!   rings of 16-byte records measured the same), so it is the fairer floor for a
 //!   one-ring-per-direction transport.
+//! * Ring ping-pongs ([`ring_ping_pong`]): the two-line ping-pong as transports run it, over
+//!   a ring of 16-byte records per direction (an 8-byte sequence header, stored last with
+//!   `Release`, and an 8-byte payload; four records to a line, so three exchanges in four stay
+//!   on the lines of the one before, and the fourth moves to fresh ones), and the same records
+//!   *paired*: each line holds two records of each direction, exchange `i`'s ping and pong in
+//!   the same line. The first is the protocol floor of a one-ring-per-direction transport (Aeron
+//!   IPC, spinwire's shm); the second is what a layout sharing lines between the directions
+//!   would have under it. Neither transport is built that way.
 //! * Streaming: the client pushes `u64`s through an `rtrb` SPSC ring as fast as it can and the
 //!   server pops them; the rate is measured at the receiver.
 //! * Memcpy ([`memcpy`]): one pinned thread copies a `size`-byte buffer into another of the same
@@ -44,6 +52,9 @@ pub struct FloorResult {
     /// Round-trip times with one line per direction ([module docs](self)); `None` for the
     /// floors that are not cache lines.
     pub rtt_two_lines: Option<Histogram<u64>>,
+    /// The ring ping-pongs ([module docs](self)); `None` for the floors that are not cache
+    /// lines.
+    pub rings: Option<RingFloors>,
     /// SPSC streaming rate of 8-byte messages.
     pub rate: RateSummary,
     /// The two cores used: client, server.
@@ -52,6 +63,15 @@ pub struct FloorResult {
     pub kind: &'static str,
     /// Bytes each way per round trip (the cache line's 8-byte word; tcp: the ping size).
     pub ping_bytes: u64,
+}
+
+/// Round trips of the two ring ping-pongs ([module docs](self)), in nanoseconds.
+#[derive(Debug, Clone)]
+pub struct RingFloors {
+    /// One ring of 16-byte records per direction.
+    pub separate: Histogram<u64>,
+    /// Both directions' records in shared lines, two of each to a line.
+    pub paired: Histogram<u64>,
 }
 
 /// Measures the floor between `cores[0]` (client) and `cores[1]` (server): `iters` round trips
@@ -72,10 +92,15 @@ pub fn measure(
     }
     let rtt = ping_pong(cores, iters, warmup, Lines::One, stop)?;
     let rtt_two_lines = ping_pong(cores, iters, warmup, Lines::Two, stop)?;
+    let rings = RingFloors {
+        separate: ring_ping_pong(cores, iters, warmup, Layout::Separate, stop)?,
+        paired: ring_ping_pong(cores, iters, warmup, Layout::Paired, stop)?,
+    };
     let rate = stream(cores, iters.saturating_mul(16), stop)?;
     Ok(FloorResult {
         rtt,
         rtt_two_lines: Some(rtt_two_lines),
+        rings: Some(rings),
         rate,
         cores,
         kind: "cache-line",
@@ -144,6 +169,121 @@ fn ping_pong(
     };
     let result = client();
     line.store(STOP, Ordering::Release);
+    let joined = server
+        .join()
+        .map_err(|_| BenchError::ThreadPanicked("floor server"))?;
+    let hist = result?;
+    joined?;
+    Ok(hist)
+}
+
+/// Records per direction in a ring ping-pong's ring: 64 KiB a direction, so the lines come
+/// back around as a transport's ring's do.
+const RING_RECORDS: usize = 4096;
+
+/// Where the records of a ring ping-pong lie ([module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Separate,
+    Paired,
+}
+
+/// One 64-byte line of eight words.
+#[repr(align(64))]
+struct Line([AtomicU64; 8]);
+
+/// The rings of a ring ping-pong: `2 * RING_RECORDS` records of two words.
+struct Rings {
+    lines: Vec<Line>,
+    layout: Layout,
+}
+
+impl Rings {
+    fn new(layout: Layout) -> Rings {
+        let lines = (0..RING_RECORDS / 2)
+            .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
+            .collect();
+        Rings { lines, layout }
+    }
+
+    /// The header and payload words of record `seq` of direction `dir` (0: pings, 1: pongs).
+    fn record(&self, dir: usize, seq: u64) -> (&AtomicU64, &AtomicU64) {
+        // `RING_RECORDS` is a power of two: the cast keeps the low bits, the index in the ring.
+        let i = (seq as usize) & (RING_RECORDS - 1);
+        let (line, word) = match self.layout {
+            // Four records to a line; direction 1's ring is the second half.
+            Layout::Separate => (dir * RING_RECORDS / 4 + i / 4, (i % 4) * 2),
+            // Line `i / 2` holds records `i & !1` and `i | 1` of both directions.
+            Layout::Paired => (i / 2, dir * 4 + (i % 2) * 2),
+        };
+        let words = &self.lines[line].0;
+        (&words[word], &words[word + 1])
+    }
+}
+
+/// The ring ping-pong ([module docs](self)): the client writes ping `seq` (its payload, then its
+/// header with `Release`) and waits for pong `seq`; the server waits for each ping and answers
+/// with the payload plus one. Sequence numbers start at 1, so a zeroed header is "not yet".
+fn ring_ping_pong(
+    cores: [usize; 2],
+    iters: u64,
+    warmup: u64,
+    layout: Layout,
+    stop: &AtomicBool,
+) -> Result<Histogram<u64>, BenchError> {
+    let rings = Arc::new(Rings::new(layout));
+    let total = warmup + iters;
+    let server_rings = Arc::clone(&rings);
+    let server = std::thread::Builder::new()
+        .name("floor-server".into())
+        .spawn(move || -> Result<(), BenchError> {
+            pin_current(cores[1])?;
+            for seq in 1..=total {
+                let (head, body) = server_rings.record(0, seq);
+                if wait_until(head, |v| v == seq || v == STOP)? == STOP {
+                    return Ok(());
+                }
+                let v = body.load(Ordering::Relaxed);
+                let (head, body) = server_rings.record(1, seq);
+                body.store(v.wrapping_add(1), Ordering::Relaxed);
+                head.store(seq, Ordering::Release);
+            }
+            Ok(())
+        })
+        .map_err(|e| BenchError::io("thread spawn", e))?;
+
+    let client = || -> Result<Histogram<u64>, BenchError> {
+        pin_current(cores[0])?;
+        let mut hist = new_latency_histogram();
+        for seq in 1..=total {
+            if seq % 4096 == 0 && stop.load(Ordering::Relaxed) {
+                return Err(BenchError::Interrupted);
+            }
+            let t_send = Instant::now();
+            let (head, body) = rings.record(0, seq);
+            body.store(seq, Ordering::Relaxed);
+            head.store(seq, Ordering::Release);
+            let (head, body) = rings.record(1, seq);
+            wait_until(head, |v| v == seq)?;
+            let t_now = Instant::now();
+            if body.load(Ordering::Relaxed) != seq.wrapping_add(1) {
+                return Err(BenchError::Protocol(format!(
+                    "floor ring pong {seq} carried the wrong payload"
+                )));
+            }
+            if seq > warmup {
+                hist.saturating_record(duration_ns(t_now - t_send));
+            }
+        }
+        Ok(hist)
+    };
+    let result = client();
+    if result.is_err() {
+        // Wake a server still waiting for a ping that will not come, wherever it waits.
+        for seq in 0..RING_RECORDS as u64 {
+            rings.record(0, seq).0.store(STOP, Ordering::Release);
+        }
+    }
     let joined = server
         .join()
         .map_err(|_| BenchError::ThreadPanicked("floor server"))?;
@@ -416,6 +556,57 @@ pub fn memcpy(core: usize, size: usize, stop: &AtomicBool) -> Result<MemcpyFloor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every record of either layout is its own pair of words; the separate rings never share
+    /// a line between the directions, four records to a line; the paired one puts ping `i` and
+    /// pong `i` in one line, two of each direction to it.
+    #[test]
+    fn ring_layouts_place_records_as_documented() {
+        for layout in [Layout::Separate, Layout::Paired] {
+            let rings = Rings::new(layout);
+            let line_of = |w: &AtomicU64| (w as *const AtomicU64 as usize) / 64;
+            let mut seen = std::collections::HashSet::new();
+            let mut per_line = std::collections::HashMap::<(usize, usize), usize>::new();
+            for dir in 0..2 {
+                for seq in 0..RING_RECORDS as u64 {
+                    let (head, body) = rings.record(dir, seq);
+                    assert_eq!(
+                        body as *const AtomicU64 as usize,
+                        head as *const _ as usize + 8
+                    );
+                    assert!(seen.insert(head as *const AtomicU64 as usize));
+                    *per_line.entry((line_of(head), dir)).or_default() += 1;
+                    // A lap later, the same record.
+                    let again = rings.record(dir, seq + RING_RECORDS as u64).0;
+                    assert!(std::ptr::eq(head, again));
+                }
+            }
+            for seq in 0..RING_RECORDS as u64 {
+                let (ping, pong) = (rings.record(0, seq).0, rings.record(1, seq).0);
+                assert_eq!(line_of(ping) == line_of(pong), layout == Layout::Paired);
+            }
+            let lines: std::collections::HashSet<usize> =
+                per_line.keys().map(|&(line, _)| line).collect();
+            let (per_dir, shared) = match layout {
+                Layout::Separate => (4, 2 * RING_RECORDS / 4),
+                Layout::Paired => (2, RING_RECORDS / 2),
+            };
+            assert!(per_line.values().all(|&n| n == per_dir), "{layout:?}");
+            assert_eq!(lines.len(), shared, "{layout:?}");
+        }
+    }
+
+    #[test]
+    fn ring_ping_pongs_run() {
+        let stop = AtomicBool::new(false);
+        let cores = crate::machine::available_cores();
+        let cores = [cores[0], *cores.last().unwrap()];
+        for layout in [Layout::Separate, Layout::Paired] {
+            // More round trips than records: the rings come around.
+            let h = ring_ping_pong(cores, 2 * RING_RECORDS as u64, 100, layout, &stop).unwrap();
+            assert_eq!(h.len(), 2 * RING_RECORDS as u64);
+        }
+    }
 
     #[test]
     fn memcpy_floor_copies_the_size() {

@@ -453,6 +453,7 @@ pub fn client(
     Ok(FloorResult {
         rtt,
         rtt_two_lines: None,
+        rings: None,
         rate,
         cores: [core, server_core],
         kind: "tcp-raw",

@@ -201,6 +201,7 @@ pub fn measure(
     Ok(FloorResult {
         rtt,
         rtt_two_lines: None,
+        rings: None,
         rate: RateSummary {
             msgs: run.iters,
             bytes: run.iters.saturating_mul(4),

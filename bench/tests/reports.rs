@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
-use spinwire_bench::floor::FloorResult;
+use spinwire_bench::floor::{FloorResult, RingFloors};
 use spinwire_bench::report::hlog::Interval;
 use spinwire_bench::report::{hgrm, Knobs, Measured, Point, Report, Summary, CSV_COLUMNS};
 use spinwire_bench::stats::{new_latency_histogram, LatencySummary, RateSummary};
@@ -102,6 +102,10 @@ fn sample_report() -> Report {
     r.floor = Some(FloorResult {
         rtt: hist(150, 20_000),
         rtt_two_lines: Some(hist(200, 20_000)),
+        rings: Some(RingFloors {
+            separate: hist(180, 20_000),
+            paired: hist(160, 20_000),
+        }),
         rate: RateSummary {
             msgs: 1_000_000,
             bytes: 8_000_000,
@@ -282,6 +286,10 @@ fn summary_json_has_the_stable_schema() {
         "{}",
         v["floor"]
     );
+    // The ring floors, each its own histogram.
+    let rings = v["floor"]["rtt_rings_ns"]["p50"].as_f64().unwrap();
+    let paired = v["floor"]["rtt_paired_rings_ns"]["p50"].as_f64().unwrap();
+    assert!(paired < rings && rings < two, "{}", v["floor"]);
     for p in v["points"].as_array().unwrap() {
         if let Some(p50) = p["rtt_ns"]["p50"].as_f64() {
             let x = p["rtt_x_floor_two_lines"]["p50"].as_f64().unwrap();
@@ -427,6 +435,8 @@ fn console_table_shows_every_figure_and_ratio() {
         "512B",
         "floor",
         "floor, 2 lines",
+        "floor, rings",
+        "floor, paired",
         "x 2line",
         "; two lines (one per direction) RTT p50",
     ] {

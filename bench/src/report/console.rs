@@ -275,6 +275,12 @@ pub fn render(report: &Report, unit: Unit) -> String {
             if let Some(two) = &f.rtt_two_lines_ns {
                 lat_row(&mut out, "floor, 2 lines", "RTT", two, unit);
             }
+            if let Some(r) = &f.rtt_rings_ns {
+                lat_row(&mut out, "floor, rings", "RTT", r, unit);
+            }
+            if let Some(r) = &f.rtt_paired_rings_ns {
+                lat_row(&mut out, "floor, paired", "RTT", r, unit);
+            }
         }
         for p in &lat {
             if let Some(r) = &p.rtt_ns {

@@ -86,6 +86,14 @@ impl Report {
                 .rtt_two_lines
                 .as_ref()
                 .and_then(LatencySummary::from_histogram),
+            rtt_rings_ns: f
+                .rings
+                .as_ref()
+                .and_then(|r| LatencySummary::from_histogram(&r.separate)),
+            rtt_paired_rings_ns: f
+                .rings
+                .as_ref()
+                .and_then(|r| LatencySummary::from_histogram(&r.paired)),
             msgs_per_sec: f.rate.msgs_per_sec(),
             mb_per_sec: f.rate.mb_per_sec(),
             memcpy: self.memcpy.iter().map(MemcpyFigures::from).collect(),

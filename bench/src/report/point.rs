@@ -363,6 +363,7 @@ pub fn memcpy_point(m: &MemcpyFloor) -> Measured {
         &FloorResult {
             rtt: crate::stats::new_latency_histogram(),
             rtt_two_lines: None,
+            rings: None,
             rate,
             cores: [m.core, m.core],
             kind: "memcpy",

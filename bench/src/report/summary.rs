@@ -22,6 +22,13 @@ pub struct FloorFigures {
     /// see `bench::floor`); absent for the other floors and in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_two_lines_ns: Option<LatencySummary>,
+    /// Round trips over a ring of 16-byte records per direction (the cache-line floor only; see
+    /// `bench::floor`); absent for the other floors and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_rings_ns: Option<LatencySummary>,
+    /// The same records with both directions' paired in shared lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_paired_rings_ns: Option<LatencySummary>,
     /// SPSC streaming rate of 8-byte messages.
     pub msgs_per_sec: f64,
     /// The same in MB/s.
