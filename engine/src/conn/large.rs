@@ -151,9 +151,11 @@ impl Connection {
     ///
     /// As `alloc_large`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
     pub fn alloc_large_timeout(&self, timeout: Duration) -> Result<SendBuf<'_>, Error> {
+        // Each arm builds its result (see `alloc_timeout`).
         match self.alloc_large() {
+            Ok(buf) => Ok(buf),
             Err(Error::WouldBlock) => self.retry_wait(timeout, || self.alloc_large()),
-            other => other,
+            Err(e) => Err(e),
         }
     }
 
@@ -219,10 +221,12 @@ impl Connection {
     /// As `send_copy`, with [`Error::Timeout`] instead of [`Error::WouldBlock`].
     #[inline]
     pub fn send_copy_timeout(&self, data: &[u8], timeout: Duration) -> Result<(), Error> {
-        // The first try inline, the wait out of line (see `retry_wait`).
+        // The first try inline, the wait out of line (see `retry_wait`); each arm builds its
+        // result (see `alloc_timeout`).
         match self.send_copy(data) {
+            Ok(()) => Ok(()),
             Err(Error::WouldBlock) => self.retry_wait(timeout, || self.send_copy(data)),
-            other => other,
+            Err(e) => Err(e),
         }
     }
 
