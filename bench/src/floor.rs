@@ -9,8 +9,9 @@
 //!   design with one ring per direction moves per round trip (Aeron's IPC, spinwire's shm).
 //!   On the 2-core Intel guest it is 1.1-1.4x the one-line floor (a bare C ping-pong over two
 //!   rings of 16-byte records measured the same), so it is the fairer floor for a
-//!   one-ring-per-direction transport.
-//! * Ring ping-pongs ([`ring_ping_pong`]): the two-line ping-pong as transports run it, over
+//!   one-ring-per-direction transport. On the AMD EPYC guest the rings (below) measured under
+//!   it, near the one-line floor.
+//! * Ring ping-pongs ([`RingFloors`]): the two-line ping-pong as transports run it, over
 //!   a ring of 16-byte records per direction (an 8-byte sequence header, stored last with
 //!   `Release`, and an 8-byte payload; four records to a line, so three exchanges in four stay
 //!   on the lines of the one before, and the fourth moves to fresh ones), and the same records
