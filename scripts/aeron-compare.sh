@@ -11,7 +11,10 @@
 # the larger of the two), and `placement` says whether the row's two sides ran in one placement
 # of the VM's vCPUs: a host that moves them between placements whose floors differ several-fold
 # (a 2-core KVM guest: 80-90 against about 380 ns) makes a row whose probes differ by more than
-# 2x (`MIXED`) compare the two sides across the move.
+# 2x (`MIXED`) compare the two sides across the move. `rg_mean` is the ring floor's mean round
+# trip (`bench floor`'s ping-pong over a ring of 16-byte records per direction, the protocol
+# under both transports, with no software around it: `floor, rings`), and `a-rg_tm` / `s-rg_tm`
+# each side's tm99 less it: what each transport's software adds to the ring protocol, in ns.
 #
 # Aeron's binaries: AERON_BIN names a directory that holds aeronmd, cping and cpong (Aeron's C
 # media driver and C samples); or AERON_SRC names an Aeron source tree or git directory (a clone
@@ -94,9 +97,10 @@ spin_round() {
         --app-cores "$CORES" --out "$OUT/spinwire-$r-$api" >"$OUT/spinwire-$r-$api.log" 2>&1
 }
 
-printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' round \
+printf '%-6s %-10s %10s %10s %10s %10s %12s %12s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' round \
     api floor_p50 fl2_p50 aeron_p50 spin_p50 aeron_p99.9 spin_p99.9 load_avg s/a_p50 s/fl_p50 \
-    s/fl2_p50 s/a_p999 s999/s50 aeron_tm99 spin_tm99 s/a_tm99 a_fl_p50 placement
+    s/fl2_p50 s/a_p999 s999/s50 aeron_tm99 spin_tm99 s/a_tm99 a_fl_p50 placement rg_mean \
+    a-rg_tm s-rg_tm
 for r in $(seq "$ROUNDS"); do
     afl1=$(placement_probe "$BENCH" "$CORES")
     aeron_round "$r"
@@ -111,24 +115,26 @@ for r in $(seq "$ROUNDS"); do
     atm=$(hdr_tm99 "$OUT/cping-$r.log")
     load=$(cut -d' ' -f1 /proc/loadavg)
     for api in $APIS; do
-        read -r f50 f2 s50 s999 < <(python3 -c '
+        read -r f50 f2 s50 s999 rg < <(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = d["points"][0]["rtt_ns"]
-print(d["floor"]["rtt_ns"]["p50"], d["floor"]["rtt_two_lines_ns"]["p50"], p["p50"], p["p99_9"])' \
+f = d["floor"]
+rg = (f.get("rtt_rings_ns") or {}).get("mean", 0)
+print(f["rtt_ns"]["p50"], f["rtt_two_lines_ns"]["p50"], p["p50"], p["p99_9"], rg)' \
             "$OUT/spinwire-$r-$api/summary.json")
         stm=$(hdr_tm99 "$OUT/spinwire-$r-$api/lat-shm-rtc-${SIZE}B.hgrm")
         python3 -c '
 import sys
-r, api, f50, f2, a50, s50, a999, s999, load, atm, stm, afl, aflmin = sys.argv[1:]
-f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin = map(
-    float, (f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin))
+r, api, f50, f2, a50, s50, a999, s999, load, atm, stm, afl, aflmin, rg = sys.argv[1:]
+f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin, rg = map(
+    float, (f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin, rg))
 probes = [v for v in (f50, afl, aflmin) if v > 0]
 mixed = len(probes) > 1 and max(probes) > 2 * min(probes)
 print("%-6s %-10s %10.0f %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f %9.2f"
-      " %9.1f %9.1f %9.3f %9.0f %9s" % (
+      " %9.1f %9.1f %9.3f %9.0f %9s %9.1f %9.1f %9.1f" % (
     r, api, f50, f2, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s50 / f2, s999 / a999,
-    s999 / s50, atm, stm, stm / atm, afl, "MIXED" if mixed else "one"))
-' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load" "$atm" "$stm" "$afl" "$aflmin"
+    s999 / s50, atm, stm, stm / atm, afl, "MIXED" if mixed else "one", rg, atm - rg, stm - rg))
+' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load" "$atm" "$stm" "$afl" "$aflmin" "$rg"
     done
 done
