@@ -1,6 +1,6 @@
 //! The machine's floor: what two pinned threads achieve with nothing but shared cache lines.
 //!
-//! * Ping-pong: one 128-byte-padded line holds a counter. The client writes an odd value, the
+//! * Ping-pong: one line holds a counter word. The client writes an odd value, the
 //!   server waits for it and writes the next even value, the client waits for that: one round
 //!   trip of the line between the two cores. Each round trip is timed with [`Instant`] (the
 //!   same clock the engine benchmarks use) and recorded into an HdrHistogram.
@@ -12,13 +12,15 @@
 //!   one-ring-per-direction transport. On the AMD EPYC guest the rings (below) measured under
 //!   it, near the one-line floor.
 //! * Ring ping-pongs ([`RingFloors`]): the two-line ping-pong as transports run it, over
-//!   a ring of 16-byte records per direction (an 8-byte sequence header, stored last with
-//!   `Release`, and an 8-byte payload; four records to a line, so three exchanges in four stay
+//!   a ring of 16-byte records per direction (an 8-byte header, odd for pings and even for
+//!   pongs as above, stored last with `Release`, and an 8-byte payload; 64 KiB a direction;
+//!   four records to a line, so three exchanges in four stay
 //!   on the lines of the one before, and the fourth moves to fresh ones), and the same records
 //!   *paired*: each line holds two records of each direction, exchange `i`'s ping and pong in
 //!   the same line. The first is the protocol floor of a one-ring-per-direction transport (Aeron
 //!   IPC, spinwire's shm); the second is what a layout sharing lines between the directions
-//!   would have under it. Neither transport is built that way.
+//!   would have under it; neither transport is built that way. All four are one
+//!   ping-pong over a layout of words.
 //! * Streaming: the client pushes `u64`s through an `rtrb` SPSC ring as fast as it can and the
 //!   server pops them; the rate is measured at the receiver.
 //! * Memcpy ([`memcpy`]): one pinned thread copies a `size`-byte buffer into another of the same
@@ -32,7 +34,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
 use crate::error::BenchError;
@@ -91,11 +92,11 @@ pub fn measure(
     if iters == 0 {
         return Err(BenchError::invalid("--iters", "must be at least 1"));
     }
-    let rtt = ping_pong(cores, iters, warmup, Lines::One, stop)?;
-    let rtt_two_lines = ping_pong(cores, iters, warmup, Lines::Two, stop)?;
+    let rtt = ping_pong(cores, iters, warmup, Layout::OneLine, stop)?;
+    let rtt_two_lines = ping_pong(cores, iters, warmup, Layout::TwoLines, stop)?;
     let rings = RingFloors {
-        separate: ring_ping_pong(cores, iters, warmup, Layout::Separate, stop)?,
-        paired: ring_ping_pong(cores, iters, warmup, Layout::Paired, stop)?,
+        separate: ping_pong(cores, iters, warmup, Layout::Separate, stop)?,
+        paired: ping_pong(cores, iters, warmup, Layout::Paired, stop)?,
     };
     let rate = stream(cores, iters.saturating_mul(16), stop)?;
     Ok(FloorResult {
@@ -109,83 +110,20 @@ pub fn measure(
     })
 }
 
-/// The ping-pong's lines: one shared by both directions, or one per direction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lines {
-    One,
-    Two,
-}
-
-fn ping_pong(
-    cores: [usize; 2],
-    iters: u64,
-    warmup: u64,
-    lines: Lines,
-    stop: &AtomicBool,
-) -> Result<Histogram<u64>, BenchError> {
-    // `line` carries the pings (client -> server); `back` the pongs, the same line for `One`.
-    let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
-    let back = match lines {
-        Lines::One => Arc::clone(&line),
-        Lines::Two => Arc::new(CachePadded::new(AtomicU64::new(0))),
-    };
-    let (server_line, server_back) = (Arc::clone(&line), Arc::clone(&back));
-    let server = std::thread::Builder::new()
-        .name("floor-server".into())
-        .spawn(move || -> Result<(), BenchError> {
-            pin_current(cores[1])?;
-            let mut expect = 1u64;
-            loop {
-                let v = wait_until(&server_line, |v| v == expect || v == STOP)?;
-                if v == STOP {
-                    return Ok(());
-                }
-                server_back.store(expect + 1, Ordering::Release);
-                expect += 2;
-            }
-        })
-        .map_err(|e| BenchError::io("thread spawn", e))?;
-
-    let client = || -> Result<Histogram<u64>, BenchError> {
-        pin_current(cores[0])?;
-        let mut hist = new_latency_histogram();
-        let mut next = 1u64;
-        let total = warmup + iters;
-        for i in 0..total {
-            if i % 4096 == 0 && stop.load(Ordering::Relaxed) {
-                return Err(BenchError::Interrupted);
-            }
-            // Timed from just before the store, as `bench lat` times from just before its
-            // send: the histogram's bookkeeping is in neither.
-            let t_send = Instant::now();
-            line.store(next, Ordering::Release);
-            wait_until(&back, |v| v == next + 1)?;
-            let t_now = Instant::now();
-            if i >= warmup {
-                hist.saturating_record(duration_ns(t_now - t_send));
-            }
-            next += 2;
-        }
-        Ok(hist)
-    };
-    let result = client();
-    line.store(STOP, Ordering::Release);
-    let joined = server
-        .join()
-        .map_err(|_| BenchError::ThreadPanicked("floor server"))?;
-    let hist = result?;
-    joined?;
-    Ok(hist)
-}
-
 /// Records per direction in a ring ping-pong's ring: 64 KiB a direction, so the lines come
 /// back around as a transport's ring's do.
 const RING_RECORDS: usize = 4096;
 
-/// Where the records of a ring ping-pong lie ([module docs](self)).
+/// Where a ping-pong's words lie ([module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layout {
+    /// One counter word, both directions.
+    OneLine,
+    /// One counter word per direction, each on its own 128-byte-padded line.
+    TwoLines,
+    /// A ring of 16-byte records per direction, four records to a line.
     Separate,
+    /// The records of both directions in shared lines, two of each to a line.
     Paired,
 }
 
@@ -193,61 +131,73 @@ enum Layout {
 #[repr(align(64))]
 struct Line([AtomicU64; 8]);
 
-/// The rings of a ring ping-pong: `2 * RING_RECORDS` records of two words.
-struct Rings {
+/// A ping-pong's memory: lines of words, addressed per [`Layout`].
+struct Words {
     lines: Vec<Line>,
     layout: Layout,
 }
 
-impl Rings {
-    fn new(layout: Layout) -> Rings {
-        let lines = (0..RING_RECORDS / 2)
+impl Words {
+    fn new(layout: Layout) -> Words {
+        let lines = match layout {
+            // Lines 0 and 4, 256 bytes apart, as two `Arc<CachePadded<AtomicU64>>` allocations
+            // put the words before.
+            Layout::OneLine | Layout::TwoLines => 5,
+            Layout::Separate | Layout::Paired => RING_RECORDS / 2,
+        };
+        let lines = (0..lines)
             .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
             .collect();
-        Rings { lines, layout }
+        Words { lines, layout }
     }
 
-    /// The header and payload words of record `seq` of direction `dir` (0: pings, 1: pongs).
-    fn record(&self, dir: usize, seq: u64) -> (&AtomicU64, &AtomicU64) {
+    /// The header word of message `seq` of direction `dir` (0: pings, 1: pongs), and its
+    /// payload word (the rings' records only; the line floors move a counter and nothing else).
+    fn record(&self, dir: usize, seq: u64) -> (&AtomicU64, Option<&AtomicU64>) {
         // `RING_RECORDS` is a power of two: the cast keeps the low bits, the index in the ring.
         let i = (seq as usize) & (RING_RECORDS - 1);
         let (line, word) = match self.layout {
+            Layout::OneLine => return (&self.lines[0].0[0], None),
+            Layout::TwoLines => return (&self.lines[4 * dir].0[0], None),
             // Four records to a line; direction 1's ring is the second half.
             Layout::Separate => (dir * RING_RECORDS / 4 + i / 4, (i % 4) * 2),
             // Line `i / 2` holds records `i & !1` and `i | 1` of both directions.
             Layout::Paired => (i / 2, dir * 4 + (i % 2) * 2),
         };
         let words = &self.lines[line].0;
-        (&words[word], &words[word + 1])
+        (&words[word], Some(&words[word + 1]))
     }
 }
 
-/// The ring ping-pong ([module docs](self)): the client writes ping `seq` (its payload, then its
-/// header with `Release`) and waits for pong `seq`; the server waits for each ping and answers
-/// with the payload plus one. Sequence numbers start at 1, so a zeroed header is "not yet".
-fn ring_ping_pong(
+/// The ping-pong over `layout` ([module docs](self)): the client writes ping `seq` (its
+/// payload, then its header, `2 * seq - 1`, with `Release`) and waits for pong `seq` (header
+/// `2 * seq`); the server waits for each ping and answers with the payload plus one. Odd pings
+/// and even pongs keep the directions apart where they share a word, and a header from a ring's
+/// earlier lap from being taken for this one's.
+fn ping_pong(
     cores: [usize; 2],
     iters: u64,
     warmup: u64,
     layout: Layout,
     stop: &AtomicBool,
 ) -> Result<Histogram<u64>, BenchError> {
-    let rings = Arc::new(Rings::new(layout));
-    let total = warmup + iters;
-    let server_rings = Arc::clone(&rings);
+    let words = Arc::new(Words::new(layout));
+    let server_words = Arc::clone(&words);
     let server = std::thread::Builder::new()
         .name("floor-server".into())
         .spawn(move || -> Result<(), BenchError> {
             pin_current(cores[1])?;
-            for seq in 1..=total {
-                let (head, body) = server_rings.record(0, seq);
-                if wait_until(head, |v| v == seq || v == STOP)? == STOP {
+            for seq in 1u64.. {
+                let (head, body) = server_words.record(0, seq);
+                if wait_until(head, |v| v == 2 * seq - 1 || v == STOP)? == STOP {
                     return Ok(());
                 }
-                let v = body.load(Ordering::Relaxed);
-                let (head, body) = server_rings.record(1, seq);
-                body.store(v.wrapping_add(1), Ordering::Relaxed);
-                head.store(seq, Ordering::Release);
+                let v = body.map(|b| b.load(Ordering::Relaxed));
+                let (head, body) = server_words.record(1, seq);
+                if let (Some(b), Some(v)) = (body, v) {
+                    b.store(v.wrapping_add(1), Ordering::Relaxed);
+                }
+                head.store(2 * seq, Ordering::Release);
             }
             Ok(())
         })
@@ -256,20 +206,24 @@ fn ring_ping_pong(
     let client = || -> Result<Histogram<u64>, BenchError> {
         pin_current(cores[0])?;
         let mut hist = new_latency_histogram();
-        for seq in 1..=total {
+        for seq in 1..=warmup + iters {
             if seq % 4096 == 0 && stop.load(Ordering::Relaxed) {
                 return Err(BenchError::Interrupted);
             }
+            // Timed from just before the stores, as `bench lat` times from just before its
+            // send: the histogram's bookkeeping is in neither.
             let t_send = Instant::now();
-            let (head, body) = rings.record(0, seq);
-            body.store(seq, Ordering::Relaxed);
-            head.store(seq, Ordering::Release);
-            let (head, body) = rings.record(1, seq);
-            wait_until(head, |v| v == seq)?;
+            let (head, body) = words.record(0, seq);
+            if let Some(b) = body {
+                b.store(seq, Ordering::Relaxed);
+            }
+            head.store(2 * seq - 1, Ordering::Release);
+            let (head, body) = words.record(1, seq);
+            wait_until(head, |v| v == 2 * seq)?;
             let t_now = Instant::now();
-            if body.load(Ordering::Relaxed) != seq.wrapping_add(1) {
+            if body.is_some_and(|b| b.load(Ordering::Relaxed) != seq.wrapping_add(1)) {
                 return Err(BenchError::Protocol(format!(
-                    "floor ring pong {seq} carried the wrong payload"
+                    "floor pong {seq} carried the wrong payload"
                 )));
             }
             if seq > warmup {
@@ -279,11 +233,13 @@ fn ring_ping_pong(
         Ok(hist)
     };
     let result = client();
-    if result.is_err() {
-        // Wake a server still waiting for a ping that will not come, wherever it waits.
-        for seq in 0..RING_RECORDS as u64 {
-            rings.record(0, seq).0.store(STOP, Ordering::Release);
-        }
+    // Stop the server wherever it waits: at the next ping, or (after an error) at any.
+    let heads = match layout {
+        Layout::OneLine | Layout::TwoLines => 1,
+        Layout::Separate | Layout::Paired => RING_RECORDS as u64,
+    };
+    for seq in 0..heads {
+        words.record(0, seq).0.store(STOP, Ordering::Release);
     }
     let joined = server
         .join()
@@ -558,54 +514,65 @@ pub fn memcpy(core: usize, size: usize, stop: &AtomicBool) -> Result<MemcpyFloor
 mod tests {
     use super::*;
 
-    /// Every record of either layout is its own pair of words; the separate rings never share
-    /// a line between the directions, four records to a line; the paired one puts ping `i` and
-    /// pong `i` in one line, two of each direction to it.
+    /// Every record of either ring layout is its own pair of words; the separate rings never
+    /// share a line between the directions, four records to a line; the paired one puts ping
+    /// `i` and pong `i` in one line, two of each direction to it. The line floors move one
+    /// counter word: the same for both directions, or one on a line of its own each.
     #[test]
-    fn ring_layouts_place_records_as_documented() {
+    fn layouts_place_records_as_documented() {
+        let addr = |w: &AtomicU64| w as *const AtomicU64 as usize;
         for layout in [Layout::Separate, Layout::Paired] {
-            let rings = Rings::new(layout);
-            let line_of = |w: &AtomicU64| (w as *const AtomicU64 as usize) / 64;
+            let words = Words::new(layout);
             let mut seen = std::collections::HashSet::new();
             let mut per_line = std::collections::HashMap::<(usize, usize), usize>::new();
             for dir in 0..2 {
                 for seq in 0..RING_RECORDS as u64 {
-                    let (head, body) = rings.record(dir, seq);
-                    assert_eq!(
-                        body as *const AtomicU64 as usize,
-                        head as *const _ as usize + 8
-                    );
-                    assert!(seen.insert(head as *const AtomicU64 as usize));
-                    *per_line.entry((line_of(head), dir)).or_default() += 1;
+                    let (head, body) = words.record(dir, seq);
+                    assert_eq!(body.map(addr), Some(addr(head) + 8));
+                    assert!(seen.insert(addr(head)));
+                    *per_line.entry((addr(head) / 64, dir)).or_default() += 1;
                     // A lap later, the same record.
-                    let again = rings.record(dir, seq + RING_RECORDS as u64).0;
+                    let again = words.record(dir, seq + RING_RECORDS as u64).0;
                     assert!(std::ptr::eq(head, again));
                 }
             }
             for seq in 0..RING_RECORDS as u64 {
-                let (ping, pong) = (rings.record(0, seq).0, rings.record(1, seq).0);
-                assert_eq!(line_of(ping) == line_of(pong), layout == Layout::Paired);
+                let (ping, pong) = (words.record(0, seq).0, words.record(1, seq).0);
+                assert_eq!(addr(ping) / 64 == addr(pong) / 64, layout == Layout::Paired);
             }
             let lines: std::collections::HashSet<usize> =
                 per_line.keys().map(|&(line, _)| line).collect();
             let (per_dir, shared) = match layout {
                 Layout::Separate => (4, 2 * RING_RECORDS / 4),
-                Layout::Paired => (2, RING_RECORDS / 2),
+                _ => (2, RING_RECORDS / 2),
             };
             assert!(per_line.values().all(|&n| n == per_dir), "{layout:?}");
             assert_eq!(lines.len(), shared, "{layout:?}");
         }
+        let one = Words::new(Layout::OneLine);
+        let two = Words::new(Layout::TwoLines);
+        for seq in [0, 1, 4097] {
+            assert!(std::ptr::eq(one.record(0, seq).0, one.record(1, 0).0));
+            assert!(one.record(0, seq).1.is_none() && two.record(1, seq).1.is_none());
+            assert!(std::ptr::eq(two.record(1, seq).0, two.record(1, 0).0));
+        }
+        assert_eq!(addr(two.record(1, 0).0) - addr(two.record(0, 0).0), 256);
     }
 
     #[test]
-    fn ring_ping_pongs_run() {
+    fn every_ping_pong_runs() {
         let stop = AtomicBool::new(false);
         let cores = crate::machine::available_cores();
         let cores = [cores[0], *cores.last().unwrap()];
-        for layout in [Layout::Separate, Layout::Paired] {
+        for layout in [
+            Layout::OneLine,
+            Layout::TwoLines,
+            Layout::Separate,
+            Layout::Paired,
+        ] {
             // More round trips than records: the rings come around.
-            let h = ring_ping_pong(cores, 2 * RING_RECORDS as u64, 100, layout, &stop).unwrap();
-            assert_eq!(h.len(), 2 * RING_RECORDS as u64);
+            let h = ping_pong(cores, 2 * RING_RECORDS as u64, 100, layout, &stop).unwrap();
+            assert_eq!(h.len(), 2 * RING_RECORDS as u64, "{layout:?}");
         }
     }
 
