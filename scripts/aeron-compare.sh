@@ -131,10 +131,12 @@ f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin, rg = map(
     float, (f50, f2, a50, s50, a999, s999, atm, stm, afl, aflmin, rg))
 probes = [v for v in (f50, afl, aflmin) if v > 0]
 mixed = len(probes) > 1 and max(probes) > 2 * min(probes)
+# A bench without the ring floor (older summary.json): its three columns "-".
+rings = ("%9.1f %9.1f %9.1f" % (rg, atm - rg, stm - rg)) if rg > 0 else "%9s %9s %9s" % (("-",) * 3)
 print("%-6s %-10s %10.0f %10.0f %10.0f %10.0f %12.0f %12.0f %9s %9.2f %9.2f %9.2f %9.2f %9.2f"
-      " %9.1f %9.1f %9.3f %9.0f %9s %9.1f %9.1f %9.1f" % (
+      " %9.1f %9.1f %9.3f %9.0f %9s %s" % (
     r, api, f50, f2, a50, s50, a999, s999, load, s50 / a50, s50 / f50, s50 / f2, s999 / a999,
-    s999 / s50, atm, stm, stm / atm, afl, "MIXED" if mixed else "one", rg, atm - rg, stm - rg))
+    s999 / s50, atm, stm, stm / atm, afl, "MIXED" if mixed else "one", rings))
 ' "$r" "$api" "$f50" "$f2" "$a50" "$s50" "$a999" "$s999" "$load" "$atm" "$stm" "$afl" "$aflmin" "$rg"
     done
 done
