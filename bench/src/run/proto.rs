@@ -108,12 +108,8 @@ pub fn client_lat<C: BenchConn>(
     let mut deadline = None;
     let mut pacer = Waiter::new(spec.idle, Duration::MAX, "the pacer");
     loop {
-        if interval_ns == 0 {
-            // Closed loop: a round trip starts at its send, as perftest's and Aeron's `cping`
-            // do (a timestamp just before the post / the offer): the histogram's and the
-            // intervals' bookkeeping after the last echo is not part of the next one.
-            t_send = Instant::now();
-        }
+        // Closed loop: `t_send` is the last echo's arrival here (the bookkeeping below reads
+        // it), and the round trip's own timestamp is taken just before its send.
         if i == spec.warmup {
             measure_start = t_send;
             intervals.begin(duration_ns(t_send - origin));
@@ -138,6 +134,12 @@ pub fn client_lat<C: BenchConn>(
                 pacer.reset();
                 t_send = Instant::now();
             }
+        }
+        if interval_ns == 0 {
+            // A round trip starts at its send, as perftest's and Aeron's `cping` do (a
+            // timestamp just before the post / the offer): neither the histogram's and the
+            // intervals' bookkeeping after the last echo nor the checks above are part of it.
+            t_send = Instant::now();
         }
         while !conn.try_send_with(spec.size, |b| fill_from(b, &template))? {
             w.idle()?;
