@@ -302,28 +302,20 @@ btm=$(median "${bench_tm[@]}")
 cr=$(median "${c_rate[@]}") rr=$(median "${rust_rate[@]}")
 echo "=== ffi results: medians of $rounds interleaved rounds (informational; shared machines are noisy)"
 awk -v c="$c" -v cpp="$cpp" -v r="$rust" -v b="$b" -v cr="$cr" -v rr="$rr" \
-  -v ctm="$ctm" -v cpptm="$cpptm" -v rtm="$rtm" -v btm="$btm" 'BEGIN {
-  verdict = "met"; if (c / r > 1.05) verdict = "missed"
+  -v ctm="$ctm" -v cpptm="$cpptm" -v rtm="$rtm" -v btm="$btm" '
+# One ratio against its <= 1.05 target.
+function le(label, x) { printf "  %s %.3f (target <= 1.05: %s)\n", label, x, (x > 1.05 ? "missed" : "met") }
+BEGIN {
+  split("C C++ Rust", name)
   printf "RTT p50, 32 B: C %d ns, C++ %d ns, Rust %d ns\n", c, cpp, r
-  printf "  C/Rust %.3f (target <= 1.05: %s)\n", c / r, verdict
-  verdict = "met"; if (cpp / r > 1.05) verdict = "missed"
-  printf "  C++/Rust %.3f (target <= 1.05: %s)\n", cpp / r, verdict
+  v[1] = c; v[2] = cpp; v[3] = r
+  for (i = 1; i <= 2; i++) le(name[i] "/Rust", v[i] / r)
   printf "  bench lat --size 32: %d ns\n", b
-  split("C C++ Rust", name); v[1] = c; v[2] = cpp; v[3] = r
-  for (i = 1; i <= 3; i++) {
-    verdict = "met"; if (v[i] / b > 1.05) verdict = "missed"
-    printf "  %s/bench lat %.3f (target <= 1.05: %s)\n", name[i], v[i] / b, verdict
-  }
+  for (i = 1; i <= 3; i++) le(name[i] "/bench lat", v[i] / b)
   printf "RTT tm99 (mean up to the p99), 32 B: C %.1f ns, C++ %.1f ns, Rust %.1f ns, bench lat %.1f ns\n", ctm, cpptm, rtm, btm
   t[1] = ctm; t[2] = cpptm; t[3] = rtm
-  for (i = 1; i <= 2; i++) {
-    verdict = "met"; if (t[i] / rtm > 1.05) verdict = "missed"
-    printf "  %s/Rust %.3f (target <= 1.05: %s)\n", name[i], t[i] / rtm, verdict
-  }
-  for (i = 1; i <= 3; i++) {
-    verdict = "met"; if (t[i] / btm > 1.05) verdict = "missed"
-    printf "  %s/bench lat %.3f (target <= 1.05: %s)\n", name[i], t[i] / btm, verdict
-  }
+  for (i = 1; i <= 2; i++) le(name[i] "/Rust", t[i] / rtm)
+  for (i = 1; i <= 3; i++) le(name[i] "/bench lat", t[i] / btm)
   verdict = "met"; if (cr / rr < 0.95) verdict = "missed"
   printf "stream, 32 B: C sw_poll + sw_offer_batched %.2f Mmsg/s, Rust poll + send_batched %.2f Mmsg/s\n", cr, rr
   printf "  C/Rust %.3f (target >= 0.95: %s)\n", cr / rr, verdict
