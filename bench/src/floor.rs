@@ -19,8 +19,14 @@
 //!   *paired*: each line holds two records of each direction, exchange `i`'s ping and pong in
 //!   the same line. The first is the protocol floor of a one-ring-per-direction transport (Aeron
 //!   IPC, spinwire's shm); the second is what a layout sharing lines between the directions
-//!   would have under it; neither transport is built that way. All four are one
-//!   ping-pong over a layout of words.
+//!   would have under it; neither transport is built that way.
+//! * Relay ping-pong: the topology of a dedicated poller ([`RingFloors::relay`]). The client
+//!   thread is both ends, as `bench lat --one-thread` runs them, and the server thread forwards
+//!   between them, as the poller does: ping `seq` goes client -> relay -> the client's server
+//!   end, which echoes it -> relay -> the client end, over four rings of the records above (each
+//!   direction of each hop its own). A round trip moves four lines between the cores where the
+//!   ping-pongs above move two, so a transport through a poller starts from this floor, about
+//!   twice theirs, before any software. All five are one ping-pong over a layout of words.
 //! * Streaming: the client pushes `u64`s through an `rtrb` SPSC ring as fast as it can and the
 //!   server pops them; the rate is measured at the receiver.
 //! * Memcpy ([`memcpy`]): one pinned thread copies a `size`-byte buffer into another of the same
@@ -67,13 +73,16 @@ pub struct FloorResult {
     pub ping_bytes: u64,
 }
 
-/// Round trips of the two ring ping-pongs ([module docs](self)), in nanoseconds.
+/// Round trips of the ring ping-pongs ([module docs](self)), in nanoseconds.
 #[derive(Debug, Clone)]
 pub struct RingFloors {
     /// One ring of 16-byte records per direction.
     pub separate: Histogram<u64>,
     /// Both directions' records in shared lines, two of each to a line.
     pub paired: Histogram<u64>,
+    /// Through a forwarding thread on the second core, four rings: a dedicated poller's
+    /// topology with no software in it.
+    pub relay: Histogram<u64>,
 }
 
 /// Measures the floor between `cores[0]` (client) and `cores[1]` (server): `iters` round trips
@@ -97,6 +106,7 @@ pub fn measure(
     let rings = RingFloors {
         separate: ping_pong(cores, iters, warmup, Layout::Separate, stop)?,
         paired: ping_pong(cores, iters, warmup, Layout::Paired, stop)?,
+        relay: ping_pong(cores, iters, warmup, Layout::Relay, stop)?,
     };
     let rate = stream(cores, iters.saturating_mul(16), stop)?;
     Ok(FloorResult {
@@ -125,6 +135,19 @@ enum Layout {
     Separate,
     /// The records of both directions in shared lines, two of each to a line.
     Paired,
+    /// Four rings as [`Separate`](Self::Separate)'s: client -> relay, relay -> the client's
+    /// server end, that end -> relay, relay -> the client end.
+    Relay,
+}
+
+impl Layout {
+    /// The rings (or line words) a round trip goes through, one per hop between the cores.
+    fn hops(self) -> usize {
+        match self {
+            Layout::Relay => 4,
+            _ => 2,
+        }
+    }
 }
 
 /// One 64-byte line of eight words.
@@ -144,6 +167,7 @@ impl Words {
             // put the words before.
             Layout::OneLine | Layout::TwoLines => 5,
             Layout::Separate | Layout::Paired => RING_RECORDS / 2,
+            Layout::Relay => RING_RECORDS,
         };
         let lines = (0..lines)
             .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
@@ -151,16 +175,18 @@ impl Words {
         Words { lines, layout }
     }
 
-    /// The header word of message `seq` of direction `dir` (0: pings, 1: pongs), and its
-    /// payload word (the rings' records only; the line floors move a counter and nothing else).
+    /// The header word of message `seq` of direction `dir` (0: pings, 1: pongs; the relay's
+    /// hops 0 to 3), and its payload word (the rings' records only; the line floors move a
+    /// counter and nothing else).
     fn record(&self, dir: usize, seq: u64) -> (&AtomicU64, Option<&AtomicU64>) {
         // `RING_RECORDS` is a power of two: the cast keeps the low bits, the index in the ring.
         let i = (seq as usize) & (RING_RECORDS - 1);
         let (line, word) = match self.layout {
             Layout::OneLine => return (&self.lines[0].0[0], None),
             Layout::TwoLines => return (&self.lines[4 * dir].0[0], None),
-            // Four records to a line; direction 1's ring is the second half.
-            Layout::Separate => (dir * RING_RECORDS / 4 + i / 4, (i % 4) * 2),
+            // Four records to a line; direction 1's ring is the second half (the relay's four
+            // rings one after the other).
+            Layout::Separate | Layout::Relay => (dir * RING_RECORDS / 4 + i / 4, (i % 4) * 2),
             // Line `i / 2` holds records `i & !1` and `i | 1` of both directions.
             Layout::Paired => (i / 2, dir * 4 + (i % 2) * 2),
         };
@@ -173,7 +199,9 @@ impl Words {
 /// payload, then its header, `2 * seq - 1`, with `Release`) and waits for pong `seq` (header
 /// `2 * seq`); the server waits for each ping and answers with the payload plus one. Odd pings
 /// and even pongs keep the directions apart where they share a word, and a header from a ring's
-/// earlier lap from being taken for this one's.
+/// earlier lap from being taken for this one's. Over the relay's four rings the client does
+/// this twice per round trip (hops 0 and 1, then, as the server end echoing what came, hops 2
+/// and 3), and the server, the relay, answers each.
 fn ping_pong(
     cores: [usize; 2],
     iters: u64,
@@ -181,6 +209,23 @@ fn ping_pong(
     layout: Layout,
     stop: &AtomicBool,
 ) -> Result<Histogram<u64>, BenchError> {
+    // The number of hops a constant: with it a run-time count (and with these arguments in a
+    // struct), the two-hop floors' means measured 5-30 ns higher (3 interleaved runs each).
+    match layout.hops() {
+        4 => hops_ping_pong::<4>(cores, iters, warmup, layout, stop),
+        _ => hops_ping_pong::<2>(cores, iters, warmup, layout, stop),
+    }
+}
+
+/// [`ping_pong`] with `HOPS` rings (or words) per round trip, an even number.
+fn hops_ping_pong<const HOPS: usize>(
+    cores: [usize; 2],
+    iters: u64,
+    warmup: u64,
+    layout: Layout,
+    stop: &AtomicBool,
+) -> Result<Histogram<u64>, BenchError> {
+    let hops = HOPS;
     let words = Arc::new(Words::new(layout));
     let server_words = Arc::clone(&words);
     let server = std::thread::Builder::new()
@@ -188,16 +233,18 @@ fn ping_pong(
         .spawn(move || -> Result<(), BenchError> {
             pin_current(cores[1])?;
             for seq in 1u64.. {
-                let (head, body) = server_words.record(0, seq);
-                if wait_until(head, |v| v == 2 * seq - 1 || v == STOP)? == STOP {
-                    return Ok(());
+                for hop in (0..hops).step_by(2) {
+                    let (head, body) = server_words.record(hop, seq);
+                    if wait_until(head, |v| v == 2 * seq - 1 || v == STOP)? == STOP {
+                        return Ok(());
+                    }
+                    let v = body.map(|b| b.load(Ordering::Relaxed));
+                    let (head, body) = server_words.record(hop + 1, seq);
+                    if let (Some(b), Some(v)) = (body, v) {
+                        b.store(v.wrapping_add(1), Ordering::Relaxed);
+                    }
+                    head.store(2 * seq, Ordering::Release);
                 }
-                let v = body.map(|b| b.load(Ordering::Relaxed));
-                let (head, body) = server_words.record(1, seq);
-                if let (Some(b), Some(v)) = (body, v) {
-                    b.store(v.wrapping_add(1), Ordering::Relaxed);
-                }
-                head.store(2 * seq, Ordering::Release);
             }
             Ok(())
         })
@@ -213,15 +260,26 @@ fn ping_pong(
             // Timed from just before the stores, as `bench lat` times from just before its
             // send: the histogram's bookkeeping is in neither.
             let t_send = Instant::now();
-            let (head, body) = words.record(0, seq);
-            if let Some(b) = body {
-                b.store(seq, Ordering::Relaxed);
+            // The payload out: the ping's, then (the relay) the echo of what arrived.
+            let mut v = seq;
+            for hop in (0..hops).step_by(2) {
+                if hop > 0 {
+                    if let Some(b) = words.record(hop - 1, seq).1 {
+                        v = b.load(Ordering::Relaxed);
+                    }
+                }
+                let (head, body) = words.record(hop, seq);
+                if let Some(b) = body {
+                    b.store(v, Ordering::Relaxed);
+                }
+                head.store(2 * seq - 1, Ordering::Release);
+                wait_until(words.record(hop + 1, seq).0, |h| h == 2 * seq)?;
             }
-            head.store(2 * seq - 1, Ordering::Release);
-            let (head, body) = words.record(1, seq);
-            wait_until(head, |v| v == 2 * seq)?;
             let t_now = Instant::now();
-            if body.is_some_and(|b| b.load(Ordering::Relaxed) != seq.wrapping_add(1)) {
+            // Each answer adds one.
+            let back = words.record(hops - 1, seq).1;
+            if back.is_some_and(|b| b.load(Ordering::Relaxed) != seq.wrapping_add(hops as u64 / 2))
+            {
                 return Err(BenchError::Protocol(format!(
                     "floor pong {seq} carried the wrong payload"
                 )));
@@ -233,10 +291,12 @@ fn ping_pong(
         Ok(hist)
     };
     let result = client();
-    // Stop the server wherever it waits: at the next ping, or (after an error) at any (the
-    // line layouts' pings all share one word).
-    for seq in 0..RING_RECORDS as u64 {
-        words.record(0, seq).0.store(STOP, Ordering::Release);
+    // Stop the server wherever it waits: at the next ping of any hop, or (after an error) at
+    // any (the line layouts' pings all share one word).
+    for hop in (0..hops).step_by(2) {
+        for seq in 0..RING_RECORDS as u64 {
+            words.record(hop, seq).0.store(STOP, Ordering::Release);
+        }
     }
     let joined = server
         .join()
@@ -518,11 +578,11 @@ mod tests {
     #[test]
     fn layouts_place_records_as_documented() {
         let addr = |w: &AtomicU64| w as *const AtomicU64 as usize;
-        for layout in [Layout::Separate, Layout::Paired] {
+        for layout in [Layout::Separate, Layout::Paired, Layout::Relay] {
             let words = Words::new(layout);
             let mut seen = std::collections::HashSet::new();
             let mut per_line = std::collections::HashMap::<(usize, usize), usize>::new();
-            for dir in 0..2 {
+            for dir in 0..layout.hops() {
                 for seq in 0..RING_RECORDS as u64 {
                     let (head, body) = words.record(dir, seq);
                     assert_eq!(body.map(addr), Some(addr(head) + 8));
@@ -539,8 +599,10 @@ mod tests {
             }
             let lines: std::collections::HashSet<usize> =
                 per_line.keys().map(|&(line, _)| line).collect();
+            // Every line holds the records of one ring but the paired layout's.
             let (per_dir, shared) = match layout {
                 Layout::Separate => (4, 2 * RING_RECORDS / 4),
+                Layout::Relay => (4, 4 * RING_RECORDS / 4),
                 _ => (2, RING_RECORDS / 2),
             };
             assert!(per_line.values().all(|&n| n == per_dir), "{layout:?}");
@@ -566,6 +628,7 @@ mod tests {
             Layout::TwoLines,
             Layout::Separate,
             Layout::Paired,
+            Layout::Relay,
         ] {
             // More round trips than records: the rings come around.
             let h = ping_pong(cores, 2 * RING_RECORDS as u64, 100, layout, &stop).unwrap();

@@ -73,6 +73,7 @@ fn point(test: &str, size: u64) -> Point {
         cross_value: None,
         rtt_x_floor: None,
         rtt_x_floor_two_lines: None,
+        rtt_x_relay: None,
         msgs_per_sec_x_floor: None,
         floor_msgs_per_sec: None,
         floor_memcpy_bytes_per_sec: None,
@@ -105,6 +106,7 @@ fn sample_report() -> Report {
         rings: Some(RingFloors {
             separate: hist(180, 20_000),
             paired: hist(160, 20_000),
+            relay: hist(400, 20_000),
         }),
         rate: RateSummary {
             msgs: 1_000_000,
@@ -118,6 +120,10 @@ fn sample_report() -> Report {
     for (i, size) in [8u64, 64, 512].into_iter().enumerate() {
         let h = hist(1000 + 300 * i as u64, 10_000);
         let mut p = point("lat", size);
+        if size == 512 {
+            // Through a dedicated poller: compared with the relay floor too.
+            p.mode = "dedicated".into();
+        }
         p.rtt_ns = LatencySummary::from_histogram(&h);
         p.half_rtt_ns = p.rtt_ns.map(|s| s.scaled(0.5));
         let intervals = (0..3)
@@ -290,12 +296,24 @@ fn summary_json_has_the_stable_schema() {
     let rings = v["floor"]["rtt_rings_ns"]["p50"].as_f64().unwrap();
     let paired = v["floor"]["rtt_paired_rings_ns"]["p50"].as_f64().unwrap();
     assert!(paired < rings && rings < two, "{}", v["floor"]);
+    let relay = v["floor"]["rtt_relay_ns"]["p50"].as_f64().unwrap();
+    assert!(relay > two, "{}", v["floor"]);
+    let mut dedicated = 0;
     for p in v["points"].as_array().unwrap() {
         if let Some(p50) = p["rtt_ns"]["p50"].as_f64() {
             let x = p["rtt_x_floor_two_lines"]["p50"].as_f64().unwrap();
             assert!((x - p50 / two).abs() < 1e-9, "{p}");
+            // The relay ratio for the points through a dedicated poller only.
+            if p["mode"] == "dedicated" {
+                dedicated += 1;
+                let x = p["rtt_x_relay"]["p50"].as_f64().unwrap();
+                assert!((x - p50 / relay).abs() < 1e-9, "{p}");
+            } else {
+                assert!(p["rtt_x_relay"].is_null(), "{p}");
+            }
         }
     }
+    assert_eq!(dedicated, 1);
     for p in v["points"].as_array().unwrap() {
         for key in [
             "test",
@@ -437,7 +455,9 @@ fn console_table_shows_every_figure_and_ratio() {
         "floor, 2 lines",
         "floor, rings",
         "floor, paired",
+        "floor, relay",
         "x 2line",
+        "x relay",
         "; two lines (one per direction) RTT p50",
     ] {
         assert!(text.contains(s), "{s} missing:\n{text}");

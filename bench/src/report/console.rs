@@ -281,6 +281,9 @@ pub fn render(report: &Report, unit: Unit) -> String {
             if let Some(r) = &f.rtt_paired_rings_ns {
                 lat_row(&mut out, "floor, paired", "RTT", r, unit);
             }
+            if let Some(r) = &f.rtt_relay_ns {
+                lat_row(&mut out, "floor, relay", "RTT", r, unit);
+            }
         }
         for p in &lat {
             if let Some(r) = &p.rtt_ns {
@@ -294,6 +297,9 @@ pub fn render(report: &Report, unit: Unit) -> String {
             }
             if let Some(x) = &p.rtt_x_floor_two_lines {
                 ratio_row(&mut out, "x 2line", x);
+            }
+            if let Some(x) = &p.rtt_x_relay {
+                ratio_row(&mut out, "x relay", x);
             }
         }
     }

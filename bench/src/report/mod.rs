@@ -94,6 +94,10 @@ impl Report {
                 .rings
                 .as_ref()
                 .and_then(|r| LatencySummary::from_histogram(&r.paired)),
+            rtt_relay_ns: f
+                .rings
+                .as_ref()
+                .and_then(|r| LatencySummary::from_histogram(&r.relay)),
             msgs_per_sec: f.rate.msgs_per_sec(),
             mb_per_sec: f.rate.mb_per_sec(),
             memcpy: self.memcpy.iter().map(MemcpyFigures::from).collect(),
@@ -122,6 +126,12 @@ impl Report {
             m.point.rtt_x_floor = m.point.rtt_ns.map(|r| r.ratio_to(&f.rtt_ns));
             if let (Some(r), Some(two)) = (m.point.rtt_ns, f.rtt_two_lines_ns) {
                 m.point.rtt_x_floor_two_lines = Some(r.ratio_to(&two));
+            }
+            // Through a poller, a round trip crosses between the cores four times.
+            if let (Some(r), Some(relay), "dedicated") =
+                (m.point.rtt_ns, f.rtt_relay_ns, m.point.mode.as_str())
+            {
+                m.point.rtt_x_relay = Some(r.ratio_to(&relay));
             }
             m.point.msgs_per_sec_x_floor = m
                 .point

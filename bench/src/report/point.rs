@@ -195,6 +195,10 @@ pub struct Point {
     /// it).
     #[serde(default)]
     pub rtt_x_floor_two_lines: Option<LatencySummary>,
+    /// Each RTT figure divided by the relay floor's (a dedicated poller's topology with no
+    /// software; `--mode dedicated` points only, null otherwise or without it).
+    #[serde(default)]
+    pub rtt_x_relay: Option<LatencySummary>,
     /// msgs/s divided by the floor's streaming msgs/s (null without a floor or for lat).
     pub msgs_per_sec_x_floor: Option<f64>,
     /// The floor's streaming msgs/s (cache-line SPSC, measured in the same run), stated beside
@@ -327,6 +331,7 @@ pub fn floor_point(f: &FloorResult, iters: u64, warmup: u64) -> Measured {
             cross_value: None,
             rtt_x_floor: None,
             rtt_x_floor_two_lines: None,
+            rtt_x_relay: None,
             msgs_per_sec_x_floor: None,
             floor_msgs_per_sec: None,
             floor_memcpy_bytes_per_sec: None,

@@ -29,6 +29,11 @@ pub struct FloorFigures {
     /// The same records with both directions' paired in shared lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_paired_rings_ns: Option<LatencySummary>,
+    /// Round trips through a forwarding thread on the second core over four such rings: the
+    /// topology of a dedicated poller with no software (`bench::floor`); absent for the other
+    /// floors and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_relay_ns: Option<LatencySummary>,
     /// SPSC streaming rate of 8-byte messages.
     pub msgs_per_sec: f64,
     /// The same in MB/s.

@@ -152,6 +152,7 @@ impl Plan {
             cross_value: g.cross.map(|(_, v)| v as u64),
             rtt_x_floor: None,
             rtt_x_floor_two_lines: None,
+            rtt_x_relay: None,
             msgs_per_sec_x_floor: None,
             floor_msgs_per_sec: None,
             floor_memcpy_bytes_per_sec: None,
