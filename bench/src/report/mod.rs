@@ -128,10 +128,10 @@ impl Report {
                 m.point.rtt_x_floor_two_lines = Some(r.ratio_to(&two));
             }
             // Through a poller, a round trip crosses between the cores four times.
-            if let (Some(r), Some(relay), "dedicated") =
-                (m.point.rtt_ns, f.rtt_relay_ns, m.point.mode.as_str())
-            {
-                m.point.rtt_x_relay = Some(r.ratio_to(&relay));
+            if let (Some(r), Some(relay)) = (m.point.rtt_ns, f.rtt_relay_ns) {
+                if m.point.mode == crate::cli::Mode::Dedicated.as_str() {
+                    m.point.rtt_x_relay = Some(r.ratio_to(&relay));
+                }
             }
             m.point.msgs_per_sec_x_floor = m
                 .point
