@@ -279,3 +279,52 @@ fn claim_is_one_at_a_time_and_abort_publishes_nothing() {
     assert_eq!(s.poll(|m| assert_eq!(m.len(), 8), usize::MAX).unwrap(), n);
     assert!(c.claim(8).is_ok());
 }
+
+/// `try_recv` returns the credit of each message it takes before it returns, with the ring
+/// still holding more (no later call of any kind needed): a sender whose window is full can
+/// send one more message per message taken, inline records and zero-copy buffers (whose
+/// buffer comes back with the drop) alike.
+#[test]
+fn each_try_recv_returns_its_credit_at_once() {
+    let _g = serial();
+    let e = engine();
+    let (s, c) = pair(&e, &e, &endpoint("credit-per-take"));
+    for len in [8usize, 1000] {
+        // `Ok(false)`: no credit (or, for a zero-copy message, no free buffer) to send now.
+        let send = |n: u32| -> bool {
+            let mut b = match c.alloc() {
+                Ok(b) => b,
+                Err(Error::WouldBlock) => return false,
+                Err(e) => panic!("{e}"),
+            };
+            b.copy_from(&vec![n as u8; len]).unwrap();
+            match c.send(b) {
+                Ok(()) => true,
+                Err(SendError::WouldBlock(_)) => false,
+                Err(e) => panic!("{e:?}"),
+            }
+        };
+        // Fill the window: `depth` messages in flight, the next refused.
+        let mut sent = 0u32;
+        while send(sent) {
+            sent += 1;
+            assert!(sent <= 2 * COUNT as u32, "the window never filled");
+        }
+        assert_eq!(sent as usize, COUNT, "the window is `depth` messages");
+        for taken in 0..sent {
+            // One taken (and dropped): exactly one more may be sent, though the ring still
+            // holds the rest of the window.
+            let m = s.try_recv().unwrap().expect("a waiting message");
+            assert_eq!((m.len(), m[0]), (len, taken as u8));
+            drop(m);
+            assert!(send(sent + taken), "the credit of message {taken} taken");
+            assert!(!send(0), "one credit per message taken");
+        }
+        // Drain what the loop sent.
+        for taken in 0..sent {
+            let m = s.recv_timeout(WAIT).unwrap();
+            assert_eq!((m.len(), m[0]), (len, (sent + taken) as u8));
+        }
+        assert!(s.try_recv().unwrap().is_none());
+    }
+}

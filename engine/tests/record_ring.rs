@@ -77,9 +77,10 @@ fn check(shapes: &mut Rng, max: usize, seq: u64, rec: Record<'_>) {
     }
 }
 
-/// Up to `limit` records the engine's `try_recv` way: one per call, `take_data` (DATA of at
-/// most `take_max` bytes) and `poll_deferred(1, ..)` for what it leaves, the position published
-/// when the ring looks empty or every 4 records.
+/// Up to `limit` records one per call, as the engine's `try_recv` takes them: `take_data` (DATA
+/// of at most `take_max` bytes) and `poll_deferred(1, ..)` for what it leaves; the position
+/// published once per run (when the ring looks empty or every 4 records), the deferred
+/// publication the ring offers (the engine publishes after each record, a run of one).
 fn take_run(
     rx: &mut Consumer,
     take_max: usize,

@@ -69,8 +69,9 @@ fn consume_all(c: &mut Consumer, n: u8) {
     assert_eq!(c.poll(4, |r| panic!("extra {r:?}")), Ok(0));
 }
 
-/// The engine's `try_recv` policy on a small scale: one record per `poll_deferred`, the
-/// position published after `run` records, when the ring looks empty, or when nothing came.
+/// A caller that publishes once per run (`Consumer::may_be_empty`), on a small scale: one
+/// record per `poll_deferred`, the position published after `run` records, when the ring
+/// looks empty, or when nothing came.
 /// `take`: each record is tried with `take_data` first.
 fn consume_deferred(c: &mut Consumer, n: u8, run: u8, take: bool) {
     let mut next = 0u8;

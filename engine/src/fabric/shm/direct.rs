@@ -11,14 +11,13 @@
 //! message) touches only the other halves; a receive call from inside a handler finds nothing
 //! (it would alias the consumer being polled).
 //!
-//! Synchronisation is amortised per run of messages, in both directions: `send` with
-//! `batched` writes records that [`ShmDirect::flush`] publishes with one store (the engine's
-//! `send_batched`; a plain `send` publishes at once, and a full window or ring publishes the
-//! run before reporting it), and [`ShmDirect::recv_into`] (the engine's `try_recv`) publishes
-//! the consumer position once per run (when the ring runs empty, after a quarter of the
-//! window, or on the next call of another kind) instead of once per message; `poll`
-//! publishes once per batch. The sender re-reads the consumer's position only when its
-//! window is full or its cached free span runs out.
+//! The sender's synchronisation is amortised per run of messages: `send` with `batched` writes
+//! records that [`ShmDirect::flush`] publishes with one store (the engine's `send_batched`; a
+//! plain `send` publishes at once, and a full window or ring publishes the run before
+//! reporting it). The receiving side publishes its consumer position once per call:
+//! [`ShmDirect::recv_into`] (the engine's `try_recv`, one message) per message, `poll` once
+//! per batch; that is one store to the receiver's own line, which the sender re-reads only
+//! when its window is full or its cached free span runs out.
 //!
 //! The per-message common cases are one step each, inlined into the connection's calls: a
 //! small `send` (or `send_copy`) that fits the window and the ring as last seen is the ring's
@@ -30,10 +29,7 @@
 //! The window is the connection's [`flow::Policy`](crate::flow::Policy) of `depth` messages:
 //! the sender keeps its [`SendWindow`] (a message is in flight from its send until the peer's
 //! published consumer position passes its record); the receiver returns the credits of the
-//! messages it consumed by publishing its consumer position, at the latest after a quarter of
-//! the window (`1 ..= 32` messages; a count of its own, the policy's
-//! [`CreditReturn`](crate::flow::CreditReturn) batch, without its cumulative count, which
-//! nothing here reads).
+//! messages it consumed by publishing its consumer position at the end of each receive call.
 //!
 //! Everything read from the peer is validated by the wire layer; a violation is a
 //! [`FabricError::Protocol`] that the caller turns into a failed connection.
@@ -194,10 +190,6 @@ impl ShmDirect {
     ) -> ShmDirect {
         debug_assert_eq!(policy.unit, crate::flow::Unit::Messages);
         let inline_max = tx.inline_max().min(INLINE_MAX);
-        // The consumer publishes its position after a quarter of the window (at most 32
-        // messages), sooner when its ring runs empty: a return is one store that the sender
-        // reads when its window is full, not a message, so it can be frequent.
-        let policy = policy.return_every((policy.window / 4).clamp(1, 32));
         ShmDirect {
             // Set by the peer before the handshake ended: final now (`hdr::ST_BELL`).
             tx: UnsafeCell::new(TxSide {
@@ -209,11 +201,7 @@ impl ShmDirect {
                     .is_armed()
                     .then(|| NonNull::from(seg.peer_bell_word())),
             }),
-            rx: UnsafeCell::new(RxSide {
-                ring: rx,
-                owed: 0,
-                return_every: policy.credit_return().batch() as u32,
-            }),
+            rx: UnsafeCell::new(RxSide { ring: rx }),
             rel: UnsafeCell::new(rel),
             polling: Cell::new(false),
             large_reserved: Cell::new(false),
@@ -327,9 +315,8 @@ impl ShmDirect {
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
     pub(crate) fn send_ref(&self, idx: u32, len: u32) -> Result<Sent, FabricError> {
-        // As `send` by reference: settles the receive side's deferred position, and publishes
-        // any batched run before it together with this record.
-        self.settle_rx();
+        // As `send` by reference: publishes any batched run before it together with this
+        // record.
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() && !side.collect()? {
@@ -365,7 +352,6 @@ impl ShmDirect {
         len: u32,
         batched: bool,
     ) -> bool {
-        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if len as usize <= self.inline_max
@@ -397,7 +383,6 @@ impl ShmDirect {
     /// handles or reports the rest.
     #[inline(always)]
     pub(crate) fn try_send_bytes(&self, data: &[u8]) -> bool {
-        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         // An open claim makes the ring refuse (`room_end` is 0 then).
@@ -440,8 +425,6 @@ impl ShmDirect {
         len: u32,
         batched: bool,
     ) -> Result<Sent, FabricError> {
-        // Done by `try_send_copied` already when it came first: one flag and one compare.
-        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() && !side.collect()? {
@@ -494,33 +477,12 @@ impl ShmDirect {
         }
     }
 
-    /// Publishes the consumer position that [`recv_into`](Self::recv_into) left unpublished,
-    /// unless a poll is running (it publishes at its end). One flag and one compare when
-    /// nothing is pending.
-    #[inline(always)]
-    fn settle_rx(&self) {
-        // SAFETY: not polling, so no other reference to `rx` is live (every mutable use sets
-        // the flag first); read for the compare only.
-        if !self.polling.get() && unsafe { &*self.rx.get() }.owed != 0 {
-            self.settle_rx_now();
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn settle_rx_now(&self) {
-        // SAFETY: not polling (checked by the caller), so no other reference to `rx` is live;
-        // no application code runs while it is borrowed here.
-        unsafe { &mut *self.rx.get() }.return_credits();
-    }
-
     /// Messages in flight: sent and not yet consumed by the peer (re-reads its position).
     ///
     /// # Errors
     ///
     /// [`FabricError::Protocol`]: the peer's consumer position is invalid.
     pub(crate) fn unconsumed(&self) -> Result<usize, FabricError> {
-        self.settle_rx();
         // SAFETY: borrowed for the call only; no application code runs meanwhile.
         let side = unsafe { self.tx() };
         if side.window.in_flight() > 0 {
@@ -553,7 +515,6 @@ impl ShmDirect {
     #[inline(always)]
     pub(crate) fn claim(&self, len: usize) -> Result<Option<std::ptr::NonNull<u8>>, FabricError> {
         debug_assert!(!self.claim_open() && len <= self.inline_max);
-        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() && !side.collect()? {
@@ -577,7 +538,6 @@ impl ShmDirect {
     #[inline(always)]
     pub(crate) fn try_claim(&self, len: usize) -> Option<std::ptr::NonNull<u8>> {
         debug_assert!(len <= self.inline_max);
-        self.settle_rx();
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         if side.window.is_full() {
@@ -609,14 +569,13 @@ impl ShmDirect {
     /// [`IdleStrategy::Block`](crate::IdleStrategy::Block)'s wait: announces on this side's
     /// doorbell that it sleeps, re-checks the ring, the peer's close mark and `down()` (the
     /// connection's state, which the control thread changes before it rings), and sleeps
-    /// until the peer (or the control thread) rings or `max` passes. The consumer position
-    /// is published first, so a sender waiting for credits is not held up by the sleep.
+    /// until the peer (or the control thread) rings or `max` passes. (The consumer position
+    /// is already published: every receive publishes before it returns.)
     /// Whether a ring ended the sleep (`None`: it found work and did not sleep).
     pub(crate) fn sleep(&self, max: Duration, down: impl FnOnce() -> bool) -> Option<bool> {
         if self.polling.get() {
             return None;
         }
-        self.settle_rx();
         let bell = self.seg.bell();
         let announced = bell.announce();
         if self.rx_pending() || self.seg.peer_close_code() != 0 || down() {

@@ -45,9 +45,11 @@
 //!   consumed, also if the handler unwinds (it is never handed over twice). The consumer never
 //!   writes the record area.
 //! * [`Consumer::poll_deferred`] is a poll that leaves the position unpublished, for a caller
-//!   that takes one record per call and publishes once per run ([`Consumer::publish`]; the
-//!   engine's `try_recv` publishes when [`Consumer::may_be_empty`] says the ring ran empty or
-//!   a run is complete). The producer gets the space back only at that publication, and the
+//!   that takes one record per call and publishes when it chooses ([`Consumer::publish`]:
+//!   once per run, when [`Consumer::may_be_empty`] says the ring ran empty or a run is
+//!   complete; the engine's `try_recv` publishes after every record, since that look at the
+//!   next header cost its ping-pong more than the store it saved). The producer gets the
+//!   space back only at that publication, and the
 //!   consumer's bound on an honest record's end is taken from the *published* position.
 //! * [`Producer::try_put_data`] and [`Consumer::take_data`] are the one-record common cases of
 //!   `claim` + `commit` and `poll_deferred(1, ..)`: a DATA record that needs no PAD and fits

@@ -1,6 +1,6 @@
-//! The receiving half of [`ShmDirect`]: [`RxSide`] (the peer's ring and the credits owed),
-//! and the receive calls, `poll` (a batch in place) and `recv_into` (one message, the
-//! engine's `try_recv`), with the release of held buffers. See the [parent module](super).
+//! The receiving half of [`ShmDirect`]: [`RxSide`] (the peer's ring), and the receive calls,
+//! `poll` (a batch in place) and `recv_into` (one message, the engine's `try_recv`), with the
+//! release of held buffers. See the [parent module](super).
 
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -13,24 +13,11 @@ use crate::record::ring::Take;
 use super::super::wire::{RxMsg, RxRing};
 use super::{wire_err, ShmDirect};
 
-/// The receiving half: the peer's ring and the credits its consumption owes the sender.
+/// The receiving half: the peer's ring. Every receive call publishes the consumer position
+/// before it returns (the credits of what it consumed go back), so nothing is left owed
+/// between calls.
 pub(super) struct RxSide {
     pub(super) ring: RxRing,
-    /// Messages consumed while [`recv_into`](ShmDirect::recv_into) left the consumer position
-    /// unpublished: their credits are owed (the position is published when `return_every` are,
-    /// when the ring runs empty, and on every other call that may take `rx`).
-    pub(super) owed: u32,
-    /// The credit return's batch: a quarter of the window, `1 ..= 32`.
-    pub(super) return_every: u32,
-}
-
-impl RxSide {
-    /// Publishes the consumer position (when it moved): the owed credits go back.
-    #[inline(always)]
-    pub(super) fn return_credits(&mut self) {
-        self.ring.publish();
-        self.owed = 0;
-    }
 }
 
 /// Clears the `polling` flag, also when a handler unwinds.
@@ -82,8 +69,7 @@ impl ShmDirect {
         // use of `rx` checks the flag first (and either sets it or runs no application code
         // while it holds `rx`), and handlers re-entering find it set.
         let rx = unsafe { &mut *self.rx.get() };
-        // `rx.poll` publishes the position at its end, with what `recv_into` left pending.
-        rx.owed = 0;
+        // `rx.poll` publishes the position at its end.
         let mut error: Option<FabricError> = None;
         let mut bytes = 0u64;
         // Inlined into the loop: as a call per message it cost a frame and the record passed
@@ -147,15 +133,12 @@ impl ShmDirect {
     /// and `got` is `(len, buffer)`. `Ok(false)`: nothing received (or called from inside a
     /// [`poll`](Self::poll) handler); nothing is written then.
     ///
-    /// The consumer position is published once per run of messages, not per message: when
-    /// the ring runs empty (nothing published after the message taken, or nothing to take;
-    /// also when the next record would start a new cache line, see the code), when the
-    /// credit return's batch is owed (a quarter of the window), and by the next call of any
-    /// other kind (`send`, `claim`, `poll`, `unconsumed`). So the window slot of a consumed
-    /// message is free for the sender at the latest when the receiver's ring runs empty, and
-    /// the producer re-reads the position once per run instead of its line moving between the
-    /// cores per message (the consumer's store of its position per message was the one shared
-    /// write a `try_recv` loop made, besides the header reads).
+    /// The consumer position is published after every message taken: one store to this
+    /// side's own line, which the producer reads only when its window is full or its cached
+    /// free span runs out. (It was published once per run, when the word after the message
+    /// read `0` or a quarter of the window was owed: that look at the next header cost an
+    /// 8-B ping-pong 15-25 ns a round trip on the AMD EPYC guest, more than the store it
+    /// saved in a stream; see the README's shm round trip.)
     ///
     /// The results are written where the caller keeps them (the payload into the stash slot
     /// the message will own), so nothing is built here and moved through `Option`/`Result`
@@ -199,17 +182,11 @@ impl ShmDirect {
         );
         match taken {
             Take::Data => {
-                rx.owed += 1;
-                // Published as in `recv_into_slow` (see there).
-                if rx.owed >= rx.return_every || rx.ring.may_be_empty() {
-                    rx.return_credits();
-                }
+                rx.ring.publish();
                 Ok(true)
             }
-            Take::Empty => {
-                rx.return_credits();
-                Ok(false)
-            }
+            // Every call that consumed published its position: nothing to publish here.
+            Take::Empty => Ok(false),
             // `got` passed on, so it lives in memory on the fast path too (stored by the
             // closure above, read back by the connection). Through a local of its own for the
             // call it stayed in registers, 4 instructions fewer per streamed `try_recv`
@@ -273,16 +250,9 @@ impl ShmDirect {
                 },
             },
         );
-        rx.owed += u32::from(taken);
-        // Published when nothing was taken, when a return batch is owed, and when the ring
-        // may have run empty: the word after the message reads `0`, or is not looked at
-        // because it starts the next cache line. That line is the one the producer has just
-        // written (its zero-ahead), so the look was a second line transfer on the message's
-        // critical path, one message in four at 8 B (`bench lat`); the position's store is
-        // to this side's own line, which the producer reads only when its window is full.
-        if !taken || rx.owed >= rx.return_every || rx.ring.may_be_empty() {
-            rx.return_credits();
-        }
+        // Published per message, as by the fast case (a PAD skipped counts: its space goes
+        // back too).
+        rx.ring.publish();
         r.map_err(wire_err)?;
         match error {
             Some(e) => Err(e),

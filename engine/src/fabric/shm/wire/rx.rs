@@ -200,20 +200,6 @@ impl RxRing {
         self.ring.unpublished_bytes()
     }
 
-    /// Whether the ring may be empty, without reading a line not yet read (see
-    /// [`Consumer::may_be_empty`]).
-    #[inline]
-    pub fn may_be_empty(&self) -> bool {
-        self.ring.may_be_empty()
-    }
-
-    /// Whether nothing is published at the consumer position right now (a racy hint; see
-    /// [`Consumer::is_empty_hint`]).
-    #[inline]
-    pub fn is_empty_hint(&self) -> bool {
-        self.ring.is_empty_hint()
-    }
-
     /// Raw pointer to buffer `index` of the sender's pool, for reading a received buffer in
     /// place (the engine's `Message`). Valid while any handle of the segment is alive; reading
     /// through it is allowed only while the buffer is held.
