@@ -144,6 +144,57 @@ fn take_data_consumer_then_wrap() {
     });
 }
 
+/// The engine's `try_recv`: `take_data_published`, and for what it leaves `poll_deferred(1,
+/// ..)` then `publish`: the position published after every record (each take's store is the
+/// producer's news of the space).
+fn consume_published(c: &mut Consumer, n: u8) {
+    let mut next = 0u8;
+    while next < n {
+        let got = match c.take_data_published(8, |d| {
+            assert_eq!(d, payload(next).as_slice(), "record {next}");
+            next += 1;
+        }) {
+            Take::Data => 1,
+            Take::Empty => 0,
+            Take::Other => {
+                let k = c
+                    .poll_deferred(1, |rec| match rec {
+                        Record::Data(d) => {
+                            assert_eq!(d, payload(next).as_slice(), "record {next}");
+                            next += 1;
+                        }
+                        other => panic!("unexpected {other:?}"),
+                    })
+                    .expect("poll");
+                c.publish();
+                k
+            }
+        };
+        assert_eq!(c.unpublished_bytes(), 0);
+        if got == 0 {
+            thread::yield_now();
+        }
+    }
+    assert_eq!(c.poll(4, |r| panic!("extra {r:?}")), Ok(0));
+}
+
+#[test]
+fn take_data_published_consumer_then_wrap() {
+    loom::model(|| {
+        let (mut p, mut c) = ring::with_capacity(CAP, max_payload_for(CAP)).unwrap();
+        let t = thread::spawn(move || {
+            for i in 0..3 {
+                let data = payload(i);
+                if !p.try_put_data(data.len(), false, |b| b.copy_from_slice(&data)) {
+                    push_wait(&mut p, &data, false);
+                }
+            }
+        });
+        consume_published(&mut c, 3);
+        t.join().unwrap();
+    });
+}
+
 #[test]
 fn batch_into_deferred_consumer() {
     loom::model(|| {

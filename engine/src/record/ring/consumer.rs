@@ -278,6 +278,25 @@ impl Consumer {
     where
         F: FnOnce(&[u8]),
     {
+        self.take::<false, F>(max, handler)
+    }
+
+    /// [`take_data`](Self::take_data), and the position published once `handler` returned
+    /// (one `Release` store of the position in hand, with no compare: a take always moves
+    /// it), for a caller that publishes after every record.
+    #[inline(always)]
+    pub fn take_data_published<F>(&mut self, max: usize, handler: F) -> Take
+    where
+        F: FnOnce(&[u8]),
+    {
+        self.take::<true, F>(max, handler)
+    }
+
+    #[inline(always)]
+    fn take<const PUBLISH: bool, F>(&mut self, max: usize, handler: F) -> Take
+    where
+        F: FnOnce(&[u8]),
+    {
         let cap = self.cap;
         let off = self.pos as usize & (cap - 1);
         let guard = self.region.track_read(off);
@@ -301,7 +320,8 @@ impl Consumer {
         {
             return Take::Other;
         }
-        self.pos += size as u64;
+        let next = self.pos + size as u64;
+        self.pos = next;
         #[cfg(not(loom))]
         {
             // SAFETY: `off + 8 + payload <= off + size <= cap`, checked above. The record is
@@ -316,6 +336,12 @@ impl Consumer {
             self.region.read_bytes(off + RECORD_HEADER, &mut stage);
             handler(&stage);
             self.stage = stage;
+        }
+        if PUBLISH {
+            // Release: the handler's reads of the record happen before the producer's writes
+            // over it.
+            self.region.consumer_pos().store(next, Ordering::Release);
+            self.published = next;
         }
         Take::Data
     }

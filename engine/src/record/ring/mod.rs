@@ -267,6 +267,40 @@ mod tests {
     }
 
     #[test]
+    fn take_data_published_frees_each_record_at_once() {
+        let (mut p, mut c) = with_capacity(64, 8).unwrap();
+        for i in 0..3u8 {
+            assert!(p.push(&[i; 8]).unwrap());
+        }
+        assert!(!p.push(&[9; 8]).unwrap());
+        // Each take publishes its record's end once the handler has read it: the producer
+        // sees the space at once, with the rest still waiting.
+        for i in 0..2u8 {
+            let mut got = None;
+            assert_eq!(
+                c.take_data_published(8, |d| got = Some(d.to_vec())),
+                Take::Data
+            );
+            assert_eq!(got, Some(vec![i; 8]));
+            assert_eq!(c.unpublished_bytes(), 0);
+            assert_eq!(p.consumer_position().unwrap(), 16 * (u64::from(i) + 1));
+        }
+        assert!(p.push(&[3; 8]).unwrap());
+        // A payload over `max` is left for the general call, unpublished and untouched.
+        assert_eq!(c.take_data_published(4, |_| panic!("taken")), Take::Other);
+        assert_eq!(p.consumer_position().unwrap(), 32);
+        for i in 2..4u8 {
+            assert_eq!(
+                c.take_data_published(8, |d| assert_eq!(d, [i; 8])),
+                Take::Data
+            );
+        }
+        // Nothing published: nothing taken, the position where it was.
+        assert_eq!(c.take_data_published(8, |_| panic!("taken")), Take::Empty);
+        assert_eq!(p.consumer_position().unwrap(), 64);
+    }
+
+    #[test]
     fn wrap_writes_pad_and_zero_ahead() {
         let mem = Arc::new(HeapRegion::new(region_size(64)));
         let max = max_payload_for(64);

@@ -181,10 +181,8 @@ impl ShmDirect {
             },
         );
         match taken {
-            Take::Data => {
-                rx.ring.publish();
-                Ok(true)
-            }
+            // Published by the take, as the slow path publishes below.
+            Take::Data => Ok(true),
             // Every call that consumed published its position: nothing to publish here.
             Take::Empty => Ok(false),
             // `got` passed on, so it lives in memory on the fast path too (stored by the

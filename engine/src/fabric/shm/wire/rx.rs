@@ -174,17 +174,17 @@ impl RxRing {
         Ok(n)
     }
 
-    /// The common case of [`poll_deferred`](Self::poll_deferred)`(1, ..)`: a `DATA` payload of
-    /// at most `max` bytes handed to `handler` in place ([`Take::Data`]), or nothing published
-    /// ([`Take::Empty`]); anything else ([`Take::Other`], nothing consumed: a `BUF_REF`, a
-    /// record to validate in full, a failed handle) is for `poll_deferred`. See
-    /// [`Consumer::take_data`].
+    /// The common case of [`poll`](Self::poll)`(1, ..)`: a `DATA` payload of at most `max`
+    /// bytes handed to `handler` in place, and the consumer position published once it
+    /// returned ([`Take::Data`]), or nothing published ([`Take::Empty`]); anything else
+    /// ([`Take::Other`], nothing consumed: a `BUF_REF`, a record to validate in full, a failed
+    /// handle) is for `poll_deferred`. See [`Consumer::take_data_published`].
     #[inline(always)]
     pub fn take_inline<F>(&mut self, max: usize, handler: F) -> Take
     where
         F: FnOnce(&[u8]),
     {
-        self.ring.take_data(max, handler)
+        self.ring.take_data_published(max, handler)
     }
 
     /// Publishes the consumer position if it moved (one `Release` store): the sender may reuse
