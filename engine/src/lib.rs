@@ -159,10 +159,10 @@
 //!   room for, so credits come back only as the receiver makes room: the sender never has more
 //!   in flight than the receiver can hold. shm's ring holds at least `depth` records of the
 //!   inline size, so a full ring (also `WouldBlock`) only binds for a peer that does not consume.
-//!   shm amortises the synchronisation per run: the receiver gives back the slots of what
-//!   `try_recv` took once per run (at the latest when its ring runs empty, or on its next call of
-//!   another kind), and [`Connection::send_batched`] writes a run of messages that
-//!   [`Connection::flush`] (or the `batch`-th of them) publishes with one store.
+//!   shm's sender amortises the synchronisation per run: [`Connection::send_batched`] writes a
+//!   run of messages that [`Connection::flush`] (or the `batch`-th of them) publishes with one
+//!   store; the receiver gives back the slot of each message `try_recv` takes before the call
+//!   returns (one store to its own line), and `poll` once per batch.
 //! * Messages are at most [`Connection::max_message_size`] bytes
 //!   ([`EngineBuilder::max_message_size`], default 16 MiB; without large slots the buffer
 //!   size); larger ones get [`Error::MessageTooLarge`] stating the limit. A message above the

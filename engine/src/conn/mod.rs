@@ -544,10 +544,9 @@ impl Connection {
     /// cycle if none was waiting; on `mem://` it first takes one straight from the fabric,
     /// without a cycle). The message is read in place; dropping it recycles its buffer.
     ///
-    /// On a direct path (shm) the slots of the messages taken are given back to the sender once
-    /// per run, not per message: when the ring runs empty, after a quarter of the window, and at
-    /// the latest by the next call of another kind on this connection (a send, `poll`,
-    /// `stats`). A call that finds nothing also publishes a pending
+    /// On a direct path (shm) the slot of a message taken is given back to the sender before
+    /// `try_recv` returns (one store to the receiver's own line): a sender whose window is full
+    /// gets a credit per message taken. A call that finds nothing also publishes a pending
     /// [`send_batched`](Self::send_batched) run.
     ///
     /// A loop that spins on it calls [`std::hint::spin_loop`] after each call that found

@@ -138,7 +138,8 @@ impl Consumer {
     /// [`poll`](Self::poll) without publishing the new position: the records handed over are
     /// consumed (never handed over again) but their space goes back to the producer only at
     /// the next [`publish`](Self::publish) (or `poll`). For a caller that takes one record per
-    /// call and publishes once per run of them (the engine's `try_recv`).
+    /// call and publishes when it chooses (the engine's `try_recv`, for what
+    /// [`take_data`](Self::take_data) leaves, publishes right after).
     ///
     /// # Errors
     ///

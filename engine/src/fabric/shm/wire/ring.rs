@@ -15,12 +15,13 @@
 //! bytes is a `DATA` record (header + payload, 8-aligned, several per cache line); a larger one
 //! stays in a pool buffer and travels as a 16-byte `BUF_REF` record (`buf`, `len`). The header
 //! word is the commit flag (stored last, `Release`), a batch is published with one store, the
-//! consumer publishes its position once per poll (or, polling one message per call with
-//! [`RxRing::poll_deferred`], once per run: [`RxRing::publish`]) and the producer re-reads it
-//! only when its cached window runs out. The ring is the credit: a full ring is
-//! back-pressure.
+//! consumer publishes its position once per poll (or, taking one message per call with
+//! [`RxRing::take_inline`], per message; [`RxRing::poll_deferred`] leaves it to
+//! [`RxRing::publish`]) and the producer re-reads it only when its cached window runs out.
+//! The ring is the credit: a full ring is back-pressure.
 //!
 //! [`RxRing::poll_deferred`]: super::RxRing::poll_deferred
+//! [`RxRing::take_inline`]: super::RxRing::take_inline
 //! [`RxRing::publish`]: super::RxRing::publish
 //!
 //! # Release ring protocol
