@@ -328,3 +328,49 @@ fn each_try_recv_returns_its_credit_at_once() {
         assert!(s.try_recv().unwrap().is_none());
     }
 }
+
+/// `poll(handler, 1)`, a ping-pong's receive, takes one message per call whatever comes: inline
+/// records, zero-copy buffers and the ring's wrap (a PAD before the next record) alike, in
+/// order, and nothing while the ring is empty.
+#[test]
+fn poll_one_at_a_time_takes_every_kind_in_order() {
+    let _g = serial();
+    let e = engine();
+    let (s, c) = pair(&e, &e, &endpoint("poll-one"));
+    let mut rng = XorShift::new(11);
+    // Enough to wrap the ring many times; a window's worth in flight at most.
+    for round in 0..200u32 {
+        let lens: Vec<usize> = (0..COUNT)
+            .map(|_| [1, 8, 13, 64, 120, 300, 1000, BUF][rng.index(8)])
+            .collect();
+        for (i, &len) in lens.iter().enumerate() {
+            let mut b = c.alloc().expect("a send buffer");
+            let mut data = vec![0u8; len];
+            fill(&mut data, round << 8 | i as u32);
+            b.copy_from(&data).unwrap();
+            c.send(b).unwrap();
+        }
+        for (i, &len) in lens.iter().enumerate() {
+            let mut got = None;
+            let deadline = Instant::now() + WAIT;
+            while got.is_none() {
+                let n = s
+                    .poll(
+                        |m| {
+                            assert!(got.is_none(), "two messages in one poll(.., 1)");
+                            verify(m, round << 8 | i as u32, len);
+                            got = Some(());
+                        },
+                        1,
+                    )
+                    .expect("poll");
+                assert_eq!(n, usize::from(got.is_some()));
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}, message {i}: none"
+                );
+            }
+        }
+        assert_eq!(s.poll(|_| panic!("nothing was sent"), 1).unwrap(), 0);
+    }
+}
