@@ -50,18 +50,21 @@ fn push_wait(p: &mut Producer, data: &[u8], batched: bool) {
     }
 }
 
+/// Checks that `rec` is DATA record `*next` and counts it.
+fn expect_next(next: &mut u8, rec: Record<'_>) {
+    match rec {
+        Record::Data(d) => {
+            assert_eq!(d, payload(*next).as_slice(), "record {next}");
+            *next += 1;
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 fn consume_all(c: &mut Consumer, n: u8) {
     let mut next = 0u8;
     while next < n {
-        let got = c
-            .poll(2, |rec| match rec {
-                Record::Data(d) => {
-                    assert_eq!(d, payload(next).as_slice(), "record {next}");
-                    next += 1;
-                }
-                other => panic!("unexpected {other:?}"),
-            })
-            .expect("poll");
+        let got = c.poll(2, |rec| expect_next(&mut next, rec)).expect("poll");
         if got == 0 {
             thread::yield_now();
         }
@@ -78,10 +81,7 @@ fn consume_deferred(c: &mut Consumer, n: u8, run: u8, take: bool) {
     let mut unpublished = 0u8;
     while next < n {
         let fast = if take {
-            c.take_data(8, |d| {
-                assert_eq!(d, payload(next).as_slice(), "record {next}");
-                next += 1;
-            })
+            c.take_data(8, |d| expect_next(&mut next, Record::Data(d)))
         } else {
             Take::Other
         };
@@ -89,13 +89,7 @@ fn consume_deferred(c: &mut Consumer, n: u8, run: u8, take: bool) {
             Take::Data => 1,
             Take::Empty => 0,
             Take::Other => c
-                .poll_deferred(1, |rec| match rec {
-                    Record::Data(d) => {
-                        assert_eq!(d, payload(next).as_slice(), "record {next}");
-                        next += 1;
-                    }
-                    other => panic!("unexpected {other:?}"),
-                })
+                .poll_deferred(1, |rec| expect_next(&mut next, rec))
                 .expect("poll"),
         };
         unpublished += got as u8;
@@ -126,19 +120,21 @@ fn deferred_consumer_publication_then_wrap() {
     });
 }
 
+/// Records `0..n` sent the engine's way: `try_put_data`, `claim` for what it leaves (the PAD).
+fn send_as_the_engine(p: &mut Producer, n: u8) {
+    for i in 0..n {
+        let data = payload(i);
+        if !p.try_put_data(data.len(), false, |b| b.copy_from_slice(&data)) {
+            push_wait(p, &data, false);
+        }
+    }
+}
+
 #[test]
 fn take_data_consumer_then_wrap() {
     loom::model(|| {
         let (mut p, mut c) = ring::with_capacity(CAP, max_payload_for(CAP)).unwrap();
-        let t = thread::spawn(move || {
-            for i in 0..3 {
-                // The engine's send: `try_put_data`, `claim` for what it leaves (the PAD).
-                let data = payload(i);
-                if !p.try_put_data(data.len(), false, |b| b.copy_from_slice(&data)) {
-                    push_wait(&mut p, &data, false);
-                }
-            }
-        });
+        let t = thread::spawn(move || send_as_the_engine(&mut p, 3));
         consume_deferred(&mut c, 3, 2, true);
         t.join().unwrap();
     });
@@ -150,21 +146,12 @@ fn take_data_consumer_then_wrap() {
 fn consume_published(c: &mut Consumer, n: u8) {
     let mut next = 0u8;
     while next < n {
-        let got = match c.take_data_published(8, |d| {
-            assert_eq!(d, payload(next).as_slice(), "record {next}");
-            next += 1;
-        }) {
+        let got = match c.take_data_published(8, |d| expect_next(&mut next, Record::Data(d))) {
             Take::Data => 1,
             Take::Empty => 0,
             Take::Other => {
                 let k = c
-                    .poll_deferred(1, |rec| match rec {
-                        Record::Data(d) => {
-                            assert_eq!(d, payload(next).as_slice(), "record {next}");
-                            next += 1;
-                        }
-                        other => panic!("unexpected {other:?}"),
-                    })
+                    .poll_deferred(1, |rec| expect_next(&mut next, rec))
                     .expect("poll");
                 c.publish();
                 k
@@ -182,14 +169,7 @@ fn consume_published(c: &mut Consumer, n: u8) {
 fn take_data_published_consumer_then_wrap() {
     loom::model(|| {
         let (mut p, mut c) = ring::with_capacity(CAP, max_payload_for(CAP)).unwrap();
-        let t = thread::spawn(move || {
-            for i in 0..3 {
-                let data = payload(i);
-                if !p.try_put_data(data.len(), false, |b| b.copy_from_slice(&data)) {
-                    push_wait(&mut p, &data, false);
-                }
-            }
-        });
+        let t = thread::spawn(move || send_as_the_engine(&mut p, 3));
         consume_published(&mut c, 3);
         t.join().unwrap();
     });
