@@ -201,6 +201,15 @@ impl DirectPath {
         }
     }
 
+    /// One message in place, the common case of `poll(handler, 1)`: `Some(Some(len))`
+    /// delivered, `Some(None)` nothing there, `None` anything else (for `poll`).
+    #[inline(always)]
+    pub(crate) fn poll_one<H: FnMut(&[u8])>(&self, handler: &mut H) -> Option<Option<usize>> {
+        match self {
+            DirectPath::Shm(d) => d.poll_one(handler),
+        }
+    }
+
     /// The next received message: an inline payload copied into `slot`, `got` its length and
     /// buffer (`BUF_INLINE`, or a pooled one, held until released); `Ok(false)`: none.
     ///

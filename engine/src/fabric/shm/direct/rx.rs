@@ -69,28 +69,6 @@ impl ShmDirect {
         // use of `rx` checks the flag first (and either sets it or runs no application code
         // while it holds `rx`), and handlers re-entering find it set.
         let rx = unsafe { &mut *self.rx.get() };
-        // One message (`poll(handler, 1)`, a ping-pong's receive): a DATA record is handed
-        // over by the ring's take, whose checks are a few compares against precomputed bounds
-        // (as `recv_into`'s), and the take publishes the position once the handler returned.
-        // Anything else (a `BUF_REF`, a PAD, a record to validate in full, a failed ring)
-        // takes the general way below. (`bench cost --sizes 8`: a round trip received with
-        // `poll(.., 1)` 26.0-26.5 -> 22.1-22.3 ns.)
-        if limit == 1 {
-            let mut len = 0usize;
-            let taken = rx.ring.take_inline(
-                usize::MAX,
-                #[inline(always)]
-                |b| {
-                    len = b.len();
-                    handler(b);
-                },
-            );
-            match taken {
-                Take::Data => return Ok((1, len as u64)),
-                Take::Empty => return Ok((0, 0)),
-                Take::Other => {}
-            }
-        }
         // `rx.poll` publishes the position at its end.
         let mut error: Option<FabricError> = None;
         let mut bytes = 0u64;
@@ -147,6 +125,37 @@ impl ShmDirect {
             return Err(e);
         }
         Ok((n, bytes))
+    }
+
+    /// The common case of [`poll`](Self::poll)`(handler, 1)` (a ping-pong's receive): a DATA
+    /// record handed to `handler` in place through the ring's take, whose checks are a few
+    /// compares against precomputed bounds (as [`recv_into`](Self::recv_into)'s), the take
+    /// publishing the position once the handler returned. `Some(Some(len))`: one message of
+    /// `len` bytes delivered; `Some(None)`: nothing published (or called from inside a
+    /// handler); `None`: anything else (a `BUF_REF`, a PAD, a record to validate in full, a
+    /// failed ring), nothing consumed, for `poll`.
+    #[inline(always)]
+    pub(crate) fn poll_one<H: FnMut(&[u8])>(&self, handler: &mut H) -> Option<Option<usize>> {
+        if self.polling.replace(true) {
+            return Some(None);
+        }
+        let _g = PollGuard(&self.polling);
+        // SAFETY: as in `poll`: `polling` makes this the only reference to the consumer half.
+        let rx = unsafe { &mut *self.rx.get() };
+        let mut len = 0usize;
+        let taken = rx.ring.take_inline(
+            usize::MAX,
+            #[inline(always)]
+            |b| {
+                len = b.len();
+                handler(b);
+            },
+        );
+        match taken {
+            Take::Data => Some(Some(len)),
+            Take::Empty => Some(None),
+            Take::Other => None,
+        }
     }
 
     /// Takes the next received message: a `DATA` payload is copied into `slot` (`<=
