@@ -23,6 +23,8 @@ use crate::link::Pools;
 use crate::record::copy::copy_bytes;
 use crate::stats::ConnStats;
 
+mod poll;
+
 /// What [`Direct::send_parts`] did.
 pub(super) enum DirectSend {
     /// Sent (the buffer is accounted for).
@@ -664,102 +666,6 @@ impl Direct {
                 Next::Sleep(max) => self.sleep(conn, max),
                 Next::Timeout => return Err(Error::Timeout),
             }
-        }
-    }
-
-    /// [`Connection::poll`]: read in place in the fabric; nothing runs a poller.
-    ///
-    /// One message (`limit == 1`, a ping-pong's receive) is taken inline, as `try_recv`
-    /// takes it; everything else (batches, a record the take leaves, an empty ring's checks)
-    /// is out of line. (Inlined whole, the general poll was too large: an application's
-    /// `poll(handler, 1)` paid a call and its result in memory at every spin.)
-    #[inline(always)]
-    pub(super) fn poll(
-        &self,
-        conn: &Connection,
-        handler: &mut impl FnMut(&[u8]),
-        limit: usize,
-    ) -> Result<usize, Error> {
-        if limit == 1 {
-            match self.fabric.poll_one(handler) {
-                Some(Some(len)) => {
-                    // SAFETY: no other reference to the state is live (the handler has
-                    // returned).
-                    let s = unsafe { self.state() };
-                    s.counts.received += 1;
-                    s.rx_bytes += len as u64;
-                    if s.counts.received % PUBLISH_EVERY == 0 {
-                        self.publish_counts(conn);
-                    }
-                    return Ok(1);
-                }
-                Some(None) => return self.poll_empty(conn, handler, limit),
-                None => {}
-            }
-        }
-        self.poll_rest(conn, handler, limit)
-    }
-
-    /// [`poll`](Self::poll) of what its inline case leaves.
-    #[inline(never)]
-    fn poll_rest(
-        &self,
-        conn: &Connection,
-        handler: &mut impl FnMut(&[u8]),
-        limit: usize,
-    ) -> Result<usize, Error> {
-        let n = self.poll_once(conn, handler, limit)?;
-        if n > 0 || limit == 0 {
-            return Ok(n);
-        }
-        self.poll_empty(conn, handler, limit)
-    }
-
-    /// [`poll`](Self::poll) found nothing: only now look at the connection's state (and
-    /// deliver what was published before it went down).
-    #[cold]
-    #[inline(never)]
-    fn poll_empty(
-        &self,
-        conn: &Connection,
-        handler: &mut impl FnMut(&[u8]),
-        limit: usize,
-    ) -> Result<usize, Error> {
-        self.publish_if_stale(conn);
-        // Nothing to receive: let a batch of sends go out (a reply may depend on it).
-        self.flush();
-        match self.down(conn) {
-            Some(e) => match self.poll_once(conn, handler, limit)? {
-                0 => Err(e),
-                n => Ok(n),
-            },
-            None => Ok(0),
-        }
-    }
-
-    #[inline]
-    fn poll_once(
-        &self,
-        conn: &Connection,
-        handler: &mut impl FnMut(&[u8]),
-        limit: usize,
-    ) -> Result<usize, Error> {
-        // The handlers run inside: no reference to the state is live during the call.
-        match self.fabric.poll(&conn.rx_pool, handler, limit) {
-            Ok((n, bytes)) => {
-                if n > 0 {
-                    // SAFETY: no other reference to the state is live (the handlers have returned).
-                    let s = unsafe { self.state() };
-                    let before = s.counts.received / PUBLISH_EVERY;
-                    s.counts.received += n as u64;
-                    s.rx_bytes += bytes;
-                    if s.counts.received / PUBLISH_EVERY != before {
-                        self.publish_counts(conn);
-                    }
-                }
-                Ok(n)
-            }
-            Err(e) => Err(conn.fail(e)),
         }
     }
 
