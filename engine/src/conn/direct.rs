@@ -493,13 +493,7 @@ impl Direct {
         match unsafe { self.fabric.recv_into(slot, &mut got) } {
             Ok(true) => {
                 let (len, buf) = got;
-                // SAFETY: no other reference to the state is live; none is taken while this one is used.
-                let s = unsafe { self.state() };
-                s.counts.received += 1;
-                s.rx_bytes += u64::from(len);
-                if s.counts.received % PUBLISH_EVERY == 0 {
-                    self.publish_counts(conn);
-                }
+                self.count_received(conn, u64::from(len));
                 if buf == BUF_INLINE {
                     // SAFETY: the slot is ours, with the payload's `len` bytes written.
                     found(unsafe { Message::inline(conn, slot, len) })
@@ -666,6 +660,19 @@ impl Direct {
                 Next::Sleep(max) => self.sleep(conn, max),
                 Next::Timeout => return Err(Error::Timeout),
             }
+        }
+    }
+
+    /// One message of `bytes` received: the counts, published every [`PUBLISH_EVERY`]-th.
+    /// Called once the fabric's receive has returned (no handler runs inside).
+    #[inline(always)]
+    fn count_received(&self, conn: &Connection, bytes: u64) {
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        let s = unsafe { self.state() };
+        s.counts.received += 1;
+        s.rx_bytes += bytes;
+        if s.counts.received % PUBLISH_EVERY == 0 {
+            self.publish_counts(conn);
         }
     }
 

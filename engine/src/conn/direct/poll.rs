@@ -22,14 +22,8 @@ impl Direct {
         if limit == 1 {
             match self.fabric.poll_one(handler) {
                 Some(Some(len)) => {
-                    // SAFETY: no other reference to the state is live (the handler has
-                    // returned).
-                    let s = unsafe { self.state() };
-                    s.counts.received += 1;
-                    s.rx_bytes += len as u64;
-                    if s.counts.received % PUBLISH_EVERY == 0 {
-                        self.publish_counts(conn);
-                    }
+                    // The handler has returned.
+                    self.count_received(conn, len as u64);
                     return Ok(1);
                 }
                 Some(None) => return self.poll_empty(conn, handler, limit),
