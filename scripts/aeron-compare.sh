@@ -29,8 +29,9 @@
 #            on the second (default 0,1); aeronmd's shared conductor may use both
 #   SIZE     message bytes (default 8); ITERS round trips (default 300000); WARMUP (100000)
 #   ROUNDS   rounds, Aeron then spinwire each (default 3)
-#   APIS     the `bench --api` values run each round, one row each (default "buffer poll-copy":
-#            the quick-start calls, then send_copy/poll, the calls Aeron's samples make)
+#   APIS     the `bench --api` values run each round, one row each (default "buffer poll-copy
+#            claim": the quick-start calls, then send_copy/poll, the calls Aeron's samples make,
+#            then claim/send with try_recv)
 #   OUT      where the runs' output goes (default target/aeron-compare)
 set -euo pipefail
 
@@ -44,7 +45,7 @@ SIZE=${SIZE:-8}
 ITERS=${ITERS:-300000}
 WARMUP=${WARMUP:-100000}
 ROUNDS=${ROUNDS:-3}
-APIS=${APIS:-buffer poll-copy}
+APIS=${APIS:-buffer poll-copy claim}
 OUT=${OUT:-target/aeron-compare}
 PING_CORE=${CORES%%,*}
 PONG_CORE=${CORES##*,}

@@ -183,6 +183,10 @@ pub enum Api {
     /// the shape of Aeron's `cping`/`cpong` (offer a copy; poll with a fragment handler that
     /// offers the echo).
     PollCopy,
+    /// `claim` (the bench writes the message in place: on shm, up to the inline threshold,
+    /// straight into the ring record) and `send`; `try_recv` (a `Message`); the echo is
+    /// claimed and copied from the message the same way.
+    Claim,
 }
 
 impl Api {
@@ -191,6 +195,7 @@ impl Api {
         match self {
             Api::Buffer => "buffer",
             Api::PollCopy => "poll-copy",
+            Api::Claim => "claim",
         }
     }
 }
@@ -353,9 +358,10 @@ pub struct CommonArgs {
     )]
     pub app_batch: usize,
     /// Which engine calls the application makes (spinwire fabrics): `buffer`, the quick-start
-    /// calls (`alloc`/`copy_from`/`send`, `try_recv`), or `poll-copy` (`send_copy`, `poll`; the
-    /// echo sent from inside the poll handler, as Aeron's ping-pong samples do). Both ends of a
-    /// loopback run; across processes each side's own flag.
+    /// calls (`alloc`/`copy_from`/`send`, `try_recv`), `poll-copy` (`send_copy`, `poll`; the
+    /// echo sent from inside the poll handler, as Aeron's ping-pong samples do), or `claim`
+    /// (`claim`/`send`, `try_recv`). Both ends of a loopback run; across processes each side's
+    /// own flag.
     #[arg(long, value_enum, default_value_t = Api::Buffer, help_heading = "Data path")]
     pub api: Api,
     /// Check every byte of every payload against the pattern the sender wrote (the server

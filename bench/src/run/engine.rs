@@ -313,6 +313,18 @@ impl EngineConn {
             self.conn.alloc()
         }
     }
+
+    /// The send buffer of a `len`-byte message: `--api claim` claims it (the length set: on
+    /// shm, up to the inline threshold, the ring record itself), the other APIs allocate it
+    /// ([`alloc_for`](Self::alloc_for)).
+    #[inline(always)]
+    fn buf_for(&self, len: usize) -> Result<spinwire::SendBuf<'_>, Error> {
+        if self.api == Api::Claim {
+            self.conn.claim(len)
+        } else {
+            self.alloc_for(len)
+        }
+    }
 }
 
 impl EngineConn {
@@ -390,7 +402,7 @@ impl EngineConn {
                 Err(e) => Err(engine_err("sending", e)),
             };
         }
-        let mut buf = match self.alloc_for(len) {
+        let mut buf = match self.buf_for(len) {
             Ok(b) => b,
             Err(Error::WouldBlock) => return Ok(false),
             Err(e) => return Err(engine_err("allocating a send buffer", e)),
@@ -568,7 +580,7 @@ impl BenchConn for EngineConn {
             return Ok(Some(head));
         }
         loop {
-            match self.alloc_for(m.len()) {
+            match self.buf_for(m.len()) {
                 Ok(mut buf) => {
                     buf.copy_from(&m)
                         .map_err(|e| engine_err("filling the echo", e))?;
