@@ -239,7 +239,7 @@ pub fn client_rate<C: BenchConn>(
                 pacer.reset();
             }
         }
-        let fill = |b: &mut [u8]| b.copy_from_slice(&template);
+        let fill = |b: &mut [u8]| fill_from(b, &template);
         let ok = if spec.app_batch > 0 {
             conn.try_send_batched_with(spec.size, fill)?
         } else {
