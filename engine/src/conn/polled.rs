@@ -387,12 +387,30 @@ impl Polled {
         conn.engine.poll();
     }
 
-    /// [`Connection::try_recv`].
-    #[inline]
+    /// [`Connection::try_recv`]. With dedicated pollers this thread has no engine work to do:
+    /// a delivered message is taken, and an empty ring on a live connection answers `None`,
+    /// inline; everything else (run-to-completion's direct take and engine pass, a full
+    /// stash, a connection gone down) is [`try_recv_general`](Self::try_recv_general).
+    #[inline(always)]
     pub(super) fn try_recv<'c>(
         &'c self,
         conn: &'c Connection,
     ) -> Result<Option<Message<'c>>, Error> {
+        if !self.run_to_completion && !conn.stash.is_full() {
+            if let Some(m) = self.pop_rx(conn) {
+                return Ok(Some(m));
+            }
+            if conn.shared.down().is_none() {
+                return Ok(None);
+            }
+        }
+        self.try_recv_general(conn)
+    }
+
+    /// [`try_recv`](Self::try_recv) in run-to-completion mode, and what its dedicated-poller
+    /// fast case leaves.
+    #[inline]
+    fn try_recv_general<'c>(&'c self, conn: &'c Connection) -> Result<Option<Message<'c>>, Error> {
         if conn.stash.is_full() {
             return self.recv_stash_full(conn);
         }
