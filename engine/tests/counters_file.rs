@@ -197,6 +197,34 @@ fn a_busy_direct_path_publishes_every_256_messages() {
 }
 
 #[test]
+fn a_direct_batch_receive_publishes_when_it_passes_256_messages() {
+    let engine = rtc_builder(256, 16).name("ctest-batch").build().unwrap();
+    let path = engine.counters_path().unwrap();
+    let ep = endpoint("counters-batch");
+    let l = engine.listen(&ep).unwrap();
+    let client = engine.connect(&ep).unwrap();
+    let server = l.accept_timeout(T).unwrap();
+    // Batches of 7, each taken whole by one `poll` (never an empty ring): the count goes
+    // 252 -> 259 in the batch that passes 256, and that batch's receive publishes 259.
+    let mut got = 0u64;
+    for _ in 0..37 {
+        for _ in 0..7 {
+            let mut b = client.alloc_timeout(T).unwrap();
+            b.copy_from(&[7u8; 16]).unwrap();
+            client.send_batched(b).unwrap();
+        }
+        client.flush().unwrap();
+        let n = server.poll(|m| assert_eq!(m.len(), 16), 7).unwrap();
+        assert_eq!(n, 7, "a batch is taken whole");
+        got += n as u64;
+    }
+    assert_eq!(got, 259);
+    read_until(&path, |s| {
+        s.conns.iter().any(|c| c.get("received") == Some(259))
+    });
+}
+
+#[test]
 fn long_dead_files_are_removed_by_the_next_engine() {
     let engine = rtc_builder(256, 16).name("ctest-template").build().unwrap();
     let mut b = std::fs::read(engine.counters_path().unwrap()).unwrap();

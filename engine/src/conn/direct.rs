@@ -493,7 +493,7 @@ impl Direct {
         match unsafe { self.fabric.recv_into(slot, &mut got) } {
             Ok(true) => {
                 let (len, buf) = got;
-                self.count_received(conn, u64::from(len));
+                self.count_received(conn, 1, u64::from(len));
                 if buf == BUF_INLINE {
                     // SAFETY: the slot is ours, with the payload's `len` bytes written.
                     found(unsafe { Message::inline(conn, slot, len) })
@@ -663,15 +663,18 @@ impl Direct {
         }
     }
 
-    /// One message of `bytes` received: the counts, published every [`PUBLISH_EVERY`]-th.
-    /// Called once the fabric's receive has returned (no handler runs inside).
+    /// `n` messages of `bytes` in all received: the counts, published whenever they pass a
+    /// multiple of [`PUBLISH_EVERY`]. Called once the fabric's receive has returned (no
+    /// handler runs inside).
     #[inline(always)]
-    fn count_received(&self, conn: &Connection, bytes: u64) {
+    fn count_received(&self, conn: &Connection, n: u64, bytes: u64) {
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
-        s.counts.received += 1;
+        s.counts.received += n;
         s.rx_bytes += bytes;
-        if s.counts.received % PUBLISH_EVERY == 0 {
+        // The count passed a multiple of `PUBLISH_EVERY` iff its remainder is below `n` (for
+        // one message: the count is a multiple, one test, as before).
+        if s.counts.received % PUBLISH_EVERY < n {
             self.publish_counts(conn);
         }
     }

@@ -1,7 +1,7 @@
 //! The direct path's batch receive, [`Connection::poll`]: one message (`poll(handler, 1)`, a
 //! ping-pong's receive) taken inline through the fabric's take, everything else out of line.
 
-use super::{Direct, PUBLISH_EVERY};
+use super::Direct;
 use crate::conn::Connection;
 use crate::error::Error;
 
@@ -23,7 +23,7 @@ impl Direct {
             match self.fabric.poll_one(handler) {
                 Some(Some(len)) => {
                     // The handler has returned.
-                    self.count_received(conn, len as u64);
+                    self.count_received(conn, 1, len as u64);
                     return Ok(1);
                 }
                 Some(None) => return self.poll_empty(conn, handler, limit),
@@ -81,14 +81,8 @@ impl Direct {
         match self.fabric.poll(&conn.rx_pool, handler, limit) {
             Ok((n, bytes)) => {
                 if n > 0 {
-                    // SAFETY: no other reference to the state is live (the handlers have returned).
-                    let s = unsafe { self.state() };
-                    let before = s.counts.received / PUBLISH_EVERY;
-                    s.counts.received += n as u64;
-                    s.rx_bytes += bytes;
-                    if s.counts.received / PUBLISH_EVERY != before {
-                        self.publish_counts(conn);
-                    }
+                    // The handlers have returned.
+                    self.count_received(conn, n as u64, bytes);
                 }
                 Ok(n)
             }
