@@ -121,12 +121,13 @@ pub enum Error {
         /// Buffers in the pool.
         count: usize,
     },
-    /// A message is waiting, but the application holds `max` small received messages, the
-    /// most a connection lends at once (each is held in a slot of its own; there are as many
-    /// slots as receive buffers and large slots, and at least 256; a message in a receive
-    /// buffer holds that buffer instead): drop one and receive again. Nothing is lost; the
-    /// message stays queued.
-    #[error("the application holds {max} small received messages, the most at once: drop one")]
+    /// A message is waiting, but the application holds `max` received messages, the most a
+    /// connection lends at once: drop one and receive again. Nothing is lost; the message stays
+    /// queued. Each held message takes a slot of its own (its record, and a small message's
+    /// bytes); there are as many slots as receive buffers and large slots (the most messages in
+    /// buffers the peer can lend at once), plus as many again, and at least 256, for small
+    /// ones.
+    #[error("the application holds {max} received messages, the most at once: drop one")]
     TooManyHeld {
         /// The most messages held at once.
         max: usize,

@@ -2,9 +2,11 @@
 //! [`Message`] (a received message, read in place). Both borrow their connection and give their
 //! buffer back when dropped.
 
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
+use super::stash::{self, RECORD};
 use super::{Connection, RING_CLAIM};
 use crate::desc::{is_large, large_slot, RxDesc, BUF_INLINE};
 use crate::error::Error;
@@ -200,29 +202,59 @@ impl Drop for SendBuf<'_> {
 
 /// A received message, read in place. Derefs to its bytes; dropping it recycles its buffer.
 ///
-/// A small handle (the connection, a pointer, the length, the buffer): a message in a pool
-/// buffer or a large slot is read where the peer wrote it, one that arrived inline is in a
-/// slot of the connection's stash (see `Error::TooManyHeld` for how many can be held).
+/// One pointer, to the message's record (the connection, a pointer, the length, the buffer)
+/// in a slot of the connection's stash (see `Error::TooManyHeld` for how many can be held): a
+/// message in a pool buffer or a large slot is read where the peer wrote it, one that arrived
+/// inline is in the slot, after the record.
+///
+/// A handle of one word is moved through `Result<Option<Message>>`, `?` and `if let` as one
+/// 8-byte load of the 8-byte store that made it. The 24-byte handle it replaced was copied by
+/// those moves with a 16-byte load over the narrow stores that had just written it, a
+/// store-forwarding stall per message that doubled the round trip of a receive loop written
+/// with `if let Ok(Some(m))` or `?` (a `match` on the result escaped it).
 pub struct Message<'c> {
-    pub(super) conn: &'c Connection,
+    /// The record, at the start of the stash slot the message holds (an inline message's
+    /// payload follows it there); valid and this message's until it drops.
+    held: NonNull<Held>,
+    _conn: PhantomData<&'c Connection>,
+}
+
+// One word, and so is `Option<Message>` (the pointer's niche): what `try_recv`'s result,
+// `?` and `if let` move (the type's docs).
+const _: () = assert!(
+    std::mem::size_of::<Message<'static>>() == std::mem::size_of::<usize>()
+        && std::mem::size_of::<Option<Message<'static>>>() == std::mem::size_of::<usize>()
+);
+
+/// A held message's record: written by the receive that hands the message out, read by its
+/// handle.
+#[repr(C)]
+pub(super) struct Held {
+    conn: NonNull<Connection>,
     /// The first byte: in the receive pool, a large slot, or the stash slot this message owns.
-    pub(super) ptr: NonNull<u8>,
-    pub(super) len: u32,
+    ptr: NonNull<u8>,
+    len: u32,
     /// `BUF_INLINE` (a stash slot), a receive buffer, or `LARGE_BIT | slot`: what the drop
     /// gives back.
-    pub(super) buf: u32,
+    buf: u32,
 }
+
+// A stash slot keeps room for the record of the message it holds.
+const _: () = assert!(
+    std::mem::size_of::<Held>() <= RECORD && std::mem::align_of::<Held>() <= RECORD,
+    "a stash slot's record room holds a `Held`"
+);
 
 impl std::fmt::Debug for Message<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Message").field("len", &self.len).finish()
+        f.debug_struct("Message").field("len", &self.len()).finish()
     }
 }
 
 impl<'c> Message<'c> {
-    /// The message in descriptor `desc` (as the poller delivered it): an inline one is copied
-    /// into stash slot `slot` (taken by the caller; the message owns it), a pooled one points
-    /// into the receive pool or a large slot and `slot` is given back at once.
+    /// The message in descriptor `desc` (as the poller delivered it), held in stash slot
+    /// `slot` (taken by the caller; the message owns it): an inline one is copied into the
+    /// slot, a pooled one points into the receive pool or a large slot.
     ///
     /// # Safety
     ///
@@ -239,13 +271,12 @@ impl<'c> Message<'c> {
             // of `data`; the slot has room for `INLINE_MAX` and does not overlap it.
             unsafe { Message::copied(conn, desc.data.as_ptr().cast(), desc.len, slot) }
         } else {
-            conn.stash.give_back(slot);
             // SAFETY: the caller's contract, passed on.
-            unsafe { Message::pooled(conn, desc.buf, desc.len, desc.offset()) }
+            unsafe { Message::pooled(conn, desc.buf, desc.len, desc.offset(), slot) }
         }
     }
 
-    /// The `len` bytes at `src` copied into stash slot `slot`, as an inline message.
+    /// The `len` bytes at `src` copied into stash slot `slot`'s payload, as an inline message.
     ///
     /// # Safety
     ///
@@ -258,54 +289,79 @@ impl<'c> Message<'c> {
         len: u32,
         slot: NonNull<u8>,
     ) -> Message<'c> {
-        // SAFETY: the caller's contract; a stash slot holds `INLINE_MAX` bytes.
+        // SAFETY: the caller's contract; a stash slot's payload holds `INLINE_MAX` bytes.
         unsafe {
-            copy_bytes(src, slot.as_ptr(), len as usize);
+            copy_bytes(src, stash::payload(slot).as_ptr(), len as usize);
             Message::inline(conn, slot, len)
         }
     }
 
-    /// The inline message of `len` bytes in stash slot `slot`; dropping it gives the slot back.
+    /// The inline message of `len` bytes in stash slot `slot`'s payload; dropping it gives the
+    /// slot back.
     ///
     /// # Safety
     ///
-    /// `slot` was taken from `conn`'s stash, is owned by the caller, and its first `len`
-    /// bytes are initialised.
+    /// `slot` was taken from `conn`'s stash, is owned by the caller, and the first `len`
+    /// bytes of its payload are initialised.
     #[inline(always)]
     pub(super) unsafe fn inline(conn: &'c Connection, slot: NonNull<u8>, len: u32) -> Message<'c> {
-        Message {
-            conn,
-            ptr: slot,
-            len,
-            buf: BUF_INLINE,
-        }
+        // SAFETY: the caller's contract; the payload lies in the slot, after the record.
+        unsafe { Message::held(conn, slot, stash::payload(slot), len, BUF_INLINE) }
     }
 
     /// The message of `len` bytes at offset `off` of receive buffer `buf`, or of large slot
-    /// `buf` (`LARGE_BIT | slot`); dropping it releases the buffer.
+    /// `buf` (`LARGE_BIT | slot`), held in stash slot `slot`; dropping it releases the buffer
+    /// and gives the slot back.
     ///
     /// # Safety
     ///
     /// `buf` (or its large slot) was checked against the pool (`buf < count`, `off + len <=`
-    /// the buffer's size) and is lent to this side until released.
+    /// the buffer's size) and is lent to this side until released; `slot` was taken from
+    /// `conn`'s stash and is owned by the caller.
     #[inline(always)]
-    pub(super) unsafe fn pooled(conn: &'c Connection, buf: u32, len: u32, off: u32) -> Message<'c> {
-        let ptr = if is_large(buf) {
-            // SAFETY: `slot < count` (the caller's contract).
-            unsafe { conn.rx_large.buf_ptr_unchecked(large_slot(buf)) }
-        } else {
-            // SAFETY: `buf < count` and `off + len <= buf_size` (the caller's contract): inside
-            // the buffer.
-            unsafe {
-                let base = conn.rx_pool.buf_ptr_unchecked(buf);
-                NonNull::new_unchecked(base.as_ptr().add(off as usize))
-            }
+    pub(super) unsafe fn pooled(
+        conn: &'c Connection,
+        buf: u32,
+        len: u32,
+        off: u32,
+        slot: NonNull<u8>,
+    ) -> Message<'c> {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { pooled_ptr(conn, buf, off) };
+        // SAFETY: the caller's contract, as in `inline`.
+        unsafe { Message::held(conn, slot, ptr, len, buf) }
+    }
+
+    /// Writes the record of a message (`len` bytes at `ptr`, `buf` given back when it drops)
+    /// at the start of stash slot `slot`, and returns the message.
+    ///
+    /// # Safety
+    ///
+    /// `slot` was taken from `conn`'s stash and is owned by the caller; `ptr` points to `len`
+    /// initialised bytes that stay valid and unwritten by this side until the message drops
+    /// (its payload in `slot`, with `buf == BUF_INLINE`; or buffer `buf`, lent to this side).
+    #[inline(always)]
+    unsafe fn held(
+        conn: &'c Connection,
+        slot: NonNull<u8>,
+        ptr: NonNull<u8>,
+        len: u32,
+        buf: u32,
+    ) -> Message<'c> {
+        let held = slot.cast::<Held>();
+        // SAFETY: the slot is the caller's, its first `RECORD` bytes kept for this record
+        // (aligned: slots are cache-line aligned), apart from the payload.
+        unsafe {
+            held.as_ptr().write(Held {
+                conn: NonNull::from(conn),
+                ptr,
+                len,
+                buf,
+            })
         };
         Message {
-            conn,
-            ptr,
-            len,
-            buf,
+            held,
+            _conn: PhantomData,
         }
     }
 
@@ -320,22 +376,91 @@ impl Deref for Message<'_> {
     type Target = [u8];
     #[inline(always)]
     fn deref(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `len` initialised bytes that this message owns or is lent
+        let h = self.held.as_ptr();
+        // SAFETY: the record is this message's until it drops (written when it was handed
+        // out); its `ptr` points to `len` initialised bytes that the message owns or is lent
         // (its stash slot, or a pool buffer or large slot checked on delivery and held until
         // this message drops), in memory the connection it borrows keeps alive. A peer
         // violating the protocol by rewriting a shared buffer can only change the bytes seen,
         // not their location.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+        unsafe { std::slice::from_raw_parts((*h).ptr.as_ptr(), (*h).len as usize) }
     }
 }
 
 impl Drop for Message<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.buf == BUF_INLINE {
-            self.conn.stash.give_back(self.ptr);
-        } else {
-            self.conn.release_rx(self.buf);
+        let h = self.held.as_ptr();
+        // SAFETY: the record is this message's (as in `deref`); `conn` is the connection the
+        // message borrows, alive for the message's lifetime.
+        let (conn, buf) = unsafe { ((*h).conn.as_ref(), (*h).buf) };
+        conn.stash.give_back(self.held.cast());
+        if buf != BUF_INLINE {
+            conn.release_rx(buf);
+        }
+    }
+}
+
+/// A received buffer lent to a batch handler, which reads it in place: dropping it (also on
+/// unwind) releases the buffer. (A `Message` without the record: the handler gets the bytes.)
+pub(super) struct LentBuf<'c> {
+    conn: &'c Connection,
+    buf: u32,
+    ptr: NonNull<u8>,
+    len: u32,
+}
+
+impl<'c> LentBuf<'c> {
+    /// The `len` bytes at offset `off` of receive buffer `buf` (or large slot `LARGE_BIT |
+    /// slot`), released when this drops.
+    ///
+    /// # Safety
+    ///
+    /// As [`Message::pooled`]'s for `buf`, `len` and `off`.
+    #[inline(always)]
+    pub(super) unsafe fn new(conn: &'c Connection, buf: u32, len: u32, off: u32) -> LentBuf<'c> {
+        LentBuf {
+            conn,
+            buf,
+            // SAFETY: the caller's contract, passed on.
+            ptr: unsafe { pooled_ptr(conn, buf, off) },
+            len,
+        }
+    }
+
+    /// The message bytes.
+    #[inline(always)]
+    pub(super) fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` bytes of a buffer checked on delivery and lent to this
+        // side until this drops, in memory the connection it borrows keeps alive.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+    }
+}
+
+impl Drop for LentBuf<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.conn.release_rx(self.buf);
+    }
+}
+
+/// Where the bytes at offset `off` of receive buffer `buf` (or large slot `LARGE_BIT | slot`)
+/// of `conn` lie.
+///
+/// # Safety
+///
+/// As [`Message::pooled`]: `buf` (or its slot) and `off` checked against the pool.
+#[inline(always)]
+unsafe fn pooled_ptr(conn: &Connection, buf: u32, off: u32) -> NonNull<u8> {
+    if is_large(buf) {
+        // SAFETY: `slot < count` (the caller's contract).
+        unsafe { conn.rx_large.buf_ptr_unchecked(large_slot(buf)) }
+    } else {
+        // SAFETY: `buf < count` and `off <= buf_size` (the caller's contract): inside the
+        // buffer.
+        unsafe {
+            let base = conn.rx_pool.buf_ptr_unchecked(buf);
+            NonNull::new_unchecked(base.as_ptr().add(off as usize))
         }
     }
 }

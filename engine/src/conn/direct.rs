@@ -15,6 +15,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::ptr::NonNull;
 
 use super::spare::{Counts, Next, Spares, Wait};
+use super::stash;
 use super::{Connection, Message, SendBuf, SendError, RING_CLAIM};
 use crate::desc::BUF_INLINE;
 use crate::error::{Error, FabricError};
@@ -489,8 +490,9 @@ impl Direct {
         };
         // Filled in place by the fabric: the payload into the slot, `(len, buf)` here.
         let mut got = (0u32, BUF_INLINE);
-        // SAFETY: the slot is ours and has room for `INLINE_MAX` bytes, outside the segment.
-        match unsafe { self.fabric.recv_into(slot, &mut got) } {
+        // SAFETY: the slot is ours and its payload has room for `INLINE_MAX` bytes, outside
+        // the segment.
+        match unsafe { self.fabric.recv_into(stash::payload(slot), &mut got) } {
             Ok(true) => {
                 let (len, buf) = got;
                 self.count_received(conn, 1, u64::from(len));
@@ -498,10 +500,10 @@ impl Direct {
                     // SAFETY: the slot is ours, with the payload's `len` bytes written.
                     found(unsafe { Message::inline(conn, slot, len) })
                 } else {
-                    conn.stash.give_back(slot);
                     // SAFETY: the wire layer checked the buffer (or large slot) and its length,
-                    // and it is held until released (the whole buffer: offset 0).
-                    found(unsafe { Message::pooled(conn, buf, len, 0) })
+                    // and it is held until released (the whole buffer: offset 0); the slot is
+                    // ours.
+                    found(unsafe { Message::pooled(conn, buf, len, 0, slot) })
                 }
             }
             Ok(false) => {

@@ -81,8 +81,9 @@ enum Path {
     Direct(Direct),
 }
 
-/// The fewest small messages a connection lets the application hold at once (more where it
-/// has more receive buffers and large slots; see [`Error::TooManyHeld`]).
+/// The fewest small messages a connection lets the application hold at once besides a message
+/// in each buffer it can lend (more where it has more receive buffers and large slots; see
+/// [`Error::TooManyHeld`]).
 const MIN_HELD: usize = 256;
 
 /// One connection: send with [`alloc`](Connection::alloc) + [`send`](Connection::send) (or
@@ -164,10 +165,13 @@ impl Connection {
             },
             large_threshold: cfg.large_threshold(),
             tx_large: pools.tx_large,
-            // As many slots as the messages of other kinds the application can hold.
-            stash: Stash::new(
-                (pools.rx.count() as usize + pools.rx_large.count() as usize).max(MIN_HELD),
-            ),
+            // Each held message takes a slot (its record; a small one's bytes too): as many as
+            // the buffers and large slots that can be lent at once, and as many again (at
+            // least `MIN_HELD`) for small messages.
+            stash: {
+                let lendable = pools.rx.count() as usize + pools.rx_large.count() as usize;
+                Stash::new(lendable + lendable.max(MIN_HELD))
+            },
             rx_large: pools.rx_large,
             idle: cfg.idle,
             peer: parts.peer,

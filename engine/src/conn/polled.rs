@@ -10,6 +10,7 @@ use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
+use super::buffers::LentBuf;
 use super::spare::{Counts, Spares};
 use super::{Connection, Message, SendBuf, SendError};
 use crate::config::Config;
@@ -635,8 +636,8 @@ impl Polled {
                 // Dropping the message (also on unwind) recycles its buffer.
                 // SAFETY: the poller's sink checked the buffer, offset and length, and the
                 // buffer is lent to us until released.
-                let m = unsafe { Message::pooled(conn, desc.buf, desc.len, desc.offset()) };
-                handler(&m);
+                let m = unsafe { LentBuf::new(conn, desc.buf, desc.len, desc.offset()) };
+                handler(m.bytes());
             }
         }
         n

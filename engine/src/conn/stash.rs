@@ -1,24 +1,29 @@
 //! The connection's stash: where a small received message lives while the application holds
 //! it.
 //!
-//! A [`Message`](super::Message) is a 24-byte handle (the connection, a pointer, the length
-//! and the buffer it came in), so that `try_recv` returns it through `Result<Option<_>>` and
-//! the caller's `?` without moving its bytes: the handle used to carry the inline payload
+//! A [`Message`](super::Message) is a one-word handle, a pointer to its record (the
+//! connection, a pointer, the length and the buffer it came in) at the start of the stash slot
+//! it holds, so that `try_recv` returns it through `Result<Option<_>>` and the caller's `?` or
+//! `if let` without moving its bytes or its record. The handle used to carry the inline payload
 //! itself (a 128-byte descriptor), copied whole at each layer, which was most of a receive's
-//! cost (`bench cost`, callgrind). A message that arrived inline (its bytes in the shm ring
-//! record or in the poller's descriptor) is copied once, into a free slot of this stash; one
-//! in a pool buffer or a large slot stays where the peer wrote it and takes no slot.
+//! cost (`bench cost`, callgrind); then the record itself (24 bytes), which those moves copied
+//! with a 16-byte load over the narrow stores that had just written it (a store-forwarding
+//! stall per message). A message that arrived inline (its bytes in the shm ring record or in
+//! the poller's descriptor) is copied once, into its slot after the record (so an 8-byte
+//! message and its record share a line); one in a pool buffer or a large slot stays where the
+//! peer wrote it, and its slot holds only the record.
 //!
 //! The slots are taken and given back last in, first out, so a receive loop that drops each
 //! message before the next reuses one slot (one line, hot in the cache). The slot last given
 //! back is kept apart (`hot`), so that such a loop takes and gives back with one load, test
 //! and store each, without the free list's length, capacity and index arithmetic (callgrind
-//! of `bench cost`'s streamed `try_recv`: 21 instructions per message became 13). There are as many
-//! slots as the connection has receive buffers and large slots, the most messages of the
-//! other kinds an application can hold; holding that many small messages at once makes
-//! `try_recv` fail with [`Error::TooManyHeld`](crate::Error::TooManyHeld) while a message is
-//! waiting (nothing is lost: it stays queued until a held message is dropped), as iceoryx2
-//! bounds the samples a subscriber may borrow.
+//! of `bench cost`'s streamed `try_recv`: 21 instructions per message became 13). There are as
+//! many slots as the connection has receive buffers and large slots (the most messages in
+//! buffers a peer can lend at once), plus as many again, and at least 256, for small ones;
+//! holding that many messages at once makes `try_recv` fail with
+//! [`Error::TooManyHeld`](crate::Error::TooManyHeld) while a message is waiting (nothing is
+//! lost: it stays queued until a held message is dropped), as iceoryx2 bounds the samples a
+//! subscriber may borrow.
 //!
 //! Single-threaded: the connection is `!Sync` and every handle borrowing it is `!Send`, so
 //! the free list is used by one thread, and never while another use is in progress (no
@@ -30,11 +35,23 @@ use std::ptr::NonNull;
 
 use crate::desc::INLINE_MAX;
 
-/// Bytes of a slot: an inline message's largest payload, rounded up to two cache lines (so a
-/// slot's index is a shift of its offset).
-const SLOT: usize = 128;
+/// Bytes at a slot's start kept for the record of the message that holds it; the payload
+/// follows.
+pub(super) const RECORD: usize = 32;
+
+/// Bytes of a slot: the record and an inline message's largest payload, rounded up to a power
+/// of two (so a slot's index is a shift of its offset).
+const SLOT: usize = 256;
 const SLOT_SHIFT: u32 = SLOT.trailing_zeros();
-const _: () = assert!(SLOT.is_power_of_two() && INLINE_MAX <= SLOT);
+const _: () = assert!(SLOT.is_power_of_two() && RECORD + INLINE_MAX <= SLOT);
+
+/// Where the payload of the slot at `slot` (a pointer [`Stash::take`] returned) starts: its
+/// `SLOT - RECORD >= INLINE_MAX` bytes after the record.
+#[inline(always)]
+pub(super) fn payload(slot: NonNull<u8>) -> NonNull<u8> {
+    // SAFETY: a slot is `SLOT > RECORD` bytes: the offset stays inside it.
+    unsafe { slot.add(RECORD) }
+}
 
 /// One slot's storage (aligned to a cache line).
 #[repr(C, align(64))]
@@ -89,8 +106,8 @@ impl Stash {
         self.hot.get().is_null() && unsafe { &*self.free.get() }.is_empty()
     }
 
-    /// Takes a free slot: a pointer to its `SLOT` writable bytes, owned by the caller until it
-    /// gives it back with [`give_back`](Self::give_back). `None`: every slot is held.
+    /// Takes a free slot: a pointer to its `SLOT` writable bytes (the record's room, then the
+    /// [`payload`]), owned by the caller until it gives it back with [`give_back`](Self::give_back). `None`: every slot is held.
     #[inline(always)]
     pub(super) fn take(&self) -> Option<NonNull<u8>> {
         if let Some(p) = NonNull::new(self.hot.get()) {
@@ -208,10 +225,13 @@ mod tests {
         let s = Stash::new(1);
         let p = s.take().expect("a slot");
         let bytes = [7u8; INLINE_MAX];
-        // SAFETY: the slot is ours and has `SLOT >= INLINE_MAX` writable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.as_ptr(), INLINE_MAX) };
+        let at = payload(p);
+        assert_eq!(at.as_ptr() as usize - p.as_ptr() as usize, RECORD);
+        // SAFETY: the slot is ours and has `SLOT - RECORD >= INLINE_MAX` writable bytes after
+        // the record's room.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), at.as_ptr(), INLINE_MAX) };
         // SAFETY: just written.
-        let back = unsafe { std::slice::from_raw_parts(p.as_ptr(), INLINE_MAX) };
+        let back = unsafe { std::slice::from_raw_parts(at.as_ptr(), INLINE_MAX) };
         assert_eq!(back, bytes);
         s.give_back(p);
     }

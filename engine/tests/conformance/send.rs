@@ -518,10 +518,10 @@ fn hold_next<'c>(conn: &'c Connection, held: &mut Vec<spinwire::Message<'c>>) ->
     }
 }
 
-/// An application may hold many received messages at once, small ones (each in a slot of its
-/// own) among pooled ones (each in its buffer), every one reading its own bytes. Past the most
-/// small ones it may hold, `try_recv` fails with the typed `TooManyHeld` while a message waits,
-/// and loses nothing: dropping one lets the waiting message through, in order.
+/// An application may hold many received messages at once, small ones among pooled ones, every
+/// one reading its own bytes. Past the most it may hold, `try_recv` fails with the typed
+/// `TooManyHeld` while a message waits, and loses nothing: dropping one lets the waiting message
+/// through, in order.
 pub fn held_messages_are_bounded_typed_and_lose_nothing(s: &'static Scheme) {
     let e = s.build(s.rtc());
     let (srv, c) = pair(&e, &e, &(s.endpoint)("held"));
@@ -544,12 +544,20 @@ pub fn held_messages_are_bounded_typed_and_lose_nothing(s: &'static Scheme) {
         seq += 1;
         assert!(seq < 1 << 16, "no limit on held messages");
     };
-    // The limit counts the small messages held (each in a slot); pooled ones hold their
-    // buffers instead.
+    // Each held message takes a slot (its record; a small one's bytes too): the limit counts
+    // every message held, pooled ones among them, and has room for a message in every buffer
+    // and at least 256 small ones besides.
     let small = (0..held.len() as u32).filter(|&i| len(i) == 8).count();
-    assert_eq!(max, small, "the limit is the small messages held");
+    assert_eq!(max, held.len(), "the limit is the messages held");
     assert!(held.len() > small, "pooled messages held beside them");
-    assert!(max >= 256, "at least 256 messages may be held, got {max}");
+    assert!(
+        small >= 256,
+        "at least 256 small messages may be held, got {small}"
+    );
+    assert!(
+        max >= 256 + BUFFERS,
+        "room for every buffer's message too, got {max}"
+    );
     for (i, m) in (0u32..).zip(&held) {
         verify(m, i, len(i));
     }
