@@ -172,12 +172,13 @@
 //!   [`Error::PoolExhausted`] when the application itself holds them all; `alloc_large` the
 //!   same for large slots.
 //! * A received pooled buffer returns to its sender when the [`Message`] is dropped, in drop
-//!   order; holding a message holds its buffer (and so one of the sender's buffers). A small
-//!   message (one that travelled inline) is copied once, into a slot of the connection's own,
-//!   and holds that slot: a connection lends at least 256 of them at once (as many as it has
-//!   receive buffers and large slots, where that is more), and past that `try_recv` returns
-//!   [`Error::TooManyHeld`] while a message waits (nothing is lost). A [`Message`] is a small
-//!   handle, cheap to return and move.
+//!   order; holding a message holds its buffer (and so one of the sender's buffers). Every held
+//!   message also holds a slot of the connection's own, where its record lies (a small
+//!   message, one that travelled inline, is copied once, into its slot): a connection has one
+//!   for each receive buffer and large slot, and as many again, at least 256, for small
+//!   messages; past that `try_recv` returns [`Error::TooManyHeld`] while a message waits
+//!   (nothing is lost). A [`Message`] is one word, a pointer to its record: returned,
+//!   matched, `?`-ed and moved as one 8-byte value.
 //! * Pools, shm segments and RDMA regions are placed by the engine's [`HugePages`] and
 //!   [`NumaPolicy`] ([`EngineBuilder::hugepages`], [`EngineBuilder::numa`]): by default every
 //!   region of 2 MiB or more is on 2 MiB hugepages while the kernel's reserved pool has them,
