@@ -444,18 +444,52 @@ pub fn poll_fifo_limit_and_recycling(s: &'static Scheme) {
 }
 
 pub fn poll_handler_panic_recycles(s: &'static Scheme) {
+    // One engine at both ends (run to completion, the sender's flush may already deliver into
+    // the receiver's ring), then one each (the receiver's own poll takes from the fabric).
     let e = s.build(s.rtc());
     let (srv, c) = pair(&e, &e, &(s.endpoint)("poll-panic"));
+    panic_rounds(&srv, &c);
+    let e2 = s.build(s.rtc());
+    let (srv, c) = pair(&e, &e2, &(s.endpoint)("poll-panic-2"));
+    panic_rounds(&srv, &c);
+    // One message at a time (inline and pooled: `poll_len`), each lost to a panicking handler
+    // that takes one message a call: four times the pool and the window, each recycled and
+    // its space given back (or the sender runs dry).
+    for seq in 0..4 * BUFFERS as u32 {
+        send_seq(&c, seq);
+        c.flush().expect("flush");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let r = catch_unwind(AssertUnwindSafe(|| srv.poll(|_| panic!("handler"), 1)));
+            match r {
+                Err(_) => break,
+                Ok(n) => assert_eq!(n.expect("poll"), 0, "the panicking handler ran"),
+            }
+            assert!(Instant::now() < deadline, "message {seq} missing");
+            std::thread::yield_now();
+        }
+    }
+    let seq = 4 * BUFFERS as u32;
+    let mut next = seq;
+    send_seq(&c, seq);
+    c.flush().expect("flush");
+    poll_all(&srv, &mut next, 1, 1);
+}
+
+/// [`poll_handler_panic_recycles`]'s rounds on one pair.
+fn panic_rounds(srv: &Connection, c: &Connection) {
     let (mut seq, mut next) = (0u32, 0u32);
-    for _ in 0..100 {
+    for round in 0..100 {
         for _ in 0..4 {
-            send_seq(&c, seq);
+            send_seq(c, seq);
             seq += 1;
         }
         c.flush().expect("flush");
-        // Panic on the second message of the round: the first is delivered, the second is
-        // lost to the panicking handler (and recycled), the other two stay queued. (The four
-        // may come over more than one call.)
+        // Panic on the second message of the round (a pooled one: `poll_len`): the first is
+        // delivered, the second is lost to the panicking handler (and recycled), the other two
+        // stay queued. (The four may come over more than one call.) Every other round takes
+        // one message a call, which run to completion takes straight from the fabric.
+        let limit = if round % 2 == 0 { 4 } else { 1 };
         let mut k = 0;
         let deadline = Instant::now() + WAIT;
         loop {
@@ -469,7 +503,7 @@ pub fn poll_handler_panic_recycles(s: &'static Scheme) {
                         verify(m, next, poll_len(next));
                         next += 1;
                     },
-                    4,
+                    limit,
                 )
             }));
             match r {
@@ -480,7 +514,7 @@ pub fn poll_handler_panic_recycles(s: &'static Scheme) {
             std::thread::yield_now();
         }
         next += 1; // the one the handler panicked on
-        poll_all(&srv, &mut next, 2, 4);
+        poll_all(srv, &mut next, 2, 4);
     }
     assert_eq!(next, seq);
 }

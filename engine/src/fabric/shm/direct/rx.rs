@@ -30,6 +30,24 @@ impl Drop for PollGuard<'_> {
 }
 
 /// Releases a held buffer when dropped (after the handler returned, or during its unwind).
+/// Publishes what a receive consumed and released when a handler unwinds out of it (the
+/// receive's own publications after the handler are skipped then), so that the peer gets the
+/// records' space and the buffers back without waiting for a later receive that returns (an
+/// application whose every handler panicked starved its sender). Forgotten on the normal path:
+/// it costs nothing there.
+struct PublishOnUnwind<'a>(&'a ShmDirect);
+
+impl Drop for PublishOnUnwind<'_> {
+    fn drop(&mut self) {
+        // SAFETY: runs only while unwinding out of the receive that made it (forgotten
+        // otherwise), whose borrow of the consumer half ended with the handler's frame;
+        // `polling` is still set (its guard drops after this one), so no other reference to
+        // it is live.
+        unsafe { &mut *self.0.rx.get() }.ring.publish();
+        self.0.publish_releases();
+    }
+}
+
 struct ReleaseGuard<'a> {
     direct: &'a ShmDirect,
     buf: u32,
@@ -72,6 +90,7 @@ impl ShmDirect {
         // `rx.poll` publishes the position at its end.
         let mut error: Option<FabricError> = None;
         let mut bytes = 0u64;
+        let unwind = PublishOnUnwind(self);
         // Inlined into the loop: as a call per message it cost a frame and the record passed
         // through memory (about 20 of the ~90 instructions a streamed `poll` message took,
         // callgrind of `bench cost`).
@@ -119,6 +138,7 @@ impl ShmDirect {
                 }
             },
         );
+        std::mem::forget(unwind);
         self.publish_releases();
         let n = r.map_err(wire_err)?;
         if let Some(e) = error {
@@ -143,6 +163,7 @@ impl ShmDirect {
         // SAFETY: as in `poll`: `polling` makes this the only reference to the consumer half.
         let rx = unsafe { &mut *self.rx.get() };
         let mut len = 0usize;
+        let unwind = PublishOnUnwind(self);
         let taken = rx.ring.take_inline(
             usize::MAX,
             #[inline(always)]
@@ -151,6 +172,7 @@ impl ShmDirect {
                 handler(b);
             },
         );
+        std::mem::forget(unwind);
         match taken {
             Take::Data => Some(Some(len)),
             Take::Empty => Some(None),
