@@ -557,9 +557,32 @@ impl Polled {
         let mut n = self.drain_rx(conn, handler, limit);
         if n < limit {
             let work = if self.direct && conn.shared.rtc.is_registered() {
-                // One ownership compare-and-swap for the burst and, when it finds nothing, the
+                // One ownership compare-and-swap for the take and, when it finds nothing, the
                 // cycle; released before the handler runs.
                 match conn.engine.rtc_guard() {
+                    Some(mut g) if limit - n == 1 => {
+                        // One message wanted: taken straight from the fabric into a local
+                        // descriptor, as `try_recv` takes it, not pushed into the receive ring
+                        // by a burst and drained from there (`bench cost --fabric mem`: a
+                        // round trip through `poll(.., 1)` took about 11 ns more than through
+                        // `try_recv`).
+                        let mut desc = MaybeUninit::<RxDesc>::uninit();
+                        if g.direct_rx(&conn.shared, |h| h.recv_one(&mut desc)) == Some(true) {
+                            drop(g);
+                            // SAFETY: `recv_one` delivered into `desc` through a sink, which
+                            // wrote its `len` and `buf` (and the payload or offset; `data` may
+                            // stay uninitialised, as `MaybeUninit`).
+                            let desc = unsafe { desc.assume_init_ref() };
+                            // SAFETY: no other reference to the state is live; this one ends
+                            // here, before the handler runs.
+                            unsafe { self.state() }.counts.received += 1;
+                            // SAFETY: the sink checked a pooled descriptor's buffer, offset and
+                            // length, and the buffer is lent to us until released.
+                            unsafe { hand_over(conn, handler, desc) };
+                            return Ok(n + 1);
+                        }
+                        g.poll_after_empty_take(conn.engine.now_ns())
+                    }
                     Some(mut g) => match g.direct_rx(&conn.shared, |h| h.recv_burst(limit - n)) {
                         Some(burst) if burst > 0 => burst,
                         _ => g.poll_after_empty_take(conn.engine.now_ns()),
@@ -626,19 +649,9 @@ impl Polled {
                 }
             };
             n += 1;
-            if desc.buf == BUF_INLINE {
-                // SAFETY: the poller's `RxSink::push_inline` initialised `len <= INLINE_MAX`
-                // bytes of `data`.
-                handler(unsafe {
-                    std::slice::from_raw_parts(desc.data.as_ptr().cast::<u8>(), desc.len as usize)
-                });
-            } else {
-                // Dropping the message (also on unwind) recycles its buffer.
-                // SAFETY: the poller's sink checked the buffer, offset and length, and the
-                // buffer is lent to us until released.
-                let m = unsafe { LentBuf::new(conn, desc.buf, desc.len, desc.offset()) };
-                handler(m.bytes());
-            }
+            // SAFETY: the poller's sink checked a pooled descriptor's buffer, offset and
+            // length, and the buffer is lent to us until released.
+            unsafe { hand_over(conn, handler, &desc) };
         }
         n
     }
@@ -704,5 +717,28 @@ impl Polled {
         while !conn.shared.is_retired() && Instant::now() < deadline {
             idler.idle(conn.engine.poll());
         }
+    }
+}
+
+/// Runs `handler` on the message in descriptor `desc` (inline, or pooled: its buffer released
+/// when the handler returns, or unwinds).
+///
+/// # Safety
+///
+/// An inline `desc` has `len <= INLINE_MAX` initialised bytes of `data`; a pooled one's buffer,
+/// offset and length were checked by the sink, and the buffer is lent to this side until
+/// released.
+#[inline(always)]
+unsafe fn hand_over(conn: &Connection, handler: &mut impl FnMut(&[u8]), desc: &RxDesc) {
+    if desc.buf == BUF_INLINE {
+        // SAFETY: the caller's contract: `len` initialised bytes of `data`.
+        handler(unsafe {
+            std::slice::from_raw_parts(desc.data.as_ptr().cast::<u8>(), desc.len as usize)
+        });
+    } else {
+        // Dropping the message (also on unwind) recycles its buffer.
+        // SAFETY: the caller's contract, passed on.
+        let m = unsafe { LentBuf::new(conn, desc.buf, desc.len, desc.offset()) };
+        handler(m.bytes());
     }
 }
