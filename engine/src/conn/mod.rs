@@ -591,7 +591,8 @@ impl Connection {
     /// the poller; a receive call on this connection from inside the handler finds nothing.
     ///
     /// A handler that panics loses nothing: the message it was given is recycled during the
-    /// unwind, the ones not yet delivered stay queued.
+    /// unwind (its buffer, and on shm its ring space, go back to the peer then, not with a later
+    /// receive), the ones not yet delivered stay queued.
     ///
     /// # Errors
     ///
