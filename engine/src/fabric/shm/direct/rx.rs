@@ -29,7 +29,6 @@ impl Drop for PollGuard<'_> {
     }
 }
 
-/// Releases a held buffer when dropped (after the handler returned, or during its unwind).
 /// Publishes what a receive consumed and released when a handler unwinds out of it (the
 /// receive's own publications after the handler are skipped then), so that the peer gets the
 /// records' space and the buffers back without waiting for a later receive that returns (an
@@ -48,6 +47,7 @@ impl Drop for PublishOnUnwind<'_> {
     }
 }
 
+/// Releases a held buffer when dropped (after the handler returned, or during its unwind).
 struct ReleaseGuard<'a> {
     direct: &'a ShmDirect,
     buf: u32,
