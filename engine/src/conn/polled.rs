@@ -527,20 +527,32 @@ impl Polled {
         }
         let slot = conn.stash.take()?;
         let mut desc = MaybeUninit::<RxDesc>::uninit();
-        let got = g.direct_rx(&conn.shared, |h| h.recv_one(&mut desc));
-        if got != Some(true) {
+        let Some(desc) = self.take_direct(conn, g, &mut desc) else {
             conn.stash.give_back(slot);
             return None;
-        }
-        // SAFETY: `recv_one` delivered into `desc` through a sink, which wrote its `len` and
-        // `buf` (and the payload or offset; `data` may stay uninitialised, as `MaybeUninit`).
-        let desc = unsafe { desc.assume_init_ref() };
+        };
         // SAFETY: the slot is ours; the sink checked a pooled descriptor's buffer, offset and
         // length, and the buffer is lent to us until released.
-        let m = unsafe { Message::from_desc(conn, desc, slot) };
+        Some(unsafe { Message::from_desc(conn, desc, slot) })
+    }
+
+    /// One message straight from the fabric ([`RtcConn::recv_one`]) into `desc`, counted;
+    /// `g`: the poller, held by the caller. `None`: nothing taken.
+    #[inline(always)]
+    fn take_direct<'d>(
+        &self,
+        conn: &Connection,
+        g: &mut RtcGuard<'_>,
+        desc: &'d mut MaybeUninit<RxDesc>,
+    ) -> Option<&'d RxDesc> {
+        if g.direct_rx(&conn.shared, |h| h.recv_one(desc)) != Some(true) {
+            return None;
+        }
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         unsafe { self.state() }.counts.received += 1;
-        Some(m)
+        // SAFETY: `recv_one` delivered into `desc` through a sink, which wrote its `len` and
+        // `buf` (and the payload or offset; `data` may stay uninitialised, as `MaybeUninit`).
+        Some(unsafe { desc.assume_init_ref() })
     }
 
     /// [`Connection::poll`]: at most one engine pass, only when the messages waiting do not
@@ -567,15 +579,8 @@ impl Polled {
                         // round trip through `poll(.., 1)` took about 11 ns more than through
                         // `try_recv`).
                         let mut desc = MaybeUninit::<RxDesc>::uninit();
-                        if g.direct_rx(&conn.shared, |h| h.recv_one(&mut desc)) == Some(true) {
+                        if let Some(desc) = self.take_direct(conn, &mut g, &mut desc) {
                             drop(g);
-                            // SAFETY: `recv_one` delivered into `desc` through a sink, which
-                            // wrote its `len` and `buf` (and the payload or offset; `data` may
-                            // stay uninitialised, as `MaybeUninit`).
-                            let desc = unsafe { desc.assume_init_ref() };
-                            // SAFETY: no other reference to the state is live; this one ends
-                            // here, before the handler runs.
-                            unsafe { self.state() }.counts.received += 1;
                             // SAFETY: the sink checked a pooled descriptor's buffer, offset and
                             // length, and the buffer is lent to us until released.
                             unsafe { hand_over(conn, handler, desc) };

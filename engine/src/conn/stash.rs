@@ -107,7 +107,8 @@ impl Stash {
     }
 
     /// Takes a free slot: a pointer to its `SLOT` writable bytes (the record's room, then the
-    /// [`payload`]), owned by the caller until it gives it back with [`give_back`](Self::give_back). `None`: every slot is held.
+    /// [`payload`]), owned by the caller until it gives it back with
+    /// [`give_back`](Self::give_back). `None`: every slot is held.
     #[inline(always)]
     pub(super) fn take(&self) -> Option<NonNull<u8>> {
         if let Some(p) = NonNull::new(self.hot.get()) {
