@@ -4,9 +4,12 @@
 //!
 //! * **connect time**: each of `--connections` connects, timed on the connecting side (median,
 //!   p90, max);
-//! * **resident memory per connection**, each side: the growth of `VmRSS` (private and shared
-//!   pages this process touched) from before the first connect to after the idle wait, over the
-//!   connection count;
+//! * **resident memory per connection**, each side: the growth of the memory this process
+//!   touched (`RssAnon + RssShmem`: private and shared pages, not the binary's and libraries'
+//!   file pages) from before the first connect to after the idle wait, over the connection
+//!   count; the code and file pages that the first connect pages in (`RssFile`: once per
+//!   process, however many connections, and more or less of it under memory pressure) are
+//!   reported on a line of their own;
 //! * **committed shared memory per connection**: the growth of the machine's `Shmem`
 //!   (`/proc/meminfo`: tmpfs and memfd pages, counted once however many processes map them);
 //!   machine-wide, so run it on a quiet machine;
@@ -89,8 +92,12 @@ fn kib(path: &str, key: &str) -> Result<u64, BenchError> {
         .ok_or_else(|| BenchError::Protocol(format!("{path}: no `{key}` figure")))
 }
 
-fn rss_kib(pid: u32) -> Result<u64, BenchError> {
-    kib(&format!("/proc/{pid}/status"), "VmRSS:")
+/// A process's resident memory in KiB: (memory it touched, `RssAnon + RssShmem`; file pages,
+/// `RssFile`: its code and the libraries').
+fn rss_kib(pid: u32) -> Result<(u64, u64), BenchError> {
+    let path = format!("/proc/{pid}/status");
+    let mem = kib(&path, "RssAnon:")? + kib(&path, "RssShmem:")?;
+    Ok((mem, kib(&path, "RssFile:")?))
 }
 
 fn shmem_kib() -> Result<u64, BenchError> {
@@ -162,7 +169,7 @@ fn listening_side(
     listener: &spinwire::Listener,
     child: &mut std::process::Child,
     me: u32,
-    (rss0, shm0): (u64, u64),
+    (rss0, shm0): ((u64, u64), u64),
 ) -> Result<(), BenchError> {
     let deadline = Instant::now() + WAIT;
     let mut conns: Vec<Connection> = Vec::with_capacity(a.connections);
@@ -194,7 +201,7 @@ fn listening_side(
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
         .collect();
-    let [c_rss0, c_rss1, med, p90, max, c_down] = f[..] else {
+    let [c_mem0, c_file0, c_mem1, c_file1, med, p90, max, c_down] = f[..] else {
         return Err(BenchError::Protocol(format!(
             "the connecting side said `{}`",
             line.trim()
@@ -222,10 +229,16 @@ fn listening_side(
     );
     println!(
         "  resident per connection: listener {:.0} KiB, connector {:.0} KiB (listener {} -> {} KiB)",
-        per(rss0, rss1),
-        per(c_rss0, c_rss1),
-        rss0,
-        rss1
+        per(rss0.0, rss1.0),
+        per(c_mem0, c_mem1),
+        rss0.0,
+        rss1.0
+    );
+    println!(
+        "  code and file pages paged in (once, not per connection): listener {} KiB, \
+         connector {} KiB",
+        rss1.1.saturating_sub(rss0.1),
+        c_file1.saturating_sub(c_file0)
     );
     println!(
         "  committed shared memory per connection: {:.0} KiB",
@@ -239,9 +252,9 @@ fn listening_side(
     Ok(())
 }
 
-/// The child: connects `--connections` times, idles, prints `rss_before rss_after median_ns
-/// p90_ns max_ns down` (`down`: connections it saw go down), then holds the connections until
-/// its stdin closes.
+/// The child: connects `--connections` times, idles, prints `mem_before file_before mem_after
+/// file_after median_ns p90_ns max_ns down` (`mem`, `file`: [`rss_kib`]'s figures; `down`:
+/// connections it saw go down), then holds the connections until its stdin closes.
 fn connecting_side(a: &FootprintArgs, endpoint: &str) -> Result<(), BenchError> {
     let engine = build(a)?;
     let me = std::process::id();
@@ -272,7 +285,11 @@ fn connecting_side(a: &FootprintArgs, endpoint: &str) -> Result<(), BenchError> 
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "{rss0} {rss1} {} {} {} {down}",
+        "{} {} {} {} {} {} {} {down}",
+        rss0.0,
+        rss0.1,
+        rss1.0,
+        rss1.1,
         at(0.5),
         at(0.9),
         times[times.len() - 1]
