@@ -555,6 +555,11 @@ fn footprint_reports_each_sides_memory_and_no_connection_lost() {
             stdout.contains("committed shared memory per connection"),
             "{t}"
         );
+        // The pages of code the first connect runs are reported apart (once per process).
+        assert!(
+            stdout.contains("code and file pages paged in (once, not per connection)"),
+            "{t}"
+        );
         let line = stdout
             .lines()
             .find(|l| l.contains("resident per connection"))
