@@ -96,10 +96,12 @@ for f in bench perftest; do
     callgrind_annotate --auto=no "$work/$f-$n.cg" >"$work/$f-$n.txt"
   done
 done
-# bench's receive attempts per run: the calls of `Polled::try_recv` (the warm-up's included).
+# bench's receive attempts per run: the calls of `Polled::try_recv` or, where that is inlined
+# (as since its dedicated-poller fast case), of `Polled::try_recv_general`, which every
+# run-to-completion receive calls (the warm-up's included).
 for n in "$short" "$long"; do
   calls=$(callgrind_annotate --tree=calling --auto=no "$work/bench-$n.cg" |
-    sed -n 's/.*>   .*Polled::try_recv (\([0-9,]*\)x).*/\1/p' | tr -d , |
+    sed -n 's/.*>   .*Polled::try_recv\(_general\)\? (\([0-9,]*\)x).*/\2/p' | tr -d , |
     awk '{ s += $1 } END { print s + 0 }')
   echo "$calls" >"$work/bench-$n.attempts"
 done
