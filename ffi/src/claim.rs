@@ -4,8 +4,8 @@
 use spinwire_rs::{Connection, Error, SendBuf, SendError};
 
 use crate::conn::{send_failed, sw_conn};
-use crate::error::{fail, fail_msg, guard, SW_BAD_ARG, SW_POOL_EXHAUSTED};
-use crate::handle::{check, code, out_ptr};
+use crate::error::{fail, fail_msg, guard, SW_BAD_ARG, SW_OK, SW_POOL_EXHAUSTED};
+use crate::handle::{check, code};
 
 /// One claim slot: a send buffer or ring claim lent to C between `sw_try_claim` and its commit
 /// or abort.
@@ -17,18 +17,24 @@ struct Slot {
     buf: Option<SendBuf<'static>>,
 }
 
-/// The claims of one connection: one slot per send buffer plus one for the ring claim (a ring
-/// claim can be open while the application holds every pool buffer), and the free slots. Both
-/// are allocated when the connection handle is made; claiming and committing only move indices.
+/// The claims of one connection: one slot per send buffer and the free slots, both allocated
+/// when the connection handle is made (claiming and committing only move indices), and the
+/// ring claim's slot apart (one ring claim is open at a time, and it can be open while the
+/// application holds every pool buffer). A ring claim, shm's zero-copy small message, moves no
+/// index: see [`sw_try_claim`].
 pub(crate) struct Claims {
     slots: Box<[Slot]>,
     free: Vec<u32>,
+    ring: Slot,
 }
 
+/// The slot index in a ring claim's token (no table index is this large).
+const RING: u32 = u32::MAX;
+
 impl Claims {
-    /// A table of `n` free slots (at least 1).
+    /// A table of `n` free slots (at least 1), and the ring claim's.
     pub(crate) fn new(n: usize) -> Claims {
-        let n = n.clamp(1, u32::MAX as usize);
+        let n = n.clamp(1, RING as usize - 1);
         let slots = (0..n)
             .map(|_| Slot {
                 generation: 0,
@@ -37,12 +43,37 @@ impl Claims {
             .collect();
         // Popped from the end: slot 0 first.
         let free = (0..n as u32).rev().collect();
-        Claims { slots, free }
+        Claims {
+            slots,
+            free,
+            ring: Slot {
+                generation: 0,
+                buf: None,
+            },
+        }
     }
 
     /// Claims open now.
     pub(crate) fn open(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.len() - self.free.len() + usize::from(self.ring.buf.is_some())
+    }
+
+    /// The slot that index `i` of a token names ([`RING`] or a table index), if any.
+    #[inline(always)]
+    fn slot(&mut self, i: u32) -> Option<&mut Slot> {
+        if i == RING {
+            Some(&mut self.ring)
+        } else {
+            self.slots.get_mut(i as usize)
+        }
+    }
+
+    /// Marks slot `i`, emptied, free again (the ring claim's is free when empty).
+    #[inline(always)]
+    fn release(&mut self, i: u32) {
+        if i != RING {
+            self.free.push(i);
+        }
     }
 }
 
@@ -57,6 +88,7 @@ pub(crate) fn abort_all(h: &sw_conn) {
             claims.free.push(i as u32);
         }
     }
+    drop(claims.ring.buf.take());
 }
 
 /// A zero-copy claim: `len` bytes to write a message in place at `data`, then send with
@@ -106,40 +138,59 @@ pub struct sw_claim {
 #[no_mangle]
 pub unsafe extern "C" fn sw_try_claim(conn: *mut sw_conn, len: usize, claim: *mut sw_claim) -> i32 {
     const WHAT: &str = "sw_try_claim";
+    // Written for the ring claim's sake (shm's small message, claimed in the ring record): its
+    // claim and commit are two C calls where `sw_offer` is one, so each keeps to the engine's
+    // call and a few loads and stores, its failures out of line (callgrind of a one-thread
+    // round trip: 121 and 145 instructions a call, against `sw_offer`'s 127, before).
     guard(WHAT, || {
-        code((|| {
-            // SAFETY: per the contract.
-            let h = unsafe { check(WHAT, conn) }?;
-            out_ptr(WHAT, "claim", claim)?;
-            let mut buf = claim_buf(&h.conn, len).map_err(|e| fail(WHAT, &e))?;
-            // SAFETY: no other reference to the table is live in this call.
-            let claims = unsafe { h.claims() };
+        // SAFETY: per the contract.
+        let h = match unsafe { check(WHAT, conn) } {
+            Ok(h) => h,
+            Err(c) => return c,
+        };
+        if claim.is_null() || !claim.is_aligned() {
+            return bad_claim(WHAT);
+        }
+        let mut buf = match claim_buf(&h.conn, len) {
+            Ok(b) => b,
+            Err(e) => return fail(WHAT, &e),
+        };
+        // SAFETY: no other reference to the table is live in this call.
+        let claims = unsafe { h.claims() };
+        let (slot, i) = if buf.is_ring_claim() {
+            // Empty: the connection refuses a second ring claim while one is open.
+            (&mut claims.ring, RING)
+        } else {
             let Some(i) = claims.free.pop() else {
                 // More claims than slots: the pool has more buffers than the engine's config
                 // said; refuse (the buffer goes back).
-                return Err(fail_msg(
-                    WHAT,
-                    SW_POOL_EXHAUSTED,
-                    "every claim slot is in use",
-                ));
+                return fail_msg(WHAT, SW_POOL_EXHAUSTED, "every claim slot is in use");
             };
-            let data = buf.as_mut_slice().as_mut_ptr();
-            let slot = &mut claims.slots[i as usize];
-            slot.generation = slot.generation.wrapping_add(1).max(1);
-            // SAFETY: only the lifetime changes. `buf` borrows `h.conn`, which lives in the same
-            // never-moving heap handle and is dropped after every slot's buffer (see `sw_conn`).
-            slot.buf = Some(unsafe { std::mem::transmute::<SendBuf<'_>, SendBuf<'static>>(buf) });
-            let c = sw_claim {
-                data,
-                len,
-                conn,
-                token: (u64::from(slot.generation) << 32) | u64::from(i),
-            };
-            // SAFETY: checked non-null and aligned; writable per the contract.
-            unsafe { claim.write(c) };
-            Ok(())
-        })())
+            (&mut claims.slots[i as usize], i)
+        };
+        let data = buf.as_mut_slice().as_mut_ptr();
+        slot.generation = slot.generation.wrapping_add(1).max(1);
+        let token = (u64::from(slot.generation) << 32) | u64::from(i);
+        // SAFETY: only the lifetime changes. `buf` borrows `h.conn`, which lives in the same
+        // never-moving heap handle and is dropped after every slot's buffer (see `sw_conn`).
+        slot.buf = Some(unsafe { std::mem::transmute::<SendBuf<'_>, SendBuf<'static>>(buf) });
+        let c = sw_claim {
+            data,
+            len,
+            conn,
+            token,
+        };
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { claim.write(c) };
+        SW_OK
     })
+}
+
+/// `sw_try_claim`'s refusal of a NULL or misaligned `claim`.
+#[cold]
+#[inline(never)]
+fn bad_claim(what: &str) -> i32 {
+    fail_msg(what, SW_BAD_ARG, "claim is NULL or misaligned")
 }
 
 /// The claim of a `len`-byte message on `conn`: `Connection::claim`, so on a direct path
@@ -161,7 +212,7 @@ fn claim_buf(conn: &Connection, len: usize) -> Result<SendBuf<'_>, Error> {
 /// Inlined into the commit: as a call it returned the handle and index through memory, read
 /// back at once (36 instructions and a store-forwarding wait per commit).
 #[inline(always)]
-unsafe fn check_claim<'a>(what: &str, claim: *mut sw_claim) -> Result<(&'a sw_conn, usize), i32> {
+unsafe fn check_claim<'a>(what: &str, claim: *mut sw_claim) -> Result<(&'a sw_conn, u32), i32> {
     if claim.is_null() || !claim.is_aligned() {
         return Err(fail_msg(what, SW_BAD_ARG, "claim is NULL or misaligned"));
     }
@@ -169,11 +220,11 @@ unsafe fn check_claim<'a>(what: &str, claim: *mut sw_claim) -> Result<(&'a sw_co
     let (conn, token) = unsafe { ((*claim).conn, (*claim).token) };
     // SAFETY: per the contract.
     let h = unsafe { check(what, conn.cast_const()) }?;
-    let i = (token & 0xffff_ffff) as usize;
+    let i = token as u32;
     let generation = (token >> 32) as u32;
     // SAFETY: no other reference to the table is live in this call.
     let claims = unsafe { h.claims() };
-    match claims.slots.get(i) {
+    match claims.slot(i) {
         Some(s) if s.generation == generation && s.buf.is_some() && token != 0 => Ok((h, i)),
         _ => Err(fail_msg(
             what,
@@ -215,46 +266,60 @@ pub unsafe extern "C" fn sw_claim_commit(claim: *mut sw_claim) -> i64 {
             Err(c) => return i64::from(c),
         };
         // SAFETY: no other reference to the table is live in this call; `send` does not touch it.
-        let slot = &mut unsafe { h.claims() }.slots[i];
-        let Some(buf) = slot.buf.take() else {
+        let Some(buf) = unsafe { h.claims() }.slot(i).and_then(|s| s.buf.take()) else {
             return i64::from(SW_BAD_ARG);
         };
         match h.conn.send(buf) {
             Ok(()) => {
                 // SAFETY: as above (the slot reference is not used any more).
-                unsafe { h.claims() }.free.push(i as u32);
+                unsafe { h.claims() }.release(i);
                 retire(claim);
                 h.count_sent()
             }
-            Err(SendError::WouldBlock(buf)) => {
-                // Keep the claim: the application retries or aborts.
-                keep(h, i, buf);
-                i64::from(fail(WHAT, &Error::WouldBlock))
-            }
-            Err(SendError::Closed {
-                buf,
-                error: Error::ClaimOpen,
-            }) => {
-                // A pool-buffer claim while a ring claim is open: keep it too (the application
-                // commits or aborts the ring claim, then retries).
-                keep(h, i, buf);
-                i64::from(fail(WHAT, &Error::ClaimOpen))
-            }
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe { h.claims() }.free.push(i as u32);
-                retire(claim);
-                send_failed(WHAT, e)
-            }
+            Err(e) => refused(h, i, claim, e),
         }
     })
 }
 
+/// A commit that `send` refused: the claim is kept for a retry (no credit yet, or a ring claim
+/// open), or released and spent (the connection failed). Out of line, so that the commit's
+/// own path carries none of it.
+#[cold]
+#[inline(never)]
+fn refused(h: &sw_conn, i: u32, claim: *mut sw_claim, e: SendError<'_>) -> i64 {
+    const WHAT: &str = "sw_claim_commit";
+    match e {
+        SendError::WouldBlock(buf) => {
+            // Keep the claim: the application retries or aborts.
+            keep(h, i, buf);
+            i64::from(fail(WHAT, &Error::WouldBlock))
+        }
+        SendError::Closed {
+            buf,
+            error: Error::ClaimOpen,
+        } => {
+            // A pool-buffer claim while a ring claim is open: keep it too (the application
+            // commits or aborts the ring claim, then retries).
+            keep(h, i, buf);
+            i64::from(fail(WHAT, &Error::ClaimOpen))
+        }
+        e => {
+            // SAFETY: called from `sw_claim_commit` only, which holds no other reference to
+            // the table.
+            unsafe { h.claims() }.release(i);
+            retire(claim);
+            send_failed(WHAT, e)
+        }
+    }
+}
+
 /// Puts a claim whose commit was refused back into its slot `i` (taken by `sw_claim_commit`).
 #[cold]
-fn keep(h: &sw_conn, i: usize, buf: SendBuf<'_>) {
+fn keep(h: &sw_conn, i: u32, buf: SendBuf<'_>) {
     // SAFETY: called from `sw_claim_commit` only, which holds no other reference to the table.
-    let slot = &mut unsafe { h.claims() }.slots[i];
+    let Some(slot) = unsafe { h.claims() }.slot(i) else {
+        return; // not reached: `i` was checked by the commit
+    };
     // SAFETY: only the lifetime changes, as in `sw_try_claim`.
     slot.buf = Some(unsafe { std::mem::transmute::<SendBuf<'_>, SendBuf<'static>>(buf) });
 }
@@ -276,8 +341,8 @@ pub unsafe extern "C" fn sw_claim_abort(claim: *mut sw_claim) -> i32 {
             // SAFETY: no other reference to the table is live in this call; dropping the buffer
             // does not touch it.
             let claims = unsafe { h.claims() };
-            drop(claims.slots[i].buf.take());
-            claims.free.push(i as u32);
+            drop(claims.slot(i).and_then(|s| s.buf.take()));
+            claims.release(i);
             retire(claim);
             Ok(())
         })())

@@ -19,8 +19,8 @@ use crate::held::Held;
 /// The table sizes of a connection handle, fixed by its engine's configuration.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Slots {
-    /// Claim slots: the send buffers and large slots, plus one for the ring claim (shm), which
-    /// may be open while every pool buffer is claimed too.
+    /// Claim slots: the send buffers and large slots (the ring claim, shm's, has a slot of its
+    /// own, so it may be open while every pool buffer is claimed too).
     pub(crate) claims: usize,
     /// Messages the application may hold (`sw_hold`): the receive buffers and large slots.
     pub(crate) held: usize,

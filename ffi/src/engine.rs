@@ -62,10 +62,7 @@ pub unsafe extern "C" fn sw_engine_new(cfg: *const sw_config, out: *mut *mut sw_
                 tag: sw_engine::MAGIC,
                 engine,
                 slots: Slots {
-                    claims: cfg
-                        .buffers
-                        .saturating_add(cfg.large_buffers)
-                        .saturating_add(1),
+                    claims: cfg.buffers.saturating_add(cfg.large_buffers),
                     held: cfg.buffers.saturating_add(cfg.large_buffers),
                 },
             });

@@ -202,6 +202,37 @@ fn a_claim_of_one_connection_is_refused_by_another() {
     }
 }
 
+/// A copy of a spent claim is refused, also once a later claim of the same kind is open (the
+/// ring claim, one at a time, has a slot of its own whose generation tells them apart; a pool
+/// claim's slot is reused the same way).
+#[test]
+fn a_spent_claims_copy_is_stale_after_the_next_claim() {
+    let p = pair("stale", 8);
+    // SAFETY: live handles and valid buffers throughout; every claim is spent before the close.
+    unsafe {
+        for len in [RING_CLAIM, POOL_CLAIM] {
+            let mut first: sw_claim = std::mem::zeroed();
+            assert_eq!(sw_try_claim(p.client, len, &mut first), SW_OK);
+            let copy = sw_claim { ..first };
+            ptr::write_bytes(first.data, 1, first.len);
+            assert!(sw_claim_commit(&mut first) > 0, "{}", errmsg());
+            let mut next: sw_claim = std::mem::zeroed();
+            assert_eq!(sw_try_claim(p.client, len, &mut next), SW_OK);
+            ptr::write_bytes(next.data, 2, next.len);
+            let mut stale = copy;
+            assert_eq!(sw_claim_commit(&mut stale), i64::from(SW_BAD_ARG));
+            assert!(errmsg().contains("stale claim"), "{}", errmsg());
+            assert_eq!(sw_claim_abort(&mut stale), SW_BAD_ARG);
+            // The open claim is untouched: it commits.
+            assert!(sw_claim_commit(&mut next) > 0, "{}", errmsg());
+            assert_eq!(sw_flush(p.client), SW_OK);
+            let got = recv(p.server, 2);
+            assert_eq!(got[0], vec![1; len]);
+            assert_eq!(got[1], vec![2; len]);
+        }
+    }
+}
+
 /// Above the inline threshold (120 B by default): a pool-buffer claim on shm.
 const POOL_CLAIM: usize = 300;
 /// Up to the inline threshold: a ring claim on shm (written in the ring record itself).

@@ -175,6 +175,35 @@ impl SendBuf<'_> {
         self.put_len(data.len() as u32);
         Ok(())
     }
+
+    /// Whether this is a ring claim: [`Connection::claim`] of a message up to the inline
+    /// threshold on a direct path (shm), written straight into the connection's ring record
+    /// and committed by [`Connection::send`] with one store. One is open per connection at a
+    /// time; any other `SendBuf` is a pool buffer or a large slot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use spinwire::Engine;
+    /// # fn main() -> Result<(), spinwire::Error> {
+    /// let engine = Engine::builder().build()?;
+    /// # let name = format!("shm://doc-ring-claim-{}", std::process::id());
+    /// let listener = engine.listen(&name)?;
+    /// let client = engine.connect(&name)?;
+    /// let _server = listener.accept_timeout(Duration::from_secs(5))?;
+    /// let small = client.claim(8)?;
+    /// assert!(small.is_ring_claim());
+    /// drop(small); // aborted: nothing is published
+    /// let large = client.claim(4000)?; // above the inline threshold: a pool buffer
+    /// assert!(!large.is_ring_claim());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline(always)]
+    pub fn is_ring_claim(&self) -> bool {
+        self.idx() == RING_CLAIM
+    }
 }
 
 impl Deref for SendBuf<'_> {
