@@ -5,7 +5,7 @@ use spinwire_rs::{Connection, Error, SendBuf, SendError};
 
 use crate::conn::{send_failed, sw_conn};
 use crate::error::{fail, fail_msg, guard, SW_BAD_ARG, SW_OK, SW_POOL_EXHAUSTED};
-use crate::handle::{check, code};
+use crate::handle::{check, code, out_ptr};
 
 /// One claim slot: a send buffer or ring claim lent to C between `sw_try_claim` and its commit
 /// or abort.
@@ -148,8 +148,8 @@ pub unsafe extern "C" fn sw_try_claim(conn: *mut sw_conn, len: usize, claim: *mu
             Ok(h) => h,
             Err(c) => return c,
         };
-        if claim.is_null() || !claim.is_aligned() {
-            return bad_claim(WHAT);
+        if let Err(c) = out_ptr(WHAT, "claim", claim) {
+            return c;
         }
         let mut buf = match claim_buf(&h.conn, len) {
             Ok(b) => b,
@@ -186,13 +186,6 @@ pub unsafe extern "C" fn sw_try_claim(conn: *mut sw_conn, len: usize, claim: *mu
     })
 }
 
-/// `sw_try_claim`'s refusal of a NULL or misaligned `claim`.
-#[cold]
-#[inline(never)]
-fn bad_claim(what: &str) -> i32 {
-    fail_msg(what, SW_BAD_ARG, "claim is NULL or misaligned")
-}
-
 /// The claim of a `len`-byte message on `conn`: `Connection::claim`, so on a direct path
 /// (shm) a message up to the inline threshold is written straight into the ring record (one
 /// such claim open at a time: `Error::ClaimOpen` otherwise), a larger one and every message
@@ -213,9 +206,7 @@ fn claim_buf(conn: &Connection, len: usize) -> Result<SendBuf<'_>, Error> {
 /// back at once (36 instructions and a store-forwarding wait per commit).
 #[inline(always)]
 unsafe fn check_claim<'a>(what: &str, claim: *mut sw_claim) -> Result<(&'a sw_conn, u32), i32> {
-    if claim.is_null() || !claim.is_aligned() {
-        return Err(fail_msg(what, SW_BAD_ARG, "claim is NULL or misaligned"));
-    }
+    out_ptr(what, "claim", claim)?;
     // SAFETY: non-null, aligned, readable per the contract.
     let (conn, token) = unsafe { ((*claim).conn, (*claim).token) };
     // SAFETY: per the contract.

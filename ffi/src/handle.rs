@@ -90,16 +90,20 @@ pub(crate) unsafe fn c_str<'a>(what: &str, arg: &str, s: *const c_char) -> Resul
         .map_err(|_| fail_msg(what, SW_BAD_ARG, &format!("{arg} is not valid UTF-8")))
 }
 
-/// Checks an output pointer.
+/// Checks an output pointer. Inline, its failure out of line: callers on the data path
+/// (`sw_try_claim`, the claim checks) pay two tests for it.
+#[inline(always)]
 pub(crate) fn out_ptr<T>(what: &str, arg: &str, p: *mut T) -> Result<(), i32> {
     if p.is_null() || !p.is_aligned() {
-        return Err(fail_msg(
-            what,
-            SW_BAD_ARG,
-            &format!("{arg} is NULL or misaligned"),
-        ));
+        return Err(bad_ptr(what, arg));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn bad_ptr(what: &str, arg: &str) -> i32 {
+    fail_msg(what, SW_BAD_ARG, &format!("{arg} is NULL or misaligned"))
 }
 
 /// A timeout in nanoseconds, capped at 100 years (so that `now + timeout` never overflows).
