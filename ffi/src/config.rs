@@ -9,8 +9,8 @@ use spinwire_rs::{
     MAX_BUFFERS, MAX_BUFFER_SIZE, MAX_LARGE_BUFFERS, MAX_MESSAGE_SIZE, MIN_LIVENESS_TIMEOUT,
 };
 
-use crate::error::{fail_msg, guard, SW_BAD_ARG, SW_BAD_CONFIG, SW_OK};
-use crate::handle::{c_str, timeout};
+use crate::error::{fail_msg, guard, SW_BAD_CONFIG, SW_OK};
+use crate::handle::{c_str, out_ptr, timeout};
 
 /// Idle strategy: spin with a CPU relax hint (lowest latency; burns the core). The default.
 pub const SW_IDLE_BUSY_SPIN: u32 = 0;
@@ -136,8 +136,8 @@ impl Default for sw_config {
 #[no_mangle]
 pub unsafe extern "C" fn sw_config_init(cfg: *mut sw_config) -> i32 {
     guard("sw_config_init", || {
-        if cfg.is_null() || !cfg.is_aligned() {
-            return fail_msg("sw_config_init", SW_BAD_ARG, "cfg is NULL or misaligned");
+        if let Err(c) = out_ptr("sw_config_init", "cfg", cfg) {
+            return c;
         }
         // SAFETY: non-null, aligned, writable per the contract; `write` does not read the old
         // (possibly uninitialised) value.

@@ -206,9 +206,7 @@ pub unsafe extern "C" fn sw_release(msg: *mut sw_msg) -> i32 {
     const WHAT: &str = "sw_release";
     guard(WHAT, || {
         code((|| {
-            if msg.is_null() || !msg.is_aligned() {
-                return Err(fail_msg(WHAT, SW_BAD_ARG, "msg is NULL or misaligned"));
-            }
+            out_ptr(WHAT, "msg", msg)?;
             // SAFETY: non-null, aligned, readable per the contract.
             let (conn, token) = unsafe { ((*msg).conn, (*msg).token) };
             // SAFETY: per the contract.
