@@ -150,8 +150,9 @@
 //!   application at once) or when the receiver released it (shm: a `BUF_REF` record, the buffer
 //!   taken back by `alloc` from the release ring when its free list is empty). Buffers move only
 //!   through SPSC rings. [`Connection::claim`] writes a message in place without a pool buffer
-//!   (shm, up to the inline threshold: straight into the ring record; `send` commits it, dropping
-//!   it aborts).
+//!   (shm, up to the inline threshold: its ring record reserved, its bytes staged on a line of
+//!   the connection's own and copied into the record with the header by `send`; dropping it
+//!   aborts).
 //! * At most `depth` messages per connection are in flight (sent, not yet taken by the receiving
 //!   poller; shm: not yet consumed from the ring by the receiving application); beyond that
 //!   `send` returns [`SendError::WouldBlock`] with the buffer, and [`Connection::send_timeout`]
@@ -278,7 +279,8 @@
 //! * shm: one record ring per direction in the segment (SPSC, batches published with one
 //!   `Release` store, PAD at the wrap), written and read by the applications' threads (the
 //!   direct path); inline messages are DATA records, larger ones BUF_REF records naming a pool
-//!   buffer or a large slot; [`Connection::claim`] writes a message into the record itself.
+//!   buffer or a large slot; [`Connection::claim`] reserves the record itself (its bytes staged,
+//!   then copied in with the header by the commit).
 //! * tcp: the same records on the byte stream, coalesced into one `sendmsg` per poller cycle.
 //! * RDMA: the small messages of a send batch coalesced into one SEND of DATA records
 //!   ([`EngineBuilder::frame_size`]); large messages pulled by rendezvous (RNDV / RNDV_DONE

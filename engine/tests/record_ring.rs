@@ -628,6 +628,51 @@ fn raw_claims_block_other_writes_until_committed_or_aborted() {
     assert!(matches!(tx.claim_raw(65), Err(RingError::TooLong { .. })));
 }
 
+/// `commit_raw_copy` (the shm claim's commit, its payload staged outside the ring): every
+/// length up to the maximum, each size class of its word copy, arrives whole, whatever the
+/// claimed bytes held before, shorter than claimed too, and after a batch left unpublished.
+#[test]
+fn a_raw_claim_commits_a_payload_copied_from_outside_the_ring() {
+    let max = 120;
+    let (mut tx, mut rx) = ring::with_capacity(1024, max).unwrap();
+    let src: Vec<u8> = (0..max as u8)
+        .map(|i| i.wrapping_mul(7).wrapping_add(1))
+        .collect();
+    let take = |rx: &mut ring::Consumer| {
+        let mut got = Vec::new();
+        rx.poll(8, |r| {
+            if let Record::Data(d) = r {
+                got.push(d.to_vec())
+            }
+        })
+        .unwrap();
+        got
+    };
+    for len in 0..=max {
+        // Claimed longer where there is room, to commit shorter.
+        let claimed = (len + 3).min(max);
+        let p = tx.claim_raw(claimed).unwrap().expect("room");
+        // SAFETY: `p` points to the open claim's `claimed` payload bytes, which only we write:
+        // stale bytes the commit must not carry.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), 0xee, claimed) };
+        // SAFETY: `src` holds `max >= len` bytes, outside the ring.
+        assert!(unsafe { tx.commit_raw_copy(src.as_ptr(), len) });
+        assert_eq!(take(&mut rx), [src[..len].to_vec()], "len {len}");
+    }
+    // No claim open: nothing written.
+    let before = tx.position();
+    // SAFETY: as above.
+    assert!(!unsafe { tx.commit_raw_copy(src.as_ptr(), 8) });
+    assert_eq!(tx.position(), before);
+    // A batch written before the claim is published with it, in order.
+    assert!(tx.try_put_data(3, true, |d| d.copy_from_slice(b"bat")));
+    let _ = tx.claim_raw(9).unwrap().expect("room");
+    // SAFETY: as above.
+    assert!(unsafe { tx.commit_raw_copy(src.as_ptr(), 9) });
+    assert_eq!(take(&mut rx), [b"bat".to_vec(), src[..9].to_vec()]);
+    assert_eq!(tx.consumer_position().unwrap(), tx.position());
+}
+
 #[test]
 fn a_record_is_handed_over_once_even_if_the_handler_unwinds() {
     let (mut tx, mut rx) = ring::with_capacity(256, 64).unwrap();

@@ -112,7 +112,8 @@ class Connection;
 
 /// A zero-copy claim: write data()[0 .. size()), then commit(); abort() or the destructor gives
 /// the buffer back. Must not outlive its Connection (checked in debug builds, see the top). On
-/// shm a message up to the inline threshold is claimed in the ring record itself: one such
+/// shm a message up to the inline threshold is claimed in the ring record (its bytes staged
+/// until the commit copies them in with the header): one such
 /// claim is open per Connection at a time, so commit or drop a Claim before taking the next
 /// (Connection::try_claim into the same Claim aborts what it held first).
 class Claim {

@@ -187,9 +187,10 @@ pub unsafe extern "C" fn sw_try_claim(conn: *mut sw_conn, len: usize, claim: *mu
 }
 
 /// The claim of a `len`-byte message on `conn`: `Connection::claim`, so on a direct path
-/// (shm) a message up to the inline threshold is written straight into the ring record (one
-/// such claim open at a time: `Error::ClaimOpen` otherwise), a larger one and every message
-/// on other fabrics into a pool buffer.
+/// (shm) a message up to the inline threshold is claimed in the ring record (written in the
+/// connection's staging line, copied into the record by the commit; one such claim open at a
+/// time: `Error::ClaimOpen` otherwise), a larger one and every message on other fabrics into
+/// a pool buffer.
 #[inline]
 fn claim_buf(conn: &Connection, len: usize) -> Result<SendBuf<'_>, Error> {
     conn.claim(len)

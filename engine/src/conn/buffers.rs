@@ -14,7 +14,7 @@ use crate::record::copy::copy_bytes;
 
 /// A send buffer of a connection's pool, written in place, or (from
 /// [`Connection::claim`] on a direct path) the payload of a record claimed in the connection's
-/// ring. Derefs to the message bytes (`len` of them); [`as_mut_slice`](Self::as_mut_slice)
+/// ring, staged until the commit. Derefs to the message bytes (`len` of them); [`as_mut_slice`](Self::as_mut_slice)
 /// exposes the whole buffer for writing.
 ///
 /// Dropping it without sending returns it to the pool (a ring claim is aborted: nothing is
@@ -98,7 +98,7 @@ impl SendBuf<'_> {
         }
     }
 
-    /// The start of the buffer (or of the claimed record's payload).
+    /// The start of the buffer (or of the ring claim's staging line).
     #[inline(always)]
     fn ptr(&self) -> NonNull<u8> {
         self.ptr_cap().0
@@ -131,9 +131,10 @@ impl SendBuf<'_> {
         // connection this borrows; the buffer is owned by this handle alone (the poller hands a
         // buffer out once and the engine's ownership bitmap rejects double frees; on a direct
         // path the wire layer's in-flight bitmap does), and by protocol the peer only reads it.
-        // For a ring claim it is the claimed record's payload in the ring: the producer writes
-        // nothing else while the claim is open (`RingError::ClaimOpen`), the peer does not read
-        // it before the commit, and the connection allows one open claim.
+        // For a ring claim it is the connection's staging line (its own allocation, `cap <=`
+        // its size), whose bytes the commit copies into the claimed record: nothing else
+        // writes or reads it while the claim is open (the ring refuses every other write,
+        // `RingError::ClaimOpen`), and the connection allows one open claim.
         unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), cap) }
     }
 
@@ -177,9 +178,10 @@ impl SendBuf<'_> {
     }
 
     /// Whether this is a ring claim: [`Connection::claim`] of a message up to the inline
-    /// threshold on a direct path (shm), written straight into the connection's ring record
-    /// and committed by [`Connection::send`] with one store. One is open per connection at a
-    /// time; any other `SendBuf` is a pool buffer or a large slot.
+    /// threshold on a direct path (shm): its record reserved in the connection's ring, its
+    /// bytes written in the connection's staging line and copied into the record with its
+    /// header by [`Connection::send`]. One is open per connection at a time; any other
+    /// `SendBuf` is a pool buffer or a large slot.
     ///
     /// # Examples
     ///

@@ -369,11 +369,13 @@ impl Connection {
     }
 
     /// Takes `len` bytes to write a message in place, for zero-copy sends: on a direct path
-    /// (shm) a message up to the inline threshold is written straight into the connection's
-    /// record ring; a larger one, and every message on other fabrics, gets a pool buffer
-    /// ([`alloc`](Self::alloc) with the length set). Fill it through
-    /// [`as_mut_slice`](SendBuf::as_mut_slice) (or deref), then [`send`](Self::send) it (one
-    /// `Release` store of the record header); dropping it aborts (nothing is published).
+    /// (shm) a message up to the inline threshold is claimed in the connection's record ring
+    /// (its record reserved there, its bytes written in the connection's staging line, which
+    /// `send` copies into the record with its header, in one burst: the line the peer spins on
+    /// is written once, as `send_copy` writes it); a larger one, and every message on other
+    /// fabrics, gets a pool buffer ([`alloc`](Self::alloc) with the length set). Fill it
+    /// through [`as_mut_slice`](SendBuf::as_mut_slice) (or deref), then [`send`](Self::send)
+    /// it; dropping it aborts (nothing is published).
     ///
     /// At most one ring claim is open at a time, and while it is open nothing else is sent on
     /// the connection: commit or drop it first.

@@ -304,10 +304,28 @@ impl Producer {
         if !self.fits_fast(len, size) {
             return false;
         }
+        // SAFETY: the record is in the area and in the producer's free span (checked above);
+        // `src` and `len` per the caller's contract.
+        unsafe { self.store_words::<W>(src, len) };
+        self.commit_data(len, size, batched);
+        true
+    }
+
+    /// Writes the payload of a DATA record of `len` bytes at the tail from `src`, in `W`
+    /// whole words (`8 * (W - 1) < len <= 8 * W`), the last one's bytes past `len` zero.
+    ///
+    /// # Safety
+    ///
+    /// The record (`RECORD_HEADER + 8 * W` bytes at the tail) is in the area and in the
+    /// producer's free span; `src` is valid for reads of `len` bytes and does not overlap the
+    /// region; `len` is in the class.
+    #[cfg(not(loom))]
+    #[inline(always)]
+    unsafe fn store_words<const W: usize>(&mut self, src: *const u8, len: usize) {
         let off = self.tail as usize & (self.cap - 1);
-        // SAFETY: the record `off .. off + size` is in the area and in the producer's free span
-        // (checked above), which the consumer does not read until it is published; `src` holds
-        // `len` readable bytes and `len` is in the class (the caller's contract).
+        // SAFETY: the record `off .. off + RECORD_HEADER + 8 * W` is in the area and in the
+        // producer's free span, which the consumer does not read until it is published; `src`
+        // holds `len` readable bytes and `len` is in the class (the caller's contract).
         unsafe {
             let dst = self
                 .region
@@ -321,8 +339,54 @@ impl Producer {
             dst.add(W - 1)
                 .write_unaligned(super::super::copy::last_word(src, len, W).to_le());
         }
-        self.commit_data(len, size, batched);
-        true
+    }
+
+    /// Writes the payload of the DATA record of `payload` bytes claimed at the tail (an open
+    /// raw claim's, or a smaller one at its offset) from `src`: by size class in whole words
+    /// up to 64 bytes (as [`try_put_copy`](Self::try_put_copy)), else copied; under loom into
+    /// the stage, which the commit writes out.
+    ///
+    /// # Safety
+    ///
+    /// The record is in the area and in the producer's free span (the claim reserved it);
+    /// `src` is valid for reads of `payload` bytes and does not overlap the region.
+    #[inline(always)]
+    unsafe fn store_claimed(&mut self, src: *const u8, payload: usize) {
+        #[cfg(not(loom))]
+        {
+            // SAFETY: the caller's contract, and `payload` in the arm's class.
+            unsafe {
+                match payload.wrapping_sub(1) >> 3 {
+                    0 => self.store_words::<1>(src, payload),
+                    1 => self.store_words::<2>(src, payload),
+                    2 => self.store_words::<3>(src, payload),
+                    3 => self.store_words::<4>(src, payload),
+                    4 => self.store_words::<5>(src, payload),
+                    5 => self.store_words::<6>(src, payload),
+                    6 => self.store_words::<7>(src, payload),
+                    7 => self.store_words::<8>(src, payload),
+                    _ => {
+                        let size =
+                            (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+                        let dst = Claim {
+                            p: self,
+                            ty: RecordType::Data,
+                            payload,
+                            size,
+                        }
+                        .payload_mut()
+                        .as_mut_ptr();
+                        super::super::copy::copy_bytes(src, dst, payload);
+                    }
+                }
+            }
+        }
+        #[cfg(loom)]
+        {
+            // SAFETY: `src` holds `payload` readable bytes (the caller's contract).
+            let bytes = unsafe { std::slice::from_raw_parts(src, payload) };
+            self.stage[..payload].copy_from_slice(bytes);
+        }
     }
 
     /// Writes the DATA record of `payload` bytes (`size` with padding) whose payload is in
@@ -446,6 +510,47 @@ impl Producer {
         let payload = len.min(claimed);
         let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         // The claimed record fitted (`reserve`), so the smaller one does: same offset.
+        if self.first_word == 0 {
+            self.publish_alone(payload, size);
+            return true;
+        }
+        Claim {
+            p: self,
+            ty: RecordType::Data,
+            payload,
+            size,
+        }
+        .commit();
+        true
+    }
+
+    /// [`commit_raw`](Self::commit_raw) of a payload written outside the ring: the first
+    /// `len` bytes at `src` (at most the claimed size, clamped to it) are copied into the
+    /// claimed record, then it is published as by `commit_raw`, the payload's stores, the
+    /// zero-ahead word's and the header's back to back (the payload by size class, as
+    /// [`try_put_copy`](Self::try_put_copy) writes it). Returns `false` (and writes nothing)
+    /// when no raw claim is open.
+    ///
+    /// For a holder that lets its user write the payload elsewhere first (the shm direct
+    /// path's claim, written in a staging line): the record's line is not written until the
+    /// commit, so a consumer spinning on the header takes the line once.
+    ///
+    /// # Safety
+    ///
+    /// `src` is valid for reads of `len.min(claimed)` bytes and does not overlap the ring's
+    /// region.
+    #[inline(always)]
+    pub unsafe fn commit_raw_copy(&mut self, src: *const u8, len: usize) -> bool {
+        let Some(claimed) = self.raw.take() else {
+            return false;
+        };
+        self.reopen();
+        let payload = len.min(claimed);
+        // SAFETY: the claimed record fitted at the tail (`reserve`), so the smaller one does:
+        // same offset; `src` holds `payload` readable bytes outside the region (the caller's
+        // contract).
+        unsafe { self.store_claimed(src, payload) };
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
         if self.first_word == 0 {
             self.publish_alone(payload, size);
             return true;
