@@ -651,10 +651,19 @@ fn a_raw_claim_commits_a_payload_copied_from_outside_the_ring() {
     for len in 0..=max {
         // Claimed longer where there is room, to commit shorter.
         let claimed = (len + 3).min(max);
-        let p = tx.claim_raw(claimed).unwrap().expect("room");
-        // SAFETY: `p` points to the open claim's `claimed` payload bytes, which only we write:
-        // stale bytes the commit must not carry.
-        unsafe { std::ptr::write_bytes(p.as_ptr(), 0xee, claimed) };
+        if len % 2 == 0 {
+            let p = tx.claim_raw(claimed).unwrap().expect("room");
+            // SAFETY: `p` points to the open claim's `claimed` payload bytes, which only we
+            // write: stale bytes the commit must not carry.
+            unsafe { std::ptr::write_bytes(p.as_ptr(), 0xee, claimed) };
+        } else if !tx.try_reserve_raw(claimed) {
+            // The fast case refuses what needs the general one (a PAD at the wrap, the
+            // consumer's position to re-read).
+            let _ = tx.claim_raw(claimed).unwrap().expect("room");
+        }
+        // Reserved: every other write is refused until the commit.
+        assert!(matches!(tx.push(b"x"), Err(RingError::ClaimOpen)));
+        assert!(!tx.try_reserve_raw(1));
         // SAFETY: `src` holds `max >= len` bytes, outside the ring.
         assert!(unsafe { tx.commit_raw_copy(src.as_ptr(), len) });
         assert_eq!(take(&mut rx), [src[..len].to_vec()], "len {len}");

@@ -21,7 +21,7 @@
 //!
 //! The per-message common cases are one step each, inlined into the connection's calls: a
 //! small `send` (or `send_copy`) that fits the window and the ring as last seen is the ring's
-//! `Producer::try_put_data`, a `claim` its `try_claim_raw` (the payload staged: [`Stage`]) and
+//! `Producer::try_put_data`, a `claim` its `try_reserve_raw` (the payload staged: [`Stage`]) and
 //! its commit `commit_raw_copy`, a `recv_into` that finds a
 //! `DATA` record its `Consumer::take_data` (the receive half is in `direct/rx.rs`); each is a
 //! few compares against precomputed bounds that a failed ring (or an open claim) sets to 0, and
@@ -585,7 +585,7 @@ impl ShmDirect {
     }
 
     /// [`claim`](Self::claim)'s common case alone: room in the window and in the ring as last
-    /// seen (the ring's `try_claim_raw`: three compares). `None`: nothing claimed; `claim`
+    /// seen (the ring's `try_reserve_raw`: three compares). `None`: nothing claimed; `claim`
     /// does the rest (also when a claim is open: the ring refuses a second). The caller
     /// checked `len <= inline_max`.
     #[inline(always)]
@@ -597,7 +597,9 @@ impl ShmDirect {
             return None;
         }
         // The record is reserved; the payload goes to the staging line.
-        side.ring.producer().try_claim_raw(len)?;
+        if !side.ring.producer().try_reserve_raw(len) {
+            return None;
+        }
         Some(side.stage.ptr())
     }
 

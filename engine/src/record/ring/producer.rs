@@ -455,23 +455,34 @@ impl Producer {
     /// a register.
     #[inline(always)]
     pub fn try_claim_raw(&mut self, payload: usize) -> Option<NonNull<u8>> {
-        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
-        if self.fits_fast(payload, size) {
-            let ptr = Claim {
-                p: self,
-                ty: RecordType::Data,
-                payload,
-                size,
-            }
-            .payload_mut()
-            .as_mut_ptr();
-            if let Some(ptr) = NonNull::new(ptr) {
-                self.raw = Some(payload);
-                self.room_end = 0;
-                return Some(ptr);
-            }
+        if !self.try_reserve_raw(payload) {
+            return None;
         }
-        None
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let ptr = Claim {
+            p: self,
+            ty: RecordType::Data,
+            payload,
+            size,
+        }
+        .payload_mut()
+        .as_mut_ptr();
+        // A slice's pointer is never null.
+        NonNull::new(ptr)
+    }
+
+    /// [`try_claim_raw`](Self::try_claim_raw) for a holder that writes the payload elsewhere
+    /// and commits it with [`commit_raw_copy`](Self::commit_raw_copy): the record is
+    /// reserved (the raw claim open), no pointer into it made. `false`: nothing done.
+    #[inline(always)]
+    pub fn try_reserve_raw(&mut self, payload: usize) -> bool {
+        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        if !self.fits_fast(payload, size) {
+            return false;
+        }
+        self.raw = Some(payload);
+        self.room_end = 0;
+        true
     }
 
     /// [`claim_raw`](Self::claim_raw) through [`claim`](Self::claim): a PAD first, the
