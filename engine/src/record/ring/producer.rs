@@ -13,6 +13,14 @@ use crate::record::{RecordHeader, RecordType, RECORD_ALIGN, RECORD_HEADER};
 
 mod raw;
 
+/// The bytes a DATA record of `payload` bytes takes in the area: header, payload and the
+/// padding to [`RECORD_ALIGN`]. Wraps (no panic) for a payload within 15 bytes of
+/// `usize::MAX`; every caller refuses a payload over the ring's maximum before it uses the size.
+#[inline(always)]
+const fn padded(payload: usize) -> usize {
+    (RECORD_HEADER + RECORD_ALIGN - 1).wrapping_add(payload) & !(RECORD_ALIGN - 1)
+}
+
 /// The header word of a version-1 record: the header bytes as the region holds them.
 #[inline(always)]
 fn header_word(ty: RecordType, payload: usize) -> u64 {
@@ -147,7 +155,7 @@ impl Producer {
             return Err(RingError::ClaimOpen);
         }
         // `payload <= cap / 2 - 8`: no overflow, and `size <= cap / 2`.
-        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let size = padded(payload);
         let off = self.tail as usize & (self.cap - 1);
         let pad = if off + size > self.cap {
             self.cap - off
@@ -187,7 +195,7 @@ impl Producer {
     where
         F: FnOnce(&mut [u8]),
     {
-        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let size = padded(payload);
         if !self.fits_fast(payload, size) {
             return false;
         }

@@ -6,9 +6,9 @@
 
 use std::ptr::NonNull;
 
-use super::{Claim, Producer};
+use super::{padded, Claim, Producer};
 use crate::record::ring::RingError;
-use crate::record::{RecordType, RECORD_ALIGN, RECORD_HEADER};
+use crate::record::RecordType;
 
 impl Producer {
     /// Reserves a DATA record of `payload` bytes like [`claim`](Self::claim), but returns a
@@ -42,7 +42,7 @@ impl Producer {
         if !self.try_reserve_raw(payload) {
             return None;
         }
-        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let size = padded(payload);
         let mut claim = Claim {
             p: self,
             ty: RecordType::Data,
@@ -57,7 +57,7 @@ impl Producer {
     /// reserved (the raw claim open), no pointer into it made. `false`: nothing done.
     #[inline(always)]
     pub fn try_reserve_raw(&mut self, payload: usize) -> bool {
-        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let size = padded(payload);
         if !self.fits_fast(payload, size) {
             return false;
         }
@@ -115,7 +115,7 @@ impl Producer {
     /// closed) whose payload is written at the tail: alone, or with the batch before it.
     #[inline(always)]
     fn publish_claimed(&mut self, payload: usize) {
-        let size = (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+        let size = padded(payload);
         // The claimed record fitted (`reserve`), so the smaller one does: same offset.
         if self.first_word == 0 {
             self.publish_alone(payload, size);
@@ -192,8 +192,7 @@ impl Producer {
                     6 => self.store_words::<7>(src, payload),
                     7 => self.store_words::<8>(src, payload),
                     _ => {
-                        let size =
-                            (RECORD_HEADER + payload + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1);
+                        let size = padded(payload);
                         let dst = Claim {
                             p: self,
                             ty: RecordType::Data,
