@@ -677,6 +677,16 @@ macro_rules! agent_set {
                 work
             }
 
+            /// Whether a command waits for any agent (one a cycle's [`COMMAND_BUDGET`] left).
+            pub(crate) fn commands_pending(&mut self) -> bool {
+                $($(#[$attr])* {
+                    if !self.$name.commands.is_empty() {
+                        return true;
+                    }
+                })*
+                false
+            }
+
             /// Retires every connection of every agent (engine shutdown).
             pub(crate) fn retire_all(&mut self) {
                 $($(#[$attr])* {

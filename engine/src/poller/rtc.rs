@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 #[cfg(doc)]
 use super::COMMAND_BUDGET;
 use super::{Agents, IDLE_CYCLES};
+use crate::clock::Clock;
 
 /// The run-to-completion poller: the same [`Agents`], driven by whichever application thread
 /// calls [`Engine::poll`](crate::Engine::poll) (explicitly or inside `send`/`recv`). A
@@ -66,21 +67,33 @@ impl RunToCompletion {
     }
 
     /// When no thread has run a cycle since the cycle count was `seen` (and no thread is
-    /// running one now), runs cycles until one finds no work, at most [`IDLE_CYCLES`]; returns
-    /// the cycle count to pass next time. Never waits.
+    /// running one now), runs a cycle, and more while commands wait, at most [`IDLE_CYCLES`];
+    /// returns the cycle count to pass next time. Never waits. The control thread calls it on
+    /// its liveness beats, with the engine's coarse `clock`, which it advances before each
+    /// further cycle.
     ///
-    /// More than one: a cycle takes at most [`COMMAND_BUDGET`] commands, so one cycle per beat
-    /// would attach a burst of accepted connections a few per beat, and those still queued
-    /// would send no heartbeat (200 connections took 25 beats, two seconds, and the peers of
-    /// most declared them unresponsive).
-    pub(crate) fn poll_if_idle(&self, seen: u64, now_ns: u64) -> u64 {
+    /// More than one while commands wait: a cycle takes at most [`COMMAND_BUDGET`] commands,
+    /// so one cycle per beat would attach a burst of accepted connections a few per beat, and
+    /// those still queued would send no heartbeat (200 connections took 25 beats, two seconds,
+    /// and the peers of most declared them unresponsive). Not more while the cycles only find
+    /// data work: the application's own calls serve that (and cannot while this runs). Cycles
+    /// until one found no work, all by the clock of the beat, starved the liveness checks they
+    /// were run for: in the RDMA VM, with a receiver that called in every 100 ms (a cycle at
+    /// every 8th empty take) during a 48-MiB rendezvous pull, the control thread's beat ran 9
+    /// cycles that each found READ completions and posted READs, about 600 ms in all with the
+    /// clock standing still: no check fell due, no heartbeat went out, and the sender declared
+    /// the receiver unresponsive at its 500-ms liveness timeout.
+    pub(crate) fn poll_if_idle(&self, seen: u64, clock: &Clock) -> u64 {
         let cycles = self.cycles.load(Ordering::Relaxed);
         if cycles == seen {
             if let Some(mut g) = self.try_lock() {
-                for _ in 0..IDLE_CYCLES {
-                    if g.poll(now_ns) == 0 {
+                g.poll(clock.now_ns());
+                for _ in 1..IDLE_CYCLES {
+                    if !g.commands_pending() {
                         break;
                     }
+                    clock.update();
+                    g.poll(clock.now_ns());
                 }
             }
         }
@@ -119,6 +132,12 @@ impl RtcGuard<'_> {
         c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         // SAFETY: the guard holds `busy`, so no other thread accesses `agents` until it drops.
         unsafe { (*self.owner.agents.get()).do_work(now_ns) }
+    }
+
+    /// Whether a command waits for any agent (see [`RunToCompletion::poll_if_idle`]).
+    fn commands_pending(&mut self) -> bool {
+        // SAFETY: as in `poll`.
+        unsafe { (*self.owner.agents.get()).commands_pending() }
     }
 
     /// After a direct take that found nothing (an empty run-to-completion `try_recv`, `poll` or

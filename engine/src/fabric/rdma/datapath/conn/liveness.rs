@@ -36,9 +36,8 @@ impl RdmaConn {
             _ => self.heard = Some((self.rx_heard, now_ns)),
         }
         // What the peer hears from us: SENDs only. Our rendezvous READs are served by its HCA
-        // and its engine sees none of them, so a long pull (a 16-MiB message at Soft-RoCE's
-        // speed takes longer than a second) must not stop the heartbeats: data moving is not
-        // silence.
+        // and its engine sees none of them, so a long pull (a 48-MiB message takes 1.2-2.3 s
+        // in the VM's Soft-RoCE) must not stop the heartbeats: data moving is not silence.
         let sends = self.sq_posted - self.reads_posted;
         match self.sent {
             Some((seen, since)) if seen == sends => {
