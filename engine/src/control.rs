@@ -205,7 +205,7 @@ impl cm::control::Backend for Dispatcher {
             // (idle, or busy elsewhere) must not look dead to its peers, nor miss theirs. A
             // cycle it is running makes the try fail: then it is serving everyone anyway.
             if b.check {
-                *seen = rtc.poll_if_idle(*seen, &self.clock);
+                *seen = rtc.poll_if_idle(*seen);
             }
         }
         let (fabrics, mut ctx) = self.split();

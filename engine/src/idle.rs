@@ -193,6 +193,18 @@ impl Idler {
         Step::Again
     }
 
+    /// Whether the last idle cycle gave the core up (a yield or park of
+    /// [`IdleStrategy::Backoff`], a sleep of [`IdleStrategy::Block`]): cycles are then far
+    /// apart, and a loop that counts them to time something reads the clock instead.
+    #[inline]
+    pub(crate) fn gave_up_core(&self) -> bool {
+        match self.strategy {
+            IdleStrategy::BusySpin => false,
+            IdleStrategy::Backoff { spins, .. } => self.idle_cycles > u64::from(spins),
+            IdleStrategy::Block { .. } => self.park > Duration::ZERO,
+        }
+    }
+
     #[inline]
     pub(crate) fn reset(&mut self) {
         if self.idle_cycles != 0 {
@@ -232,11 +244,38 @@ mod tests {
             "asked to sleep before the spin phase ended"
         );
         assert!(steps >= BLOCK_CLOCK_EVERY - 1);
+        assert!(idler.gave_up_core(), "asked to sleep");
         // Once asleep, every idle cycle sleeps again (no second spin phase) ...
         assert_eq!(idler.step(0), Step::Sleep(Duration::from_millis(7)));
         // ... until work resets it.
         assert_eq!(idler.step(1), Step::Again);
+        assert!(!idler.gave_up_core(), "spinning again after work");
         assert_eq!(idler.step(0), Step::Again);
+    }
+
+    #[test]
+    fn backoff_gives_the_core_up_after_its_spins_and_busy_spin_never() {
+        let mut idler = Idler::new(IdleStrategy::Backoff {
+            spins: 3,
+            yields: 1,
+            min_park: Duration::from_micros(1),
+            max_park: Duration::from_micros(2),
+        });
+        for _ in 0..3 {
+            idler.step(0);
+            assert!(!idler.gave_up_core(), "still spinning");
+        }
+        idler.step(0); // the yield
+        assert!(idler.gave_up_core());
+        idler.step(0); // a park
+        assert!(idler.gave_up_core());
+        idler.step(1);
+        assert!(!idler.gave_up_core(), "work resets it");
+        let mut spin = Idler::new(IdleStrategy::BusySpin);
+        for _ in 0..100 {
+            spin.step(0);
+            assert!(!spin.gave_up_core());
+        }
     }
 
     #[test]

@@ -364,6 +364,93 @@ fn a_pull_longer_than_the_liveness_timeout_keeps_both_sides() {
     assert_clean(&before);
 }
 
+/// A connection's heartbeats go on while its engine's control thread is held by another
+/// connection's setup. Registering a connection's large slots is the control thread's work
+/// (pinned memory, 48 MiB a slot here: a second or so in the VM), and the engine's coarse
+/// clock, by which the pollers time their heartbeats and their checks of the peers, is the one
+/// thing that must not stop with it. The listener's first connection sits idle while a second
+/// peer connects; with a 500-ms liveness timeout, the first peer must not find the listener
+/// silent, and the first connection must carry a round trip each way after. The listening
+/// engine has a dedicated poller, then runs to completion with this thread calling in every
+/// millisecond meanwhile (a run-to-completion application serves its connections by calling
+/// in; one blocked in `accept_timeout` leaves them to its control thread, held here).
+#[test]
+fn another_connections_setup_does_not_silence_the_engine() {
+    let Some(ip) = vm_ip() else { return };
+    for (rtc, port) in [(false, 20210), (true, 20211)] {
+        setup_beside_an_idle_connection(&ip, port, rtc);
+    }
+}
+
+fn setup_beside_an_idle_connection(ip: &str, port: u16, rtc: bool) {
+    let before = rdma::stats();
+    const LIVENESS: Duration = Duration::from_millis(500);
+    let build = |b: spinwire::EngineBuilder| {
+        b.depth(16)
+            .connect_timeout(T)
+            .max_message_size(48 << 20)
+            .large_buffers(1)
+            .liveness_timeout(LIVENESS)
+            .build()
+            .expect("engine")
+    };
+    let poller = || build(poller_builder(&cores()[..1], BUF, 16));
+    let listening = if rtc {
+        build(rtc_builder(BUF, 16))
+    } else {
+        poller()
+    };
+    let (first_peer, second_peer) = (poller(), poller());
+    let ep = format!("rdma://{ip}:{port}");
+    let l = listening.listen(&ep).expect("listen");
+    let first = first_peer.connect(&ep).expect("first connect");
+    let first_served = l.accept_timeout(T).expect("first accept");
+    round_trip(&first, &first_served, b"before");
+    round_trip(&first_served, &first, b"before");
+    let t0 = Instant::now();
+    let (second, second_served) = std::thread::scope(|s| {
+        let connecting = s.spawn(|| second_peer.connect(&ep).expect("second connect"));
+        let served = loop {
+            if let Some(c) = l.try_accept().expect("second accept") {
+                break c;
+            }
+            // The first connection idle: nothing to receive (the call serves it).
+            assert!(first_served.try_recv().expect("first connection").is_none());
+            assert!(t0.elapsed() < T, "no second connection within {T:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        (connecting.join().expect("connecting thread"), served)
+    });
+    let took = t0.elapsed();
+    eprintln!("rtc {rtc}: the second connection's setup: {took:?}");
+    // Past the timeout once more, the first connection idle all along.
+    let idle = Instant::now();
+    while idle.elapsed() < LIVENESS {
+        assert!(first_served.try_recv().expect("first connection").is_none());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut events = Vec::new();
+    for (side, e) in [
+        ("listening", &listening),
+        ("first peer", &first_peer),
+        ("second peer", &second_peer),
+    ] {
+        while let Some(ev) = e.try_event() {
+            events.push(format!("{side}: {ev:?}"));
+        }
+    }
+    for ev in &events {
+        assert!(
+            !(ev.contains("PeerUnresponsive") || ev.contains("Disconnected")),
+            "rtc {rtc}: {ev} (the second setup took {took:?}); all: {events:?}"
+        );
+    }
+    round_trip(&first, &first_served, b"after");
+    round_trip(&first_served, &first, b"after");
+    round_trip(&second, &second_served, b"second");
+    assert_clean(&before);
+}
+
 #[test]
 fn one_side_without_large_slots_is_refused() {
     let Some(ip) = vm_ip() else { return };

@@ -2,11 +2,12 @@
 //! threads themselves, one at a time, through an [`RtcGuard`].
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[cfg(doc)]
 use super::COMMAND_BUDGET;
 use super::{Agents, IDLE_CYCLES};
-use crate::clock::Clock;
+use crate::clock::{Clock, RTC_REFRESH_CYCLES};
 
 /// The run-to-completion poller: the same [`Agents`], driven by whichever application thread
 /// calls [`Engine::poll`](crate::Engine::poll) (explicitly or inside `send`/`recv`). A
@@ -18,6 +19,9 @@ use crate::clock::Clock;
 /// are checked while the application makes no call.
 pub(crate) struct RunToCompletion {
     busy: AtomicBool,
+    /// The engine's coarse clock, advanced every [`RTC_REFRESH_CYCLES`] cycles (see
+    /// [`crate::clock`]).
+    clock: Arc<Clock>,
     /// Cycles run (by any thread), advanced by the owner only.
     cycles: AtomicU64,
     /// Direct takes that found nothing since the last cycle run after one
@@ -31,9 +35,10 @@ pub(crate) struct RunToCompletion {
 unsafe impl Sync for RunToCompletion {}
 
 impl RunToCompletion {
-    pub(crate) fn new(agents: Agents) -> RunToCompletion {
+    pub(crate) fn new(agents: Agents, clock: Arc<Clock>) -> RunToCompletion {
         RunToCompletion {
             busy: AtomicBool::new(false),
+            clock,
             cycles: AtomicU64::new(0),
             empty_takes: AtomicU32::new(0),
             agents: std::cell::UnsafeCell::new(agents),
@@ -69,8 +74,7 @@ impl RunToCompletion {
     /// When no thread has run a cycle since the cycle count was `seen` (and no thread is
     /// running one now), runs a cycle, and more while commands wait, at most [`IDLE_CYCLES`];
     /// returns the cycle count to pass next time. Never waits. The control thread calls it on
-    /// its liveness beats, with the engine's coarse `clock`, which it advances before each
-    /// further cycle.
+    /// its liveness beats; it advances the engine's coarse clock before each further cycle.
     ///
     /// More than one while commands wait: a cycle takes at most [`COMMAND_BUDGET`] commands,
     /// so one cycle per beat would attach a burst of accepted connections a few per beat, and
@@ -83,17 +87,17 @@ impl RunToCompletion {
     /// cycles that each found READ completions and posted READs, about 600 ms in all with the
     /// clock standing still: no check fell due, no heartbeat went out, and the sender declared
     /// the receiver unresponsive at its 500-ms liveness timeout.
-    pub(crate) fn poll_if_idle(&self, seen: u64, clock: &Clock) -> u64 {
+    pub(crate) fn poll_if_idle(&self, seen: u64) -> u64 {
         let cycles = self.cycles.load(Ordering::Relaxed);
         if cycles == seen {
             if let Some(mut g) = self.try_lock() {
-                g.poll(clock.now_ns());
+                g.poll(self.clock.now_ns());
                 for _ in 1..IDLE_CYCLES {
                     if !g.commands_pending() {
                         break;
                     }
-                    clock.update();
-                    g.poll(clock.now_ns());
+                    self.clock.update();
+                    g.poll(self.clock.now_ns());
                 }
             }
         }
@@ -126,10 +130,16 @@ pub(crate) struct RtcGuard<'a> {
 impl RtcGuard<'_> {
     /// One cycle.
     #[inline]
-    pub(crate) fn poll(&mut self, now_ns: u64) -> usize {
+    pub(crate) fn poll(&mut self, mut now_ns: u64) -> usize {
         // Only the owner writes `cycles`: a load and a store, no read-modify-write.
         let c = &self.owner.cycles;
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        let n = c.load(Ordering::Relaxed).wrapping_add(1);
+        c.store(n, Ordering::Relaxed);
+        if n % RTC_REFRESH_CYCLES == 0 {
+            // The clock must not stop while the control thread is held (see `crate::clock`).
+            self.owner.clock.update();
+            now_ns = self.owner.clock.now_ns();
+        }
         // SAFETY: the guard holds `busy`, so no other thread accesses `agents` until it drops.
         unsafe { (*self.owner.agents.get()).do_work(now_ns) }
     }
