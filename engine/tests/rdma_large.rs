@@ -371,18 +371,35 @@ fn a_pull_longer_than_the_liveness_timeout_keeps_both_sides() {
 /// thing that must not stop with it. The listener's first connection sits idle while a second
 /// peer connects; with a 500-ms liveness timeout, the first peer must not find the listener
 /// silent, and the first connection must carry a round trip each way after. The listening
-/// engine has a dedicated poller, then runs to completion with this thread calling in every
-/// millisecond meanwhile (a run-to-completion application serves its connections by calling
-/// in; one blocked in `accept_timeout` leaves them to its control thread, held here).
+/// engine has a dedicated poller; then it runs to completion, with this thread calling in
+/// every millisecond meanwhile, and with this thread waiting in `accept_timeout` (which keeps
+/// the poller turning: the control thread, which covers for an application that makes no
+/// call, is held by the setup).
 #[test]
 fn another_connections_setup_does_not_silence_the_engine() {
     let Some(ip) = vm_ip() else { return };
-    for (rtc, port) in [(false, 20210), (true, 20211)] {
-        setup_beside_an_idle_connection(&ip, port, rtc);
+    for (mode, port) in [
+        (Listening::Poller, 20210),
+        (Listening::RtcCalling, 20211),
+        (Listening::RtcAccepting, 20212),
+    ] {
+        setup_beside_an_idle_connection(&ip, port, mode);
     }
 }
 
-fn setup_beside_an_idle_connection(ip: &str, port: u16, rtc: bool) {
+/// The listening engine of [`another_connections_setup_does_not_silence_the_engine`], and how
+/// this thread waits for the second connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listening {
+    /// A dedicated poller; this thread calls in.
+    Poller,
+    /// Run to completion; this thread calls in (`try_recv`, `try_accept`) every millisecond.
+    RtcCalling,
+    /// Run to completion; this thread waits in `accept_timeout`.
+    RtcAccepting,
+}
+
+fn setup_beside_an_idle_connection(ip: &str, port: u16, mode: Listening) {
     let before = rdma::stats();
     const LIVENESS: Duration = Duration::from_millis(500);
     let build = |b: spinwire::EngineBuilder| {
@@ -395,10 +412,10 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, rtc: bool) {
             .expect("engine")
     };
     let poller = || build(poller_builder(&cores()[..1], BUF, 16));
-    let listening = if rtc {
-        build(rtc_builder(BUF, 16))
-    } else {
+    let listening = if mode == Listening::Poller {
         poller()
+    } else {
+        build(rtc_builder(BUF, 16))
     };
     let (first_peer, second_peer) = (poller(), poller());
     let ep = format!("rdma://{ip}:{port}");
@@ -410,6 +427,10 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, rtc: bool) {
     let t0 = Instant::now();
     let (second, second_served) = std::thread::scope(|s| {
         let connecting = s.spawn(|| second_peer.connect(&ep).expect("second connect"));
+        if mode == Listening::RtcAccepting {
+            let served = l.accept_timeout(T).expect("second accept");
+            return (connecting.join().expect("connecting thread"), served);
+        }
         let served = loop {
             if let Some(c) = l.try_accept().expect("second accept") {
                 break c;
@@ -422,7 +443,7 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, rtc: bool) {
         (connecting.join().expect("connecting thread"), served)
     });
     let took = t0.elapsed();
-    eprintln!("rtc {rtc}: the second connection's setup: {took:?}");
+    eprintln!("{mode:?}: the second connection's setup: {took:?}");
     // Past the timeout once more, the first connection idle all along.
     let idle = Instant::now();
     while idle.elapsed() < LIVENESS {
@@ -442,7 +463,7 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, rtc: bool) {
     for ev in &events {
         assert!(
             !(ev.contains("PeerUnresponsive") || ev.contains("Disconnected")),
-            "rtc {rtc}: {ev} (the second setup took {took:?}); all: {events:?}"
+            "{mode:?}: {ev} (the second setup took {took:?}); all: {events:?}"
         );
     }
     round_trip(&first, &first_served, b"after");

@@ -46,17 +46,18 @@ impl Listener {
     }
 
     /// Waits up to `timeout` for the next connection (the control thread has already completed
-    /// its setup).
+    /// its setup). In run-to-completion mode the wait keeps the poller turning, as every wait
+    /// of the engine does: this thread may be the only one that serves the engine's other
+    /// connections, and the control thread, which covers for an application that makes no
+    /// call, is the one setting the connection up (an RDMA connection's registration holds it
+    /// for a second or so in the Soft-RoCE VM, past a short liveness timeout).
     ///
     /// # Errors
     ///
     /// [`Error::Timeout`], or [`Error::Shutdown`] when the engine is stopping.
     pub fn accept_timeout(&self, timeout: Duration) -> Result<Connection, Error> {
-        match self.accepts.recv_timeout(timeout) {
-            Ok(parts) => Ok(Connection::new(self.engine.clone(), parts)),
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Shutdown),
-        }
+        let parts = self.engine.wait_reply(&self.accepts, timeout)?;
+        Ok(Connection::new(self.engine.clone(), parts))
     }
 
     /// The next connection, if one is waiting.

@@ -202,7 +202,10 @@ impl Engine {
         self.inner.ctl.request(r).map_err(|_| Error::Shutdown)
     }
 
-    pub(super) fn wait_reply<T>(
+    /// Waits up to `timeout` for what the control thread sends on `rx`: a reply, an accepted
+    /// connection. In run-to-completion mode it runs poller cycles meanwhile (backing off), so
+    /// that the engine's other connections are served.
+    pub(crate) fn wait_reply<T>(
         &self,
         rx: &mpsc::Receiver<T>,
         timeout: Duration,
