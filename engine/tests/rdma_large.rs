@@ -48,6 +48,18 @@ fn assert_clean(before: &RdmaStats) {
     );
 }
 
+/// What each named engine reported since the last look, one line each (a failure event says
+/// which side gave up, and why).
+fn events_of(engines: &[(&str, &Engine)]) -> Vec<String> {
+    let mut all = Vec::new();
+    for (side, e) in engines {
+        while let Some(ev) = e.try_event() {
+            all.push(format!("{side}: {ev:?}"));
+        }
+    }
+    all
+}
+
 /// Sends `data` (any size up to the limit) and receives it on `to`, verified.
 fn round_trip(from: &Connection, to: &Connection, data: &[u8]) {
     from.send_copy_timeout(data, T)
@@ -301,16 +313,7 @@ fn a_pull_longer_than_the_liveness_timeout_keeps_both_sides() {
         &sender_engine,
         &format!("rdma://{ip}:20209"),
     );
-    // What the engines reported (a failure event says which side gave up, and why).
-    let events = || {
-        let mut all = Vec::new();
-        for (side, e) in [("receiver", &receiver_engine), ("sender", &sender_engine)] {
-            while let Some(ev) = e.try_event() {
-                all.push(format!("{side}: {ev:?}"));
-            }
-        }
-        all
-    };
+    let events = || events_of(&[("receiver", &receiver_engine), ("sender", &sender_engine)]);
     for (i, data) in data.iter().enumerate() {
         // A call in right before the copy into the sender's large slot (this thread's).
         receiver_engine.poll();
@@ -450,16 +453,11 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, mode: Listening) {
         assert!(first_served.try_recv().expect("first connection").is_none());
         std::thread::sleep(Duration::from_millis(1));
     }
-    let mut events = Vec::new();
-    for (side, e) in [
+    let events = events_of(&[
         ("listening", &listening),
         ("first peer", &first_peer),
         ("second peer", &second_peer),
-    ] {
-        while let Some(ev) = e.try_event() {
-            events.push(format!("{side}: {ev:?}"));
-        }
-    }
+    ]);
     for ev in &events {
         assert!(
             !(ev.contains("PeerUnresponsive") || ev.contains("Disconnected")),
