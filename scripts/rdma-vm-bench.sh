@@ -9,7 +9,8 @@
 # the host (never -C target-cpu=native: the emulated CPU has no AVX-512); then
 # one VM boot (scripts/rxe-vm) runs, server pinned to one vCPU and client to
 # another (taskset, the same for every pair):
-#   1. perftest ib_send_lat -F -s 8 -n LAT_ITERS           (latency, 8 B)
+#   1. perftest ib_send_lat -F -s 8 -n LAT_ITERS           (latency, 8 B; step 1, UCX's
+#      tag_lat and step 4 run LAT_ROUNDS times, interleaved, before the other steps)
 #   2. perftest ib_send_bw  -F -s 8 -n RATE_ITERS          (8-B message rate)
 #   3. perftest ib_send_bw  -F -s 64 -n RATE_ITERS         (64-B message rate)
 #   4. bench lat  --fabric rdma --size 8  --iters LAT_ITERS  (server + client)
@@ -27,7 +28,11 @@
 #      with one RDMA READ, up to LARGE_SLOTS in flight; issue #12)
 # and prints a table:
 #   latency  bench RTT/2 p50 vs ib_send_lat t_typical and ucx_perftest's p50 (one-way, us;
-#            lower is better)
+#            lower is better): the medians over LAT_ROUNDS rounds, and as the ratios the
+#            medians of each round's ratios (each round runs the three back to back, the
+#            order rotated from round to round, so that a drift of the emulation's speed
+#            during the boot moves a round's three figures together); one line per round
+#            below the table
 #   rate     bench msgs/s at the receiver vs ib_send_bw MsgRate (Mpps; higher is better),
 #            8 B and 64 B
 #   bw 1 MiB bench bytes/s at the receiver vs ib_read_bw (MsgRate x 1 MiB; higher is better)
@@ -46,6 +51,7 @@
 #
 # Knobs (environment):
 #   RDMA_BENCH_LAT_ITERS=5000    round trips for ib_send_lat and bench lat
+#   RDMA_BENCH_LAT_ROUNDS=5      interleaved rounds of the three latency runs (1: one each)
 #   RDMA_BENCH_RATE_ITERS=50000  messages for ib_send_bw and bench rate
 #   RDMA_BENCH_LARGE_ITERS=500   1 MiB messages for ib_read_bw and bench rate (0: skip
 #                                steps 7 and 8)
@@ -73,6 +79,8 @@ case "${1:-}" in
 esac
 
 lat_iters=${RDMA_BENCH_LAT_ITERS:-5000}
+lat_rounds=${RDMA_BENCH_LAT_ROUNDS:-5}
+[[ $lat_rounds =~ ^[1-9][0-9]?$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_LAT_ROUNDS must be 1-99 (got $lat_rounds)" >&2; exit 2; }
 rate_iters=${RDMA_BENCH_RATE_ITERS:-50000}
 large_iters=${RDMA_BENCH_LARGE_ITERS:-500}
 large_slots=${RDMA_BENCH_LARGE_SLOTS:-4}
@@ -115,10 +123,11 @@ bench=$(cargo build --release -p bench --features rdma --message-format=json |
 [ -x "$bench" ] || { echo "rdma-vm-bench: FAIL: no bench executable was built" >&2; exit 1; }
 
 # The guest-side script: positional args are BENCH LAT_ITERS RATE_ITERS SRV_CORE CLI_CORE
-# LARGE_ITERS LARGE_SLOTS UCX FRAME_SIZE SRQ (the last two may be empty).
+# LARGE_ITERS LARGE_SLOTS UCX LAT_ROUNDS FRAME_SIZE SRQ (the last two may be empty).
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
-bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 large_slots=$7 ucx=$8 frame=${9:-} srq=${10:-}
+bench=$1 lat_iters=$2 rate_iters=$3 sc=$4 cc=$5 large_iters=$6 large_slots=$7 ucx=$8 lat_rounds=$9
+frame=${10:-} srq=${11:-}
 D=$RXE_VM_DEV X=$RXE_VM_GID_INDEX IP=$RXE_VM_IP
 W=$(mktemp -d)
 fails=()
@@ -156,29 +165,42 @@ pair() {
 # The first data row of perftest's result table (the line after the "#bytes" header).
 perf_row() { awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' "$1"; }
 
-pair send_lat ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" -- \
-  ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" "$IP"
+common=(--fabric rdma --mode rtc --idle spin)
+[ -n "$srq" ] && common+=(--rdma-srq "${srq%%,*}")
+[[ $srq == *,* ]] && common+=(--rdma-srq-credits "${srq#*,}")
+# UCX over RC verbs on the same device and GID; its own TCP side channel exchanges addresses.
+u=(env UCX_TLS=rc_v UCX_NET_DEVICES="$D:1" UCX_IB_GID_INDEX="$X" UCX_UD_ETH_DGID_CHECK=n
+  UCX_WARN_UNUSED_ENV_VARS=n ucx_perftest)
+# The latency rounds: perftest, UCX and bench back to back, the first of them rotated.
+tools=(perftest bench)
+[ "$ucx" = 1 ] && tools=(perftest ucx bench)
+for r in $(seq 1 "$lat_rounds"); do
+  for k in $(seq 0 $((${#tools[@]} - 1))); do
+    case ${tools[$(((r - 1 + k) % ${#tools[@]}))]} in
+      perftest)
+        pair send_lat$r ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" -- \
+          ib_send_lat -d "$D" -x "$X" -F -s 8 -n "$lat_iters" "$IP" ;;
+      ucx)
+        pair ucx_lat$r "${u[@]}" -t tag_lat -s 8 -n "$lat_iters" -- \
+          "${u[@]}" "$IP" -t tag_lat -s 8 -n "$lat_iters" ;;
+      bench)
+        pair bench_lat$r "$bench" lat "${common[@]}" --size 8 --server "rdma://$IP:$((7480 + r))" \
+          --once --app-cores "$sc" --iters "$lat_iters" --warmup 500 -- \
+          "$bench" lat "${common[@]}" --size 8 --client "rdma://$IP:$((7480 + r))" --app-cores "$cc" \
+          --iters "$lat_iters" --warmup 500 --out "$W/lat$r" ;;
+    esac
+  done
+done
 pair send_bw8 ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 8 -n "$rate_iters" "$IP"
 pair send_bw ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" -- \
   ib_send_bw -d "$D" -x "$X" -F -s 64 -n "$rate_iters" "$IP"
 if [ "$ucx" = 1 ]; then
-  # UCX over RC verbs on the same device and GID; its own TCP side channel exchanges addresses.
-  u=(env UCX_TLS=rc_v UCX_NET_DEVICES="$D:1" UCX_IB_GID_INDEX="$X" UCX_UD_ETH_DGID_CHECK=n
-    UCX_WARN_UNUSED_ENV_VARS=n ucx_perftest)
-  pair ucx_lat "${u[@]}" -t tag_lat -s 8 -n "$lat_iters" -- "${u[@]}" "$IP" -t tag_lat -s 8 -n "$lat_iters"
   pair ucx_bw8 "${u[@]}" -t tag_bw -s 8 -n "$rate_iters" -- "${u[@]}" "$IP" -t tag_bw -s 8 -n "$rate_iters"
   pair ucx_bw "${u[@]}" -t tag_bw -s 64 -n "$rate_iters" -- "${u[@]}" "$IP" -t tag_bw -s 64 -n "$rate_iters"
 fi
-common=(--fabric rdma --mode rtc --idle spin)
-[ -n "$srq" ] && common+=(--rdma-srq "${srq%%,*}")
-[[ $srq == *,* ]] && common+=(--rdma-srq-credits "${srq#*,}")
 rate_knobs=()
 [ -n "$frame" ] && rate_knobs=(--frame-size "$frame")
-pair bench_lat "$bench" lat "${common[@]}" --size 8 --server "rdma://$IP:7471" --once --app-cores "$sc" \
-  --iters "$lat_iters" --warmup 500 -- \
-  "$bench" lat "${common[@]}" --size 8 --client "rdma://$IP:7471" --app-cores "$cc" \
-  --iters "$lat_iters" --warmup 500 --out "$W/lat"
 pair bench_rate8 "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 8 --server "rdma://$IP:7473" --once \
   --app-cores "$sc" --iters "$rate_iters" --warmup 5000 -- \
   "$bench" rate "${common[@]}" "${rate_knobs[@]}" --size 8 --client "rdma://$IP:7473" --app-cores "$cc" \
@@ -202,10 +224,23 @@ fi
 
 # perftest: ib_send_lat columns #bytes #iterations t_min t_max t_typical ...;
 # ib_send_bw columns #bytes #iterations BW-peak BW-average MsgRate[Mpps].
-p_lat=$(perf_row "$W/send_lat.client" | awk '{ print $5 }')
+# The latency rounds' figures (one per round, in round order), their medians and the medians
+# of each round's ratios.
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+p_lats=() b_lats=() u_lats=() r_bp=() r_bu=()
+for r in $(seq 1 "$lat_rounds"); do
+  p_lats+=("$(perf_row "$W/send_lat$r.client" | awk '{ print $5 }')")
+  b_lats+=("$(jq -r '.points[0].half_rtt_ns.p50 // empty | . / 1000' "$W/lat$r/summary.json" 2>/dev/null)")
+  [ "$ucx" = 1 ] && u_lats+=("$(awk '$1 == "Final:" { print $3; exit }' "$W/ucx_lat$r.client")")
+  r_bp+=("$(awk -v b="${b_lats[-1]}" -v p="${p_lats[-1]}" 'BEGIN { if (b > 0 && p > 0) printf "%.4f", b / p }')")
+  [ "$ucx" = 1 ] &&
+    r_bu+=("$(awk -v b="${b_lats[-1]}" -v u="${u_lats[-1]}" 'BEGIN { if (b > 0 && u > 0) printf "%.4f", b / u }')")
+done
+p_lat=$(median "${p_lats[@]}")
+b_lat=$(median "${b_lats[@]}")
+lat_bp=$(median "${r_bp[@]}")
 p_mpps8=$(perf_row "$W/send_bw8.client" | awk '{ print $5 }')
 p_mpps=$(perf_row "$W/send_bw.client" | awk '{ print $5 }')
-b_lat=$(jq -r '.points[0].half_rtt_ns.p50 // empty | . / 1000' "$W/lat/summary.json" 2>/dev/null)
 b_mpps8=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate8/summary.json" 2>/dev/null)
 b_mpps=$(jq -r '.points[0].msgs_per_sec // empty | . / 1e6' "$W/rate/summary.json" 2>/dev/null)
 # ib_read_bw: the same columns as ib_send_bw; its BW average is in MB/s of 2^20 bytes (its
@@ -218,15 +253,16 @@ if [ "$large_iters" -gt 0 ]; then
 fi
 # ucx_perftest's "Final:" row: iterations, latency p50 / average / overall (us, one-way for
 # tag_lat), bandwidth average / overall (MB/s), message rate average / overall (msg/s).
-u_lat=0 u_mpps8=0 u_mpps=0 ucx_vars=()
+u_lat=0 u_mpps8=0 u_mpps=0 lat_bu=0 ucx_vars=()
 if [ "$ucx" = 1 ]; then
-  u_lat=$(awk '$1 == "Final:" { print $3; exit }' "$W/ucx_lat.client")
+  u_lat=$(median "${u_lats[@]}")
+  lat_bu=$(median "${r_bu[@]}")
   u_mpps8=$(awk '$1 == "Final:" { print $9 / 1e6; exit }' "$W/ucx_bw8.client")
   u_mpps=$(awk '$1 == "Final:" { print $9 / 1e6; exit }' "$W/ucx_bw.client")
-  ucx_vars=(u_lat u_mpps8 u_mpps)
+  ucx_vars=(u_lat u_mpps8 u_mpps lat_bu)
 fi
 num='^[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$'
-for v in p_lat p_mpps8 p_mpps b_lat b_mpps8 b_mpps "${bw_vars[@]}" "${ucx_vars[@]}"; do
+for v in p_lat p_mpps8 p_mpps b_lat lat_bp b_mpps8 b_mpps "${bw_vars[@]}" "${ucx_vars[@]}"; do
   [[ ${!v} =~ $num ]] || { echo "rdma-vm-bench: FAIL: could not parse $v (got '${!v}')"; fails+=("parse $v"); }
 done
 echo
@@ -234,23 +270,30 @@ echo "rdma-vm-bench: bench vs perftest on $D, same VM boot, server vCPU $sc / cl
 echo "rdma-vm-bench: bench rate --frame-size ${frame:-default (the buffer size)}; SRQ ${srq:-off}"
 awk -v pl="$p_lat" -v bl="$b_lat" -v pr8="$p_mpps8" -v br8="$b_mpps8" -v pr="$p_mpps" -v br="$b_mpps" \
   -v pw="$p_bw" -v bw="$b_bw" -v gi="$large_iters" -v gs="$large_slots" \
-  -v li="$lat_iters" -v ri="$rate_iters" -v ux="$ucx" -v ul="$u_lat" -v ur8="$u_mpps8" -v ur="$u_mpps" 'BEGIN {
+  -v li="$lat_iters" -v ri="$rate_iters" -v ux="$ucx" -v ul="$u_lat" -v ur8="$u_mpps8" -v ur="$u_mpps" \
+  -v lr="$lat_rounds" -v bp="$lat_bp" -v bu="$lat_bu" 'BEGIN {
   r = "%-34s %12s %12s %14s %10s %10s\n"
   printf r, "figure", "perftest", "bench", "bench/perftest", "ucx", "bench/ucx"
   q = "%-34s %12.4f %12.4f %14.2f %10s %10s\n"
-  u = ux ? sprintf("%.4f", ul) : "-"; x = (ux && ul > 0) ? sprintf("%.2f", bl / ul) : "-"
-  printf q, "latency 8 B one-way, us (lower)", pl, bl, (pl > 0 ? bl / pl : 0), u, x
+  u = ux ? sprintf("%.4f", ul) : "-"; x = ux ? sprintf("%.2f", bu) : "-"
+  printf q, "latency 8 B one-way, us (lower)", pl, bl, bp, u, x
   u = ux ? sprintf("%.4f", ur8) : "-"; x = (ux && ur8 > 0) ? sprintf("%.2f", br8 / ur8) : "-"
   printf q, "rate 8 B, Mmsg/s (higher)", pr8, br8, (pr8 > 0 ? br8 / pr8 : 0), u, x
   u = ux ? sprintf("%.4f", ur) : "-"; x = (ux && ur > 0) ? sprintf("%.2f", br / ur) : "-"
   printf q, "rate 64 B, Mmsg/s (higher)", pr, br, (pr > 0 ? br / pr : 0), u, x
   if (gi > 0)
     printf "%-34s %12.4g %12.4g %14.2f\n", "bw 1 MiB, bytes/s (higher)", pw, bw, (pw > 0 ? bw / pw : 0)
-  printf "latency: ib_send_lat t_typical (and ucx_perftest tag_lat p50) vs bench RTT/2 p50, %d round trips\n", li
+  printf "latency: ib_send_lat t_typical (and ucx_perftest tag_lat p50) vs bench RTT/2 p50, %d round trips;\n", li
+  printf "         the medians of %d interleaved rounds, the ratios the medians of the ratios per round\n", lr
   printf "rate:    ib_send_bw MsgRate vs bench msgs/s at the receiver, %d messages\n", ri
   if (gi > 0)
     printf "bw:      ib_read_bw vs bench rate --size 1m (rendezvous, %d large slots) at the receiver, %d messages\n", gs, gi
 }'
+for r in $(seq 1 "$lat_rounds"); do
+  i=$((r - 1))
+  echo "rdma-vm-bench: latency round $r: perftest ${p_lats[$i]} us, bench ${b_lats[$i]} us," \
+    "bench/perftest ${r_bp[$i]}$([ "$ucx" = 1 ] && echo ", ucx ${u_lats[$i]} us, bench/ucx ${r_bu[$i]}")"
+done
 if [ ${#fails[@]} -gt 0 ]; then
   echo "rdma-vm-bench: FAIL: ${fails[*]}"
   exit 1
@@ -258,7 +301,7 @@ fi
 echo "rdma-vm-bench: PASS"
 GUEST
 
-cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$large_slots" "$ucx" "$frame_size" "$srq")"
+cmd="bash -c $(printf '%q' "$guest") rdma-vm-bench $(printf '%q ' "$bench" "$lat_iters" "$rate_iters" "${cores%,*}" "${cores#*,}" "$large_iters" "$large_slots" "$ucx" "$lat_rounds" "$frame_size" "$srq")"
 set +e
 RXE_VM_SMP=$smp RXE_VM_TIMES=1 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900} "$ROOT/scripts/rxe-vm" "$cmd"
 rc=$?
