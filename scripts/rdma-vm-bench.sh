@@ -51,7 +51,8 @@
 #
 # Knobs (environment):
 #   RDMA_BENCH_LAT_ITERS=5000    round trips for ib_send_lat and bench lat
-#   RDMA_BENCH_LAT_ROUNDS=5      interleaved rounds of the three latency runs (1: one each)
+#   RDMA_BENCH_LAT_ROUNDS=6      interleaved rounds of the three latency runs (1: one each;
+#                                a multiple of 3 runs each tool in each place equally often)
 #   RDMA_BENCH_RATE_ITERS=50000  messages for ib_send_bw and bench rate
 #   RDMA_BENCH_LARGE_ITERS=500   1 MiB messages for ib_read_bw and bench rate (0: skip
 #                                steps 7 and 8)
@@ -79,7 +80,7 @@ case "${1:-}" in
 esac
 
 lat_iters=${RDMA_BENCH_LAT_ITERS:-5000}
-lat_rounds=${RDMA_BENCH_LAT_ROUNDS:-5}
+lat_rounds=${RDMA_BENCH_LAT_ROUNDS:-6}
 [[ $lat_rounds =~ ^[1-9][0-9]?$ ]] || { echo "rdma-vm-bench: RDMA_BENCH_LAT_ROUNDS must be 1-99 (got $lat_rounds)" >&2; exit 2; }
 rate_iters=${RDMA_BENCH_RATE_ITERS:-50000}
 large_iters=${RDMA_BENCH_LARGE_ITERS:-500}
