@@ -367,17 +367,18 @@ fn a_pull_longer_than_the_liveness_timeout_keeps_both_sides() {
     assert_clean(&before);
 }
 
-/// A connection's heartbeats go on while its engine's control thread is held by another
-/// connection's setup. Registering a connection's large slots is the control thread's work
-/// (pinned memory, 48 MiB a slot here: a second or so in the VM), and the engine's coarse
-/// clock, by which the pollers time their heartbeats and their checks of the peers, is the one
-/// thing that must not stop with it. The listener's first connection sits idle while a second
-/// peer connects; with a 500-ms liveness timeout, the first peer must not find the listener
-/// silent, and the first connection must carry a round trip each way after. The listening
-/// engine has a dedicated poller; then it runs to completion, with this thread calling in
-/// every millisecond meanwhile, and with this thread waiting in `accept_timeout` (which keeps
-/// the poller turning: the control thread, which covers for an application that makes no
-/// call, is held by the setup).
+/// A connection's heartbeats go on while another connection of its engine is set up.
+/// Registering an accepted connection's pools and large slots pins their memory (48 MiB a slot
+/// here: a second or so in the VM), and neither the engine's coarse clock (by which the pollers
+/// time their heartbeats and their checks of the peers) nor its control thread (which bumps
+/// each shm connection's heartbeat word, and runs the poller for a run-to-completion
+/// application that makes no call) may stop meanwhile. The listener's first connection, and a
+/// shm connection of the same engine, sit idle while a second peer connects; with a 500-ms
+/// liveness timeout, neither peer may find the listener silent, and both connections must
+/// carry a round trip each way after. The listening engine has a dedicated poller; then it
+/// runs to completion, with this thread calling in every millisecond meanwhile, with this
+/// thread waiting in `accept_timeout`, and with this thread calling in only every 100 ms
+/// (the control thread covers for it between).
 #[test]
 fn another_connections_setup_does_not_silence_the_engine() {
     let Some(ip) = vm_ip() else { return };
@@ -385,6 +386,7 @@ fn another_connections_setup_does_not_silence_the_engine() {
         (Listening::Poller, 20210),
         (Listening::RtcCalling, 20211),
         (Listening::RtcAccepting, 20212),
+        (Listening::RtcRarely, 20213),
     ] {
         setup_beside_an_idle_connection(&ip, port, mode);
     }
@@ -400,6 +402,8 @@ enum Listening {
     RtcCalling,
     /// Run to completion; this thread waits in `accept_timeout`.
     RtcAccepting,
+    /// Run to completion; this thread calls in (`try_recv`, `try_accept`) every 100 ms.
+    RtcRarely,
 }
 
 fn setup_beside_an_idle_connection(ip: &str, port: u16, mode: Listening) {
@@ -421,12 +425,26 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, mode: Listening) {
         build(rtc_builder(BUF, 16))
     };
     let (first_peer, second_peer) = (poller(), poller());
+    // The shm peer runs to completion (its control thread checks the listener's heartbeat
+    // word): no third spinning poller.
+    let shm_peer = build(rtc_builder(BUF, 16));
     let ep = format!("rdma://{ip}:{port}");
     let l = listening.listen(&ep).expect("listen");
     let first = first_peer.connect(&ep).expect("first connect");
     let first_served = l.accept_timeout(T).expect("first accept");
     round_trip(&first, &first_served, b"before");
     round_trip(&first_served, &first, b"before");
+    let shm_ep = format!("shm://rdma-large-setup-{}-{port}", std::process::id());
+    let shm_l = listening.listen(&shm_ep).expect("shm listen");
+    let shm = shm_peer.connect(&shm_ep).expect("shm connect");
+    let shm_served = shm_l.accept_timeout(T).expect("shm accept");
+    round_trip(&shm, &shm_served, b"before");
+    round_trip(&shm_served, &shm, b"before");
+    let pause = if mode == Listening::RtcRarely {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_millis(1)
+    };
     let t0 = Instant::now();
     let (second, second_served) = std::thread::scope(|s| {
         let connecting = s.spawn(|| second_peer.connect(&ep).expect("second connect"));
@@ -441,7 +459,7 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, mode: Listening) {
             // The first connection idle: nothing to receive (the call serves it).
             assert!(first_served.try_recv().expect("first connection").is_none());
             assert!(t0.elapsed() < T, "no second connection within {T:?}");
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(pause);
         };
         (connecting.join().expect("connecting thread"), served)
     });
@@ -451,12 +469,13 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, mode: Listening) {
     let idle = Instant::now();
     while idle.elapsed() < LIVENESS {
         assert!(first_served.try_recv().expect("first connection").is_none());
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(pause);
     }
     let events = events_of(&[
         ("listening", &listening),
         ("first peer", &first_peer),
         ("second peer", &second_peer),
+        ("shm peer", &shm_peer),
     ]);
     for ev in &events {
         assert!(
@@ -467,6 +486,8 @@ fn setup_beside_an_idle_connection(ip: &str, port: u16, mode: Listening) {
     round_trip(&first, &first_served, b"after");
     round_trip(&first_served, &first, b"after");
     round_trip(&second, &second_served, b"second");
+    round_trip(&shm, &shm_served, b"after");
+    round_trip(&shm_served, &shm, b"after");
     assert_clean(&before);
 }
 

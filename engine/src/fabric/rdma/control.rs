@@ -11,11 +11,12 @@
 //! has, or after [`CLOSE_GRACE`]. The peer's disconnect (DISCONNECTED) goes to the poller too:
 //! it delivers what the CQ still holds of the peer's sends, then reports the disconnect.
 //!
-//! Accepting never waits on a peer: an accepted request becomes a [`PendingAccept`] entry whose
-//! id's event channel is in the poll set; its ESTABLISHED (or a failure event) finishes it, and
-//! [`tick`](FabricControl::tick) drops it (QP and id destroyed) after `ACCEPT_TIMEOUT` (2 s).
-//! At most [`MAX_PENDING_ACCEPTS`] are pending; beyond that requests are rejected at once.
-//! Connecting runs on the calling thread.
+//! Accepting never waits, on a peer or on a registration: a validated request becomes a
+//! [`PendingAccept`] entry while a helper thread makes its pools and QP and accepts it (the
+//! entry's descriptor is the helper's wake-up until then, the id's event channel after);
+//! ESTABLISHED (or a failure) finishes it, and [`tick`](FabricControl::tick) drops it (QP and
+//! id destroyed) after `ACCEPT_TIMEOUT` (2 s). At most [`MAX_PENDING_ACCEPTS`] are pending;
+//! beyond that requests are rejected at once. Connecting runs on the calling thread.
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -165,7 +166,7 @@ impl Accepting for RdmaControl {
         cfg: &Config,
         _now: Instant,
     ) -> Result<control::Step<Box<PendingAccept>, Box<Established>>, Error> {
-        Ok(match pa.advance(cfg)? {
+        Ok(match (*pa).advance(cfg)? {
             AcceptStep::Pending(pa) => control::Step::Pending(pa),
             AcceptStep::Done(est) => control::Step::Done(est),
         })

@@ -264,6 +264,10 @@ pub enum RdmaSetupError {
     /// The thread running the bounded connect ended without reporting a result.
     #[error("rdma connect thread ended without a result")]
     ConnectThreadLost,
+    /// The thread preparing and accepting a connection request ended without reporting a
+    /// result.
+    #[error("rdma accept thread ended without a result")]
+    AcceptThreadLost,
     /// Reading the port or GID table for the GID-index override failed (the verbs errno inside).
     #[error("rdma gid index override {index}: querying device {device} port {port} failed")]
     GidQuery {

@@ -1,13 +1,17 @@
 //! A listening endpoint ([`RdmaListener`], control thread): takes connection requests, validates
-//! the peer's parameters, prepares and accepts (or rejects) each one without waiting; the accept
-//! then waits for ESTABLISHED as a [`PendingAccept`].
+//! the peer's parameters and rejects or accepts each one without waiting: a helper thread
+//! prepares and accepts it while the control thread goes on, and the accept then waits for
+//! ESTABLISHED, both as a [`PendingAccept`].
 
+use std::io::Write;
 use std::os::fd::RawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::Instant;
 
-use cm::rdma::{self as rcm, CmError, CmRejectReason, ConnOptions, FlowParams};
+use cm::rdma::{self as rcm, CmError, CmId, CmRejectReason, ConnOptions, FlowParams};
 
-use super::accept::{PendingAccept, ACCEPT_TIMEOUT, MAX_PENDING_ACCEPTS};
+use super::accept::{Accepted, PendingAccept, ACCEPT_TIMEOUT, MAX_PENDING_ACCEPTS};
 use super::devices::RdmaDevices;
 use super::gid;
 use super::large;
@@ -15,6 +19,7 @@ use super::prepare::{our_private, prepare, MIN_CREDITS};
 use super::setup_err;
 use crate::config::Config;
 use crate::error::Error;
+use crate::fabric::rdma::datapath::LargeRegion;
 use crate::fabric::rdma::error::RdmaSetupError;
 
 /// A listening RDMA endpoint (on the control thread).
@@ -94,15 +99,17 @@ impl RdmaListener {
         self.inner.id().channel().fd()
     }
 
-    /// Takes one pending connection request, if any: validates it, creates the QP and pools and
-    /// accepts it (`busy`: rejects it with [`CmRejectReason::NoResources`] instead). Does not
-    /// wait for ESTABLISHED: the returned [`PendingAccept`] is finished by
-    /// [`PendingAccept::advance`] when that event arrives on the id's own channel, and fails at
-    /// its deadline ([`ACCEPT_TIMEOUT`] from `now`).
+    /// Takes one pending connection request, if any, and validates it (`busy`: rejects it with
+    /// [`CmRejectReason::NoResources`] instead); then a helper thread creates its pools and QP
+    /// and accepts it ([`prepare_and_accept`]), so that the control thread does not wait while
+    /// the pools' memory is registered. Nor does it wait for ESTABLISHED: the returned
+    /// [`PendingAccept`] takes the helper's result and then that event (on the id's own
+    /// channel) in [`PendingAccept::advance`], and fails at its deadline ([`ACCEPT_TIMEOUT`]
+    /// from `now`).
     pub(crate) fn try_accept(
         &self,
         cfg: &Config,
-        devices: &RdmaDevices,
+        devices: &Arc<RdmaDevices>,
         busy: bool,
         now: Instant,
     ) -> Result<Option<Box<PendingAccept>>, Error> {
@@ -154,36 +161,72 @@ impl RdmaListener {
             .id
             .peer_addr()
             .map_or_else(|| "?".to_owned(), |a| a.to_string());
-        // On error, dropping the id rejects the request.
-        let pending = prepare(req.id, devices, cfg)?;
-        // The id's own channel (migrated by `get_request`): read without blocking from here on.
-        pending
-            .id
-            .channel()
-            .set_nonblocking(true)
-            .map_err(|e| aerr("event channel", e))?;
-        // As many outstanding RDMA READs (rendezvous) as the request and the device allow.
-        let opts = ConnOptions {
-            responder_resources: ConnOptions::RD_ATOMIC_MAX,
-            initiator_depth: ConnOptions::RD_ATOMIC_MAX,
-            ..ConnOptions::default()
-        };
-        pending
-            .id
-            .accept(&opts, &our_private(&pending))
-            .map_err(|e| aerr("accept", e))?;
-        let addr = pending
-            .id
-            .peer_addr()
-            .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-        Ok(Some(Box::new(PendingAccept {
-            pending,
-            peer,
-            peer_large,
-            peer_addr,
-            addr,
-            opts,
-            deadline: now + ACCEPT_TIMEOUT,
-        })))
+        // The helper sends its result, then writes a byte to `wake_tx`: the control thread
+        // polls `wake` and takes the result when it is readable.
+        let (tx, done) = std::sync::mpsc::sync_channel(1);
+        let (wake, mut wake_tx) = UnixStream::pair().map_err(|e| setup_err("accept wake-up", e))?;
+        wake.set_nonblocking(true)
+            .map_err(|e| setup_err("accept wake-up", e))?;
+        let (id, devices, cfg) = (req.id, Arc::clone(devices), cfg.clone());
+        // On error (the thread not started), dropping the closure drops the id, which rejects
+        // the request.
+        std::thread::Builder::new()
+            .name("spinwire-rdma-accept".into())
+            .spawn(move || {
+                let r = prepare_and_accept(id, &devices, &cfg, peer, peer_large, peer_addr);
+                // If the control thread gave up (the deadline passed), the attempt is dropped
+                // here, its QP and id destroyed.
+                let _ = tx.send(r);
+                let _ = wake_tx.write_all(&[1]);
+            })
+            .map_err(|e| setup_err("spawning the accept thread", e))?;
+        Ok(Some(Box::new(PendingAccept::preparing(
+            done,
+            wake,
+            now + ACCEPT_TIMEOUT,
+        ))))
     }
+}
+
+/// A validated connection request's setup, on the accept's helper thread: its pools (their
+/// memory registered), the QP and the pre-posted receives, then `rdma_accept`. On error,
+/// dropping the id rejects the request.
+fn prepare_and_accept(
+    id: CmId,
+    devices: &RdmaDevices,
+    cfg: &Config,
+    peer: FlowParams,
+    peer_large: LargeRegion,
+    peer_addr: String,
+) -> Result<Accepted, Error> {
+    let aerr = |what: &'static str, e: CmError| setup_err(what, e);
+    let pending = prepare(id, devices, cfg)?;
+    // The id's own channel (migrated by `get_request`): read without blocking from here on.
+    pending
+        .id
+        .channel()
+        .set_nonblocking(true)
+        .map_err(|e| aerr("event channel", e))?;
+    // As many outstanding RDMA READs (rendezvous) as the request and the device allow.
+    let opts = ConnOptions {
+        responder_resources: ConnOptions::RD_ATOMIC_MAX,
+        initiator_depth: ConnOptions::RD_ATOMIC_MAX,
+        ..ConnOptions::default()
+    };
+    pending
+        .id
+        .accept(&opts, &our_private(&pending))
+        .map_err(|e| aerr("accept", e))?;
+    let addr = pending
+        .id
+        .peer_addr()
+        .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+    Ok(Accepted {
+        pending,
+        peer,
+        peer_large,
+        peer_addr,
+        addr,
+        opts,
+    })
 }

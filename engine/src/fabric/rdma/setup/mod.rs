@@ -1,8 +1,9 @@
 //! RDMA connection setup: rdma_cm connect/accept, per-device resources (PD, one CQ per poller),
 //! registered pools, QP creation on the context rdma_cm resolved, receive pre-posting and the
-//! flow-control handshake in the private data. Runs on the control thread (accept, events,
-//! teardown; an accept waiting for ESTABLISHED is a [`PendingAccept`] entry, never a wait) or on
-//! the thread calling `connect`, never on a poller.
+//! flow-control handshake in the private data. Runs on the control thread (taking requests,
+//! events, teardown; an accept is a [`PendingAccept`] entry, never a wait), on an accept's
+//! helper thread (its pools, QP and `rdma_accept`) or on the thread calling `connect`, never on
+//! a poller.
 //!
 //! # Files
 //!
@@ -19,8 +20,10 @@
 //!   that selects it, the read-back of the index a connection uses, the wildcard listener's
 //!   address).
 //! - `connect`: the active side ([`connect()`]), with `rdma_connect` on a helper thread.
-//! - `accept`: [`PendingAccept`], the listening side's non-blocking wait for ESTABLISHED.
-//! - `listener`: [`RdmaListener`], taking, validating and accepting requests.
+//! - `accept`: [`PendingAccept`], the listening side's accept: the helper's preparation, then
+//!   the wait for ESTABLISHED, neither blocking the control thread.
+//! - `listener`: [`RdmaListener`], taking and validating requests, and the helper thread that
+//!   prepares and accepts each.
 //! - `events`: an established connection's rdma_cm events ([`poll_events`]) and [`close`].
 
 use super::error::{AtStep, RdmaSetupError};
