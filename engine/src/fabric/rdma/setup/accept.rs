@@ -44,8 +44,7 @@ pub(crate) struct PendingAccept {
 /// Where a [`PendingAccept`] is.
 enum State {
     /// The helper thread makes the pools and the QP, pre-posts the receives and accepts;
-    /// `done` gets its result, and then `wake` becomes readable (the helper writes a byte to
-    /// its end).
+    /// `done` gets its result, and then `wake` becomes readable (the helper closes its end).
     Preparing {
         done: Receiver<Result<Accepted, Error>>,
         wake: UnixStream,
@@ -76,7 +75,7 @@ pub(crate) enum AcceptStep {
 
 impl PendingAccept {
     /// An accept being prepared on a helper thread, which sends its result on `done` and then
-    /// makes `wake` readable.
+    /// makes `wake` readable (closes the other end of its socket pair).
     pub(super) fn preparing(
         done: Receiver<Result<Accepted, Error>>,
         wake: UnixStream,

@@ -3,7 +3,6 @@
 //! prepares and accepts it while the control thread goes on, and the accept then waits for
 //! ESTABLISHED, both as a [`PendingAccept`].
 
-use std::io::Write;
 use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -161,12 +160,12 @@ impl RdmaListener {
             .id
             .peer_addr()
             .map_or_else(|| "?".to_owned(), |a| a.to_string());
-        // The helper sends its result, then writes a byte to `wake_tx`: the control thread
-        // polls `wake` and takes the result when it is readable.
+        // The helper sends its result, then closes `wake_tx`: the control thread polls `wake`,
+        // readable from then on (end of stream), and takes the result. Closing, not writing: a
+        // write after the control thread gave up would raise SIGPIPE in an application that
+        // does not ignore it (a C program).
         let (tx, done) = std::sync::mpsc::sync_channel(1);
-        let (wake, mut wake_tx) = UnixStream::pair().map_err(|e| setup_err("accept wake-up", e))?;
-        wake.set_nonblocking(true)
-            .map_err(|e| setup_err("accept wake-up", e))?;
+        let (wake, wake_tx) = UnixStream::pair().map_err(|e| setup_err("accept wake-up", e))?;
         let (id, devices, cfg) = (req.id, Arc::clone(devices), cfg.clone());
         // On error (the thread not started), dropping the closure drops the id, which rejects
         // the request.
@@ -177,7 +176,7 @@ impl RdmaListener {
                 // If the control thread gave up (the deadline passed), the attempt is dropped
                 // here, its QP and id destroyed.
                 let _ = tx.send(r);
-                let _ = wake_tx.write_all(&[1]);
+                drop(wake_tx);
             })
             .map_err(|e| setup_err("spawning the accept thread", e))?;
         Ok(Some(Box::new(PendingAccept::preparing(
