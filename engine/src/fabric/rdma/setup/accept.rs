@@ -156,12 +156,18 @@ impl PendingAccept {
         }
     }
 
-    /// The error for an accept that was not established by the deadline.
+    /// The error for an accept that was not established by the deadline: still preparing
+    /// (its memory not registered yet, or `rdma_accept` not returned), or accepted and waiting
+    /// for ESTABLISHED.
     pub(crate) fn timed_out(&self) -> Error {
+        let (what, step) = match self.state {
+            State::Preparing { .. } => ("preparing the accept", "pools, QP and rdma_accept"),
+            State::Accepted(_) => ("waiting for ESTABLISHED", CmEventKind::Established.name()),
+        };
         setup_err(
-            "waiting for ESTABLISHED",
+            what,
             CmError::Timeout {
-                step: CmEventKind::Established.name(),
+                step,
                 waited: ACCEPT_TIMEOUT,
             },
         )
