@@ -394,6 +394,18 @@ impl<F: Fabric> Poller<F> {
                     conn.fabric.close();
                     self.retire(i, None);
                 }
+                Err(FabricError::PeerClosed) if finished => {
+                    // Draining, and the fabric reports the close again instead of data: what
+                    // it could deliver is delivered (a large message whose READ the departed
+                    // peer can no longer serve is lost with it), so the application sees the
+                    // disconnect now. Kept draining instead, the connection never finished
+                    // (nor was its liveness checked: a draining peer is known gone).
+                    work += 1;
+                    conn.shared.disconnect();
+                    conn.fabric.close();
+                    let reason = conn.drain_reason;
+                    self.retire(i, reason);
+                }
                 Err(FabricError::PeerClosed) => {
                     // A clean close by the peer: deliver what it sent before closing first.
                     conn.draining = true;
