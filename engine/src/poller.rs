@@ -369,6 +369,14 @@ impl<F: Fabric> Poller<F> {
             let finished = conn.draining && conn.drained && !self.fabric.backlog();
             // Closing: what the application queued is posted and settled, as the fabric sees it.
             let closed = conn.closing && !finished && conn.fabric.settled(!conn.tx.is_empty());
+            if finished && matches!(res, Err(FabricError::PeerClosed)) {
+                // Draining, and the fabric reports the close again instead of data: what it
+                // could deliver is delivered (a large message whose READ the departed peer can
+                // no longer serve is lost with it), so the drain is finished as one that ran
+                // dry. Kept draining instead, the connection never finished (nor was its
+                // liveness checked: a draining peer is known gone).
+                res = Ok(0);
+            }
             match res {
                 Ok(n) if finished => {
                     // Everything the departed peer sent is delivered: now the application
@@ -393,18 +401,6 @@ impl<F: Fabric> Poller<F> {
                     work += 1;
                     conn.fabric.close();
                     self.retire(i, None);
-                }
-                Err(FabricError::PeerClosed) if finished => {
-                    // Draining, and the fabric reports the close again instead of data: what
-                    // it could deliver is delivered (a large message whose READ the departed
-                    // peer can no longer serve is lost with it), so the application sees the
-                    // disconnect now. Kept draining instead, the connection never finished
-                    // (nor was its liveness checked: a draining peer is known gone).
-                    work += 1;
-                    conn.shared.disconnect();
-                    conn.fabric.close();
-                    let reason = conn.drain_reason;
-                    self.retire(i, reason);
                 }
                 Err(FabricError::PeerClosed) => {
                     // A clean close by the peer: deliver what it sent before closing first.
