@@ -1,6 +1,7 @@
 //! The `mem://` fabric on the real engine, without sockets: FIFO ping-pong (run-to-completion,
 //! one dedicated poller, two engines), a flood into a slow receiver (back-pressure, no loss),
-//! large messages, and the faults: a killed peer, a stalled one, a corrupt record.
+//! large messages, and the faults: a killed peer (also one that this end waits on), a stalled
+//! one, a corrupt record.
 
 use std::time::{Duration, Instant};
 
@@ -159,6 +160,53 @@ fn a_killed_peer_is_a_disconnect_after_what_it_sent() {
         "Disconnected",
         |e| matches!(e, Event::Disconnected { conn } if *conn == id),
     );
+}
+
+/// A peer that dies while this end waits on it for something (as an RDMA READ of a large
+/// message waits on the peer that lent it): this end delivers what the peer sent, then the
+/// disconnect, though its fabric never settles and reports the close on every pass after the
+/// first (Soft-iWARP's connections do; a drain that waited for them to settle never ended).
+#[test]
+fn a_peer_killed_while_this_end_waits_on_it_is_a_disconnect_after_what_it_sent() {
+    let _g = serial();
+    for (mode, engine) in [
+        ("rtc", rtc_builder(4096, 16).build().unwrap()),
+        (
+            "poller",
+            poller_builder(&[cores()[0]], 4096, 16).build().unwrap(),
+        ),
+    ] {
+        let name = ep(&format!("unserved-{mode}"));
+        let (server, client) = pair(&engine, &engine, &name);
+        let faults = Faults::latest(&name).expect("faults");
+        faults.wait_on_peer(End::Accepted);
+        send_msg(&client, 1, 8);
+        send_msg(&client, 2, 3000);
+        client.flush().expect("flush");
+        // Both on the wire (a dedicated poller posts them in its own time) before the kill.
+        let deadline = Instant::now() + WAIT;
+        while client.stats().tx_msgs < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: the sends were not posted"
+            );
+            engine.poll();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        faults.kill(End::Connecting);
+        recv_msg(&server, 1, 8);
+        recv_msg(&server, 2, 3000);
+        match server.recv_timeout(WAIT) {
+            Err(Error::Disconnected) => {}
+            other => panic!("{mode}: expected the disconnect, got {other:?}"),
+        }
+        let id = server.id();
+        wait_event(
+            &engine,
+            "Disconnected",
+            |e| matches!(e, Event::Disconnected { conn } if *conn == id),
+        );
+    }
 }
 
 #[test]

@@ -62,6 +62,14 @@ pub(crate) const FAULT_STALL: u8 = 1;
 pub(crate) const FAULT_DEAD: u8 = 2;
 /// Fault bit: the next record the end sends is corrupted.
 pub(crate) const FAULT_CORRUPT: u8 = 4;
+/// Fault bit: the end holds an operation only its peer could complete, as an RDMA READ of a
+/// large message does. Nothing changes while the peer is there; once the end has reported the
+/// peer's close, it is never quiescent again and every pass's reclaim reports the close again
+/// (what Soft-iWARP's connections do when the peer dies mid-transfer).
+pub(crate) const FAULT_UNSERVED: u8 = 8;
+/// The fault bits that change what `quiescent` and `reclaim` answer: one test of the fault word
+/// on their common path, as `halted` is; the rest in [`MemConn::faulted`], out of line.
+const FAULTS_QUIET: u8 = FAULT_STALL | FAULT_DEAD | FAULT_UNSERVED;
 
 /// One message in flight from one end to the other.
 #[derive(Clone, Copy)]
@@ -308,6 +316,28 @@ impl MemConn {
     fn peer_close_error(&self) -> FabricError {
         FabricError::peer_close(self.peer().closed.load(Ordering::Acquire))
     }
+
+    /// The fault bits in [`FAULTS_QUIET`] (one load, as `halted`).
+    #[inline]
+    fn quiet_faults(&self) -> u8 {
+        self.mine().faults.load(Ordering::Relaxed) & FAULTS_QUIET
+    }
+
+    /// What `quiescent` and `reclaim` answer under the faults `f` (nonzero, of
+    /// [`FAULTS_QUIET`]): `Some(Ok(()))` for a halted end (quiescent; nothing reclaimed),
+    /// `Some(Err(close))` for an end left waiting on a peer that is gone ([`FAULT_UNSERVED`]:
+    /// never quiescent; the close reported again), `None` when the faults change nothing yet.
+    #[cold]
+    #[inline(never)]
+    fn faulted(&self, f: u8) -> Option<Result<(), FabricError>> {
+        if f & (FAULT_STALL | FAULT_DEAD) != 0 {
+            return Some(Ok(()));
+        }
+        if self.gone {
+            return Some(Err(self.peer_close_error()));
+        }
+        None
+    }
 }
 
 /// Delivers one record into `sink`, checking it first. Always inlined: out of line (its two
@@ -505,8 +535,11 @@ impl FabricConn for MemConn {
 
     #[inline]
     fn quiescent(&mut self) -> bool {
-        if self.halted() {
-            return true;
+        let f = self.quiet_faults();
+        if f != 0 {
+            if let Some(res) = self.faulted(f) {
+                return res.is_ok();
+            }
         }
         self.release_in.is_empty()
             && self.peer().delivered.load(Ordering::Relaxed) == self.credits.seen
@@ -556,8 +589,11 @@ impl FabricConn for MemConn {
 
     #[inline]
     fn reclaim(&mut self, done: &mut TxDone<'_>) -> Result<usize, FabricError> {
-        if self.halted() {
-            return Ok(0);
+        let f = self.quiet_faults();
+        if f != 0 {
+            if let Some(res) = self.faulted(f) {
+                return res.map(|()| 0);
+            }
         }
         let mut work = 0;
         {

@@ -41,7 +41,7 @@ use std::sync::Arc;
 pub use datapath::{MemConn, MemFabric, RECORD_INLINE};
 pub use setup::MemSetupError;
 
-use datapath::{Channel, FAULT_CORRUPT, FAULT_DEAD, FAULT_STALL};
+use datapath::{Channel, FAULT_CORRUPT, FAULT_DEAD, FAULT_STALL, FAULT_UNSERVED};
 
 /// Which end of a `mem://` connection a fault hits.
 #[doc(hidden)]
@@ -107,5 +107,15 @@ impl Faults {
         self.chan.ends[end.index()]
             .faults
             .fetch_or(FAULT_CORRUPT, Ordering::Relaxed);
+    }
+
+    /// `end` holds an operation that only its peer could complete, as an RDMA READ of a large
+    /// message does: once it has seen the peer's close, it never settles, and every pass
+    /// reports the close again (Soft-iWARP's connections when the peer dies mid-transfer). Its
+    /// application must still get what the peer sent, then the disconnect.
+    pub fn wait_on_peer(&self, end: End) {
+        self.chan.ends[end.index()]
+            .faults
+            .fetch_or(FAULT_UNSERVED, Ordering::Relaxed);
     }
 }
