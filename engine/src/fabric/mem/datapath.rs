@@ -134,19 +134,26 @@ impl EndState {
     }
 }
 
-/// What both ends of one connection share: end 0 connected, end 1 accepted.
+/// What both ends of one connection share: end 0 connected, end 1 accepted. Each end's state
+/// is an allocation of its own, which each [`MemConn`] also holds: reached through its own
+/// pointer, not indexed from the channel's (see [`MemConn::mine`]).
 #[derive(Debug, Default)]
 pub(crate) struct Channel {
-    pub(crate) ends: [EndState; 2],
+    pub(crate) ends: [Arc<EndState>; 2],
 }
 
 impl Channel {
     /// A channel whose end `i` may sleep when `may_sleep[i]` (its engine uses `Block`).
     pub(crate) fn new(may_sleep: [bool; 2]) -> Channel {
-        let mut c = Channel::default();
-        c.ends[0].may_sleep = may_sleep[0];
-        c.ends[1].may_sleep = may_sleep[1];
-        c
+        let end = |may_sleep| {
+            Arc::new(EndState {
+                may_sleep,
+                ..EndState::default()
+            })
+        };
+        Channel {
+            ends: [end(may_sleep[0]), end(may_sleep[1])],
+        }
     }
 }
 
@@ -232,6 +239,9 @@ impl Credits {
 pub struct MemConn {
     chan: Arc<Channel>,
     me: usize,
+    /// `chan.ends[me]` and the peer's: [`mine`](Self::mine), [`peer`](Self::peer).
+    mine: Arc<EndState>,
+    peer: Arc<EndState>,
     tx: Producer<Record>,
     rx: Consumer<Record>,
     release_out: Producer<u32>,
@@ -264,9 +274,12 @@ impl std::fmt::Debug for MemConn {
 
 impl MemConn {
     pub(crate) fn new(p: EndParts) -> MemConn {
+        let me = p.me & 1;
         MemConn {
+            mine: p.chan.ends[me].clone(),
+            peer: p.chan.ends[me ^ 1].clone(),
             chan: p.chan,
-            me: p.me,
+            me,
             tx: p.tx,
             rx: p.rx,
             release_out: p.release_out,
@@ -285,18 +298,18 @@ impl MemConn {
         }
     }
 
-    /// This end's state. `me & 1` (`me` is 0 or 1 anyway): an index the compiler sees in
-    /// bounds, so no check per call (several per message: callgrind, `bench cost --fabric mem`,
-    /// about 15 instructions per message for the two accessors).
+    /// This end's state: one load of a pointer held here. (Indexed from the channel,
+    /// `chan.ends[me & 1]`, each use loaded the channel and the index and scaled it: 5-6
+    /// instructions, several times a message.)
     #[inline]
     fn mine(&self) -> &EndState {
-        &self.chan.ends[self.me & 1]
+        &self.mine
     }
 
     /// The peer's state (see [`mine`](Self::mine)).
     #[inline]
     fn peer(&self) -> &EndState {
-        &self.chan.ends[(self.me & 1) ^ 1]
+        &self.peer
     }
 
     /// This end is stalled or dead (a fault): it does nothing.
@@ -485,7 +498,7 @@ impl MemConn {
                 // overwritten without reading.
                 unsafe { core::ptr::addr_of_mut!((*first.as_mut_ptr()).seq).write(!first_seq) };
                 // Fields apart (`a` borrows `tx`): not `mine()`.
-                self.chan.ends[self.me & 1]
+                self.mine
                     .faults
                     .fetch_and(!FAULT_CORRUPT, Ordering::Relaxed);
             }
