@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/ci/conformance.sh - the conformance suite's per-scheme case counts and skips
 # (engine/tests/conformance/: one body per behaviour, run over every scheme). It runs no
-# case itself: scripts/ci/test.sh runs the suite (cargo test -p spinwire --release --test
+# case itself: scripts/ci/test.sh runs the suite (cargo test --workspace --release --test
 # conformance), the Soft-RoCE VM step its rdma instance (scripts/ci/rdma-vm.sh).
 #
 # usage: scripts/ci/conformance.sh [--release] [--features rdma]
@@ -12,7 +12,8 @@ cd "$(dirname "$0")/../.."
 args=("$@")
 targets=(--test conformance)
 [[ " ${args[*]} " == *" rdma "* ]] && targets+=(--test rdma_conformance)
-bins=$(cargo test -p spinwire "${args[@]}" "${targets[@]}" --no-run --message-format=json 2>/dev/null |
+# `--workspace`, not `-p spinwire`: the features resolve as in scripts/ci/test.sh (no rebuild).
+bins=$(cargo test --workspace "${args[@]}" "${targets[@]}" --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, re, sys
 for l in sys.stdin:
     m = json.loads(l)

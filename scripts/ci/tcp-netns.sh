@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 profile=(--release)
 [ "${1:-}" = "--debug" ] && profile=()
-bin=$(cargo test -p spinwire "${profile[@]}" --test tcp --no-run --message-format=json 2>/dev/null |
+# `--workspace`: the features resolve as in scripts/ci/test.sh (its build, not another).
+bin=$(cargo test --workspace "${profile[@]}" --test tcp --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

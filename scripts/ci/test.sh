@@ -2,9 +2,13 @@
 # Every workspace test (unit, integration, doc tests), debug then the release stress tests;
 # then the conformance suite (once, in release: engine/Cargo.toml keeps it out of plain
 # `cargo test`) and its per-scheme case counts and skips (scripts/ci/conformance.sh).
+# Every later step's cargo call selects the whole workspace too (`--workspace`, with target
+# filters), so that features resolve as in the runs here and nothing is rebuilt for another
+# feature set (`-p spinwire` rebuilt criterion, clap, regex and the testkit for the suite: 50 s
+# of CI's build time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo test --workspace
 cargo test --workspace --release
-cargo test -p spinwire --release --test conformance
+cargo test --workspace --release --test conformance
 bash scripts/ci/conformance.sh --release
