@@ -284,7 +284,8 @@ impl<'a> RxSink<'a> {
             core::ptr::addr_of_mut!((*w).len).write(len as u32);
             core::ptr::addr_of_mut!((*w).buf).write(BUF_INLINE);
             let data = core::ptr::addr_of_mut!((*w).data).cast::<u8>();
-            core::ptr::copy_nonoverlapping(payload.as_ptr(), data, len);
+            // `copy_bytes`: no `memcpy` call for a small message (tcp's receive).
+            copy_bytes(payload.as_ptr(), data, len);
         }
         self.wrote_inline(pack, p, len);
         Ok(())
@@ -495,7 +496,7 @@ unsafe fn pack_copy(desc: *mut RxDesc, at: usize, payload: &[u8]) {
     // memory, not the ring's.
     unsafe {
         let data = core::ptr::addr_of_mut!((*desc).data).cast::<u8>();
-        core::ptr::copy_nonoverlapping(payload.as_ptr(), data.add(at + PACKED_HDR), payload.len());
+        copy_bytes(payload.as_ptr(), data.add(at + PACKED_HDR), payload.len());
         mark_packed(desc, at, payload.len());
     }
 }
