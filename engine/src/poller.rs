@@ -446,6 +446,7 @@ impl<F: Fabric> Poller<F> {
                         conn.shared.rtc.set(rtc_tag::<F>(), slot);
                     }
                     self.slots[slot as usize] = Some(conn);
+                    self.fabric.conn_attached();
                     self.active.push(slot);
                     self.counters.connections.set(self.active.len() as u64);
                 }

@@ -36,6 +36,12 @@ pub trait Fabric: Send + Sized + 'static {
     /// Handles a [`Self::Command`], on the poller thread.
     fn on_command(&mut self, command: Self::Command);
 
+    /// A connection was just put in the poller's table ([`FabricConn::attached`]), before the
+    /// next [`poll_shared`](Fabric::poll_shared): RDMA looks at the completions it parked for
+    /// QPs not attached yet. The default: nothing.
+    #[inline]
+    fn conn_attached(&mut self) {}
+
     /// Polls completion sources shared by several connections, once per cycle, and returns the
     /// work done. RDMA polls its CQ here and files completions with their connections; shm has no
     /// shared source (the default does nothing).

@@ -95,14 +95,16 @@
 //!   side's control thread had not handled its ESTABLISHED or the poller not yet taken the
 //!   attach command). A successful receive completion whose QP no attached connection owns is
 //!   therefore *parked* in a preallocated per-poller FIFO (`park`, 4096 entries) and offered
-//!   again at the start of every later `poll_shared`, oldest first and before the CQ is
+//!   again at the start of the first `poll_shared` after a connection is attached (and every
+//!   `ReplayGate::AGE_EVERY` polls, for their ageing), oldest first and before the CQ is
 //!   polled, so it reaches its connection once attached, ahead of anything newer of that QP.
 //!   One that waits longer than `PARK_MAX_AGE` (its connection never came), or whose QP now
 //!   belongs to a connection that does not own its `wr_id`, is dropped as stale (a shared
 //!   receive buffer goes back to the SRQ); one that finds the FIFO full is dropped and counted
 //!   ([`RdmaStats`]: `parked_completions`, `replayed_completions`, `park_overflows`). Other
 //!   completions of unknown QPs (sends, errors, flushes of connections already detached) are
-//!   stale at once. With nothing parked the hot path pays one `is_empty` check per cycle.
+//!   stale at once. With nothing parked the hot path pays one `is_empty` check per cycle; with
+//!   something parked, a countdown between looks.
 //! * A completion error fails only its connection ([`FabricError::Io`] with the `ibv_wc_status`
 //!   code, or [`FabricError::PeerClosed`] for a flush after the peer disconnected); the poller and
 //!   the other connections keep running.
@@ -138,7 +140,7 @@ mod frame;
 mod park;
 mod rndv;
 
-use park::Parking;
+use park::{Parking, ReplayGate};
 
 pub use chain::SrqShared;
 pub use conn::RdmaConn;
@@ -192,6 +194,8 @@ pub struct RdmaFabric {
     backlog: bool,
     /// Receive completions of QPs not attached yet, in arrival order.
     parked: Parking<Parked>,
+    /// When `parked` is worth a look.
+    gate: ReplayGate,
 }
 
 impl std::fmt::Debug for RdmaFabric {
@@ -220,6 +224,7 @@ impl RdmaFabric {
             qpn_cache: vec![(u32::MAX, u32::MAX); QPN_CACHE].into_boxed_slice(),
             backlog: false,
             parked: Parking::new(PARK_CAPACITY),
+            gate: ReplayGate::new(),
         }
     }
 
@@ -315,6 +320,11 @@ impl Fabric for RdmaFabric {
     type Conn = RdmaConn;
     type Command = RdmaCommand;
 
+    #[inline]
+    fn conn_attached(&mut self) {
+        self.gate.attached();
+    }
+
     fn on_command(&mut self, command: RdmaCommand) {
         match command {
             RdmaCommand::AttachCq(cq, srq) => {
@@ -330,8 +340,11 @@ impl Fabric for RdmaFabric {
     #[inline(always)]
     fn poll_shared(&mut self, conns: &mut ConnTable<'_, RdmaConn>) -> usize {
         let mut work = 0;
-        // Completions parked last cycles go first, before anything newer of their QP.
-        if !self.parked.is_empty() {
+        // Completions parked last cycles go first, before anything newer of their QP: looked
+        // at once a connection was attached since (no completion of a QP attached later can
+        // have been filed yet: the attach precedes its first poll), and now and then for their
+        // ageing.
+        if !self.parked.is_empty() && self.gate.due() {
             work += self.replay(conns);
         }
         let mut slots = [const { WcSlot::uninit() }; CQ_BURST];
