@@ -33,23 +33,12 @@ long=${LONG:-8000}
 [[ $short =~ ^[0-9]+$ && $long =~ ^[0-9]+$ && $long -gt $short ]] ||
   { echo "rdma-vm-count: SHORT and LONG must be numbers, LONG > SHORT" >&2; exit 2; }
 
+# shellcheck source=scripts/lib/rdma-vm.sh
+. scripts/lib/rdma-vm.sh
 scripts/setup-rdma
-if ! command -v valgrind >/dev/null; then
-  echo "rdma-vm-count: installing valgrind"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
-    --no-install-recommends valgrind >&2
-fi
-bench=${1:-}
-if [ -z "$bench" ]; then
-  echo "rdma-vm-count: building bench (cargo build --release -p bench --features rdma)"
-  cargo build --release -p bench --features rdma
-  bench=$PWD/target/release/bench
-fi
-[ -x "$bench" ] || { echo "rdma-vm-count: $bench is not an executable" >&2; exit 2; }
-bench=$(realpath "$bench")
-
-work=$(mktemp -d /tmp/rdma-vm-count.XXXXXX)
-[ -n "${KEEP:-}" ] && echo "rdma-vm-count: keeping $work" || trap 'rm -rf "$work"' EXIT
+rdma_vm_tool rdma-vm-count valgrind valgrind
+rdma_vm_bench rdma-vm-count "${1:-}"
+rdma_vm_workdir rdma-vm-count
 
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail

@@ -34,23 +34,12 @@ for v in "$rounds" "$delay" "$window" "$iters"; do
     { echo "rdma-vm-kcount: ROUNDS, DELAY, WINDOW and ITERS must be positive numbers" >&2; exit 2; }
 done
 
+# shellcheck source=scripts/lib/rdma-vm.sh
+. scripts/lib/rdma-vm.sh
 scripts/setup-rdma
-if ! command -v perf >/dev/null; then
-  echo "rdma-vm-kcount: installing linux-perf"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
-    --no-install-recommends linux-perf >&2
-fi
-bench=${1:-}
-if [ -z "$bench" ]; then
-  echo "rdma-vm-kcount: building bench (cargo build --release -p bench --features rdma)"
-  cargo build --release -p bench --features rdma
-  bench=$PWD/target/release/bench
-fi
-[ -x "$bench" ] || { echo "rdma-vm-kcount: $bench is not an executable" >&2; exit 2; }
-bench=$(realpath "$bench")
-
-work=$(mktemp -d /tmp/rdma-vm-kcount.XXXXXX)
-[ -n "${KEEP:-}" ] && echo "rdma-vm-kcount: keeping $work" || trap 'rm -rf "$work"' EXIT
+rdma_vm_tool rdma-vm-kcount perf linux-perf
+rdma_vm_bench rdma-vm-kcount "${1:-}"
+rdma_vm_workdir rdma-vm-kcount
 
 read -r -d '' guest <<'GUEST' || true
 set -uo pipefail
