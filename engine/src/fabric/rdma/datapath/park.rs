@@ -88,10 +88,10 @@ impl<T> Parking<T> {
 /// poller's table for each QP not attached, a clock read) is only useful once a connection was
 /// attached since the last one, or to age out the items of a QP that never comes.
 ///
-/// Offered at every `poll_shared` instead, items of an abandoned connection attempt (its peer
-/// sent at once, then gave up before this side attached it) made every cycle of the poller
-/// pay that look until they aged out: in the Soft-RoCE VM, about 8500 instructions a look for
-/// the 10 s of `PARK_MAX_AGE`.
+/// Offered at every `poll_shared` instead, items of a QP that never got attached (such as an
+/// accept given up after its peer had sent) made every cycle of the poller pay that look until
+/// they aged out: in the Soft-RoCE VM, about 8500 instructions a look for the 10 s of
+/// `PARK_MAX_AGE`.
 #[derive(Debug)]
 pub(super) struct ReplayGate {
     /// A connection was attached since the last look.
