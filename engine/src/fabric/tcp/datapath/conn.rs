@@ -319,8 +319,9 @@ impl FabricConn for TcpConn {
                 let pad = pad_of(len);
                 let dst = &mut self.stage[self.stage_len..self.stage_len + len + pad];
                 // SAFETY: `dst` is `len + pad` bytes of the stage (the slice is bounds-checked;
-                // the room test above keeps it in bounds), which overlaps neither the payload (a pool buffer or the descriptor) nor `ZEROS`;
-                // `payload` holds `len` bytes and `ZEROS` at least `pad` (< 8).
+                // the room test above keeps it in bounds), which overlaps neither the payload
+                // (a pool buffer or the descriptor) nor `ZEROS`; `payload` holds `len` bytes
+                // and `ZEROS` at least `pad` (< 8).
                 unsafe {
                     copy_bytes(payload.as_ptr(), dst.as_mut_ptr(), len);
                     copy_bytes(ZEROS.as_ptr(), dst.as_mut_ptr().add(len), pad);
