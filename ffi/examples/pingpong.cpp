@@ -1,5 +1,6 @@
 // pingpong.cpp - the two-process shm ping-pong of pingpong.c on the C++ RAII wrapper
-// (spinwire.hpp), sending with zero-copy claims on both sides.
+// (spinwire.hpp), sending zero-copy (offer_in_place: the message written in place, in one C
+// call) on both sides.
 //
 //   pingpong_cpp server <endpoint> <messages>
 //   pingpong_cpp client <endpoint> <messages> [size]
@@ -82,26 +83,17 @@ template <class F> void recv_one(spinwire::Connection &conn, F &&f) {
     }
 }
 
-// Claims (bounded wait), lets `write` fill the buffer in place, commits and flushes.
-template <class W> void send_claimed(spinwire::Connection &conn, size_t len, W &&write) {
+// Sends a message written in place by `write` (offer_in_place: zero-copy, one C call),
+// polling while back-pressured (bounded wait).
+template <class W> void send_in_place(spinwire::Connection &conn, size_t len, W &&write) {
     Deadline wait;
-    spinwire::Claim claim;
     for (;;) {
-        int r = conn.try_claim(len, claim);
-        if (r == SW_OK) break;
-        if (r != SW_BACK_PRESSURED) die("try_claim", r);
-        if (wait.passed()) die("claim", SW_TIMEOUT);
+        int64_t r = conn.offer_in_place(len, write);
+        if (r > 0) return;
+        if (r != SW_BACK_PRESSURED) die("offer_in_place", r);
+        if (wait.passed()) die("send", SW_TIMEOUT);
         flush(conn);
     }
-    write(claim.data());
-    for (;;) {
-        int64_t r = claim.commit();
-        if (r > 0) break;
-        if (r != SW_BACK_PRESSURED) die("commit", r);
-        if (wait.passed()) die("commit", SW_TIMEOUT);
-        flush(conn);
-    }
-    flush(conn);
 }
 
 }  // namespace
@@ -133,10 +125,10 @@ int main(int argc, char **argv) {
         std::vector<uint8_t> last(4096);
         size_t last_len = 0;
         for (uint64_t seq = 0; seq < count; seq++) {
-            // Echoed from where the message lies (a claim from inside the handler: no copy
-            // first), then kept for the check.
+            // Echoed from where the message lies (written in place from inside the handler: no
+            // copy first), then kept for the check.
             recv_one(conn, [&](const uint8_t *p, size_t n) {
-                send_claimed(conn, n, [&](uint8_t *dst) { std::memcpy(dst, p, n); });
+                send_in_place(conn, n, [&](uint8_t *dst, size_t len) { std::memcpy(dst, p, len); });
                 last_len = n;
                 std::memcpy(last.data(), p, n);
             });
@@ -172,7 +164,7 @@ int main(int argc, char **argv) {
         rtt.reserve(count - warmup);
         for (uint64_t seq = 0; seq < count; seq++) {
             auto t0 = Clock::now();
-            send_claimed(conn, size, [&](uint8_t *dst) { fill(dst, size, seq); });
+            send_in_place(conn, size, [&](uint8_t *dst, size_t len) { fill(dst, len, seq); });
             recv_one(conn, [&](const uint8_t *p, size_t n) {
                 echo_len = n < echo.size() ? n : echo.size();
                 std::memcpy(echo.data(), p, echo_len);

@@ -384,6 +384,16 @@ typedef struct sw_claim {
 } sw_claim;
 
 /**
+ * The writer of `sw_offer_in_place`: writes the message, `len` bytes, at `data` (the
+ * connection's memory, valid only during the call; its prior content is unspecified). It may
+ * call `sw_poll`, `sw_offer` and the other data-path calls on any connection (an offer or
+ * claim on the same shm connection while its ring record is open is refused with
+ * `SW_CLAIM_OPEN`), but must not close the connection it writes for (refused with
+ * `SW_BAD_ARG`), and must not unwind (C++ exceptions, `longjmp`) out of the call.
+ */
+typedef void (*sw_writer)(void *clientd, uint8_t *data, size_t len);
+
+/**
  * Engine configuration. Fill it with `sw_config_init`, then change what you need.
  *
  * The defaults are the Rust `EngineBuilder`'s: run-to-completion (no poller thread), busy spin,
@@ -684,6 +694,33 @@ extern "C" {
 SW_NODISCARD int32_t sw_try_claim(struct sw_conn *conn, size_t len, struct sw_claim *claim);
 
 /**
+ * Sends a `len`-byte message written in place by `write(clientd, data, len)`: one call that
+ * claims the room (as `sw_try_claim`: on shm a message up to the inline threshold in its ring
+ * record, any other in a send buffer), lets `write` fill it and sends it (as
+ * `sw_claim_commit`). Zero-copy like a claim, at the cost of `sw_offer`: no claim is handed out,
+ * so none is recorded, checked or retired (a claim and its commit are two calls and about 100
+ * instructions more a message).
+ *
+ * Returns what `sw_offer` returns: the number of messages sent on this handle so far (>= 1) or
+ * a negative code. `SW_BACK_PRESSURED`: nothing was sent; poll and retry. When the room could
+ * not be claimed `write` was not called; a message in a send buffer (not shm's ring record,
+ * whose send cannot be refused for credit) may also be refused after `write` ran, for want of
+ * credit, and a retry calls `write` again. `SW_TOO_LARGE`, `SW_POOL_EXHAUSTED`,
+ * `SW_CLAIM_OPEN`, `SW_CLOSED`, `SW_CONN_FAILED`, `SW_BAD_ARG` (also for a NULL `write`). It
+ * publishes as `sw_offer` does. Allocates nothing; never blocks.
+ *
+ * # Safety
+ *
+ * `conn` is a live connection handle (NULL is caught) used by no other thread now; `write`
+ * follows the rules of `sw_writer`.
+ */
+SW_NODISCARD
+int64_t sw_offer_in_place(const struct sw_conn *conn,
+                          size_t len,
+                          sw_writer write,
+                          void *clientd);
+
+/**
  * Sends a claimed message (`claim->len` bytes as written at `claim->data`). Returns the number
  * of messages sent on the connection's handle so far (>= 1) or a negative code:
  * `SW_BACK_PRESSURED` (no credit: the claim stays valid; poll, then commit or abort it),
@@ -752,12 +789,14 @@ SW_NODISCARD int32_t sw_listener_close(struct sw_listener *listener);
  * acknowledge if every message must arrive.
  *
  * Returns `SW_OK`, or `SW_BAD_ARG` for a NULL or closed handle or when called from inside this
- * connection's own `sw_poll` handler (the connection is then left open).
+ * connection's own `sw_poll` handler or `sw_offer_in_place` writer (the connection is then
+ * left open).
  *
  * # Safety
  *
  * `conn` is NULL or a live connection handle; it is not used during or after the call (other
- * than by the `sw_poll` that may be running on this thread, which is caught).
+ * than by the `sw_poll` or `sw_offer_in_place` that may be running on this thread, which is
+ * caught).
  */
 SW_NODISCARD int32_t sw_conn_close(struct sw_conn *conn);
 

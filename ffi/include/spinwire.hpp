@@ -22,8 +22,9 @@
 // The C header's rules apply unchanged: an Engine may be used from many threads at once, a
 // Listener / Connection (and its Claims and Messages) from one thread at a time; at most one
 // ring claim (shm, up to the inline threshold) is open per Connection, and while it is open
-// nothing else is claimed or sent on it (SW_CLAIM_OPEN); a poll handler must not throw (the
-// trampoline is noexcept, so an exception terminates instead of unwinding through C).
+// nothing else is claimed or sent on it (SW_CLAIM_OPEN); a poll handler or an offer_in_place
+// writer must not throw (their trampolines are noexcept, so an exception terminates instead of
+// unwinding through C).
 #ifndef SPINWIRE_HPP
 #define SPINWIRE_HPP
 
@@ -246,6 +247,14 @@ class Connection {
         claim.live_ = r == SW_OK;
         return detail::check(r);
     }
+    /// sw_offer_in_place with any callable `write(uint8_t *data, size_t len)` (must not throw):
+    /// zero-copy like try_claim() + commit(), in one call. Messages sent so far (>= 1) or a
+    /// negative code; on SW_BACK_PRESSURED nothing was sent (a retry may call `write` again).
+    template <class W> SW_NODISCARD int64_t offer_in_place(size_t len, W &&write) {
+        using Fn = typename std::remove_reference<W>::type;
+        void *clientd = const_cast<void *>(static_cast<const void *>(&write));
+        return detail::check(sw_offer_in_place(h_, len, &writer<Fn>, clientd));
+    }
     /// sw_poll with any callable `f(const uint8_t *data, size_t len)` (must not throw).
     template <class F> SW_NODISCARD int64_t poll(F &&f, size_t limit) {
         using Fn = typename std::remove_reference<F>::type;
@@ -278,6 +287,9 @@ class Connection {
 
   private:
     template <class Fn> static void trampoline(void *d, const uint8_t *p, size_t n) noexcept {
+        (*static_cast<Fn *>(d))(p, n);
+    }
+    template <class Fn> static void writer(void *d, uint8_t *p, size_t n) noexcept {
         (*static_cast<Fn *>(d))(p, n);
     }
     void check_lifetimes() const noexcept {

@@ -1,5 +1,8 @@
-//! Zero-copy claims: `sw_try_claim`, `sw_claim_commit`, `sw_claim_abort`, and the claim
-//! table of a connection handle.
+//! Zero-copy sends: the claims (`sw_try_claim`, `sw_claim_commit`, `sw_claim_abort`, and the
+//! claim table of a connection handle) and the one-call `sw_offer_in_place`.
+
+use std::cell::Cell;
+use std::ffi::c_void;
 
 use spinwire_rs::{Connection, Error, SendBuf, SendError};
 
@@ -184,6 +187,91 @@ pub unsafe extern "C" fn sw_try_claim(conn: *mut sw_conn, len: usize, claim: *mu
         unsafe { claim.write(c) };
         SW_OK
     })
+}
+
+/// The writer of `sw_offer_in_place`: writes the message, `len` bytes, at `data` (the
+/// connection's memory, valid only during the call; its prior content is unspecified). It may
+/// call `sw_poll`, `sw_offer` and the other data-path calls on any connection (an offer or
+/// claim on the same shm connection while its ring record is open is refused with
+/// `SW_CLAIM_OPEN`), but must not close the connection it writes for (refused with
+/// `SW_BAD_ARG`), and must not unwind (C++ exceptions, `longjmp`) out of the call.
+#[allow(non_camel_case_types)]
+pub type sw_writer = Option<unsafe extern "C" fn(clientd: *mut c_void, data: *mut u8, len: usize)>;
+
+/// Sends a `len`-byte message written in place by `write(clientd, data, len)`: one call that
+/// claims the room (as `sw_try_claim`: on shm a message up to the inline threshold in its ring
+/// record, any other in a send buffer), lets `write` fill it and sends it (as
+/// `sw_claim_commit`). Zero-copy like a claim, at the cost of `sw_offer`: no claim is handed out,
+/// so none is recorded, checked or retired (a claim and its commit are two calls and about 100
+/// instructions more a message).
+///
+/// Returns what `sw_offer` returns: the number of messages sent on this handle so far (>= 1) or
+/// a negative code. `SW_BACK_PRESSURED`: nothing was sent; poll and retry. When the room could
+/// not be claimed `write` was not called; a message in a send buffer (not shm's ring record,
+/// whose send cannot be refused for credit) may also be refused after `write` ran, for want of
+/// credit, and a retry calls `write` again. `SW_TOO_LARGE`, `SW_POOL_EXHAUSTED`,
+/// `SW_CLAIM_OPEN`, `SW_CLOSED`, `SW_CONN_FAILED`, `SW_BAD_ARG` (also for a NULL `write`). It
+/// publishes as `sw_offer` does. Allocates nothing; never blocks.
+///
+/// # Safety
+///
+/// `conn` is a live connection handle (NULL is caught) used by no other thread now; `write`
+/// follows the rules of `sw_writer`.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn sw_offer_in_place(
+    conn: *const sw_conn,
+    len: usize,
+    write: sw_writer,
+    clientd: *mut c_void,
+) -> i64 {
+    const WHAT: &str = "sw_offer_in_place";
+    guard(WHAT, || {
+        // SAFETY: per the contract.
+        let h = match unsafe { check(WHAT, conn) } {
+            Ok(h) => h,
+            Err(c) => return i64::from(c),
+        };
+        let Some(f) = write else {
+            return i64::from(fail_msg(WHAT, SW_BAD_ARG, "write is NULL"));
+        };
+        let mut buf = match claim_buf(&h.conn, len) {
+            Ok(b) => b,
+            Err(e) => return i64::from(fail(WHAT, &e)),
+        };
+        {
+            let _writing = Writing::enter(&h.in_write);
+            // The claim's room: its first `len` bytes (the claim checked `len` against it).
+            let data = buf.as_mut_slice().as_mut_ptr();
+            // SAFETY: the writer's contract is the caller's; `data` is `len` writable bytes of
+            // the claim, which lives until the send below. A writer that closes this
+            // connection is refused (`in_write`), so `h` and the claim stay alive through it.
+            unsafe { f(clientd, data, len) };
+        }
+        match h.conn.send(buf) {
+            Ok(()) => h.count_sent(),
+            Err(e) => send_failed(WHAT, e),
+        }
+    })
+}
+
+/// Counts a running `sw_offer_in_place` writer in the handle's `in_write` until dropped (also
+/// when unwinding).
+struct Writing<'a>(&'a Cell<u32>);
+
+impl<'a> Writing<'a> {
+    #[inline(always)]
+    fn enter(depth: &'a Cell<u32>) -> Writing<'a> {
+        depth.set(depth.get() + 1);
+        Writing(depth)
+    }
+}
+
+impl Drop for Writing<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 /// The claim of a `len`-byte message on `conn`: `Connection::claim`, so on a direct path

@@ -129,6 +129,9 @@ pub struct sw_conn {
     /// Set while `sw_poll` runs its handler: closing the connection (and `sw_hold`) then is
     /// refused.
     pub(crate) in_poll: Cell<bool>,
+    /// How many `sw_offer_in_place` writers of this connection are running on its thread (one,
+    /// or more when a writer offers in place again): closing the connection then is refused.
+    pub(crate) in_write: Cell<u32>,
     /// Messages sent through this handle (the value `sw_offer` / `sw_claim_commit` return).
     sent: Cell<u64>,
     max_message_size: usize,
@@ -155,6 +158,7 @@ impl sw_conn {
         Box::into_raw(Box::new(sw_conn {
             tag: Self::MAGIC,
             in_poll: Cell::new(false),
+            in_write: Cell::new(0),
             sent: Cell::new(0),
             max_message_size: conn.max_message_size(),
             buffer_size: conn.buffer_size(),
@@ -193,12 +197,14 @@ impl sw_conn {
 /// acknowledge if every message must arrive.
 ///
 /// Returns `SW_OK`, or `SW_BAD_ARG` for a NULL or closed handle or when called from inside this
-/// connection's own `sw_poll` handler (the connection is then left open).
+/// connection's own `sw_poll` handler or `sw_offer_in_place` writer (the connection is then
+/// left open).
 ///
 /// # Safety
 ///
 /// `conn` is NULL or a live connection handle; it is not used during or after the call (other
-/// than by the `sw_poll` that may be running on this thread, which is caught).
+/// than by the `sw_poll` or `sw_offer_in_place` that may be running on this thread, which is
+/// caught).
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn sw_conn_close(conn: *mut sw_conn) -> i32 {
@@ -212,6 +218,13 @@ pub unsafe extern "C" fn sw_conn_close(conn: *mut sw_conn) -> i32 {
                     WHAT,
                     SW_BAD_ARG,
                     "called from inside this connection's sw_poll handler",
+                ));
+            }
+            if h.in_write.get() > 0 {
+                return Err(fail_msg(
+                    WHAT,
+                    SW_BAD_ARG,
+                    "called from inside this connection's sw_offer_in_place writer",
                 ));
             }
             crate::claim::abort_all(h);

@@ -62,7 +62,9 @@ pub mod error;
 mod handle;
 pub mod held;
 
-pub use claim::{sw_claim, sw_claim_abort, sw_claim_commit, sw_try_claim};
+pub use claim::{
+    sw_claim, sw_claim_abort, sw_claim_commit, sw_offer_in_place, sw_try_claim, sw_writer,
+};
 pub use config::*;
 pub use conn::{
     sw_accept, sw_conn, sw_conn_close, sw_conn_get_stats, sw_conn_id, sw_conn_is_open,

@@ -348,6 +348,138 @@ fn one_open_ring_claim_at_a_time() {
     }
 }
 
+/// What an `sw_offer_in_place` writer saw and did.
+struct Writer {
+    /// The byte it fills the message with.
+    byte: u8,
+    calls: usize,
+    len: usize,
+    /// When set, the writer tries to close this connection and to offer on it from inside.
+    conn: *mut sw_conn,
+    close: i32,
+    nested: i64,
+}
+
+impl Writer {
+    fn new(byte: u8) -> Writer {
+        Writer {
+            byte,
+            calls: 0,
+            len: usize::MAX,
+            conn: ptr::null_mut(),
+            close: 0,
+            nested: 0,
+        }
+    }
+}
+
+unsafe extern "C" fn fill(clientd: *mut c_void, data: *mut u8, len: usize) {
+    // SAFETY: `clientd` is the test's `Writer`; `data` has `len` writable bytes; `conn` is
+    // NULL or the live connection written for.
+    unsafe {
+        let w = &mut *clientd.cast::<Writer>();
+        w.calls += 1;
+        w.len = len;
+        ptr::write_bytes(data, w.byte, len);
+        if !w.conn.is_null() {
+            w.close = sw_conn_close(w.conn);
+            w.nested = sw_offer(w.conn, b"n".as_ptr().cast(), 1);
+        }
+    }
+}
+
+/// `sw_offer_in_place`: the writer fills the room once, in place, and the message is sent in
+/// the same call, in a ring record (shm, up to the inline threshold), in a pool buffer, or
+/// empty; refusals call no writer and send nothing; the writer cannot close its connection.
+#[test]
+fn offer_in_place_sends_what_the_writer_wrote() {
+    let p = pair("in-place", 4);
+    // SAFETY: live handles; every writer is a `Writer` with `fill`.
+    unsafe {
+        let mut sent = 0;
+        for (len, byte) in [(RING_CLAIM, 1u8), (POOL_CLAIM, 2), (0, 3)] {
+            let mut w = Writer::new(byte);
+            sent += 1;
+            let r = sw_offer_in_place(p.client, len, Some(fill), ptr::addr_of_mut!(w).cast());
+            assert_eq!(r, sent, "{}", errmsg());
+            assert_eq!((w.calls, w.len), (1, len));
+        }
+        assert_eq!(
+            recv(p.server, 3),
+            [vec![1; RING_CLAIM], vec![2; POOL_CLAIM], vec![]]
+        );
+
+        // Refused before the writer runs: a NULL writer, too large, every buffer claimed, a
+        // full ring. Nothing is sent.
+        let mut w = Writer::new(9);
+        let wp: *mut c_void = ptr::addr_of_mut!(w).cast();
+        assert_eq!(
+            sw_offer_in_place(p.client, 8, None, wp),
+            i64::from(SW_BAD_ARG)
+        );
+        assert!(errmsg().contains("write is NULL"), "{}", errmsg());
+        assert_eq!(
+            sw_offer_in_place(p.client, 513, Some(fill), wp),
+            i64::from(SW_TOO_LARGE)
+        );
+        let mut claims: [sw_claim; 4] = std::mem::zeroed();
+        for c in claims.iter_mut() {
+            assert_eq!(sw_try_claim(p.client, POOL_CLAIM, c), SW_OK, "{}", errmsg());
+        }
+        assert_eq!(
+            sw_offer_in_place(p.client, POOL_CLAIM, Some(fill), wp),
+            i64::from(SW_POOL_EXHAUSTED)
+        );
+        for c in claims.iter_mut() {
+            assert_eq!(sw_claim_abort(c), SW_OK);
+        }
+        let mut queued = 0;
+        loop {
+            let r = sw_offer(p.client, b"q".as_ptr().cast(), 1);
+            if r == i64::from(SW_BACK_PRESSURED) {
+                break;
+            }
+            assert!(r > 0, "{}", errmsg());
+            queued += 1;
+            assert!(queued < 1_000_000, "the ring never filled");
+        }
+        sent += queued;
+        assert_eq!(
+            sw_offer_in_place(p.client, RING_CLAIM, Some(fill), wp),
+            i64::from(SW_BACK_PRESSURED)
+        );
+        assert_eq!(w.calls, 0, "a refused offer called its writer");
+        assert_eq!(recv(p.server, queued as usize).len(), queued as usize);
+
+        // From inside the writer: closing its connection is refused, and so is an offer on it
+        // while its ring record is open; the message goes, the connection stays open.
+        w.conn = p.client;
+        sent += 1;
+        assert_eq!(
+            sw_offer_in_place(p.client, RING_CLAIM, Some(fill), wp),
+            sent
+        );
+        assert_eq!(w.close, SW_BAD_ARG);
+        assert_eq!(w.nested, i64::from(SW_CLAIM_OPEN));
+        assert_eq!(sw_conn_is_open(p.client), 1);
+        // With a pool buffer open the inner offer (a ring record) goes first.
+        sent += 2;
+        assert_eq!(
+            sw_offer_in_place(p.client, POOL_CLAIM, Some(fill), wp),
+            sent
+        );
+        assert_eq!(w.nested, sent - 1);
+        assert_eq!(
+            recv(p.server, 3),
+            [vec![9; RING_CLAIM], b"n".to_vec(), vec![9; POOL_CLAIM]]
+        );
+        assert_eq!(sw_conn_outstanding(p.client), 0);
+        let mut st = sw_conn_stats::default();
+        assert_eq!(sw_conn_get_stats(p.client, &mut st), SW_OK);
+        assert_eq!(st.sent, sent as u64);
+    }
+}
+
 #[test]
 fn errmsg_keeps_the_cause_chain_per_thread() {
     let mut e = ptr::null_mut();

@@ -77,6 +77,12 @@ static void close_from_handler(void *clientd, const uint8_t *data, size_t len) {
     close_result = sw_conn_close(close_target);
 }
 
+/* An sw_offer_in_place writer: zeros. */
+static void write_zeros(void *clientd, uint8_t *data, size_t len) {
+    (void)clientd;
+    memset(data, 0, len);
+}
+
 /* A connected pair on `engine` over shm://<name>. */
 static void pair(sw_engine *engine, const char *name, sw_listener **l, sw_conn **client,
                  sw_conn **server) {
@@ -108,6 +114,8 @@ int main(void) {
     expect("sw_config_init(NULL)", sw_config_init(NULL), SW_BAD_ARG, "NULL");
     expect("sw_engine_new(out = NULL)", sw_engine_new(NULL, NULL), SW_BAD_ARG, "NULL");
     expect("sw_offer(NULL conn)", sw_offer(NULL, buf, 1), SW_BAD_ARG, "sw_conn handle");
+    expect("sw_offer_in_place(NULL conn)", sw_offer_in_place(NULL, 1, write_zeros, NULL),
+           SW_BAD_ARG, "sw_conn handle");
     expect("sw_poll(NULL conn)", sw_poll(NULL, on_msg, NULL, 1), SW_BAD_ARG, "NULL");
     expect("sw_engine_poll(NULL)", sw_engine_poll(NULL), SW_BAD_ARG, "sw_engine handle");
     expect("sw_conn_close(NULL)", sw_conn_close(NULL), SW_BAD_ARG, "NULL");
@@ -337,6 +345,10 @@ int main(void) {
     sw_claim claim;
     expect("sw_try_claim(max + 1 bytes)", sw_try_claim(client, (size_t)max + 1, &claim),
            SW_TOO_LARGE, "exceeds");
+    expect("sw_offer_in_place(max + 1 bytes)",
+           sw_offer_in_place(client, (size_t)max + 1, write_zeros, NULL), SW_TOO_LARGE, "exceeds");
+    expect("sw_offer_in_place(NULL writer)", sw_offer_in_place(client, 8, NULL, NULL), SW_BAD_ARG,
+           "write is NULL");
     expect("sw_offer(max bytes)", sw_offer(client, buf, (size_t)max) > 0 ? SW_OK : -99, SW_OK,
            NULL);
     expect("sw_poll(NULL handler)", sw_poll(server, NULL, NULL, 1), SW_BAD_ARG, "handler");
@@ -415,6 +427,8 @@ int main(void) {
         if ((i & 15) == 0) (void)!sw_flush(client);
     }
     expect("sw_offer(flood, receiver not polling)", o, SW_BACK_PRESSURED, "would block");
+    expect("sw_offer_in_place(flood, receiver not polling)",
+           sw_offer_in_place(client, 64, write_zeros, NULL), SW_BACK_PRESSURED, "would block");
     sw_conn_stats st;
     expect("sw_conn_get_stats", sw_conn_get_stats(client, &st), SW_OK, NULL);
     if (st.would_block + st.alloc_failures == 0) {
@@ -437,6 +451,8 @@ int main(void) {
     } while (n >= 0 && now_ns() < deadline);
     expect("sw_poll(peer closed)", n, SW_CLOSED, "disconnected");
     expect("sw_offer(peer closed)", sw_offer(client, buf, 8), SW_CLOSED, "disconnected");
+    expect("sw_offer_in_place(peer closed)", sw_offer_in_place(client, 8, write_zeros, NULL),
+           SW_CLOSED, "disconnected");
     expect("sw_conn_is_open(peer closed)", sw_conn_is_open(client), 0, NULL);
 
     /* Events: Connected (twice: the pair's two ends) and Disconnected came through. */
