@@ -234,12 +234,18 @@ impl Direct {
     }
 
     /// [`Connection::send_copy`] of a message up to the inline threshold: `data` is copied
-    /// straight into a record claimed in the ring and published (one copy; no pool buffer).
+    /// straight into a record claimed in the ring and published (one copy; no pool buffer);
+    /// `batched` ([`Connection::send_copy_batched`]): written, and published with its run.
     /// `false`: not sent (above the threshold, no room, a claim open, the connection down):
     /// the caller takes the buffer path, which reports why (it has no side effect here but
     /// publishing a batch of sends).
     #[inline(always)]
-    pub(super) fn try_send_copy_inline(&self, conn: &Connection, data: &[u8]) -> bool {
+    pub(super) fn try_send_copy_inline(
+        &self,
+        conn: &Connection,
+        data: &[u8],
+        batched: bool,
+    ) -> bool {
         let len = data.len();
         if len > self.fabric.inline_max()
             || self.fabric.claim_open()
@@ -249,16 +255,30 @@ impl Direct {
         }
         // The common case in one step (the ring's `try_put_data`): no claim opened and closed
         // (callgrind of `bench cost`'s `send_copy` stage).
-        if self.fabric.try_send_bytes(data) {
+        if self.fabric.try_send_bytes(data, batched) {
             // SAFETY: no other reference to the state is live; none is taken while this one is used.
             let s = unsafe { self.state() };
-            s.unflushed = 0;
             s.sent += 1;
             s.tx_bytes += len as u64;
-            if s.sent % PUBLISH_EVERY == 0 {
+            let due = s.sent % PUBLISH_EVERY == 0;
+            if !batched {
+                // Published, with any batch before it.
+                s.unflushed = 0;
+            } else {
+                s.unflushed += 1;
+                if s.unflushed >= self.batch {
+                    s.unflushed = 0;
+                    self.fabric.flush();
+                }
+            }
+            if due {
                 self.publish_counts(conn);
             }
             return true;
+        }
+        if batched {
+            // The buffer path sends it (and reports why not), batched as well.
+            return false;
         }
         let Ok(Some(ptr)) = self.fabric.claim(len) else {
             return false;

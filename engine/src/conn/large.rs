@@ -1,4 +1,5 @@
-//! Large messages: [`Connection::alloc_large`], [`Connection::send_copy`] and
+//! Large messages: [`Connection::alloc_large`], [`Connection::send_copy`] (and its batched
+//! form) and
 //! [`Connection::recv_into`], the same on both paths (each path takes its own slots).
 //!
 //! See [`Connection::alloc_large`] for the model, the protocols by size and an example.
@@ -185,15 +186,57 @@ impl Connection {
     pub fn send_copy(&self, data: &[u8]) -> Result<(), Error> {
         // A direct path (shm) copies a small message straight into its ring record; what that
         // cannot send goes the buffer way, which also reports why.
-        if self.send_copy_direct(data) {
+        if self.send_copy_direct(data, false) {
             return Ok(());
         }
-        self.send_copy_buffered(data)
+        self.send_copy_buffered(data, false)
     }
 
-    /// [`send_copy`](Self::send_copy) through a pool buffer or a large slot.
+    /// [`send_copy`](Self::send_copy) for streams, published as
+    /// [`send_batched`](Self::send_batched) publishes: on shm a message up to the inline
+    /// threshold is copied straight into its ring record and published with its run (by
+    /// [`flush`](Self::flush), the `batch`-th batched send in a row, the next plain send, ...),
+    /// with no pool buffer on the way; any other message as `send_copy` copies it, sent with
+    /// `send_batched`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use spinwire::Engine;
+    ///
+    /// # fn main() -> Result<(), spinwire::Error> {
+    /// let engine = Engine::builder().run_to_completion().build()?;
+    /// # let name = format!("shm://doc-copy-batched-{}", std::process::id());
+    /// let listener = engine.listen(&name)?;
+    /// let client = engine.connect(&name)?;
+    /// let server = listener.accept_timeout(Duration::from_secs(5))?;
+    ///
+    /// for i in 0..10u64 {
+    ///     client.send_copy_batched(&i.to_le_bytes())?;
+    /// }
+    /// client.flush()?; // publishes the run
+    /// for i in 0..10u64 {
+    ///     let m = server.recv_timeout(Duration::from_secs(5))?;
+    ///     assert_eq!(&m[..], &i.to_le_bytes());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`send_copy`](Self::send_copy).
+    #[inline]
+    pub fn send_copy_batched(&self, data: &[u8]) -> Result<(), Error> {
+        if self.send_copy_direct(data, true) {
+            return Ok(());
+        }
+        self.send_copy_buffered(data, true)
+    }
+
+    /// [`send_copy`](Self::send_copy) (`batched`: [`send_copy_batched`](Self::send_copy_batched))
+    /// through a pool buffer or a large slot.
     #[inline(never)]
-    fn send_copy_buffered(&self, data: &[u8]) -> Result<(), Error> {
+    fn send_copy_buffered(&self, data: &[u8], batched: bool) -> Result<(), Error> {
         self.check_up()?;
         if data.len() > self.message_limit {
             return Err(Error::MessageTooLarge {
@@ -207,7 +250,12 @@ impl Connection {
             self.alloc()?
         };
         b.copy_from(data)?;
-        self.send(b).map_err(|e| match e {
+        let sent = if batched {
+            self.send_batched(b)
+        } else {
+            self.send(b)
+        };
+        sent.map_err(|e| match e {
             SendError::WouldBlock(_) => Error::WouldBlock,
             SendError::Timeout(_) => Error::Timeout,
             SendError::Closed { error, .. } => error,

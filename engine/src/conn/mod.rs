@@ -690,12 +690,13 @@ impl Connection {
         }
     }
 
-    /// [`send_copy`](Self::send_copy) on a direct path, of a message up to its inline
-    /// threshold, straight into the ring; `false` when not sent that way.
+    /// [`send_copy`](Self::send_copy) (`batched`: [`send_copy_batched`](Self::send_copy_batched))
+    /// on a direct path, of a message up to its inline threshold, straight into the ring;
+    /// `false` when not sent that way.
     #[inline(always)]
-    fn send_copy_direct(&self, data: &[u8]) -> bool {
+    fn send_copy_direct(&self, data: &[u8], batched: bool) -> bool {
         match &self.path {
-            Path::Direct(d) => d.try_send_copy_inline(self, data),
+            Path::Direct(d) => d.try_send_copy_inline(self, data, batched),
             Path::Polled(_) => false,
         }
     }

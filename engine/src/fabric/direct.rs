@@ -82,12 +82,12 @@ impl DirectPath {
     }
 
     /// Sends `data` (at most [`inline_max`](Self::inline_max) bytes) copied into a published
-    /// record when that needs nothing but the copy (room known, no claim open); `false`:
-    /// nothing sent.
+    /// record (`batched`: written, published with its run) when that needs nothing but the
+    /// copy (room known, no claim open); `false`: nothing sent.
     #[inline(always)]
-    pub(crate) fn try_send_bytes(&self, data: &[u8]) -> bool {
+    pub(crate) fn try_send_bytes(&self, data: &[u8], batched: bool) -> bool {
         match self {
-            DirectPath::Shm(d) => d.try_send_bytes(data),
+            DirectPath::Shm(d) => d.try_send_bytes(data, batched),
         }
     }
 

@@ -129,8 +129,9 @@ pub fn send_batched_stream_one_engine_contended(s: &'static Scheme) {
 }
 
 /// A stream of [`stream_count`] messages from `c` to `srv` (received on another thread),
-/// sent in runs of `send_batched` (a plain `send` now and then), flushed or not, received with
-/// `poll` and `try_recv` in turn, every message verified in order.
+/// sent in runs of `send_batched` and `send_copy_batched` mixed (a plain `send` or `send_copy`
+/// now and then), flushed or not, received with `poll` and `try_recv` in turn, every message
+/// verified in order.
 fn batched_stream(s: &'static Scheme, srv: Connection, c: Connection) {
     let n = stream_count(s);
     let rx = std::thread::spawn(move || {
@@ -188,23 +189,41 @@ fn batched_stream(s: &'static Scheme, srv: Connection, c: Connection) {
                 break;
             }
             let len = stream_len(seq);
-            let ok = match c.alloc() {
-                Ok(mut b) => {
-                    b.set_len(len).unwrap();
-                    fill(&mut b, seq);
+            let ok = match r.below(3) {
+                // The caller's bytes, copied: `send_copy_batched` (on shm straight into the
+                // ring record, published with the run), a plain `send_copy` now and then.
+                0 => {
+                    let mut bytes = [0u8; BUF];
+                    fill(&mut bytes[..len], seq);
                     let res = if r.below(10) == 0 {
-                        c.send(b)
+                        c.send_copy(&bytes[..len])
                     } else {
-                        c.send_batched(b)
+                        c.send_copy_batched(&bytes[..len])
                     };
                     match res {
                         Ok(()) => true,
-                        Err(SendError::WouldBlock(_)) => false,
-                        Err(e) => panic!("send {seq}: {e:?}"),
+                        Err(Error::WouldBlock) => false,
+                        Err(e) => panic!("send_copy {seq}: {e}"),
                     }
                 }
-                Err(Error::WouldBlock) => false,
-                Err(e) => panic!("alloc {seq}: {e}"),
+                _ => match c.alloc() {
+                    Ok(mut b) => {
+                        b.set_len(len).unwrap();
+                        fill(&mut b, seq);
+                        let res = if r.below(10) == 0 {
+                            c.send(b)
+                        } else {
+                            c.send_batched(b)
+                        };
+                        match res {
+                            Ok(()) => true,
+                            Err(SendError::WouldBlock(_)) => false,
+                            Err(e) => panic!("send {seq}: {e:?}"),
+                        }
+                    }
+                    Err(Error::WouldBlock) => false,
+                    Err(e) => panic!("alloc {seq}: {e}"),
+                },
             };
             if ok {
                 seq += 1;

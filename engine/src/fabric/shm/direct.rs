@@ -430,11 +430,12 @@ impl ShmDirect {
 
     /// Sends `data` (`len <= inline_max`) copied inline and published (with any batch before
     /// it) in one step, when the window and the ring as last seen have room and no claim is
-    /// open: `send`'s fast case for the caller's bytes (the engine's `send_copy`). `false`:
-    /// nothing sent; the caller takes its general path ([`claim`](Self::claim)), which
-    /// handles or reports the rest.
+    /// open: `send`'s fast case for the caller's bytes (the engine's `send_copy`). `batched`:
+    /// written but not published (see [`flush`](Self::flush)). `false`: nothing sent; the
+    /// caller takes its general path ([`claim`](Self::claim), or a pool buffer), which handles
+    /// or reports the rest.
     #[inline(always)]
-    pub(crate) fn try_send_bytes(&self, data: &[u8]) -> bool {
+    pub(crate) fn try_send_bytes(&self, data: &[u8], batched: bool) -> bool {
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
         // An open claim makes the ring refuse (`room_end` is 0 then).
@@ -444,12 +445,14 @@ impl ShmDirect {
             || !unsafe {
                 side.ring
                     .producer()
-                    .try_put_copy(data.as_ptr(), data.len(), false)
+                    .try_put_copy(data.as_ptr(), data.len(), batched)
             }
         {
             return false;
         }
-        side.published();
+        if !batched {
+            side.published();
+        }
         side.push_end();
         true
     }
