@@ -46,17 +46,30 @@ static void ok(const char *what, int64_t r) {
     if (r < 0) die(what, r);
 }
 
-/* The payload of message `seq`: the sequence number, then bytes derived from it. */
+/* The payload of message `seq` (at most 4096 bytes): the sequence number, then bytes derived
+ * from it, copied from `pattern` (byte j is j mod 256) with one memcpy: a byte loop per message
+ * cost the stream's source more instructions than its send (callgrind). */
+static uint8_t pattern[256 + 4096];
+
+static void init_pattern(void) {
+    for (size_t j = 0; j < sizeof pattern; j++) pattern[j] = (uint8_t)j;
+}
+
+/* Where bytes 8.. of message `seq` are in `pattern`: byte i of the payload is
+ * (seq * 31 + i) mod 256. */
+static const uint8_t *tail(uint64_t seq) {
+    return pattern + (size_t)((seq * 31 + 8) & 0xff);
+}
+
 static void fill(uint8_t *p, size_t size, uint64_t seq) {
     memcpy(p, &seq, size < 8 ? size : 8);
-    for (size_t i = 8; i < size; i++) p[i] = (uint8_t)(seq * 31 + i);
+    if (size > 8) memcpy(p + 8, tail(seq), size - 8);
 }
 
 static int check(const uint8_t *p, size_t len, size_t size, uint64_t seq) {
-    uint8_t want[4096];
-    if (len != size || size > sizeof want) return 0;
-    fill(want, size, seq);
-    return memcmp(p, want, size) == 0;
+    if (len != size || size > 4096) return 0;
+    if (memcmp(p, &seq, size < 8 ? size : 8) != 0) return 0;
+    return size <= 8 || memcmp(p + 8, tail(seq), size - 8) == 0;
 }
 
 /* Receive state: what the handler checks and what it copies for an echo. */
@@ -68,13 +81,12 @@ struct rx {
     size_t last_len;
 };
 
+/* The stream's handler: checks each message where it lies (nothing is kept). */
 static void on_msg(void *clientd, const uint8_t *data, size_t len) {
     struct rx *rx = clientd;
     if (rx->size == 0) rx->size = len;
     if (!check(data, len, rx->size, rx->expect)) rx->bad++;
     rx->expect++;
-    rx->last_len = len < sizeof rx->last ? len : sizeof rx->last;
-    memcpy(rx->last, data, rx->last_len);
 }
 
 /* The ping-pong's handler: keeps a copy of the message, checked by check_last afterwards. */
@@ -189,6 +201,7 @@ static void wait_closed(sw_conn *conn, struct rx *rx) {
 }
 
 int main(int argc, char **argv) {
+    init_pattern();
     if (argc < 4) {
         fprintf(stderr, "usage: pingpong server|client|sink|source <endpoint> <messages> [size]\n");
         return 2;

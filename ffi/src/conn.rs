@@ -388,12 +388,17 @@ unsafe fn offer<const BATCHED: bool>(
             // SAFETY: non-null, `len` readable bytes per the contract.
             unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
         };
-        // Up to the buffer size, the Rust API's `send_copy`: on shm a message up to the inline
-        // threshold is copied straight into its ring record, with no send buffer (about 60
-        // instructions fewer than `alloc` + `copy_from` + `send`); what that cannot send goes
-        // through a buffer, as below. Batched offers keep `send_batched`.
-        if !BATCHED && len <= h.buffer_size {
-            return match h.conn.send_copy(bytes) {
+        // Up to the buffer size, the Rust API's `send_copy` (`send_copy_batched`): on shm a
+        // message up to the inline threshold is copied straight into its ring record, with no
+        // send buffer (about 60 instructions fewer than `alloc` + `copy_from` + `send`); what
+        // that cannot send goes through a buffer.
+        if len <= h.buffer_size {
+            let sent = if BATCHED {
+                h.conn.send_copy_batched(bytes)
+            } else {
+                h.conn.send_copy(bytes)
+            };
+            return match sent {
                 Ok(()) => h.count_sent(),
                 Err(e) => i64::from(fail(what, &e)),
             };

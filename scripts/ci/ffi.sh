@@ -320,6 +320,6 @@ BEGIN {
   for (i = 1; i <= 2; i++) le(name[i] "/Rust", t[i] / rtm)
   for (i = 1; i <= 3; i++) le(name[i] "/bench lat", t[i] / btm)
   verdict = "met"; if (cr / rr < 0.95) verdict = "missed"
-  printf "stream, 32 B: C sw_poll + sw_offer_batched %.2f Mmsg/s, Rust poll + send_batched %.2f Mmsg/s\n", cr, rr
+  printf "stream, 32 B: C sw_poll + sw_offer_batched %.2f Mmsg/s, Rust poll + send_copy_batched %.2f Mmsg/s\n", cr, rr
   printf "  C/Rust %.3f (target >= 0.95: %s)\n", cr / rr, verdict
 }' | tee "$out/summary.txt"
