@@ -1,6 +1,5 @@
 //! Large messages: [`Connection::alloc_large`], [`Connection::send_copy`] (and its batched
-//! form) and
-//! [`Connection::recv_into`], the same on both paths (each path takes its own slots).
+//! form) and [`Connection::recv_into`], the same on both paths (each path takes its own slots).
 //!
 //! See [`Connection::alloc_large`] for the model, the protocols by size and an example.
 
