@@ -120,8 +120,9 @@ static void recv_one(sw_conn *conn, sw_handler handler, void *clientd) {
 }
 
 /* Sends one message (`batched`: sw_offer_batched, published by a later flush), polling
- * (bounded) while back-pressured, then flushes if `flush`. */
-static void send_one(sw_conn *conn, const uint8_t *data, size_t len, int flush, int batched) {
+ * (bounded) while back-pressured. An sw_offer needs no flush: on shm it is visible when the call
+ * returns, and elsewhere the next sw_poll posts it (the ping-pong's next call). */
+static void send_one(sw_conn *conn, const uint8_t *data, size_t len, int batched) {
     uint64_t deadline = 0;
     for (uint32_t spins = 0;; spins++) {
         int64_t r = batched ? sw_offer_batched(conn, data, len) : sw_offer(conn, data, len);
@@ -135,7 +136,6 @@ static void send_one(sw_conn *conn, const uint8_t *data, size_t len, int flush, 
         }
         ok("sw_flush", sw_flush(conn));
     }
-    if (flush) ok("sw_flush", sw_flush(conn));
 }
 
 /* The server's handler: echoes the message from where it lies (sw_offer from inside the
@@ -147,7 +147,7 @@ struct echo {
 
 static void on_ping(void *clientd, const uint8_t *data, size_t len) {
     struct echo *e = clientd;
-    send_one(e->conn, data, len, 1, 0);
+    send_one(e->conn, data, len, 0);
     on_echo(e->rx, data, len);
 }
 
@@ -250,7 +250,7 @@ int main(int argc, char **argv) {
         for (uint64_t i = 0; i < count; i++) {
             fill(msg, size, i);
             uint64_t t0 = now_ns();
-            send_one(conn, msg, size, 1, 0);
+            send_one(conn, msg, size, 0);
             rx.expect = i;
             rx.size = size;
             uint64_t bad_before = rx.bad;
@@ -298,7 +298,7 @@ int main(int argc, char **argv) {
         uint8_t msg[4096];
         for (uint64_t i = 0; i < count; i++) {
             fill(msg, size, i);
-            send_one(conn, msg, size, 0, 1);
+            send_one(conn, msg, size, 1);
         }
         ok("sw_flush", sw_flush(conn));
         /* Let the sink take everything before closing (bounded). */
