@@ -24,8 +24,9 @@
 #        callgrind files, in /tmp/rdma-vm-count.*)
 #   BENCH   a bench binary built with `--features rdma` (default: built here)
 # Prints each server's instructions per round trip, grouped (engine and what inlines into it,
-# rxe's provider and libibverbs, libc, the bench's own loop, its histograms, its clock), and
-# the 25 costliest functions of the bench server. Needs valgrind (installed when missing).
+# rxe's provider and libibverbs, libc, the bench's own loop, its histograms, its clock), the
+# 25 costliest functions of the bench server, and the bench server's instructions per call of
+# its send, receive attempt, CQ poll and take (these do not move with a run's empty polls). Needs valgrind (installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 short=${SHORT:-3000}
@@ -94,9 +95,10 @@ done
 # (as since its dedicated-poller fast case), of `Polled::try_recv_general`, which every
 # run-to-completion receive calls (the warm-up's included).
 for n in "$short" "$long"; do
-  calls=$(callgrind_annotate --tree=calling --auto=no "$work/bench-$n.cg" |
-    sed -n 's/.*>   .*Polled::try_recv\(_general\)\? (\([0-9,]*\)x).*/\2/p' | tr -d , |
-    awk '{ s += $1 } END { print s + 0 }')
+  callgrind_annotate --tree=calling --inclusive=yes --auto=no "$work/bench-$n.cg" \
+    >"$work/bench-$n.tree"
+  calls=$(sed -n 's/.*>   .*Polled::try_recv\(_general\)\? (\([0-9,]*\)x).*/\2/p' \
+    "$work/bench-$n.tree" | tr -d , | awk '{ s += $1 } END { print s + 0 }')
   echo "$calls" >"$work/bench-$n.attempts"
 done
 python3 - "$work" "$short" "$long" "$PWD" <<'PY'
@@ -153,4 +155,27 @@ d = per_rt("bench")
 for k, v in sorted(d.items(), key=lambda x: -x[1])[:25]:
     k = re.sub(r"/rustc/[0-9a-f]+/library/|/[^ ]*\.cargo/registry/src/[^/]+/", "", k).replace(repo + "/", "")
     print(f"  {v:8.1f}  {k[:150]}")
+# Per call, from the long run alone (inclusive: what the call and everything under it ran). A
+# call's count does not depend on how many empty polls a run made, so these compare across
+# boots and builds where the totals above, which do, spread.
+calls, incl = collections.Counter(), collections.Counter()
+steps = {
+    "Polled::send (a send)": "Polled::send (",
+    "PollerConn::send_one (its post, under it)": "PollerConn<C>>::send_one (",
+    "Polled::try_recv_general (a receive attempt)": "Polled::try_recv_general (",
+    "Poller::direct_shared_poll (the CQ poll of an attempt)": "Poller<F>>::direct_shared_poll (",
+    "PollerConn::recv_one (a delivered message's take)": "PollerConn<C>>::recv_one (",
+}
+for line in open(f"{work}/bench-{long_}.tree"):
+    m = re.match(r"^\s*([0-9,]+) \([ 0-9.]+%\)\s+>\s+(.*) \(([0-9,]+)x\)", line)
+    if not m:
+        continue
+    for label, pat in steps.items():
+        if pat in m.group(2) + " (":
+            incl[label] += int(m.group(1).replace(",", ""))
+            calls[label] += int(m.group(3).replace(",", ""))
+print(f"bench server, per call ({long_} round trips + the warm-up; inclusive instructions):")
+for label in steps:
+    if calls[label]:
+        print(f"  {incl[label] / calls[label]:8.1f}  {label}, {calls[label]} calls")
 PY
