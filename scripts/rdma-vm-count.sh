@@ -26,7 +26,8 @@
 # Prints each server's instructions per round trip, grouped (engine and what inlines into it,
 # rxe's provider and libibverbs, libc, the bench's own loop, its histograms, its clock), the
 # 25 costliest functions of the bench server, and the bench server's instructions per call of
-# its send, receive attempt, CQ poll and take (these do not move with a run's empty polls). Needs valgrind (installed when missing).
+# its send, receive attempt, CQ poll and take (the send and the take do not move with a run's
+# empty polls; an attempt and its poll average empty and full ones). Needs valgrind (installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 short=${SHORT:-3000}
@@ -156,8 +157,9 @@ for k, v in sorted(d.items(), key=lambda x: -x[1])[:25]:
     k = re.sub(r"/rustc/[0-9a-f]+/library/|/[^ ]*\.cargo/registry/src/[^/]+/", "", k).replace(repo + "/", "")
     print(f"  {v:8.1f}  {k[:150]}")
 # Per call, from the long run alone (inclusive: what the call and everything under it ran). A
-# call's count does not depend on how many empty polls a run made, so these compare across
-# boots and builds where the totals above, which do, spread.
+# send's and a take's counts do not depend on how many empty polls a run made, so they compare
+# across boots and builds where the totals above spread; an attempt's and a CQ poll's average
+# the empty ones with the rest.
 calls, incl = collections.Counter(), collections.Counter()
 steps = {
     "Polled::send (a send)": "Polled::send (",
