@@ -256,24 +256,7 @@ impl Direct {
         // The common case in one step (the ring's `try_put_data`): no claim opened and closed
         // (callgrind of `bench cost`'s `send_copy` stage).
         if self.fabric.try_send_bytes(data, batched) {
-            // SAFETY: no other reference to the state is live; none is taken while this one is used.
-            let s = unsafe { self.state() };
-            s.sent += 1;
-            s.tx_bytes += len as u64;
-            let due = s.sent % PUBLISH_EVERY == 0;
-            if !batched {
-                // Published, with any batch before it.
-                s.unflushed = 0;
-            } else {
-                s.unflushed += 1;
-                if s.unflushed >= self.batch {
-                    s.unflushed = 0;
-                    self.fabric.flush();
-                }
-            }
-            if due {
-                self.publish_counts(conn);
-            }
+            self.count_sent(conn, len as u32, batched);
             return true;
         }
         if batched {
@@ -363,13 +346,22 @@ impl Direct {
     }
 
     /// The accounting of pool buffer `idx`, `len` bytes, copied into the ring: free again at
-    /// once, counted, and a batched run published once it is `batch` long.
+    /// once, then [`count_sent`](Self::count_sent).
     #[inline(always)]
     fn sent_copied(&self, conn: &Connection, idx: u32, len: u32, batched: bool) {
+        // Copied into the ring: the buffer is ours again at once.
+        // SAFETY: no other reference to the state is live; none is taken while this one is used.
+        unsafe { self.state() }.spare.copied(idx);
+        self.count_sent(conn, len, batched);
+    }
+
+    /// The accounting of a `len`-byte message written into the ring: counted, and published
+    /// with any batch before it, or (`batched`) added to the run, which is published once it
+    /// is `batch` long.
+    #[inline(always)]
+    fn count_sent(&self, conn: &Connection, len: u32, batched: bool) {
         // SAFETY: no other reference to the state is live; none is taken while this one is used.
         let s = unsafe { self.state() };
-        // Copied into the ring: the buffer is ours again at once.
-        s.spare.copied(idx);
         s.sent += 1;
         s.tx_bytes += u64::from(len);
         let due = s.sent % PUBLISH_EVERY == 0;
@@ -393,14 +385,7 @@ impl Direct {
     #[inline(always)]
     fn commit_claim(&self, conn: &Connection, len: u32) {
         self.fabric.commit_claim(len as usize);
-        // SAFETY: no other reference to the state is live; none is taken while this one is used.
-        let s = unsafe { self.state() };
-        s.unflushed = 0;
-        s.sent += 1;
-        s.tx_bytes += u64::from(len);
-        if s.sent % PUBLISH_EVERY == 0 {
-            self.publish_counts(conn);
-        }
+        self.count_sent(conn, len, false);
     }
 
     /// The send of the message in buffer `idx` (or the open ring claim, `RING_CLAIM`) of

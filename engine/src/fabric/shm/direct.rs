@@ -404,28 +404,10 @@ impl ShmDirect {
         len: u32,
         batched: bool,
     ) -> bool {
-        // SAFETY: no application code runs while `tx` is borrowed here.
-        let side = unsafe { self.tx() };
-        if len as usize <= self.inline_max
-            && !side.window.is_full()
-            // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size` (this fn's
-            // contract), so its first `len` bytes are readable; the pool stays mapped while
-            // `self` lives (the rings hold the mapping) and does not overlap the ring.
-            && unsafe {
-                side.ring.producer().try_put_copy(
-                    pool.buf_ptr_unchecked(idx).as_ptr(),
-                    len as usize,
-                    batched,
-                )
-            }
-        {
-            if !batched {
-                side.published();
-            }
-            side.push_end();
-            return true;
-        }
-        false
+        // SAFETY: the caller owns buffer `idx < count` and `len <= buf_size` (this fn's
+        // contract), so its first `len` bytes are readable; the pool stays mapped while `self`
+        // lives (the rings hold the mapping) and does not overlap the ring.
+        unsafe { self.try_send_from(pool.buf_ptr_unchecked(idx).as_ptr(), len as usize, batched) }
     }
 
     /// Sends `data` (`len <= inline_max`) copied inline and published (with any batch before
@@ -436,17 +418,27 @@ impl ShmDirect {
     /// or reports the rest.
     #[inline(always)]
     pub(crate) fn try_send_bytes(&self, data: &[u8], batched: bool) -> bool {
+        // SAFETY: `data` is the application's memory, outside the segment.
+        unsafe { self.try_send_from(data.as_ptr(), data.len(), batched) }
+    }
+
+    /// The common case of [`try_send_copied`](Self::try_send_copied) and
+    /// [`try_send_bytes`](Self::try_send_bytes): `len` bytes at `src` copied into a DATA record
+    /// (`batched`: not published yet) when `len <= inline_max` and the window and the ring as
+    /// last seen have room; `false`, nothing sent, otherwise. An open claim makes the ring
+    /// refuse (`room_end` is 0 then).
+    ///
+    /// # Safety
+    ///
+    /// `src` is valid for reads of `len` bytes and does not overlap the ring's region.
+    #[inline(always)]
+    unsafe fn try_send_from(&self, src: *const u8, len: usize, batched: bool) -> bool {
         // SAFETY: no application code runs while `tx` is borrowed here.
         let side = unsafe { self.tx() };
-        // An open claim makes the ring refuse (`room_end` is 0 then).
-        if data.len() > self.inline_max
+        if len > self.inline_max
             || side.window.is_full()
-            // SAFETY: `data` is the application's memory, outside the segment.
-            || !unsafe {
-                side.ring
-                    .producer()
-                    .try_put_copy(data.as_ptr(), data.len(), batched)
-            }
+            // SAFETY: the caller's contract.
+            || !unsafe { side.ring.producer().try_put_copy(src, len, batched) }
         {
             return false;
         }
