@@ -558,3 +558,52 @@ fn a_stream_after_a_direct_send_goes_in_whole_windows() {
     assert_clean(&before);
     assert!(client.is_open() && server.is_open());
 }
+
+/// A ping-pong's receive buffers are re-posted while each side waits for the next message, not
+/// between a message's completion and its delivery (`RdmaConn::repost_later`), and their
+/// credits still come back in time: windows of 16 and 64 receive buffers (2 and 8 re-posts may
+/// wait), 1000 round trips each with no `flush` on either side, so that every send must be a
+/// ping-pong's direct post (the other engine runs nothing while this thread waits on one: a
+/// send left in the send ring never leaves, and the round trip times out). A waiting re-post
+/// never posted, or posted without its credit owed, spends the peer's window within a window
+/// of round trips; one held past the direct send's floor (half the window) leaves the reply in
+/// the ring.
+#[test]
+fn a_ping_pong_reposts_its_receives_while_it_waits() {
+    let Some(ip) = vm_ip() else { return };
+    for (depth, port) in [(8u64, 20109), (32, 20110)] {
+        // Per window, before its engines are dropped: on Soft-iWARP a closed connection's
+        // posted receives complete flushed, in error, and the engine that polls them counts
+        // them (the first window's teardown, in the second window's count).
+        let before = rdma::stats();
+        let (se, ce) = (window_engine(depth as usize), window_engine(depth as usize));
+        let (server, client) = pair(&se, &ce, &format!("rdma://{ip}:{port}"));
+        // A first message, so that the client's first send is a ping-pong's (a send before
+        // any receive is a stream's: it waits for a flush).
+        let mut b = server.alloc_timeout(T).expect("alloc");
+        b.copy_from(b"hello").expect("copy");
+        server.send(b).expect("send");
+        server.flush().expect("flush");
+        assert_eq!(&*client.recv_timeout(T).expect("hello"), b"hello");
+        for i in 0..1000u64 {
+            let mut b = client.alloc_timeout(T).expect("alloc");
+            b.copy_from(&i.to_le_bytes()).expect("copy");
+            client.send(b).expect("ping");
+            let ping = server
+                .recv_timeout(T)
+                .unwrap_or_else(|e| panic!("window {}, ping {i}: {e}", 2 * depth));
+            assert_eq!(*ping, i.to_le_bytes(), "ping {i}");
+            drop(ping);
+            let mut b = server.alloc_timeout(T).expect("alloc");
+            b.copy_from(&(!i).to_le_bytes()).expect("copy");
+            server.send(b).expect("pong");
+            let pong = client
+                .recv_timeout(T)
+                .unwrap_or_else(|e| panic!("window {}, pong {i}: {e}", 2 * depth));
+            assert_eq!(*pong, (!i).to_le_bytes(), "pong {i}");
+        }
+        assert!(server.try_recv().expect("recv").is_none(), "nothing extra");
+        assert_clean(&before);
+        assert!(client.is_open() && server.is_open());
+    }
+}

@@ -33,6 +33,9 @@ use fifo::Fifo;
 use rndv::Large;
 pub(crate) use rndv::{ack_scratch_size, LargeParts, ACK_BUFS, READ_WINDOW, RNDV_SCRATCH};
 
+/// Most lone messages' receive buffers whose re-post waits (see `RdmaConn::repost_later`).
+const REPOST_LATER_MAX: usize = 8;
+
 /// What one received buffer holds.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
 enum RxKind {
@@ -189,6 +192,15 @@ pub struct RdmaConn {
     rx_pending: Fifo<(u32, u32, RxKind)>,
     /// The frame being delivered (validated; its buffer is re-posted once every record is out).
     rx_frame: Option<FrameCursor>,
+    /// Receive buffers of lone messages delivered whose re-post waits off the message's path
+    /// (`later[..later_n]`, see `repost_later`): posted, and their credits owed, by the next
+    /// `flush` (a direct send's after its doorbell, or the pass's), the general delivery loop,
+    /// or once `later_max` are kept, in one chain.
+    later: [u32; REPOST_LATER_MAX],
+    later_n: u32,
+    /// How many re-posts may wait (1: none wait; a shared receive queue's buffers, or a window
+    /// too narrow to lend an eighth of it, are re-posted at once).
+    later_max: u32,
     /// The receive-buffer credits owed to the peer: buffers re-posted (consumed) and credits
     /// put in an immediate or header (returned, at most
     /// [`IMM_CREDITS_MAX`](crate::fabric::rdma::header::IMM_CREDITS_MAX) a SEND).
@@ -280,6 +292,13 @@ impl RdmaConn {
             rx_inline: p.rx_inline_threshold,
             rx_pending: Fifo::new(p.rx_posted as usize),
             rx_frame: None,
+            later: [0; REPOST_LATER_MAX],
+            later_n: 0,
+            later_max: if p.srq.is_some() {
+                1
+            } else {
+                (p.rx_posted / 8).clamp(1, REPOST_LATER_MAX as u32)
+            },
             rx_return: windows.rx_buffers.credit_return(),
             msg_return: windows.rx_messages.credit_return(),
             peer_window: p.rx_posted,
@@ -351,6 +370,21 @@ impl RdmaConn {
         verbs::set_imm(wr, imm);
     }
 
+    /// What `flush` publishes besides the receives that wait: sends were posted (one doorbell
+    /// per batch) in `post_send`; what remains is the rendezvous acknowledgements owed (they
+    /// carry owed credits too) and returning credits when traffic is one-way.
+    #[inline(always)]
+    fn flush_owed(&mut self) -> Result<(), FabricError> {
+        self.check()?;
+        if self.error.is_some() {
+            return Ok(());
+        }
+        if self.large.acks_owed() {
+            self.send_acks()?;
+        }
+        self.maybe_send_credits()
+    }
+
     /// The connection's error, once everything received before it has been delivered.
     #[inline]
     fn check(&self) -> Result<(), FabricError> {
@@ -393,10 +427,12 @@ impl FabricConn for RdmaConn {
     /// The pass's `flush` for the receive side: credits owed go back in a credit message once
     /// due (the same rule as the pass's), rendezvous acknowledgements owed go out. Each direct
     /// take otherwise only re-posts buffers: a receiver that always finds a message runs no
-    /// pass, and its peer would wait for the check's idle return.
+    /// pass, and its peer would wait for the check's idle return. Not the lone messages'
+    /// re-posts that wait (`repost_later`): the application has the message once this returns,
+    /// and they are posted while it waits for the next one.
     #[inline]
     fn rx_taken(&mut self) -> Result<(), FabricError> {
-        self.flush()
+        self.flush_owed()
     }
 
     /// Nothing of its own to arm: everything that gives it work (a receive, a send's or a
@@ -519,19 +555,13 @@ impl FabricConn for RdmaConn {
         Ok(work)
     }
 
+    /// Posts the receives that wait (`repost_later`), then [`flush_owed`](RdmaConn::flush_owed).
     #[inline]
     fn flush(&mut self) -> Result<(), FabricError> {
-        self.check()?;
-        if self.error.is_some() {
-            return Ok(());
+        if self.later_n > 0 {
+            self.repost_waiting()?;
         }
-        // Sends were posted (one doorbell per batch) in `post_send`; what remains is the
-        // rendezvous acknowledgements owed (they carry owed credits too) and returning credits
-        // when traffic is one-way.
-        if self.large.acks_owed() {
-            self.send_acks()?;
-        }
-        self.maybe_send_credits()
+        self.flush_owed()
     }
 
     fn check_peer(&mut self, now_ns: u64) -> Result<(), FabricError> {

@@ -145,6 +145,49 @@ impl RdmaConn {
         Ok(())
     }
 
+    /// The re-post of a delivered lone message's buffer `buf`, kept for later: a ping-pong's
+    /// receiver re-posted it between the message's completion and its delivery, on the round
+    /// trip's path (about 245 instructions a message, 126 of them rxe's `ibv_post_recv`, where
+    /// the whole engine's share of a receive is about 500, callgrind on rxe; on real hardware a
+    /// work queue entry written and a doorbell record stored). It is posted, with its buffer
+    /// and message credits owed, by the next `flush`: a direct send's, after its doorbell (the
+    /// reply of a ping-pong, already on its way), or the pass's (a spinning run-to-completion
+    /// receiver runs one every few empty takes, while it waits for the next message; a
+    /// dedicated poller at the end of the pass that delivered it); or by the general delivery
+    /// loop, or here once `later_max` wait (one chain, one `ibv_post_recv`). The peer's window
+    /// is short by the waiting buffers meanwhile (an eighth of it at most, `later_max`); no
+    /// credit is granted for a buffer before it is posted, so no RNR.
+    #[inline(always)]
+    fn repost_later(&mut self, buf: u32) -> Result<(), FabricError> {
+        // `later_n < later_max <= REPOST_LATER_MAX`: the last call posted them at the limit.
+        if let Some(slot) = self.later.get_mut(self.later_n as usize) {
+            *slot = buf;
+            self.later_n += 1;
+        }
+        if self.later_n >= self.later_max {
+            self.repost_waiting()?;
+        }
+        Ok(())
+    }
+
+    /// Posts the re-posts that wait ([`repost_later`](Self::repost_later)), in one chain, and
+    /// owes their credits (nothing is posted once the QP is in error: `release_bufs`).
+    #[inline(never)]
+    pub(super) fn repost_waiting(&mut self) -> Result<(), FabricError> {
+        let n = std::mem::take(&mut self.later_n) as usize;
+        if n == 1 && self.srq.is_none() && self.hdr.is_none() {
+            // A ping-pong's: one work request built where it is posted (`release_bufs` and
+            // `post_recvs` are two calls more, about 100 instructions, callgrind on rxe).
+            if self.error.is_none() {
+                self.post_one_own(self.later[0])?;
+                self.msg_return.on_consumed(1);
+            }
+            return Ok(());
+        }
+        let bufs = self.later;
+        self.release_bufs(&bufs[..n.min(bufs.len())])
+    }
+
     /// Re-posts receive buffers `bufs`, one chain (one `ibv_post_recv`) per [`CHAIN`] buffers.
     fn post_recvs(&mut self, bufs: &[u32]) -> Result<(), FabricError> {
         if let Some(srq) = &self.srq {
@@ -219,10 +262,14 @@ impl RdmaConn {
                         // bytes, ours until re-posted below.
                         let data = unsafe { rx_bytes(&pool, buf, len) };
                         sink.push_inline(data)?;
-                        if self.error.is_none() || self.srq.is_some() {
-                            self.repost_one(buf)?;
+                        if self.later_max > 1 {
+                            self.repost_later(buf)?;
+                        } else {
+                            if self.error.is_none() || self.srq.is_some() {
+                                self.repost_one(buf)?;
+                            }
+                            self.msg_return.on_consumed(1);
                         }
-                        self.msg_return.on_consumed(1);
                         self.received = true;
                         return Ok(1);
                     }
@@ -236,6 +283,9 @@ impl RdmaConn {
     /// messages, credit messages.
     #[inline(never)]
     fn deliver_all(&mut self, sink: &mut RxSink<'_>) -> Result<usize, FabricError> {
+        if self.later_n > 0 {
+            self.repost_waiting()?;
+        }
         let mut delivered = 0;
         let mut repost = [0u32; CHAIN];
         let mut nrepost = 0;
