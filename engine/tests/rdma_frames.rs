@@ -86,12 +86,18 @@ fn msgs(n: usize, len: usize, seed: u64) -> Vec<Vec<u8>> {
     (0..n).map(|i| payload(len, seed + i as u64)).collect()
 }
 
+/// No RNR and no error completion but flushes: a connection closed while its engine runs on
+/// has its posted receives flushed, in error, on devices that report them (Soft-iWARP does;
+/// `frame_size_bounds_frames_and_zero_turns_coalescing_off` closes a pair mid-test, and a
+/// test's dropped engines can still be polling when the next one starts). Any other failure
+/// completes its first work request with its own status, counted here.
 fn assert_clean(before: &RdmaStats) {
     let after = rdma::stats();
     assert_eq!(after.rnr_errors, before.rnr_errors, "no RNR");
     assert_eq!(
-        after.completion_errors, before.completion_errors,
-        "no error completions"
+        after.completion_errors - after.flushed_completions,
+        before.completion_errors - before.flushed_completions,
+        "no error completions but flushes"
     );
 }
 
@@ -572,9 +578,7 @@ fn a_stream_after_a_direct_send_goes_in_whole_windows() {
 fn a_ping_pong_reposts_its_receives_while_it_waits() {
     let Some(ip) = vm_ip() else { return };
     for (depth, port) in [(8u64, 20109), (32, 20110)] {
-        // Per window, before its engines are dropped: on Soft-iWARP a closed connection's
-        // posted receives complete flushed, in error, and the engine that polls them counts
-        // them (the first window's teardown, in the second window's count).
+        // Each window's counts, taken while its engines run.
         let before = rdma::stats();
         let (se, ce) = (window_engine(depth as usize), window_engine(depth as usize));
         let (server, client) = pair(&se, &ce, &format!("rdma://{ip}:{port}"));

@@ -13,6 +13,7 @@ use crate::stats::Counter;
 pub(super) struct RdmaCounters {
     pub(super) rnr_errors: AtomicU64,
     pub(super) completion_errors: AtomicU64,
+    pub(super) flushed_completions: AtomicU64,
     pub(super) stale_completions: AtomicU64,
     pub(super) parked_completions: AtomicU64,
     pub(super) replayed_completions: AtomicU64,
@@ -37,6 +38,7 @@ pub(super) struct RdmaCounters {
 pub(super) static COUNTERS: RdmaCounters = RdmaCounters {
     rnr_errors: AtomicU64::new(0),
     completion_errors: AtomicU64::new(0),
+    flushed_completions: AtomicU64::new(0),
     stale_completions: AtomicU64::new(0),
     parked_completions: AtomicU64::new(0),
     replayed_completions: AtomicU64::new(0),
@@ -157,6 +159,12 @@ pub struct RdmaStats {
     pub rnr_errors: u64,
     /// Error completions of any status (flushes after a disconnect included).
     pub completion_errors: u64,
+    /// Of `completion_errors`, those with `IBV_WC_WR_FLUSH_ERR`: work requests flushed because
+    /// their QP entered the error state, as a disconnect puts it (a connection's posted
+    /// receives, at its teardown, on devices that report them) or after another error
+    /// completion, which is counted apart. `completion_errors - flushed_completions`: the
+    /// errors that are not flushes.
+    pub flushed_completions: u64,
     /// Explicit credit messages sent (one-way traffic returning credits).
     pub credit_messages: u64,
     /// Times a batch could not be posted in full for lack of peer credits or send-queue room
@@ -213,6 +221,7 @@ pub fn stats() -> RdmaStats {
     let mut s = RdmaStats {
         rnr_errors: c.rnr_errors.load(Ordering::Relaxed),
         completion_errors: c.completion_errors.load(Ordering::Relaxed),
+        flushed_completions: c.flushed_completions.load(Ordering::Relaxed),
         credit_messages: c.credit_messages.load(Ordering::Relaxed),
         credit_stalls: c.credit_stalls.load(Ordering::Relaxed),
         heartbeats: c.heartbeats.load(Ordering::Relaxed),

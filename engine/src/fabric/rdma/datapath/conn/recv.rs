@@ -36,6 +36,8 @@ impl RdmaConn {
             let status = wc.status();
             if status == verbs::WC_RNR_RETRY_EXC_ERR {
                 bump(&COUNTERS.rnr_errors, 1);
+            } else if status == verbs::WC_WR_FLUSH_ERR {
+                bump(&COUNTERS.flushed_completions, 1);
             }
             if self.error.is_none() {
                 self.error = Some(if status == verbs::WC_WR_FLUSH_ERR {
