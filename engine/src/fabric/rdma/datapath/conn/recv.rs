@@ -177,11 +177,12 @@ impl RdmaConn {
     #[inline(never)]
     pub(super) fn repost_waiting(&mut self) -> Result<(), FabricError> {
         let n = std::mem::take(&mut self.later_n) as usize;
-        if n == 1 && self.srq.is_none() && self.hdr.is_none() {
-            // A ping-pong's: one work request built where it is posted (`release_bufs` and
-            // `post_recvs` are two calls more, about 100 instructions, callgrind on rxe).
+        if n == 1 {
+            // A ping-pong's: `repost_one`, inline (through `release_bufs` and `post_recvs` it
+            // was two calls more, about 100 instructions, callgrind on rxe). Waiting re-posts
+            // are never a shared queue's (`later_max`), so an error leaves nothing to post.
             if self.error.is_none() {
-                self.post_one_own(self.later[0])?;
+                self.repost_one(self.later[0])?;
                 self.msg_return.on_consumed(1);
             }
             return Ok(());
