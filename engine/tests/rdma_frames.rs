@@ -56,6 +56,15 @@ fn send_batch(c: &Connection, msgs: &[Vec<u8>], plain: bool) {
     c.flush().expect("flush");
 }
 
+/// Sends `m` from `from` with a plain `send` and a `flush`, and takes it at `to`, verified.
+fn send_and_take(from: &Connection, to: &Connection, m: &[u8]) {
+    let mut b = from.alloc_timeout(T).expect("alloc");
+    b.copy_from(m).expect("copy");
+    from.send(b).expect("send");
+    from.flush().expect("flush");
+    assert_eq!(&*to.recv_timeout(T).expect("the message"), m);
+}
+
 /// Receives `msgs`, in order, verified.
 fn recv_all(c: &Connection, msgs: &[Vec<u8>]) {
     for (i, m) in msgs.iter().enumerate() {
@@ -459,11 +468,7 @@ fn a_direct_take_returns_a_whole_frames_credit() {
     // A first message, so that the server's poller serves the connection (before, a take runs
     // a whole cycle, whose pass moves `batch`); the client's sends are batched (never posted
     // directly), so that the window is one frame.
-    let mut b = server.alloc_timeout(T).expect("alloc");
-    b.copy_from(b"hello").expect("copy");
-    server.send(b).expect("send");
-    server.flush().expect("flush");
-    assert_eq!(&*client.recv_timeout(T).expect("hello"), b"hello");
+    send_and_take(&server, &client, b"hello");
     let frames = rdma::stats();
     send_run_waiting(&client, &ce, 0, DEPTH);
     // Time for the frame to reach the server's CQ, so that the first take finds it (not the
@@ -503,11 +508,7 @@ fn a_stream_after_a_direct_send_goes_in_whole_windows() {
     let (se, ce) = (window_engine(DEPTH as usize), window_engine(DEPTH as usize));
     let (server, client) = pair(&se, &ce, &format!("rdma://{ip}:20108"));
     // A ping: the client's next send is a ping-pong's reply, posted directly and alone.
-    let mut b = server.alloc_timeout(T).expect("alloc");
-    b.copy_from(b"ping").expect("copy");
-    server.send(b).expect("send");
-    server.flush().expect("flush");
-    assert_eq!(&*client.recv_timeout(T).expect("ping"), b"ping");
+    send_and_take(&server, &client, b"ping");
     let sent = rdma::stats();
     // One thread: a send refused for credit lets the server take what arrived.
     let mut taken = 0;
@@ -552,11 +553,7 @@ fn a_stream_after_a_direct_send_goes_in_whole_windows() {
     // The stream's sends skipped the direct way (`DIRECT_SEND_AFTER_RECV`); a message
     // delivered makes the next plain send a ping-pong's again: it leaves at once, without a
     // flush, and the client's engine runs nothing after it.
-    let mut b = server.alloc_timeout(T).expect("alloc");
-    b.copy_from(b"ping").expect("copy");
-    server.send(b).expect("send");
-    server.flush().expect("flush");
-    assert_eq!(&*client.recv_timeout(T).expect("ping"), b"ping");
+    send_and_take(&server, &client, b"ping");
     let mut b = client.alloc_timeout(T).expect("alloc");
     b.copy_from(b"pong").expect("copy");
     client.send(b).expect("send");
@@ -584,11 +581,7 @@ fn a_ping_pong_reposts_its_receives_while_it_waits() {
         let (server, client) = pair(&se, &ce, &format!("rdma://{ip}:{port}"));
         // A first message, so that the client's first send is a ping-pong's (a send before
         // any receive is a stream's: it waits for a flush).
-        let mut b = server.alloc_timeout(T).expect("alloc");
-        b.copy_from(b"hello").expect("copy");
-        server.send(b).expect("send");
-        server.flush().expect("flush");
-        assert_eq!(&*client.recv_timeout(T).expect("hello"), b"hello");
+        send_and_take(&server, &client, b"hello");
         for i in 0..1000u64 {
             let mut b = client.alloc_timeout(T).expect("alloc");
             b.copy_from(&i.to_le_bytes()).expect("copy");
