@@ -191,7 +191,7 @@ impl ShmDirect {
     /// free span runs out. (It was published once per run, when the word after the message
     /// read `0` or a quarter of the window was owed: that look at the next header cost an
     /// 8-B ping-pong 15-25 ns a round trip on the AMD EPYC guest, more than the store it
-    /// saved in a stream; see the README's shm round trip.)
+    /// saved in a stream; see `docs/shm-round-trip.md`.)
     ///
     /// The results are written where the caller keeps them (the payload into the stash slot
     /// the message will own), so nothing is built here and moved through `Option`/`Result`
@@ -221,8 +221,8 @@ impl ShmDirect {
         let rx = unsafe { &mut *self.rx.get() };
         // The common case, one `DATA` record that fits the slot: the ring's `take_data`, whose
         // checks fold the slow path's (a failed ring, the type dispatch, the `BUF_REF` case) into
-        // one compare of the header and three of the range (callgrind of `bench cost`: see the
-        // README's cost breakdown). Anything else is taken by `recv_into_slow`.
+        // one compare of the header and three of the range (callgrind of `bench cost`: see
+        // `docs/shm-round-trip.md`). Anything else is taken by `recv_into_slow`.
         let taken = rx.ring.take_inline(
             INLINE_MAX,
             #[inline(always)]
