@@ -29,7 +29,7 @@
 # I/O thread shares that side's core with its app thread.
 # It prints a table per round with its placement probes (the cache-line RTT before each group:
 # see "the placement probe" below), then the medians over the rounds that ran in one placement
-# and the ratios issue #22 targets, each marked met or missed:
+# with no bench step marked disturbed, and the ratios issue #22 targets, each marked met or missed:
 #   spinwire RTT p50 / floor RTT p50       <= 1.1   (8 B and 64 B)
 #   spinwire RTT p50 / sockperf RTT p50    <= 1.0   (8 B against sockperf's 14 B; 64 B)
 #   spinwire rate / ZeroMQ PUSH/PULL rate  >= 2 at 8 B (and spinwire >= 10 M msgs/s), >= 1.5 at 64 B
@@ -311,7 +311,9 @@ zeromq_group() {
 # whose groups ran in different placements compares them across it. Before each group (and once
 # after the last) `bench floor` measures the cache-line RTT on CORES; the report prints the
 # probes, marks a round whose probes differ by more than 2x "mixed", and takes the medians over
-# the rounds that are not (over all of them, said so, when every round is).
+# the rounds that are not and whose bench steps none was marked disturbed (other processes on
+# the run's cores); failing that over the rounds in one placement, failing that over all of
+# them, and says which.
 . scripts/lib/measure.sh # placement_probe (the working directory is the repository's)
 probe() { placement_probe "$BENCH" "$cores" >"$out/r$1-probe-$2.txt" || true; }
 
@@ -389,6 +391,11 @@ def spin(step):
         disturbed.append(step)
     return p
 
+def quiet(r):
+    """Whether none of round r's bench steps was marked disturbed."""
+    return not any((point(f"r{r}-{k}-{s}").get("quiet") or {}).get("disturbed")
+                   for s in sizes for k in ("floor", "spin-lat", "spin-rate"))
+
 def figures(r):
     f = {}
     for s in sizes:
@@ -443,12 +450,15 @@ if one is not None:
     print(placement(one))
 else:
     clean = [r for r in range(1, rounds + 1) if not mixed(r)]
-    used = clean or list(range(1, rounds + 1))
+    calm = [r for r in clean if quiet(r)]
+    used = calm or clean or list(range(1, rounds + 1))
     per = [figures(r) for r in used]
     med = {s: {k: statistics.median(f[s][k] for f in per) for k in per[0][s]} for s in sizes}
-    which = ("every round ran in one placement" if len(clean) == rounds else
-             f"rounds {', '.join(map(str, used))}: the rounds whose groups ran in one placement" if clean else
-             "every round MIXED placements: all of them, compare with care")
+    listed = ", ".join(map(str, used))
+    which = ("every round ran in one placement, none disturbed" if len(calm) == rounds else
+             f"rounds {listed}: those in one placement with no bench step disturbed" if calm else
+             f"rounds {listed}: those in one placement, every one with a DISTURBED bench step"
+             if clean else "every round MIXED placements: all of them, compare with care")
     print(f"\nmedians over {len(used)} of {rounds} round(s) ({which}; ratios: the median of the rounds' ratios)")
     table(med, per)
     targets = [
