@@ -218,10 +218,16 @@ pub struct RdmaStats {
 /// monitoring code, not from a poller.
 pub fn stats() -> RdmaStats {
     let c = &COUNTERS;
+    // The two kinds of error completion counted apart before all of them (Acquire, against
+    // their Release increments, which follow `completion_errors`'): a snapshot never shows
+    // more of either than `completion_errors`, so `completion_errors - flushed_completions`
+    // cannot underflow.
+    let rnr_errors = c.rnr_errors.load(Ordering::Acquire);
+    let flushed_completions = c.flushed_completions.load(Ordering::Acquire);
     let mut s = RdmaStats {
-        rnr_errors: c.rnr_errors.load(Ordering::Relaxed),
+        rnr_errors,
         completion_errors: c.completion_errors.load(Ordering::Relaxed),
-        flushed_completions: c.flushed_completions.load(Ordering::Relaxed),
+        flushed_completions,
         credit_messages: c.credit_messages.load(Ordering::Relaxed),
         credit_stalls: c.credit_stalls.load(Ordering::Relaxed),
         heartbeats: c.heartbeats.load(Ordering::Relaxed),

@@ -2,6 +2,8 @@
 //! the message queued), delivery to the application (messages, frames split into records,
 //! large messages), and the re-posting of receive buffers in chains.
 
+use std::sync::atomic::Ordering;
+
 use super::super::chain::{post_recv_chains, recv_len, recv_sge, CHAIN};
 use super::super::frame::FrameCursor;
 use super::super::rndv::Rndv;
@@ -34,10 +36,12 @@ impl RdmaConn {
             }
             bump(&COUNTERS.completion_errors, 1);
             let status = wc.status();
+            // Release, after `completion_errors`: `stats` loads these first (Acquire), so no
+            // snapshot shows more of them than error completions.
             if status == verbs::WC_RNR_RETRY_EXC_ERR {
-                bump(&COUNTERS.rnr_errors, 1);
+                COUNTERS.rnr_errors.fetch_add(1, Ordering::Release);
             } else if status == verbs::WC_WR_FLUSH_ERR {
-                bump(&COUNTERS.flushed_completions, 1);
+                COUNTERS.flushed_completions.fetch_add(1, Ordering::Release);
             }
             if self.error.is_none() {
                 self.error = Some(if status == verbs::WC_WR_FLUSH_ERR {
