@@ -385,15 +385,19 @@ def placement(r):
             + ", ".join(f"{g} {ns:.0f}" for g, ns in p)
             + (" -> MIXED (the groups ran in different placements)" if mixed(r) else " -> one placement"))
 
+def marked(p):
+    """Whether bench's quiet-machine guard marked point p disturbed."""
+    return bool((p.get("quiet") or {}).get("disturbed"))
+
 def spin(step):
     p = point(step)
-    if (p.get("quiet") or {}).get("disturbed"):
+    if marked(p):
         disturbed.append(step)
     return p
 
 def quiet(r):
     """Whether none of round r's bench steps was marked disturbed."""
-    return not any((point(f"r{r}-{k}-{s}").get("quiet") or {}).get("disturbed")
+    return not any(marked(point(f"r{r}-{k}-{s}"))
                    for s in sizes for k in ("floor", "spin-lat", "spin-rate"))
 
 def figures(r):
